@@ -1,0 +1,1 @@
+"""Ids, limits, clock and errors shared by every layer."""

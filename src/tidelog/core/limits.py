@@ -1,0 +1,20 @@
+"""Every bound in tidelog, named in one place (STYLE.md §3: put a limit on everything).
+
+Kafka's configurable defaults live with their configs; these are the hard limits
+that protect the process from bad input or unbounded growth.
+"""
+
+# Record batches.
+RECORD_BATCH_SIZE_MAX_BYTES = 1 << 30   # no batch, compressed or not, may claim more
+RECORD_BATCH_DECOMPRESSED_SIZE_MAX_BYTES = 1 << 30  # a "zip bomb" stops here
+RECORD_BATCH_RECORD_COUNT_MAX = 1 << 24  # records one batch may declare
+RECORD_HEADER_COUNT_MAX = 1 << 16       # headers one record may declare
+
+# Storage.
+SEGMENT_SIZE_MAX_BYTES = (1 << 31) - 1  # positions in an index are int32
+INDEX_SIZE_MAX_BYTES = 10 * 1024 * 1024  # Kafka's segment.index.bytes default
+CHECKPOINT_ENTRY_COUNT_MAX = 1 << 22    # lines one checkpoint file may declare
+CHECKPOINT_FILE_SIZE_MAX_BYTES = 256 * 1024 * 1024
+
+# Network.
+REQUEST_SIZE_MAX_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
