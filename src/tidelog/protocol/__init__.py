@@ -1,0 +1,1 @@
+"""The Kafka wire protocol: a thin, version-agnostic wrapper over ``kio``."""

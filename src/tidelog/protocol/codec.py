@@ -1,0 +1,292 @@
+"""Kafka wire codec: frames, headers, and version-agnostic bodies (SPEC §9).
+
+Theory of operation. ``kio`` holds one frozen dataclass per (API, version) and
+fast readers for them. Handlers should not care which version a client speaks,
+so this module translates in both directions:
+
+* requests are decoded into kio entities and read by attribute name (fields a
+  version lacks are read with ``getattr(request, name, default)``);
+* responses are written by handlers as plain nested dicts holding *every* field
+  they know; ``to_entity`` builds the versioned kio entity, keeping the fields
+  that version has and filling any missing ones with Kafka's zero value.
+
+Request headers are parsed by hand (they are tiny and on the hot path): v1 for
+non-flexible versions, v2 (with tagged fields, skipped) for flexible ones. The
+response header is v0 for non-flexible versions and for ApiVersions always
+(KIP-511), v1 otherwise. Unknown tagged fields in bodies are skipped by kio's
+readers (KIP-482). Malformed bytes raise ``ProtocolError``; the network layer
+closes that connection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import io
+import struct
+import uuid
+from typing import Any, NamedTuple
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode as KioErrorCode
+from kio.schema.index import api_key_map, schema_name_map
+from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
+from kio.static.constants import EntityType
+
+API_VERSIONS_KEY = 18
+_HEADER_PREFIX = struct.Struct(">hhi")
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+ZERO_UUID = uuid.UUID(int=0)
+
+
+class ProtocolError(Exception):
+    """Bytes from a peer that are not a valid request; the connection is closed."""
+
+
+class RequestHeader(NamedTuple):
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def kio_versions(api_key: int) -> tuple[int, int] | None:
+    """The (min, max) versions kio can encode for ``api_key``, or None."""
+    name = api_key_map.get(api_key)
+    if name is None:
+        return None
+    versions = sorted(schema_name_map[name])
+    return versions[0], versions[-1]
+
+
+@functools.cache
+def _request_class(api_key: int, api_version: int):
+    return load_request_schema(api_key, api_version)
+
+
+@functools.cache
+def _response_class(api_key: int, api_version: int):
+    return load_response_schema(api_key, api_version)
+
+
+@functools.cache
+def _reader(cls):
+    return entity_reader(cls)
+
+
+@functools.cache
+def _writer(cls):
+    return entity_writer(cls)
+
+
+def is_flexible(api_key: int, api_version: int) -> bool:
+    return bool(_request_class(api_key, api_version).__flexible__)
+
+
+def parse_request_header(frame) -> tuple[RequestHeader, int]:
+    """Parse the header of a request frame (without its size prefix).
+
+    Returns the header and the offset of the body. The header's flexibility
+    depends on the API version, so an unknown (key, version) is parsed as v1 and
+    the body left to the caller to reject.
+    """
+    if len(frame) < 10:
+        raise ProtocolError(f"request header needs at least 10 bytes, got {len(frame)}")
+    api_key, api_version, correlation_id = _HEADER_PREFIX.unpack_from(frame, 0)
+    (client_id_length,) = _INT16.unpack_from(frame, 8)
+    pos = 10
+    client_id = None
+    if client_id_length >= 0:
+        if pos + client_id_length > len(frame):
+            raise ProtocolError("request header client id runs past the frame")
+        try:
+            client_id = bytes(frame[pos:pos + client_id_length]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError("request header client id is not UTF-8") from None
+        pos += client_id_length
+    elif client_id_length != -1:
+        raise ProtocolError(f"request header client id length {client_id_length}")
+    header = RequestHeader(api_key, api_version, correlation_id, client_id)
+    versions = kio_versions(api_key)
+    if versions and versions[0] <= api_version <= versions[1] and is_flexible(api_key, api_version):
+        pos = _skip_tagged_fields(frame, pos)
+    return header, pos
+
+
+def _read_uvarint(buf, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ProtocolError("unsigned varint runs past the frame")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise ProtocolError("unsigned varint is too long")
+
+
+def _skip_tagged_fields(buf, pos: int) -> int:
+    count, pos = _read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = _read_uvarint(buf, pos)
+        size, pos = _read_uvarint(buf, pos)
+        pos += size
+        if pos > len(buf):
+            raise ProtocolError("tagged field runs past the frame")
+    return pos
+
+
+def decode_request(header: RequestHeader, frame, body_offset: int):
+    """Decode the body of a request whose (key, version) the caller accepted."""
+    cls = _request_class(header.api_key, header.api_version)
+    try:
+        entity, size = _reader(cls)(memoryview(frame), body_offset)
+    except Exception as e:  # kio raises a variety of errors on malformed input
+        raise ProtocolError(f"cannot decode {cls.__name__} v{header.api_version}: {e}") from None
+    if body_offset + size != len(frame):
+        raise ProtocolError(
+            f"{cls.__name__} v{header.api_version} has {len(frame) - body_offset - size} trailing bytes")
+    return entity
+
+
+def encode_response(header: RequestHeader, body: dict | Any) -> bytes:
+    """Encode a full response frame, size prefix included."""
+    cls = _response_class(header.api_key, header.api_version)
+    entity = body if isinstance(body, cls) else to_entity(cls, body)
+    out = io.BytesIO()
+    out.write(b"\x00\x00\x00\x00")
+    out.write(_INT32.pack(header.correlation_id))
+    if cls.__flexible__ and header.api_key != API_VERSIONS_KEY:
+        out.write(b"\x00")  # response header v1: no tagged fields
+    _writer(cls)(out, entity)
+    frame = out.getbuffer()
+    _INT32.pack_into(frame, 0, len(frame) - 4)
+    del frame
+    return out.getvalue()
+
+
+def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,
+                   body: dict | Any) -> bytes:
+    """Encode a full request frame (used by tidelog's own clients)."""
+    cls = _request_class(api_key, api_version)
+    entity = body if isinstance(body, cls) else to_entity(cls, body)
+    out = io.BytesIO()
+    out.write(b"\x00\x00\x00\x00")
+    out.write(_HEADER_PREFIX.pack(api_key, api_version, correlation_id))
+    if client_id is None:
+        out.write(_INT16.pack(-1))
+    else:
+        raw = client_id.encode("utf-8")
+        out.write(_INT16.pack(len(raw)))
+        out.write(raw)
+    if cls.__flexible__:
+        out.write(b"\x00")
+    _writer(cls)(out, entity)
+    frame = out.getbuffer()
+    _INT32.pack_into(frame, 0, len(frame) - 4)
+    del frame
+    return out.getvalue()
+
+
+def decode_response(api_key: int, api_version: int, frame) -> tuple[int, Any]:
+    """Decode a response frame (without size prefix): (correlation id, entity)."""
+    cls = _response_class(api_key, api_version)
+    if len(frame) < 4:
+        raise ProtocolError("response shorter than its header")
+    (correlation_id,) = _INT32.unpack_from(frame, 0)
+    pos = 4
+    if cls.__flexible__ and api_key != API_VERSIONS_KEY:
+        pos = _skip_tagged_fields(frame, pos)
+    try:
+        entity, _size = _reader(cls)(memoryview(frame), pos)
+    except Exception as e:
+        raise ProtocolError(f"cannot decode {cls.__name__} v{api_version}: {e}") from None
+    return correlation_id, entity
+
+
+# ---------------------------------------------------------------------------
+# dict -> versioned entity
+
+
+@functools.cache
+def _plan(cls) -> tuple:
+    """Per field of ``cls``: (name, kind, nested class, kafka type, optional, default)."""
+    plan = []
+    for f in dataclasses.fields(cls):
+        kind = classify_field(f)
+        nested = kind.type_ if isinstance(kind, (EntityField, EntityTupleField)) else None
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            default = f.default_factory()  # type: ignore[misc]
+        else:
+            default = dataclasses.MISSING
+        plan.append((f.name, type(kind).__name__, nested, f.metadata.get("kafka_type"),
+                     is_optional(f), default))
+    return tuple(plan)
+
+
+def _zero(kafka_type: str | None, optional: bool, kind: str):
+    if kind in ("EntityTupleField", "PrimitiveTupleField"):
+        return ()
+    if optional:
+        return None
+    return {
+        "string": "", "bool": False, "uuid": ZERO_UUID, "bytes": b"", "records": b"",
+        "float64": 0.0, "error_code": KioErrorCode.none,
+        "timedelta_i32": datetime.timedelta(0), "timedelta_i64": datetime.timedelta(0),
+    }.get(kafka_type, 0)
+
+
+def _convert(kafka_type: str | None, value):
+    if kafka_type == "error_code" and not isinstance(value, KioErrorCode):
+        return KioErrorCode(int(value))
+    if kafka_type in ("timedelta_i32", "timedelta_i64") and isinstance(value, int):
+        return datetime.timedelta(milliseconds=value)
+    if kafka_type == "datetime_i64" and isinstance(value, int):
+        return None if value < 0 else _EPOCH + datetime.timedelta(milliseconds=value)
+    return value
+
+
+def to_entity(cls, data: dict):
+    """Build a ``cls`` instance from a dict, recursively, keeping only ``cls``'s fields."""
+    kwargs = {}
+    for name, kind, nested, kafka_type, optional, default in _plan(cls):
+        if name in data and data[name] is not None:
+            value = data[name]
+            if kind == "EntityTupleField":
+                value = tuple(v if isinstance(v, nested) else to_entity(nested, v) for v in value)
+            elif kind == "EntityField":
+                value = value if isinstance(value, nested) else to_entity(nested, value)
+            elif kind == "PrimitiveTupleField":
+                value = tuple(_convert(kafka_type, v) for v in value)
+            else:
+                value = _convert(kafka_type, value)
+        elif name in data and optional:
+            value = None
+        elif default is not dataclasses.MISSING:
+            value = default
+        elif kind == "EntityField":
+            value = None if optional else to_entity(nested, {})
+        else:
+            value = _zero(kafka_type, optional, kind)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def millis(value) -> int:
+    """A kio timedelta/datetime field (or int) as integer milliseconds."""
+    if isinstance(value, datetime.timedelta):
+        return int(value / datetime.timedelta(milliseconds=1))
+    if isinstance(value, datetime.datetime):
+        return int((value - _EPOCH) / datetime.timedelta(milliseconds=1))
+    if value is None:
+        return -1
+    return int(value)
