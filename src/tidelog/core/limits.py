@@ -18,3 +18,6 @@ CHECKPOINT_FILE_SIZE_MAX_BYTES = 256 * 1024 * 1024
 
 # Network.
 REQUEST_SIZE_MAX_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+CONNECTION_IN_FLIGHT_REQUESTS_MAX = 1000  # responses a connection may owe before we stop reading
+CONNECTIONS_MAX_IDLE_MS = 600_000        # Kafka's connections.max.idle.ms
+PURGATORY_OPERATIONS_MAX = 10_000        # delayed produce/fetch operations one purgatory holds

@@ -1,0 +1,1 @@
+"""Command-line tools: ``tidelog serve``, ``tidelog topics``, ``tidelog bench``."""

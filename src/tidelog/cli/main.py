@@ -1,0 +1,42 @@
+"""``tidelog`` console script."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tidelog", description="tidelog: a Kafka-compatible commit log")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run a broker (broker + controller in one process)")
+    serve.add_argument("properties", nargs="?", help="server.properties file (Kafka's names)")
+    serve.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                       help="override one setting (repeatable)")
+
+    bench = commands.add_parser("bench", help="run a benchmark")
+    bench.add_argument("what", choices=["storage"])
+    bench.add_argument("rest", nargs=argparse.REMAINDER)
+
+    from tidelog.cli import topics
+    topics.add_parser(commands)
+
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from tidelog.server.broker import run_broker
+        return run_broker(args.properties, args.override)
+    if args.command == "bench":
+        from tidelog.storage.bench import main as storage_bench
+        return storage_bench(args.rest) or 0
+    if args.command == "topics":
+        return asyncio.run(topics.run(args))
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Partition state (HW, ISR), fetchers, purgatory, replica manager (SPEC §3–§7)."""

@@ -1,0 +1,354 @@
+"""One partition's replication state on one broker (SPEC §3–§5, KAFKA_RULES §2.1–2.7, 2.13).
+
+Theory of operation. A ``Partition`` wraps the local ``Log`` and knows the
+partition's assignment, leader, leader epoch, partition epoch and ISR as the
+metadata log last said. On the leader it also keeps a ``ReplicaState`` per
+follower, fed by follower fetches (§2.2), from which it decides the high
+watermark (§2.1) and ISR changes (§2.3–2.4). ISR changes are *proposed*
+(``pending_isr_change``) and only committed when the controller accepts them
+(§2.5); until then the leader uses the *maximal* ISR (committed ∪ proposed) for
+the high watermark, but the committed ISR for the min-ISR check.
+
+Sans-IO: every input carries ``now_ms``; outputs are return values (e.g. the
+AlterPartition proposal to send). Invariants (asserted where state changes):
+``log_start_offset <= high_watermark <= log_end_offset``; a leader's high
+watermark never decreases; only the leader has replica states.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from tidelog.core.errors import ErrorCode, KafkaError
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_OFFSET = -1
+
+
+class Isolation(enum.IntEnum):
+    LOG_END = 0          # followers
+    HIGH_WATERMARK = 1   # consumers, read_uncommitted
+    TXN_COMMITTED = 2    # consumers, read_committed
+
+
+@dataclass
+class ReplicaState:
+    """What the leader knows of one follower (Kafka's ``Replica``)."""
+
+    broker_id: int
+    log_end_offset: int = UNDEFINED_OFFSET
+    log_start_offset: int = UNDEFINED_OFFSET
+    last_caught_up_time_ms: int = 0
+    last_fetch_leader_log_end_offset: int = UNDEFINED_OFFSET
+    last_fetch_time_ms: int = 0
+    broker_epoch: int | None = None
+
+    def update_fetch_state(self, fetch_offset: int, log_start_offset: int, fetch_time_ms: int,
+                           leader_log_end_offset: int, broker_epoch: int) -> None:
+        """KAFKA_RULES §2.2."""
+        if fetch_offset >= leader_log_end_offset:
+            self.last_caught_up_time_ms = max(self.last_caught_up_time_ms, fetch_time_ms)
+        elif fetch_offset >= self.last_fetch_leader_log_end_offset:
+            self.last_caught_up_time_ms = max(self.last_caught_up_time_ms, self.last_fetch_time_ms)
+        self.last_fetch_leader_log_end_offset = max(leader_log_end_offset,
+                                                    self.last_fetch_leader_log_end_offset)
+        self.last_fetch_time_ms = fetch_time_ms
+        self.log_end_offset = fetch_offset
+        self.log_start_offset = log_start_offset
+        self.broker_epoch = broker_epoch
+
+    def reset(self, in_isr: bool, now_ms: int, was_leader: bool) -> None:
+        """On a leader-epoch bump (KAFKA_RULES §2.2, last bullets)."""
+        self.last_caught_up_time_ms = now_ms if in_isr else 0
+        if not was_leader:
+            self.log_end_offset = UNDEFINED_OFFSET
+            self.log_start_offset = UNDEFINED_OFFSET
+            self.last_fetch_leader_log_end_offset = UNDEFINED_OFFSET
+            self.last_fetch_time_ms = 0
+            self.broker_epoch = None
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """A partition's state as the metadata log says (the input of become-leader/follower)."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    partition_epoch: int
+
+
+@dataclass(frozen=True)
+class IsrProposal:
+    """An AlterPartition proposal this leader wants sent."""
+
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+
+
+@dataclass
+class ReadResult:
+    error: ErrorCode = ErrorCode.NONE
+    records: object = None            # storage FetchDataInfo, or None
+    high_watermark: int = UNDEFINED_OFFSET
+    last_stable_offset: int = UNDEFINED_OFFSET
+    log_start_offset: int = UNDEFINED_OFFSET
+    log_end_offset: int = UNDEFINED_OFFSET
+    diverging_epoch: tuple[int, int] | None = None
+
+
+@dataclass
+class ReplicationSettings:
+    """The settings a partition's decisions depend on (per topic, resolved)."""
+
+    min_insync_replicas: int = 1
+    replica_lag_time_max_ms: int = 30_000
+    strict_min_isr: bool = True   # KIP-966 part 1: HW moves only with |ISR| >= min ISR
+
+
+class Partition:
+    def __init__(self, topic_partition, local_broker_id: int, log, settings: ReplicationSettings | None = None,
+                 alive_broker_epoch=lambda broker_id: None):
+        self.topic_partition = topic_partition
+        self.local_broker_id = local_broker_id
+        self.log = log
+        self.settings = settings or ReplicationSettings()
+        # Returns the broker epoch the metadata image holds for an alive broker,
+        # None if the broker is fenced, unknown or in controlled shutdown.
+        self._alive_broker_epoch = alive_broker_epoch
+        self.leader: int = -1
+        self.leader_epoch: int = UNDEFINED_EPOCH
+        self.partition_epoch: int = -1
+        self.replicas: tuple[int, ...] = ()
+        self.isr: tuple[int, ...] = ()          # committed: the controller accepted it
+        self.pending_isr: tuple[int, ...] | None = None  # in flight to the controller
+        self.leader_epoch_start_offset: int | None = None
+        self.replica_states: dict[int, ReplicaState] = {}
+
+    # ------------------------------------------------------------------ roles
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader == self.local_broker_id
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        if self.pending_isr is None:
+            return self.isr
+        return tuple(sorted(set(self.isr) | set(self.pending_isr)))
+
+    @property
+    def effective_min_isr(self) -> int:
+        return min(self.settings.min_insync_replicas, max(1, len(self.replicas)))
+
+    def make_leader(self, state: PartitionState, now_ms: int) -> bool:
+        """KAFKA_RULES §2.13. Returns True iff this broker was not leader before."""
+        if state.partition_epoch < self.partition_epoch:
+            return False
+        was_leader = self.is_leader
+        if state.leader_epoch > self.leader_epoch:
+            self.leader_epoch_start_offset = self.log.log_end_offset
+            self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
+            followers = [r for r in state.replicas if r != self.local_broker_id]
+            self.replica_states = {
+                r: self.replica_states.get(r) if was_leader and r in self.replica_states else ReplicaState(r)
+                for r in followers}
+            for r in followers:
+                self.replica_states[r].reset(r in state.isr, now_ms, was_leader)
+            self.leader_epoch = state.leader_epoch
+        else:
+            for r in state.replicas:
+                if r != self.local_broker_id and r not in self.replica_states:
+                    self.replica_states[r] = ReplicaState(r)
+        self.leader = state.leader
+        self.replicas = tuple(state.replicas)
+        self.isr = tuple(state.isr)
+        self.pending_isr = None
+        self.partition_epoch = state.partition_epoch
+        self.maybe_increment_leader_high_watermark(now_ms)
+        return not was_leader
+
+    def make_follower(self, state: PartitionState) -> bool:
+        """KAFKA_RULES §2.13. Returns True iff the leader epoch moved (restart fetching)."""
+        if state.partition_epoch < self.partition_epoch:
+            return False
+        bumped = state.leader_epoch > self.leader_epoch
+        self.leader = state.leader
+        self.leader_epoch = state.leader_epoch
+        self.replicas = tuple(state.replicas)
+        self.isr = ()
+        self.pending_isr = None
+        self.replica_states = {}
+        self.leader_epoch_start_offset = None
+        self.partition_epoch = state.partition_epoch
+        return bumped
+
+    # ------------------------------------------------------ high watermark
+
+    def maybe_increment_leader_high_watermark(self, now_ms: int) -> bool:
+        """KAFKA_RULES §2.1. Returns whether the high watermark moved."""
+        if not self.is_leader:
+            return False
+        if self.settings.strict_min_isr and len(self.isr) < self.effective_min_isr:
+            return False
+        leader_log_end_offset = self.log.log_end_offset
+        new_high_watermark = leader_log_end_offset
+        maximal = self.maximal_isr
+        for replica_id, state in self.replica_states.items():
+            caught_up = (state.log_end_offset == leader_log_end_offset
+                         or now_ms - state.last_caught_up_time_ms <= self.settings.replica_lag_time_max_ms)
+            if replica_id in maximal or (caught_up and self._is_isr_eligible(replica_id, state)):
+                new_high_watermark = min(new_high_watermark, state.log_end_offset)
+        if new_high_watermark > self.log.high_watermark:
+            self.log.update_high_watermark(new_high_watermark)
+            return True
+        return False
+
+    def _is_isr_eligible(self, replica_id: int, state: ReplicaState) -> bool:
+        alive_epoch = self._alive_broker_epoch(replica_id)
+        if alive_epoch is None:
+            return False
+        return state.broker_epoch in (None, -1) or state.broker_epoch == alive_epoch
+
+    # --------------------------------------------------------------- produce
+
+    def append_records_to_leader(self, records: bytes, required_acks: int):
+        """Append a client's batches. Raises ``KafkaError`` with Kafka's code."""
+        if not self.is_leader:
+            raise KafkaError(f"broker {self.local_broker_id} is not the leader of "
+                             f"{self.topic_partition}", ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if required_acks == -1 and len(self.isr) < self.effective_min_isr:
+            raise KafkaError(f"{self.topic_partition} has ISR {list(self.isr)}, below "
+                             f"min.insync.replicas {self.effective_min_isr}",
+                             ErrorCode.NOT_ENOUGH_REPLICAS)
+        return self.log.append_as_leader(records, self.leader_epoch)
+
+    def check_enough_replicas_reached(self, required_offset: int) -> tuple[bool, ErrorCode]:
+        """The delayed-produce condition (KAFKA_RULES §2.11)."""
+        if not self.is_leader:
+            return True, ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if self.log.high_watermark >= required_offset:
+            if self.effective_min_isr <= len(self.maximal_isr):
+                return True, ErrorCode.NONE
+            return True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return False, ErrorCode.NONE
+
+    # ----------------------------------------------------------------- fetch
+
+    def read_records(self, fetch_offset: int, max_bytes: int, isolation: Isolation,
+                     current_leader_epoch: int | None = None, last_fetched_epoch: int | None = None,
+                     fetch_only_from_leader: bool = True, min_one_batch: bool = True,
+                     replica_id: int = -1) -> ReadResult:
+        """Validate and read, in the order of KAFKA_RULES §2.7."""
+        if current_leader_epoch is not None and current_leader_epoch >= 0:
+            if current_leader_epoch < self.leader_epoch:
+                return ReadResult(ErrorCode.FENCED_LEADER_EPOCH)
+            if current_leader_epoch > self.leader_epoch:
+                return ReadResult(ErrorCode.UNKNOWN_LEADER_EPOCH)
+        if fetch_only_from_leader and not self.is_leader:
+            return ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if replica_id >= 0 and replica_id not in self.replica_states:
+            return ReadResult(ErrorCode.UNKNOWN_LEADER_EPOCH if current_leader_epoch not in (None, -1)
+                              else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        log = self.log
+        result = ReadResult(high_watermark=log.high_watermark, last_stable_offset=log.high_watermark,
+                            log_start_offset=log.log_start_offset, log_end_offset=log.log_end_offset)
+        if last_fetched_epoch is not None and last_fetched_epoch >= 0:
+            epoch, end_offset = log.end_offset_for_epoch(last_fetched_epoch)
+            if epoch == UNDEFINED_EPOCH and end_offset == UNDEFINED_OFFSET:
+                result.error = ErrorCode.OFFSET_OUT_OF_RANGE
+                return result
+            if fetch_offset < log.log_start_offset:
+                result.error = ErrorCode.OFFSET_OUT_OF_RANGE
+                return result
+            if epoch < last_fetched_epoch or end_offset < fetch_offset:
+                result.diverging_epoch = (epoch, end_offset)
+                return result
+        if fetch_offset < log.log_start_offset or fetch_offset > log.log_end_offset:
+            result.error = ErrorCode.OFFSET_OUT_OF_RANGE
+            return result
+        max_offset = None if isolation == Isolation.LOG_END else log.high_watermark
+        if max_offset is not None and fetch_offset >= max_offset:
+            return result  # empty, NONE: the consumer is at or past the HW
+        result.records = log.read(fetch_offset, max_bytes, max_offset=max_offset,
+                                  min_one_batch=min_one_batch)
+        return result
+
+    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, log_start_offset: int,
+                                    now_ms: int, leader_log_end_offset: int, broker_epoch: int) -> bool:
+        """Steps 4–6 of SPEC §3. Returns whether the high watermark moved."""
+        state = self.replica_states.get(replica_id)
+        if state is None:
+            return False
+        if broker_epoch not in (None, -1):
+            alive_epoch = self._alive_broker_epoch(replica_id)
+            if alive_epoch is not None and broker_epoch < alive_epoch:
+                raise KafkaError(f"fetch from broker {replica_id} with stale broker epoch "
+                                 f"{broker_epoch}", ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        state.update_fetch_state(fetch_offset, log_start_offset, now_ms, leader_log_end_offset,
+                                 broker_epoch)
+        return self.maybe_increment_leader_high_watermark(now_ms)
+
+    # ------------------------------------------------------------- ISR change
+
+    def maybe_expand_isr(self, replica_id: int) -> IsrProposal | None:
+        """KAFKA_RULES §2.3: propose adding a caught-up follower."""
+        if not self.is_leader or self.pending_isr is not None or replica_id in self.isr:
+            return None
+        state = self.replica_states.get(replica_id)
+        if state is None or not self._is_isr_eligible(replica_id, state):
+            return None
+        if (state.log_end_offset >= self.log.high_watermark
+                and self.leader_epoch_start_offset is not None
+                and state.log_end_offset >= self.leader_epoch_start_offset):
+            self.pending_isr = tuple(sorted(set(self.isr) | {replica_id}))
+            return IsrProposal(self.leader_epoch, self.partition_epoch, self.pending_isr)
+        return None
+
+    def out_of_sync_replicas(self, now_ms: int) -> list[int]:
+        leader_log_end_offset = self.log.log_end_offset
+        out = []
+        for replica_id in self.isr:
+            if replica_id == self.local_broker_id:
+                continue
+            state = self.replica_states.get(replica_id)
+            if state is None or (state.log_end_offset != leader_log_end_offset and
+                                 now_ms - state.last_caught_up_time_ms > self.settings.replica_lag_time_max_ms):
+                out.append(replica_id)
+        return out
+
+    def maybe_shrink_isr(self, now_ms: int) -> IsrProposal | None:
+        """KAFKA_RULES §2.4: propose removing followers that fell behind."""
+        if not self.is_leader or self.pending_isr is not None:
+            return None
+        out = self.out_of_sync_replicas(now_ms)
+        if not out:
+            return None
+        self.pending_isr = tuple(r for r in self.isr if r not in out)
+        return IsrProposal(self.leader_epoch, self.partition_epoch, self.pending_isr)
+
+    def on_alter_partition_response(self, error: ErrorCode, leader_epoch: int = -1,
+                                    partition_epoch: int = -1, isr: tuple[int, ...] = (),
+                                    now_ms: int = 0) -> bool:
+        """KAFKA_RULES §2.5. Returns whether the request should be retried."""
+        if self.pending_isr is None:
+            return False
+        if error == ErrorCode.NONE:
+            if leader_epoch != self.leader_epoch or partition_epoch < self.partition_epoch:
+                return False
+            self.isr = tuple(isr)
+            self.pending_isr = None
+            self.partition_epoch = partition_epoch
+            self.maybe_increment_leader_high_watermark(now_ms)
+            return False
+        if error in (ErrorCode.INELIGIBLE_REPLICA, ErrorCode.OPERATION_NOT_ATTEMPTED):
+            self.pending_isr = None
+            return False
+        if error in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
+                     ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.INVALID_UPDATE_VERSION,
+                     ErrorCode.INVALID_REQUEST, ErrorCode.NEW_LEADER_ELECTED):
+            return False  # stay pending until new metadata arrives
+        return True

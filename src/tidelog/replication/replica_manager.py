@@ -1,0 +1,261 @@
+"""The partitions a broker hosts and the produce/fetch paths (SPEC §5).
+
+Theory of operation. ``partitions`` maps a TopicPartition to its hosted state:
+a ``Partition`` (online) or ``OFFLINE`` (its log directory failed). Metadata
+changes arrive as become-leader / become-follower calls (``apply_partition_states``,
+SPEC §5.2). ``append_records`` and ``fetch_messages`` validate, act on the local
+logs, and either answer at once or park a delayed operation in a purgatory
+(SPEC §6); events that can satisfy waiters call ``check_and_complete``. Results
+are delivered through callbacks so this stays free of asyncio; the shell turns
+them into futures and calls ``on_tick(now_ms)`` for expiry and periodic work.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from tidelog.core.clock import Clock
+from tidelog.core.errors import ErrorCode, KafkaError
+from tidelog.core.ids import TopicPartition
+from tidelog.replication.delayed import (
+    DelayedFetch,
+    DelayedProduce,
+    FetchParams,
+    ProducePartitionStatus,
+)
+from tidelog.replication.partition import (
+    Isolation,
+    Partition,
+    PartitionState,
+    ReplicationSettings,
+)
+from tidelog.replication.purgatory import Purgatory, PurgatoryFullError
+
+log = logging.getLogger("tidelog.replica_manager")
+
+OFFLINE = "offline"
+
+
+class ReplicaManager:
+    def __init__(self, broker_id: int, log_manager, clock: Clock,
+                 settings_for: Callable[[str], ReplicationSettings],
+                 log_config_for: Callable[[str], object] = lambda topic: None,
+                 alive_broker_epoch: Callable[[int], int | None] = lambda b: None):
+        self.broker_id = broker_id
+        self.log_manager = log_manager
+        self.clock = clock
+        self._settings_for = settings_for
+        self._log_config_for = log_config_for
+        self._alive_broker_epoch = alive_broker_epoch
+        self.partitions: dict[TopicPartition, Partition | str] = {}
+        self.produce_purgatory = Purgatory("produce")
+        self.fetch_purgatory = Purgatory("fetch")
+        self.pending_isr_proposals: dict[TopicPartition, object] = {}
+
+    # ------------------------------------------------------------ hosting
+
+    def get_partition(self, topic_partition: TopicPartition) -> Partition | None:
+        hosted = self.partitions.get(topic_partition)
+        return hosted if isinstance(hosted, Partition) else None
+
+    def _partition_or_error(self, topic_partition: TopicPartition) -> Partition | ErrorCode:
+        hosted = self.partitions.get(topic_partition)
+        if hosted is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if hosted == OFFLINE:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        return hosted
+
+    def apply_partition_states(self, states: dict[TopicPartition, PartitionState]) -> None:
+        """Become leader or follower for each partition (SPEC §5.2)."""
+        now_ms = self.clock.monotonic_ms()
+        for topic_partition, state in states.items():
+            hosted = self.partitions.get(topic_partition)
+            if hosted == OFFLINE:
+                continue
+            if hosted is None:
+                log_ = self.log_manager.get_or_create_log(
+                    topic_partition, self._log_config_for(topic_partition.topic))
+                hosted = Partition(topic_partition, self.broker_id, log_,
+                                   self._settings_for(topic_partition.topic), self._alive_broker_epoch)
+                self.partitions[topic_partition] = hosted
+            else:
+                hosted.settings = self._settings_for(topic_partition.topic)
+            if state.leader == self.broker_id:
+                if hosted.make_leader(state, now_ms):
+                    log.info("became leader of %s at leader epoch %d", topic_partition, state.leader_epoch)
+            else:
+                hosted.make_follower(state)
+            self._wake(topic_partition)
+
+    def stop_partitions(self, topic_partitions, delete: bool) -> None:
+        for topic_partition in topic_partitions:
+            hosted = self.partitions.pop(topic_partition, None)
+            self._wake(topic_partition)
+            if delete and isinstance(hosted, Partition):
+                self.log_manager.delete_log(topic_partition)
+
+    def mark_offline(self, topic_partition: TopicPartition) -> None:
+        self.partitions[topic_partition] = OFFLINE
+        self._wake(topic_partition)
+
+    def _wake(self, topic_partition: TopicPartition) -> None:
+        self.produce_purgatory.check_and_complete(topic_partition)
+        self.fetch_purgatory.check_and_complete(topic_partition)
+
+    # ------------------------------------------------------------ produce
+
+    def append_records(self, required_acks: int, timeout_ms: int,
+                       entries: dict[TopicPartition, bytes],
+                       on_done: Callable[[dict], None], internal: bool = False) -> None:
+        """SPEC §5.3. ``on_done({tp: response dict})`` is called once (maybe later)."""
+        if required_acks not in (-1, 0, 1):
+            on_done({tp: _produce_response(ErrorCode.INVALID_REQUIRED_ACKS) for tp in entries})
+            return
+        responses: dict[TopicPartition, dict] = {}
+        statuses: dict[TopicPartition, ProducePartitionStatus] = {}
+        for topic_partition, records in entries.items():
+            if topic_partition.topic.startswith("__") and not internal:
+                responses[topic_partition] = _produce_response(ErrorCode.INVALID_TOPIC_EXCEPTION)
+                continue
+            partition = self._partition_or_error(topic_partition)
+            if isinstance(partition, ErrorCode):
+                responses[topic_partition] = _produce_response(partition)
+                continue
+            try:
+                info = partition.append_records_to_leader(records, required_acks)
+            except KafkaError as e:
+                responses[topic_partition] = _produce_response(e.error_code, str(e))
+                continue
+            except OSError as e:
+                log.error("log directory failure appending to %s: %s", topic_partition, e)
+                self.mark_offline(topic_partition)
+                responses[topic_partition] = _produce_response(ErrorCode.KAFKA_STORAGE_ERROR)
+                continue
+            response = _produce_response(ErrorCode.NONE)
+            response.update(base_offset=info.first_offset, log_append_time=info.log_append_time,
+                            log_start_offset=partition.log.log_start_offset)
+            responses[topic_partition] = response
+            statuses[topic_partition] = ProducePartitionStatus(info.last_offset + 1, response)
+            partition.maybe_increment_leader_high_watermark(self.clock.monotonic_ms())
+            self._wake(topic_partition)
+        if required_acks == -1 and statuses:
+            operation = DelayedProduce(self.clock.monotonic_ms() + timeout_ms, statuses,
+                                       self.get_partition, lambda done: on_done({**responses, **done}))
+            try:
+                self.produce_purgatory.try_complete_else_watch(operation, list(statuses))
+            except PurgatoryFullError:
+                for status in statuses.values():
+                    status.response["error_code"] = int(ErrorCode.REQUEST_TIMED_OUT)
+                on_done(responses)
+            return
+        on_done(responses)
+
+    # -------------------------------------------------------------- fetch
+
+    def fetch_messages(self, params: FetchParams, on_done: Callable[[dict], None]) -> None:
+        """SPEC §5.4. ``on_done({tp: ReadResult})`` is called once (maybe later)."""
+        results = self._read(params)
+        bytes_readable = sum(r.records.length for r in results.values() if r.records is not None)
+        errored = any(r.error != ErrorCode.NONE or r.diverging_epoch for r in results.values())
+        if (params.max_wait_ms <= 0 or not params.partitions or bytes_readable >= params.min_bytes
+                or errored):
+            on_done(results)
+            return
+        operation = DelayedFetch(self.clock.monotonic_ms() + params.max_wait_ms, params,
+                                 self._bytes_available, lambda: on_done(self._read(params)))
+        try:
+            self.fetch_purgatory.try_complete_else_watch(operation, list(params.partitions))
+        except PurgatoryFullError:
+            on_done(results)
+
+    def _read(self, params: FetchParams) -> dict:
+        results = {}
+        is_follower = params.replica_id >= 0
+        now_ms = self.clock.monotonic_ms()
+        remaining = params.max_bytes
+        for topic_partition, request in params.partitions.items():
+            partition = self._partition_or_error(topic_partition)
+            if isinstance(partition, ErrorCode):
+                from tidelog.replication.partition import ReadResult
+                results[topic_partition] = ReadResult(partition)
+                continue
+            leader_log_end_offset = partition.log.log_end_offset
+            try:
+                result = partition.read_records(
+                    request.fetch_offset, min(request.max_bytes, max(remaining, 0)),
+                    Isolation.LOG_END if is_follower else params.isolation,
+                    request.current_leader_epoch, request.last_fetched_epoch,
+                    fetch_only_from_leader=True, min_one_batch=(remaining == params.max_bytes),
+                    replica_id=params.replica_id)
+            except KafkaError as e:
+                from tidelog.replication.partition import ReadResult
+                result = ReadResult(e.error_code)
+            if result.records is not None:
+                remaining -= result.records.length
+            if is_follower and result.error == ErrorCode.NONE and result.diverging_epoch is None:
+                try:
+                    moved = partition.update_follower_fetch_state(
+                        params.replica_id, request.fetch_offset, request.log_start_offset, now_ms,
+                        leader_log_end_offset, params.broker_epoch)
+                except KafkaError as e:
+                    from tidelog.replication.partition import ReadResult
+                    result = ReadResult(e.error_code)
+                    moved = False
+                proposal = partition.maybe_expand_isr(params.replica_id)
+                if proposal is not None:
+                    self.pending_isr_proposals[topic_partition] = proposal
+                if moved:
+                    self._wake(topic_partition)
+            results[topic_partition] = result
+        return results
+
+    def _bytes_available(self, topic_partition, request, params: FetchParams) -> int | None:
+        partition = self._partition_or_error(topic_partition)
+        if isinstance(partition, ErrorCode) or not partition.is_leader:
+            return None
+        if (request.current_leader_epoch not in (None, -1)
+                and request.current_leader_epoch != partition.leader_epoch):
+            return None
+        log_ = partition.log
+        end_offset = log_.log_end_offset if params.replica_id >= 0 else log_.high_watermark
+        if request.fetch_offset > end_offset or request.fetch_offset < log_.log_start_offset:
+            return None
+        if request.fetch_offset == end_offset:
+            return 0
+        data = log_.read(request.fetch_offset, request.max_bytes,
+                         max_offset=None if params.replica_id >= 0 else end_offset, min_one_batch=True)
+        return data.length
+
+    # ----------------------------------------------------------- periodic
+
+    def on_tick(self, now_ms: int) -> None:
+        self.produce_purgatory.expire(now_ms)
+        self.fetch_purgatory.expire(now_ms)
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [d for d in (self.produce_purgatory.next_deadline_ms(),
+                                 self.fetch_purgatory.next_deadline_ms()) if d is not None]
+        return min(deadlines) if deadlines else None
+
+    def maybe_shrink_isr(self) -> None:
+        now_ms = self.clock.monotonic_ms()
+        for topic_partition, hosted in self.partitions.items():
+            if isinstance(hosted, Partition):
+                proposal = hosted.maybe_shrink_isr(now_ms)
+                if proposal is not None:
+                    log.info("proposing ISR %s for %s (shrink)", list(proposal.new_isr), topic_partition)
+                    self.pending_isr_proposals[topic_partition] = proposal
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        return {tp: p.log.high_watermark for tp, p in self.partitions.items() if isinstance(p, Partition)}
+
+    def shutdown(self) -> None:
+        self.produce_purgatory.complete_all()
+        self.fetch_purgatory.complete_all()
+
+
+def _produce_response(error: ErrorCode, message: str | None = None) -> dict:
+    return {"error_code": int(error), "base_offset": -1, "log_append_time": -1,
+            "log_start_offset": -1, "error_message": message}

@@ -1,0 +1,1 @@
+"""The asyncio shell: listeners, request dispatch, timers, processes."""

@@ -1,0 +1,194 @@
+"""Broker configuration with Kafka's names (``server.properties``).
+
+Theory of operation. ``CONFIG_DEFS`` is the one table of every broker setting
+tidelog understands: Kafka's name, type, default and a check. ``BrokerConfig``
+parses a properties file plus ``--override KEY=VALUE`` pairs against it; a bad
+value raises ``InvalidConfigError`` naming the key, an unknown key is logged and
+ignored (as Kafka does). Derived settings (``log.retention.hours`` vs ``.ms``)
+resolve the way Kafka resolves them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from tidelog.core.errors import InvalidConfigError
+
+log = logging.getLogger("tidelog.config")
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    name: str
+    type: type
+    default: Any
+    check: Callable[[Any], bool] | None = None
+    doc: str = ""
+
+
+def _positive(v) -> bool:
+    return v > 0
+
+
+def _non_negative(v) -> bool:
+    return v >= 0
+
+
+CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
+    ConfigDef("node.id", int, 1, _non_negative, "this node's id"),
+    ConfigDef("process.roles", list, ["broker", "controller"], None, "broker, controller or both"),
+    ConfigDef("listeners", list, ["PLAINTEXT://127.0.0.1:9092"], None, "where to listen"),
+    ConfigDef("advertised.listeners", list, None, None, "what clients are told; defaults to listeners"),
+    ConfigDef("log.dirs", list, ["./data"], None, "data directories"),
+    ConfigDef("cluster.id", str, None, None, "cluster id; generated and stored on first start"),
+    ConfigDef("num.partitions", int, 1, _positive, "partitions of an auto-created topic"),
+    ConfigDef("default.replication.factor", int, 1, _positive),
+    ConfigDef("auto.create.topics.enable", bool, True),
+    ConfigDef("delete.topic.enable", bool, True),
+    ConfigDef("log.segment.bytes", int, 1 << 30, lambda v: 14 <= v <= (1 << 31) - 1),
+    ConfigDef("log.roll.ms", int, None, _positive),
+    ConfigDef("log.roll.hours", int, 168, _positive),
+    ConfigDef("log.retention.ms", int, None, lambda v: v >= -1),
+    ConfigDef("log.retention.minutes", int, None, lambda v: v >= -1),
+    ConfigDef("log.retention.hours", int, 168, lambda v: v >= -1),
+    ConfigDef("log.retention.bytes", int, -1, lambda v: v >= -1),
+    ConfigDef("log.retention.check.interval.ms", int, 300_000, _positive),
+    ConfigDef("log.index.size.max.bytes", int, 10 * 1024 * 1024, lambda v: v >= 8),
+    ConfigDef("log.index.interval.bytes", int, 4096, _non_negative),
+    ConfigDef("log.flush.interval.messages", int, None, _positive),
+    ConfigDef("log.flush.interval.ms", int, None, _non_negative),
+    ConfigDef("log.message.timestamp.type", str, "CreateTime",
+              lambda v: v in ("CreateTime", "LogAppendTime")),
+    ConfigDef("message.max.bytes", int, 1_048_588, _positive),
+    ConfigDef("min.insync.replicas", int, 1, _positive),
+    ConfigDef("unclean.leader.election.enable", bool, False),
+    ConfigDef("compression.type", str, "producer",
+              lambda v: v in ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
+    ConfigDef("socket.request.max.bytes", int, 100 * 1024 * 1024, _positive),
+    ConfigDef("connections.max.idle.ms", int, 600_000, _positive),
+    ConfigDef("replica.lag.time.max.ms", int, 30_000, _positive),
+    ConfigDef("replica.fetch.max.bytes", int, 1_048_576, _positive),
+    ConfigDef("replica.fetch.response.max.bytes", int, 10_485_760, _positive),
+    ConfigDef("replica.fetch.wait.max.ms", int, 500, _non_negative),
+    ConfigDef("replica.fetch.min.bytes", int, 1, _positive),
+    ConfigDef("replica.fetch.backoff.ms", int, 1000, _non_negative),
+    ConfigDef("num.replica.fetchers", int, 1, _positive),
+    ConfigDef("replica.high.watermark.checkpoint.interval.ms", int, 5000, _positive),
+    ConfigDef("broker.session.timeout.ms", int, 9000, _positive),
+    ConfigDef("broker.heartbeat.interval.ms", int, 2000, _positive),
+    ConfigDef("controller.quorum.voters", list, None),
+    ConfigDef("controller.listener.names", list, None),
+    ConfigDef("inter.broker.listener.name", str, None),
+    ConfigDef("group.initial.rebalance.delay.ms", int, 3000, _non_negative),
+    ConfigDef("offsets.topic.replication.factor", int, 1, _positive),
+]}
+
+
+def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
+    """Java ``.properties`` subset: ``key=value`` or ``key: value``, ``#``/``!`` comments,
+    trailing-backslash line continuation."""
+    props: dict[str, str] = {}
+    logical = ""
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\"):
+            logical += line[:-1]
+            continue
+        line, logical = logical + line, ""
+        for sep_index, ch in enumerate(line):
+            if ch in "=:":
+                key, value = line[:sep_index].strip(), line[sep_index + 1:].strip()
+                break
+        else:
+            raise InvalidConfigError(f"{source}:{number}: expected key=value, got {raw!r}")
+        if not key:
+            raise InvalidConfigError(f"{source}:{number}: empty key")
+        props[key] = value
+    return props
+
+
+def _coerce(definition: ConfigDef, raw: str) -> Any:
+    name = definition.name
+    try:
+        if definition.type is bool:
+            lowered = raw.strip().lower()
+            if lowered not in ("true", "false"):
+                raise ValueError("expected true or false")
+            value = lowered == "true"
+        elif definition.type is int:
+            value = int(raw.strip())
+        elif definition.type is list:
+            value = [item.strip() for item in raw.split(",") if item.strip()]
+        else:
+            value = raw.strip()
+    except ValueError as e:
+        raise InvalidConfigError(f"invalid value {raw!r} for configuration {name}: {e}") from None
+    if definition.check is not None and not definition.check(value):
+        raise InvalidConfigError(f"invalid value {raw!r} for configuration {name}")
+    return value
+
+
+class BrokerConfig:
+    """Typed access to the broker's settings: ``config["log.dirs"]``."""
+
+    def __init__(self, props: dict[str, str] | None = None):
+        self._values: dict[str, Any] = {name: d.default for name, d in CONFIG_DEFS.items()}
+        self.originals = dict(props or {})
+        for key, raw in self.originals.items():
+            definition = CONFIG_DEFS.get(key)
+            if definition is None:
+                log.warning("ignoring unknown configuration %s", key)
+                continue
+            self._values[key] = _coerce(definition, raw)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, overrides: list[str] | None = None) -> "BrokerConfig":
+        props: dict[str, str] = {}
+        if path is not None:
+            try:
+                text = Path(path).read_text()
+            except OSError as e:
+                raise InvalidConfigError(f"cannot read {path}: {e.strerror}") from None
+            props.update(parse_properties(text, str(path)))
+        for override in overrides or []:
+            if "=" not in override:
+                raise InvalidConfigError(f"--override expects KEY=VALUE, got {override!r}")
+            key, value = override.split("=", 1)
+            props[key.strip()] = value.strip()
+        return cls(props)
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    @property
+    def log_retention_ms(self) -> int:
+        if self._values["log.retention.ms"] is not None:
+            return self._values["log.retention.ms"]
+        if self._values["log.retention.minutes"] is not None:
+            return self._values["log.retention.minutes"] * 60_000
+        hours = self._values["log.retention.hours"]
+        return -1 if hours == -1 else hours * 3_600_000
+
+    @property
+    def log_roll_ms(self) -> int:
+        if self._values["log.roll.ms"] is not None:
+            return self._values["log.roll.ms"]
+        return self._values["log.roll.hours"] * 3_600_000
+
+    def listener_endpoints(self, advertised: bool = False) -> list[tuple[str, str, int]]:
+        """``[(listener_name, host, port)]`` from (advertised.)listeners."""
+        items = self._values["advertised.listeners"] if advertised else None
+        items = items or self._values["listeners"]
+        endpoints = []
+        for item in items:
+            name, sep, address = item.partition("://")
+            host, colon, port = address.rpartition(":")
+            if not sep or not colon or not port.isdigit():
+                raise InvalidConfigError(f"invalid listener {item!r}: expected NAME://HOST:PORT")
+            endpoints.append((name.upper(), host.strip("[]") or "0.0.0.0", int(port)))
+        return endpoints

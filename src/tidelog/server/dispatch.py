@@ -1,0 +1,91 @@
+"""Request dispatch: supported versions, ApiVersions, and error answers.
+
+Theory of operation. ``Dispatcher`` owns the table of handlers by API key; a
+handler is a function ``(header, request) -> dict | Awaitable[dict] | None``
+written once for every version (see protocol.codec). The supported range of
+an API is the handler's declared range intersected with what kio can encode.
+
+* An unknown API key or a version outside the range is answered with
+  ``UNSUPPORTED_VERSION`` in the API's own response shape when one exists; an
+  ApiVersions request of a too-new version is answered in v0 format (KIP-511)
+  so the client can learn what we support.
+* Bodies that do not decode raise ``ProtocolError``: the connection is closed.
+* A handler that raises an unexpected exception is a bug: it is logged and the
+  connection is closed (never a silent wrong answer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Callable
+
+from tidelog.core.errors import ErrorCode
+from tidelog.protocol.codec import (
+    API_VERSIONS_KEY,
+    ProtocolError,
+    RequestHeader,
+    decode_request,
+    _response_class,
+    encode_response,
+    kio_versions,
+)
+
+log = logging.getLogger("tidelog.dispatch")
+
+Handler = Callable[[RequestHeader, object], object]
+
+
+class Dispatcher:
+    def __init__(self):
+        self.handlers: dict[int, tuple[Handler, int, int]] = {}
+        self.register(API_VERSIONS_KEY, self._api_versions, 0, 4)
+
+    def register(self, api_key: int, handler: Handler, min_version: int, max_version: int) -> None:
+        available = kio_versions(api_key)
+        assert available is not None, f"kio has no schema for API key {api_key}"
+        low, high = max(min_version, available[0]), min(max_version, available[1])
+        assert low <= high, f"no version of API key {api_key} is both handled and encodable"
+        self.handlers[api_key] = (handler, low, high)
+
+    def supported_versions(self) -> list[dict]:
+        return [{"api_key": key, "min_version": low, "max_version": high}
+                for key, (_, low, high) in sorted(self.handlers.items())]
+
+    def __call__(self, header: RequestHeader, frame: bytes, body_offset: int, connection):
+        entry = self.handlers.get(header.api_key)
+        if entry is None or not entry[1] <= header.api_version <= entry[2]:
+            return self._unsupported(header, entry)
+        handler = entry[0]
+        request = decode_request(header, frame, body_offset)
+        result = handler(header, request)
+        if result is None:
+            return None
+        if isinstance(result, dict):
+            return encode_response(header, result)
+        return _encode_later(header, result)
+
+    def _unsupported(self, header: RequestHeader, entry) -> bytes:
+        log.info("unsupported API key %d version %d from %s", header.api_key, header.api_version,
+                 header.client_id)
+        if header.api_key == API_VERSIONS_KEY:
+            v0 = header._replace(api_version=0)
+            return encode_response(v0, {"error_code": int(ErrorCode.UNSUPPORTED_VERSION),
+                                        "api_keys": self.supported_versions()})
+        versions = kio_versions(header.api_key)
+        if versions and versions[0] <= header.api_version <= versions[1]:
+            cls = _response_class(header.api_key, header.api_version)
+            if "error_code" in {f.name for f in dataclasses.fields(cls)}:
+                return encode_response(header, {"error_code": int(ErrorCode.UNSUPPORTED_VERSION)})
+        # Kafka closes the connection when it cannot answer in the request's shape.
+        raise ProtocolError(f"unsupported API key {header.api_key} version {header.api_version}")
+
+    def _api_versions(self, header: RequestHeader, request) -> dict:
+        return {"error_code": 0, "api_keys": self.supported_versions(), "throttle_time": 0,
+                "supported_features": [], "finalized_features_epoch": -1, "finalized_features": [],
+                "zk_migration_ready": False}
+
+
+async def _encode_later(header: RequestHeader, awaitable) -> bytes | None:
+    body = await awaitable
+    return None if body is None else encode_response(header, body)
