@@ -92,7 +92,8 @@ class IsrProposal:
 @dataclass
 class ReadResult:
     error: ErrorCode = ErrorCode.NONE
-    records: object = None            # storage FetchDataInfo, or None
+    records: object = None            # storage FileSlice of whole batches, or None
+    fetch_offset_metadata: object = None
     high_watermark: int = UNDEFINED_OFFSET
     last_stable_offset: int = UNDEFINED_OFFSET
     log_start_offset: int = UNDEFINED_OFFSET
@@ -273,8 +274,9 @@ class Partition:
         max_offset = None if isolation == Isolation.LOG_END else log.high_watermark
         if max_offset is not None and fetch_offset >= max_offset:
             return result  # empty, NONE: the consumer is at or past the HW
-        result.records = log.read(fetch_offset, max_bytes, max_offset=max_offset,
-                                  min_one_batch=min_one_batch)
+        info = log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
+        result.records = info.records
+        result.fetch_offset_metadata = info.fetch_offset_metadata
         return result
 
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, log_start_offset: int,

@@ -28,6 +28,7 @@ from tidelog.replication.partition import (
     Isolation,
     Partition,
     PartitionState,
+    ReadResult,
     ReplicationSettings,
 )
 from tidelog.replication.purgatory import Purgatory, PurgatoryFullError
@@ -66,6 +67,11 @@ class ReplicaManager:
         if hosted == OFFLINE:
             return ErrorCode.KAFKA_STORAGE_ERROR
         return hosted
+
+    def partition_error(self, topic_partition: TopicPartition) -> ErrorCode:
+        """Why ``get_partition`` returned None: unknown, or offline."""
+        hosted = self._partition_or_error(topic_partition)
+        return hosted if isinstance(hosted, ErrorCode) else ErrorCode.NONE
 
     def apply_partition_states(self, states: dict[TopicPartition, PartitionState]) -> None:
         """Become leader or follower for each partition (SPEC §5.2)."""
@@ -178,7 +184,6 @@ class ReplicaManager:
         for topic_partition, request in params.partitions.items():
             partition = self._partition_or_error(topic_partition)
             if isinstance(partition, ErrorCode):
-                from tidelog.replication.partition import ReadResult
                 results[topic_partition] = ReadResult(partition)
                 continue
             leader_log_end_offset = partition.log.log_end_offset
@@ -190,7 +195,6 @@ class ReplicaManager:
                     fetch_only_from_leader=True, min_one_batch=(remaining == params.max_bytes),
                     replica_id=params.replica_id)
             except KafkaError as e:
-                from tidelog.replication.partition import ReadResult
                 result = ReadResult(e.error_code)
             if result.records is not None:
                 remaining -= result.records.length
@@ -200,7 +204,6 @@ class ReplicaManager:
                         params.replica_id, request.fetch_offset, request.log_start_offset, now_ms,
                         leader_log_end_offset, params.broker_epoch)
                 except KafkaError as e:
-                    from tidelog.replication.partition import ReadResult
                     result = ReadResult(e.error_code)
                     moved = False
                 proposal = partition.maybe_expand_isr(params.replica_id)
@@ -226,7 +229,27 @@ class ReplicaManager:
             return 0
         data = log_.read(request.fetch_offset, request.max_bytes,
                          max_offset=None if params.replica_id >= 0 else end_offset, min_one_batch=True)
-        return data.length
+        return data.records.length
+
+    # ------------------------------------------------------ delete records
+
+    def delete_records(self, topic_partition: TopicPartition, offset: int) -> tuple[ErrorCode, int]:
+        """Raise the log start offset on the leader (SPEC §5.6): ``offset`` -1
+        means the high watermark; above the high watermark is out of range.
+        Returns (error, new low watermark)."""
+        partition = self._partition_or_error(topic_partition)
+        if isinstance(partition, ErrorCode):
+            return partition, -1
+        if not partition.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
+        log_ = partition.log
+        target = log_.high_watermark if offset == -1 else offset
+        if target < 0 or target > log_.high_watermark:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, -1
+        if log_.maybe_increment_log_start_offset(target):
+            log.info("log start offset of %s moved to %d by DeleteRecords", topic_partition, target)
+        self._wake(topic_partition)
+        return ErrorCode.NONE, log_.log_start_offset
 
     # ----------------------------------------------------------- periodic
 

@@ -1,0 +1,88 @@
+"""Broker lifecycle decisions: heartbeats, stale sessions, unregistration (SPEC §8.3).
+
+Theory of operation. These operations need both the registrations
+(``ClusterControlManager``) and the partitions (``ReplicationControlManager``), so
+they live here, between the two, as Kafka keeps them in its replication manager.
+Like every controller operation they only *decide*: they return the records and
+the reply; state changes when the records are replayed. The one exception is the
+heartbeat soft state (``BrokerHeartbeatManager``), which is not in the log and is
+updated as the heartbeat is handled, as in Kafka.
+
+A heartbeat computes the broker's next state from the table in ``heartbeat.py``;
+on a change it emits the matching records:
+
+    FENCED, SHUTDOWN_NOW → handle_broker_fenced (ISR removal, FenceBrokerRecord)
+    UNFENCED             → handle_broker_unfenced (UnfenceBrokerRecord, elections)
+    CONTROLLED_SHUTDOWN  → handle_broker_in_controlled_shutdown (move leaders away)
+
+Stale sessions are fenced **one broker per call** (the oldest contact only), so
+each fencing's partition changes are visible before the next broker is judged.
+"""
+
+from __future__ import annotations
+
+from tidelog.core.errors import ErrorCode
+from tidelog.metadata.records import MetadataRecord
+from tidelog.controller.cluster_control import ClusterControlManager
+from tidelog.controller.heartbeat import BrokerControlState, next_broker_state
+from tidelog.controller.messages import BrokerHeartbeatReply, BrokerHeartbeatRequest
+from tidelog.controller.replication_control import ReplicationControlManager
+from tidelog.controller.result import NO_ERROR, ApiError, ControllerResult
+
+
+def process_broker_heartbeat(cluster: ClusterControlManager,
+                             replication: ReplicationControlManager,
+                             request: BrokerHeartbeatRequest, last_committed_offset: int
+                             ) -> ControllerResult[BrokerHeartbeatReply]:
+    error = cluster.check_broker_epoch(request.broker_id, request.broker_epoch)
+    if not error.is_success:
+        return ControllerResult([], BrokerHeartbeatReply(error.error_code, error.message))
+    broker_id = request.broker_id
+    heartbeat_state = cluster.heartbeat.state(broker_id)
+    current = cluster.broker_state(broker_id)
+    next_state = next_broker_state(
+        current,
+        want_fence=request.want_fence,
+        want_shut_down=request.want_shut_down,
+        current_metadata_offset=request.current_metadata_offset,
+        registration_offset=cluster.registration_offsets[broker_id],
+        has_leaderships=lambda: replication.has_leaderships(broker_id),
+        controlled_shutdown_offset=(heartbeat_state.controlled_shutdown_offset
+                                    if heartbeat_state is not None else -1),
+        lowest_active_offset=cluster.heartbeat.lowest_active_offset(),
+    )
+    records: list[MetadataRecord] = []
+    if next_state != current:
+        if next_state in (BrokerControlState.FENCED, BrokerControlState.SHUTDOWN_NOW):
+            records = replication.handle_broker_fenced(broker_id)
+        elif next_state == BrokerControlState.UNFENCED:
+            records = replication.handle_broker_unfenced(broker_id)
+        else:
+            records = replication.handle_broker_in_controlled_shutdown(broker_id)
+    cluster.heartbeat.touch(broker_id, next_state.fenced, request.current_metadata_offset)
+    return ControllerResult(records, BrokerHeartbeatReply(
+        is_caught_up=request.current_metadata_offset >= last_committed_offset,
+        is_fenced=next_state.fenced,
+        in_controlled_shutdown=next_state.in_controlled_shutdown,
+        should_shut_down=next_state.should_shut_down,
+    ))
+
+
+def maybe_fence_one_stale_broker(cluster: ClusterControlManager,
+                                 replication: ReplicationControlManager
+                                 ) -> ControllerResult[int | None]:
+    """Fence the broker with the oldest contact if its session expired; reply its id."""
+    broker_id = cluster.heartbeat.find_one_stale_broker()
+    if broker_id is None:
+        return ControllerResult([], None)
+    records = replication.handle_broker_fenced(broker_id)
+    cluster.heartbeat.fence(broker_id)
+    return ControllerResult(records, broker_id)
+
+
+def unregister_broker(cluster: ClusterControlManager, replication: ReplicationControlManager,
+                      broker_id: int) -> ControllerResult[ApiError]:
+    if cluster.registration(broker_id) is None:
+        return ControllerResult([], ApiError(ErrorCode.BROKER_ID_NOT_REGISTERED,
+                                             f"Broker ID {broker_id} is not registered."))
+    return ControllerResult(replication.handle_broker_unregistered(broker_id), NO_ERROR)

@@ -1,0 +1,136 @@
+"""ConfigurationControlManager: topic and cluster configs (SPEC §8.3, KAFKA_RULES §1).
+
+Theory of operation. Hard state is the set of explicitly configured keys per
+resource — a topic (``ConfigResourceType.TOPIC``, its name) or the cluster-wide
+default broker resource (``ConfigResourceType.BROKER``, ``""``) — and changes only
+when ``ConfigRecord``s (and ``RemoveTopicRecord``, which drops the topic's keys)
+are replayed. The effective value of a topic key is looked up in that order: the
+topic's own value, the cluster-level synonym (``log.retention.ms`` for
+``retention.ms``), then Kafka's default (``config_defs.py``).
+
+Operations validate every key and value first and answer ``INVALID_CONFIG`` with a
+message naming the key; a resource is changed all-or-nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from tidelog.core.errors import ErrorCode, InvalidConfigError
+from tidelog.metadata.image import ConfigResource
+from tidelog.metadata.records import ConfigRecord, ConfigResourceType
+from tidelog.controller.config_defs import (
+    TOPIC_CONFIGS,
+    validate_cluster_config,
+    validate_topic_config,
+)
+from tidelog.controller.messages import AlterConfigsResource, AlterConfigsResult
+from tidelog.controller.result import NO_ERROR, ApiError, ControllerResult
+
+CLUSTER_RESOURCE = ConfigResource(ConfigResourceType.BROKER, "")
+
+
+class ConfigurationControlManager:
+    def __init__(self) -> None:
+        self.configs: dict[ConfigResource, dict[str, str]] = {}
+
+    # ------------------------------------------------------------ queries
+
+    def topic_value(self, topic: str, key: str) -> Any:
+        """The effective typed value of topic config ``key`` for ``topic``."""
+        definition = TOPIC_CONFIGS[key]
+        own = self.configs.get(ConfigResource(ConfigResourceType.TOPIC, topic), {})
+        if key in own:
+            return definition.parse(own[key])
+        cluster = self.configs.get(CLUSTER_RESOURCE, {})
+        if definition.synonym in cluster:
+            return definition.parse(cluster[definition.synonym])
+        return definition.parse(definition.default)
+
+    def describe_topic(self, topic: str) -> list[tuple[str, str, str]]:
+        """``(key, value, source)`` for every topic key; source is ``topic``,
+        ``cluster`` or ``default`` (what DescribeConfigs reports)."""
+        own = self.configs.get(ConfigResource(ConfigResourceType.TOPIC, topic), {})
+        cluster = self.configs.get(CLUSTER_RESOURCE, {})
+        result = []
+        for key, definition in sorted(TOPIC_CONFIGS.items()):
+            if key in own:
+                result.append((key, own[key], "topic"))
+            elif definition.synonym in cluster:
+                result.append((key, cluster[definition.synonym], "cluster"))
+            else:
+                result.append((key, definition.default, "default"))
+        return result
+
+    def unclean_leader_election_enabled(self, topic: str) -> bool:
+        return self.topic_value(topic, "unclean.leader.election.enable")
+
+    def min_insync_replicas(self, topic: str) -> int:
+        return self.topic_value(topic, "min.insync.replicas")
+
+    # ------------------------------------------------------------ validation
+
+    @staticmethod
+    def validate_topic_configs(configs: Mapping[str, str | None]) -> ApiError:
+        return _validate(configs, validate_topic_config)
+
+    @staticmethod
+    def topic_config_records(topic: str, configs: Mapping[str, str]) -> list[ConfigRecord]:
+        return [ConfigRecord(ConfigResourceType.TOPIC, topic, key, value)
+                for key, value in sorted(configs.items())]
+
+    # ------------------------------------------------------------ operations
+
+    def incremental_alter_configs(self, resources: Sequence[AlterConfigsResource],
+                                  topic_exists: Callable[[str], bool]
+                                  ) -> ControllerResult[list[AlterConfigsResult]]:
+        records: list[ConfigRecord] = []
+        results = []
+        for resource in resources:
+            error = self._validate_alter(resource, topic_exists)
+            if error.is_success:
+                records += [ConfigRecord(resource.resource_type, resource.resource_name, key, value)
+                            for key, value in sorted(resource.changes.items())]
+            results.append(AlterConfigsResult(resource.resource_type, resource.resource_name,
+                                              error.error_code, error.message))
+        return ControllerResult(records, results)
+
+    def _validate_alter(self, resource: AlterConfigsResource,
+                        topic_exists: Callable[[str], bool]) -> ApiError:
+        if resource.resource_type == ConfigResourceType.TOPIC:
+            if not topic_exists(resource.resource_name):
+                return ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                f"Topic {resource.resource_name} does not exist.")
+            return self.validate_topic_configs(resource.changes)
+        if resource.resource_type == ConfigResourceType.BROKER:
+            if resource.resource_name != "":
+                return ApiError(ErrorCode.INVALID_REQUEST, "Only the cluster-wide broker "
+                                "resource (name \"\") can be configured dynamically.")
+            return _validate(resource.changes, validate_cluster_config)
+        return ApiError(ErrorCode.INVALID_REQUEST,
+                        f"Unsupported config resource type {resource.resource_type}.")
+
+    # ------------------------------------------------------------ replay
+
+    def replay(self, record: ConfigRecord) -> None:
+        resource = ConfigResource(record.resource_type, record.resource_name)
+        config = self.configs.setdefault(resource, {})
+        if record.value is None:
+            config.pop(record.name, None)
+        else:
+            config[record.name] = record.value
+        if not config:
+            del self.configs[resource]
+
+    def delete_topic_configs(self, topic: str) -> None:
+        self.configs.pop(ConfigResource(ConfigResourceType.TOPIC, topic), None)
+
+
+def _validate(changes: Mapping[str, str | None],
+              validate: Callable[[str, str | None], None]) -> ApiError:
+    for key, value in sorted(changes.items()):
+        try:
+            validate(key, value)
+        except InvalidConfigError as e:
+            return ApiError(ErrorCode.INVALID_CONFIG, str(e))
+    return NO_ERROR

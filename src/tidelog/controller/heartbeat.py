@@ -1,0 +1,167 @@
+"""Broker heartbeats: soft session state and the broker state table (SPEC §8.3).
+
+Theory of operation. Only the active controller keeps this state and it is never
+written to the metadata log: after a failover the new active controller starts
+every registered broker with a fresh session (``touch`` at activation). Time comes
+from the injected clock.
+
+Sessions (KAFKA_RULES §2.14): a session is valid iff the broker is unfenced and
+``last_contact_ms + session_timeout_ms >= now`` — so a broker is *stale* strictly
+after that instant. Unfenced brokers are kept in order of last contact (a touch
+moves a broker to the end), so ``find_one_stale_broker`` looks only at the first
+one: if the oldest is fresh, all are. ``next_check_time_ms`` is the first instant
+the oldest session can be stale (``last_contact_ms + session_timeout_ms + 1``: with
+millisecond time, firing at exactly ``+ timeout`` would find nothing and reschedule
+for the same instant).
+
+The next-state table (Kafka's ``calculateNextBrokerState``) is
+``next_broker_state`` below; docs/controller.md draws it. One row is tidelog's: a
+broker already told SHUTDOWN_NOW (fenced while in controlled shutdown) stays
+SHUTDOWN_NOW until a new incarnation registers — Kafka gets the same effect from
+its soft ``controlledShutdownOffset``, which tidelog reads from the registration.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+from tidelog.core.clock import Clock
+
+NO_DEADLINE = sys.maxsize
+
+
+class BrokerControlState(enum.Enum):
+    """(fenced, in_controlled_shutdown, should_shut_down) as the heartbeat reply says."""
+
+    FENCED = (True, False, False)
+    UNFENCED = (False, False, False)
+    CONTROLLED_SHUTDOWN = (False, True, False)
+    SHUTDOWN_NOW = (True, False, True)
+
+    @property
+    def fenced(self) -> bool:
+        return self.value[0]
+
+    @property
+    def in_controlled_shutdown(self) -> bool:
+        return self.value[1]
+
+    @property
+    def should_shut_down(self) -> bool:
+        return self.value[2]
+
+
+def next_broker_state(current: BrokerControlState, *, want_fence: bool, want_shut_down: bool,
+                      current_metadata_offset: int, registration_offset: int,
+                      has_leaderships: Callable[[], bool],
+                      controlled_shutdown_offset: int, lowest_active_offset: int
+                      ) -> BrokerControlState:
+    """KAFKA_RULES §2.14 "Broker state machine on heartbeat", row by row."""
+    S = BrokerControlState
+    if current == S.FENCED:
+        if want_shut_down:
+            return S.SHUTDOWN_NOW
+        if not want_fence and current_metadata_offset >= registration_offset:
+            return S.UNFENCED
+        return S.FENCED
+    if current == S.UNFENCED:
+        if want_fence:
+            return S.SHUTDOWN_NOW if want_shut_down else S.FENCED
+        if want_shut_down:
+            return S.CONTROLLED_SHUTDOWN if has_leaderships() else S.SHUTDOWN_NOW
+        return S.UNFENCED
+    if current == S.CONTROLLED_SHUTDOWN:
+        if has_leaderships():
+            return S.CONTROLLED_SHUTDOWN
+        if 0 <= controlled_shutdown_offset <= lowest_active_offset:
+            return S.SHUTDOWN_NOW
+        return S.CONTROLLED_SHUTDOWN
+    assert current == S.SHUTDOWN_NOW, current
+    return S.SHUTDOWN_NOW   # told to shut down already: only a new incarnation may return
+
+
+@dataclass
+class BrokerHeartbeatState:
+    broker_id: int
+    last_contact_ms: int
+    fenced: bool
+    metadata_offset: int = -1
+    controlled_shutdown_offset: int = -1   # >= 0 once the controlled-shutdown records are written
+
+    @property
+    def shutting_down(self) -> bool:
+        return self.controlled_shutdown_offset >= 0
+
+
+class BrokerHeartbeatManager:
+    def __init__(self, clock: Clock, session_timeout_ms: int):
+        assert session_timeout_ms > 0
+        self.clock = clock
+        self.session_timeout_ms = session_timeout_ms
+        self._brokers: dict[int, BrokerHeartbeatState] = {}
+        self._unfenced: dict[int, None] = {}   # insertion order = order of last contact
+
+    def state(self, broker_id: int) -> BrokerHeartbeatState | None:
+        return self._brokers.get(broker_id)
+
+    def touch(self, broker_id: int, fenced: bool, metadata_offset: int) -> None:
+        now_ms = self.clock.monotonic_ms()
+        state = self._brokers.get(broker_id)
+        if state is None:
+            state = self._brokers[broker_id] = BrokerHeartbeatState(broker_id, now_ms, fenced)
+        state.last_contact_ms = now_ms
+        state.fenced = fenced
+        if metadata_offset >= 0:
+            state.metadata_offset = metadata_offset
+        self._unfenced.pop(broker_id, None)
+        if fenced:
+            state.controlled_shutdown_offset = -1
+        else:
+            self._unfenced[broker_id] = None
+
+    def fence(self, broker_id: int) -> None:
+        state = self._brokers[broker_id]
+        state.fenced = True
+        state.controlled_shutdown_offset = -1
+        self._unfenced.pop(broker_id, None)
+
+    def remove(self, broker_id: int) -> None:
+        self._brokers.pop(broker_id, None)
+        self._unfenced.pop(broker_id, None)
+
+    def has_valid_session(self, broker_id: int) -> bool:
+        state = self._brokers.get(broker_id)
+        if state is None or state.fenced:
+            return False
+        return state.last_contact_ms + self.session_timeout_ms >= self.clock.monotonic_ms()
+
+    def find_one_stale_broker(self) -> int | None:
+        """The unfenced broker with the oldest contact, if its session expired."""
+        for broker_id in self._unfenced:
+            return None if self.has_valid_session(broker_id) else broker_id
+        return None
+
+    def next_check_time_ms(self) -> int:
+        """When the oldest unfenced session can first be stale; NO_DEADLINE if none."""
+        for broker_id in self._unfenced:
+            return self._brokers[broker_id].last_contact_ms + self.session_timeout_ms + 1
+        return NO_DEADLINE
+
+    def maybe_update_controlled_shutdown_offset(self, broker_id: int, offset: int) -> bool:
+        """Remember the offset that put the broker in controlled shutdown (first time only)."""
+        state = self._brokers[broker_id]
+        assert not state.fenced, f"fenced broker {broker_id} cannot enter controlled shutdown"
+        if state.controlled_shutdown_offset >= 0:
+            return False
+        state.controlled_shutdown_offset = offset
+        return True
+
+    def lowest_active_offset(self) -> int:
+        """The lowest metadata offset among unfenced brokers not shutting down
+        (``sys.maxsize`` when there are none: nobody to wait for)."""
+        offsets = [self._brokers[b].metadata_offset for b in self._unfenced
+                   if not self._brokers[b].shutting_down]
+        return min(offsets, default=sys.maxsize)

@@ -1,0 +1,476 @@
+"""ReplicationControlManager: topics, partitions, leaders and ISRs (SPEC §8.3).
+
+Theory of operation. Hard state is every topic with its partitions'
+``PartitionRegistration``s, plus two indexes kept in step at replay: the
+partitions each broker is an ISR member of, and the partitions without a leader.
+It changes only in ``replay``. Every leader or ISR change is produced by the pure
+``PartitionChangeBuilder`` (``partition_change.py``), so all election and epoch
+rules live in one place.
+
+Broker events (KAFKA_RULES §2.14):
+
+* fenced / shutdown-now / unregistered / unclean restart: for every partition
+  with the broker in its ISR, target ISR = ISR − {broker}, the broker is not an
+  acceptable leader; then ``FenceBrokerRecord`` (or ``UnregisterBrokerRecord``);
+* unfenced: ``UnfenceBrokerRecord``, then elections for leaderless partitions,
+  with the broker acceptable although the registration still says fenced;
+* controlled shutdown: ``BrokerRegistrationChangeRecord(in_controlled_shutdown)``,
+  then the broker's leaderships and ISR memberships move away.
+
+Records are generated in (topic name, partition id) order so that they are
+deterministic and readable.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
+from tidelog.metadata.delta import MetadataReplayError
+from tidelog.metadata.records import (
+    NO_LEADER,
+    BrokerRegistrationChangeRecord,
+    FenceBrokerRecord,
+    MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
+)
+from tidelog.metadata.registrations import PartitionRegistration
+from tidelog.controller.cluster_control import ClusterControlManager
+from tidelog.controller.configuration_control import ConfigurationControlManager
+from tidelog.controller.partition_change import Election, PartitionChangeBuilder
+from tidelog.controller.placement import place_replicas
+from tidelog.controller.result import NO_ERROR, ApiError, ControllerResult
+from tidelog.controller import topics as topic_rules
+from tidelog.controller.alter_partition import validate_alter_partition
+from tidelog.controller.messages import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    AlterPartitionResult,
+    CreatableTopic,
+    CreatableTopicResult,
+    CreatePartitionsResult,
+    CreatePartitionsTopic,
+    DeleteTopicResult,
+    ElectionType,
+    ElectLeadersResult,
+)
+
+PartitionKey = tuple[uuid.UUID, int]
+
+
+@dataclass
+class TopicControlInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionRegistration] = field(default_factory=dict)
+
+
+class ReplicationControlManager:
+    def __init__(self, cluster: ClusterControlManager, configs: ConfigurationControlManager,
+                 rng: random.Random, default_num_partitions: int = 1,
+                 default_replication_factor: int = 1):
+        self.cluster = cluster
+        self.configs = configs
+        self.rng = rng
+        self.default_num_partitions = default_num_partitions
+        self.default_replication_factor = default_replication_factor
+        self.topics: dict[uuid.UUID, TopicControlInfo] = {}
+        self.topic_ids: dict[str, uuid.UUID] = {}
+        self._isr_members: dict[int, set[PartitionKey]] = defaultdict(set)
+        self._leaderless: set[PartitionKey] = set()
+
+    # ------------------------------------------------------------ queries
+
+    def partition(self, topic_id: uuid.UUID, partition_id: int) -> PartitionRegistration | None:
+        topic = self.topics.get(topic_id)
+        return None if topic is None else topic.partitions.get(partition_id)
+
+    def topic_exists(self, name: str) -> bool:
+        return name in self.topic_ids
+
+    def partitions_with_broker_in_isr(self, broker_id: int) -> set[PartitionKey]:
+        return set(self._isr_members.get(broker_id, ()))
+
+    def partitions_without_leader(self) -> set[PartitionKey]:
+        return set(self._leaderless)
+
+    def has_leaderships(self, broker_id: int) -> bool:
+        return any(self.partition(*key).leader == broker_id
+                   for key in self._isr_members.get(broker_id, ()))
+
+    def _sorted(self, keys: Iterable[PartitionKey]) -> list[PartitionKey]:
+        return sorted(keys, key=lambda k: (self.topics[k[0]].name, k[1]))
+
+    # ------------------------------------------------------------ topics
+
+    def create_topics(self, requests: Sequence[CreatableTopic]
+                      ) -> ControllerResult[list[CreatableTopicResult]]:
+        names = [t.name for t in requests]
+        records: list[MetadataRecord] = []
+        results = []
+        created: set[str] = set()
+        for request in requests:
+            if names.count(request.name) > 1:
+                error, topic_records = ApiError(ErrorCode.INVALID_REQUEST,
+                                                "Duplicate topic name."), []
+            else:
+                error, topic_records = self._create_topic(request, created)
+            if not error.is_success:
+                results.append(CreatableTopicResult(request.name, error.error_code, error.message))
+                continue
+            created.add(request.name)
+            records += topic_records
+            topic = topic_records[0]
+            partitions = [r for r in topic_records if isinstance(r, PartitionRecord)]
+            results.append(CreatableTopicResult(request.name, topic_id=topic.topic_id,
+                                                num_partitions=len(partitions),
+                                                replication_factor=len(partitions[0].replicas)))
+        return ControllerResult(records, results)
+
+    def _create_topic(self, request: CreatableTopic, created: set[str]
+                      ) -> tuple[ApiError, list[MetadataRecord]]:
+        error = topic_rules.validate_topic_name(request.name)
+        if not error.is_success:
+            return error, []
+        if request.name in self.topic_ids or request.name in created:
+            return ApiError(ErrorCode.TOPIC_ALREADY_EXISTS,
+                            f"Topic '{request.name}' already exists."), []
+        key = topic_rules.collision_key(request.name)
+        for other in sorted(set(self.topic_ids) | created):
+            if topic_rules.collision_key(other) == key:
+                return ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{request.name}' "
+                                f"collides with existing topic: {other}"), []
+        error = self.configs.validate_topic_configs(request.configs)
+        if not error.is_success:
+            return error, []
+        error, assignments = self._assign(request)
+        if not error.is_success:
+            return error, []
+        topic_id = uuid.UUID(int=self.rng.getrandbits(128), version=4)
+        records: list[MetadataRecord] = [TopicRecord(request.name, topic_id)]
+        records += self.configs.topic_config_records(request.name, request.configs)
+        records += [self._new_partition(replicas).to_record(topic_id, p)
+                    for p, replicas in enumerate(assignments)]
+        return NO_ERROR, records
+
+    def _assign(self, request: CreatableTopic) -> tuple[ApiError, list[tuple[int, ...]]]:
+        if request.assignments is not None:
+            if request.num_partitions != -1 or request.replication_factor != -1:
+                return ApiError(ErrorCode.INVALID_REQUEST, "A manual assignment cannot be "
+                                "combined with a partition count or replication factor."), []
+            assignments = [tuple(r) for r in request.assignments]
+            return self._validate_assignment(assignments, 0), assignments
+        num_partitions = (self.default_num_partitions if request.num_partitions == -1
+                          else request.num_partitions)
+        replication_factor = (self.default_replication_factor if request.replication_factor == -1
+                              else request.replication_factor)
+        return self._place(num_partitions, replication_factor, 0)
+
+    def _place(self, num_partitions: int, replication_factor: int, start_partition_id: int
+               ) -> tuple[ApiError, list[tuple[int, ...]]]:
+        usable = [(b.broker_id, b.rack) for b in self.cluster.active_brokers()]
+        error = topic_rules.validate_counts(num_partitions, replication_factor, len(usable))
+        if not error.is_success:
+            return error, []
+        return NO_ERROR, place_replicas(usable, num_partitions, replication_factor, self.rng,
+                                        start_partition_id)
+
+    def _validate_assignment(self, assignments: list[tuple[int, ...]], first_partition_id: int
+                             ) -> ApiError:
+        return topic_rules.validate_assignment(
+            assignments, first_partition_id,
+            lambda b: self.cluster.registration(b) is not None, self.cluster.is_active)
+
+    def _new_partition(self, replicas: tuple[int, ...]) -> PartitionRegistration:
+        isr = tuple(b for b in replicas if self.cluster.is_active(b))
+        return PartitionRegistration(replicas, isr, isr[0], leader_epoch=0, partition_epoch=0)
+
+    def delete_topics(self, names: Sequence[str] = (), topic_ids: Sequence[uuid.UUID] = ()
+                      ) -> ControllerResult[list[DeleteTopicResult]]:
+        records, results, seen = [], [], set()
+        for name in names:
+            topic_id = self.topic_ids.get(name)
+            if topic_id is None:
+                results.append(DeleteTopicResult(name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                 f"Topic {name} does not exist."))
+                continue
+            results.append(DeleteTopicResult(name, topic_id))
+            if topic_id not in seen:
+                seen.add(topic_id)
+                records.append(RemoveTopicRecord(topic_id))
+        for topic_id in topic_ids:
+            topic = self.topics.get(topic_id)
+            if topic is None:
+                results.append(DeleteTopicResult(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID,
+                                                 f"Topic id {topic_id} does not exist."))
+                continue
+            results.append(DeleteTopicResult(topic.name, topic_id))
+            if topic_id not in seen:
+                seen.add(topic_id)
+                records.append(RemoveTopicRecord(topic_id))
+        return ControllerResult(records, results)
+
+    def create_partitions(self, requests: Sequence[CreatePartitionsTopic]
+                          ) -> ControllerResult[list[CreatePartitionsResult]]:
+        records: list[MetadataRecord] = []
+        results = []
+        for request in requests:
+            error, new_records = self._create_partitions(request)
+            records += new_records
+            results.append(CreatePartitionsResult(request.name, error.error_code, error.message))
+        return ControllerResult(records, results)
+
+    def _create_partitions(self, request: CreatePartitionsTopic
+                           ) -> tuple[ApiError, list[MetadataRecord]]:
+        topic_id = self.topic_ids.get(request.name)
+        if topic_id is None:
+            return ApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                            f"Topic {request.name} does not exist."), []
+        topic = self.topics[topic_id]
+        current = len(topic.partitions)
+        if request.count < current:
+            return ApiError(ErrorCode.INVALID_PARTITIONS, f"The topic {request.name} currently "
+                            f"has {current} partition(s); {request.count} would not be an "
+                            "increase."), []
+        if request.count == current:
+            return ApiError(ErrorCode.INVALID_PARTITIONS,
+                            f"Topic already has {current} partition(s)."), []
+        new_count = request.count - current
+        if request.assignments is not None:
+            assignments = [tuple(r) for r in request.assignments]
+            if len(assignments) != new_count:
+                return ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{len(assignments)} "
+                                f"assignment(s) given for {new_count} new partition(s)."), []
+            error = self._validate_assignment(assignments, current)
+        else:
+            replication_factor = len(topic.partitions[0].replicas)
+            error, assignments = self._place(new_count, replication_factor, current)
+        if not error.is_success:
+            return error, []
+        return NO_ERROR, [self._new_partition(replicas).to_record(topic_id, current + i)
+                          for i, replicas in enumerate(assignments)]
+
+    # ------------------------------------------------------------ broker events
+
+    def handle_broker_fenced(self, broker_id: int) -> list[MetadataRecord]:
+        records: list[MetadataRecord] = self._leader_and_isr_updates(
+            self.partitions_with_broker_in_isr(broker_id), broker_to_remove=broker_id)
+        epoch = self.cluster.registration(broker_id).broker_epoch
+        records.append(FenceBrokerRecord(broker_id, epoch))
+        return records
+
+    def handle_broker_unregistered(self, broker_id: int) -> list[MetadataRecord]:
+        records: list[MetadataRecord] = self._leader_and_isr_updates(
+            self.partitions_with_broker_in_isr(broker_id), broker_to_remove=broker_id)
+        epoch = self.cluster.registration(broker_id).broker_epoch
+        records.append(UnregisterBrokerRecord(broker_id, epoch))
+        return records
+
+    def handle_broker_unfenced(self, broker_id: int) -> list[MetadataRecord]:
+        epoch = self.cluster.registration(broker_id).broker_epoch
+        records: list[MetadataRecord] = [UnfenceBrokerRecord(broker_id, epoch)]
+        records += self._leader_and_isr_updates(self.partitions_without_leader(),
+                                                broker_to_add=broker_id)
+        return records
+
+    def handle_broker_in_controlled_shutdown(self, broker_id: int) -> list[MetadataRecord]:
+        epoch = self.cluster.registration(broker_id).broker_epoch
+        records: list[MetadataRecord] = [
+            BrokerRegistrationChangeRecord(broker_id, epoch, in_controlled_shutdown=True)]
+        records += self._leader_and_isr_updates(self.partitions_with_broker_in_isr(broker_id),
+                                                broker_to_remove=broker_id)
+        return records
+
+    def _leader_and_isr_updates(self, keys: Iterable[PartitionKey], broker_to_remove: int = -1,
+                                broker_to_add: int = -1) -> list[PartitionChangeRecord]:
+        """Partition changes after removing ``broker_to_remove`` / admitting ``broker_to_add``.
+
+        ``broker_to_add`` counts as an acceptable leader although its registration
+        still says fenced (the unfence record is in the same write);
+        ``broker_to_remove`` is never acceptable, even for an unclean election.
+        """
+        def acceptable(replica: int) -> bool:
+            if replica == broker_to_remove:
+                return False
+            return replica == broker_to_add or self.cluster.is_active(replica)
+
+        records = []
+        for topic_id, partition_id in self._sorted(keys):
+            topic = self.topics[topic_id]
+            partition = topic.partitions[partition_id]
+            builder = PartitionChangeBuilder(partition, topic_id, partition_id, acceptable,
+                                             self._election_for(topic.name))
+            builder.set_target_isr(tuple(r for r in partition.isr if r != broker_to_remove))
+            record = builder.build()
+            if record is not None:
+                records.append(record)
+        return records
+
+    def _election_for(self, topic: str) -> Election:
+        return (Election.UNCLEAN if self.configs.unclean_leader_election_enabled(topic)
+                else Election.ONLINE)
+
+    # ------------------------------------------------------------ AlterPartition
+
+    def alter_partition(self, request: AlterPartitionRequest
+                        ) -> ControllerResult[AlterPartitionResponse]:
+        """Commit ISR changes proposed by partition leaders (validation: alter_partition.py)."""
+        error = self.cluster.check_broker_epoch(request.broker_id, request.broker_epoch)
+        if not error.is_success:
+            return ControllerResult([], AlterPartitionResponse(error.error_code, error.message))
+        records: list[MetadataRecord] = []
+        results = []
+        for item in request.partitions:
+            partition = self.partition(item.topic_id, item.partition_id)
+            topic = self.topics.get(item.topic_id)
+            error = validate_alter_partition(item, request.broker_id, partition,
+                                             topic.name if topic else None,
+                                             self.cluster.registration)
+            if not error.is_success:
+                results.append(AlterPartitionResult(item.topic_id, item.partition_id,
+                                                    error.error_code, error.message))
+                continue
+            builder = PartitionChangeBuilder(partition, item.topic_id, item.partition_id,
+                                             self.cluster.is_active)
+            builder.set_target_isr(item.new_isr)
+            builder.set_target_leader_recovery_state(item.leader_recovery_state)
+            record = builder.build()
+            if record is not None:
+                records.append(record)
+                partition = partition.merge(record)
+            code = (ErrorCode.NONE if partition.leader == request.broker_id
+                    else ErrorCode.NEW_LEADER_ELECTED)
+            results.append(AlterPartitionResult(
+                item.topic_id, item.partition_id, code, None, partition.leader,
+                partition.leader_epoch, partition.isr, partition.partition_epoch,
+                partition.leader_recovery_state))
+        return ControllerResult(records, AlterPartitionResponse(partitions=tuple(results)))
+
+    # ------------------------------------------------------------ elections
+
+    def elect_leaders(self, election_type: ElectionType,
+                      partitions: Sequence[TopicPartition] | None = None
+                      ) -> ControllerResult[list[ElectLeadersResult]]:
+        """ElectLeaders: PREFERRED moves leadership to the first replica when it is in
+        the ISR; UNCLEAN elects a leader for leaderless partitions from outside the
+        ISR. With ``partitions`` None every partition is tried and partitions that
+        needed no election are left out of the result (Kafka's behaviour)."""
+        records: list[MetadataRecord] = []
+        results = []
+        for tp, key in self.partition_keys(partitions):
+            if key is None:
+                results.append(ElectLeadersResult(tp, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                  f"Partition {tp} does not exist."))
+                continue
+            error, record = self._elect(tp, key, election_type)
+            if record is not None:
+                records.append(record)
+            if partitions is None and error.error_code == ErrorCode.ELECTION_NOT_NEEDED:
+                continue
+            results.append(ElectLeadersResult(tp, error.error_code, error.message))
+        return ControllerResult(records, results)
+
+    def _elect(self, tp: TopicPartition, key: PartitionKey, election_type: ElectionType
+               ) -> tuple[ApiError, PartitionChangeRecord | None]:
+        partition = self.partition(*key)
+        if election_type == ElectionType.PREFERRED:
+            election = Election.PREFERRED
+            if partition.leader == partition.preferred_leader:
+                return ApiError(ErrorCode.ELECTION_NOT_NEEDED, None), None
+        else:
+            election = Election.UNCLEAN
+            if partition.has_leader:
+                return ApiError(ErrorCode.ELECTION_NOT_NEEDED, None), None
+        builder = PartitionChangeBuilder(partition, key[0], key[1], self.cluster.is_active,
+                                         election)
+        record = builder.build()
+        new_leader = partition.merge(record).leader if record is not None else partition.leader
+        if election == Election.PREFERRED and new_leader != partition.preferred_leader:
+            return ApiError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                            f"Failed to elect leader for partition {tp} under strategy "
+                            "PREFERRED: the preferred replica is not an active ISR member"), record
+        if election == Election.UNCLEAN and new_leader == NO_LEADER:
+            return ApiError(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                            f"Failed to elect leader for partition {tp} under strategy "
+                            "UNCLEAN: no replica is active"), None
+        return NO_ERROR, record
+
+    # ------------------------------------------------------------ replay
+
+    def replay(self, record: MetadataRecord) -> None:
+        if isinstance(record, TopicRecord):
+            if record.name in self.topic_ids or record.topic_id in self.topics:
+                raise MetadataReplayError(f"{record}: the topic already exists")
+            self.topics[record.topic_id] = TopicControlInfo(record.name, record.topic_id)
+            self.topic_ids[record.name] = record.topic_id
+        elif isinstance(record, PartitionRecord):
+            topic = self._replay_topic(record.topic_id, record)
+            old = topic.partitions.get(record.partition_id)
+            new = PartitionRegistration.from_record(record)
+            topic.partitions[record.partition_id] = new
+            self._update_indexes((record.topic_id, record.partition_id), old, new)
+        elif isinstance(record, PartitionChangeRecord):
+            topic = self._replay_topic(record.topic_id, record)
+            old = topic.partitions.get(record.partition_id)
+            if old is None:
+                raise MetadataReplayError(f"{record}: no such partition")
+            new = old.merge(record)
+            topic.partitions[record.partition_id] = new
+            self._update_indexes((record.topic_id, record.partition_id), old, new)
+        elif isinstance(record, RemoveTopicRecord):
+            topic = self._replay_topic(record.topic_id, record)
+            for partition_id, partition in topic.partitions.items():
+                self._update_indexes((record.topic_id, partition_id), partition, None)
+            del self.topics[record.topic_id]
+            del self.topic_ids[topic.name]
+        else:
+            raise AssertionError(f"not a replication record: {record}")
+
+    def _replay_topic(self, topic_id: uuid.UUID, record: MetadataRecord) -> TopicControlInfo:
+        topic = self.topics.get(topic_id)
+        if topic is None:
+            raise MetadataReplayError(f"{record}: no such topic")
+        return topic
+
+    def _update_indexes(self, key: PartitionKey, old: PartitionRegistration | None,
+                        new: PartitionRegistration | None) -> None:
+        for broker_id in old.isr if old else ():
+            members = self._isr_members[broker_id]
+            members.discard(key)
+            if not members:
+                del self._isr_members[broker_id]
+        for broker_id in new.isr if new else ():
+            self._isr_members[broker_id].add(key)
+        if new is not None and new.leader == NO_LEADER:
+            self._leaderless.add(key)
+        else:
+            self._leaderless.discard(key)
+
+    # ------------------------------------------------------------ names
+
+    def topic_partition(self, key: PartitionKey) -> TopicPartition:
+        return TopicPartition(self.topics[key[0]].name, key[1])
+
+    def partition_keys(self, partitions: Sequence[TopicPartition] | None
+                       ) -> list[tuple[TopicPartition, PartitionKey | None]]:
+        """``(tp, key)`` for each requested partition (key None if unknown); all if None."""
+        if partitions is None:
+            return [(self.topic_partition(k), k) for k in self._sorted(
+                (t, p) for t, topic in self.topics.items() for p in topic.partitions)]
+        result = []
+        for tp in partitions:
+            topic_id = self.topic_ids.get(tp.topic)
+            known = topic_id is not None and tp.partition in self.topics[topic_id].partitions
+            result.append((tp, (topic_id, tp.partition) if known else None))
+        return result
+

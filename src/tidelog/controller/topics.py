@@ -1,0 +1,103 @@
+"""Pure checks for topic creation: names, counts, manual assignments (SPEC §8.3).
+
+Kafka's rules, each answered with its error code and a message a human can act on:
+
+* name: 1–249 characters from ``[a-zA-Z0-9._-]``, not ``.`` or ``..``
+  → ``INVALID_TOPIC_EXCEPTION``; a name equal to another after mapping ``.`` to
+  ``_`` collides with it (metric names would clash) → ``INVALID_TOPIC_EXCEPTION``;
+* partitions >= 1 → else ``INVALID_PARTITIONS``; replication factor >= 1 and at
+  most the number of active brokers → else ``INVALID_REPLICATION_FACTOR``;
+* a manual assignment: every partition non-empty, without duplicates, of one
+  replication factor, naming registered brokers, at least one of them active →
+  else ``INVALID_REPLICA_ASSIGNMENT``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Sequence
+
+from tidelog.core.errors import ErrorCode
+from tidelog.controller.result import NO_ERROR, ApiError
+
+TOPIC_NAME_LENGTH_MAX = 249
+PARTITION_COUNT_MAX = 100_000        # per topic; a bound on one request's records
+REPLICATION_FACTOR_MAX = 32_767      # Kafka's int16
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def validate_topic_name(name: str) -> ApiError:
+    if not name:
+        return _invalid_topic("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        return _invalid_topic('Topic name cannot be "." or ".."')
+    if len(name) > TOPIC_NAME_LENGTH_MAX:
+        return _invalid_topic(f"Topic name is illegal, it can't be longer than "
+                              f"{TOPIC_NAME_LENGTH_MAX} characters, topic name: {name}")
+    if not _LEGAL.fullmatch(name):
+        return _invalid_topic(f'Topic name "{name}" is illegal, it contains a character other '
+                              f"than ASCII alphanumerics, '.', '_' and '-'")
+    return NO_ERROR
+
+
+def collision_key(name: str) -> str:
+    return name.replace(".", "_")
+
+
+def _invalid_topic(message: str) -> ApiError:
+    return ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, message)
+
+
+def validate_counts(num_partitions: int, replication_factor: int, active_broker_count: int
+                    ) -> ApiError:
+    if num_partitions <= 0:
+        return ApiError(ErrorCode.INVALID_PARTITIONS,
+                        "Number of partitions was set to an invalid non-positive value.")
+    if num_partitions > PARTITION_COUNT_MAX:
+        return ApiError(ErrorCode.INVALID_PARTITIONS, f"Number of partitions {num_partitions} "
+                        f"is above the limit of {PARTITION_COUNT_MAX}.")
+    if not 0 < replication_factor <= REPLICATION_FACTOR_MAX:
+        return ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                        "Replication factor must be larger than 0, or -1 to use the default.")
+    if replication_factor > active_broker_count:
+        return ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                        f"Unable to replicate the partition {replication_factor} time(s): the "
+                        f"target replication factor of {replication_factor} cannot be reached "
+                        f"because only {active_broker_count} broker(s) are unfenced.")
+    return NO_ERROR
+
+
+def validate_assignment(assignments: Sequence[Sequence[int]], first_partition_id: int,
+                        is_registered: Callable[[int], bool], is_active: Callable[[int], bool]
+                        ) -> ApiError:
+    if not assignments:
+        return _bad_assignment("The manual partition assignment is empty.")
+    if len(assignments) > PARTITION_COUNT_MAX:
+        return _bad_assignment(f"The manual partition assignment has more than "
+                               f"{PARTITION_COUNT_MAX} partitions.")
+    replication_factor = len(assignments[0])
+    for index, replicas in enumerate(assignments):
+        partition_id = first_partition_id + index
+        if not replicas:
+            return _bad_assignment(f"The manual partition assignment for partition "
+                                   f"{partition_id} is empty.")
+        if len(replicas) != replication_factor:
+            return _bad_assignment(f"The manual partition assignment for partition "
+                                   f"{partition_id} has {len(replicas)} replicas; all partitions "
+                                   f"need {replication_factor}.")
+        if len(set(replicas)) != len(replicas):
+            return _bad_assignment(f"The manual partition assignment for partition "
+                                   f"{partition_id} includes a duplicate replica.")
+        for broker_id in replicas:
+            if not is_registered(broker_id):
+                return _bad_assignment(f"The manual partition assignment includes broker "
+                                       f"{broker_id}, but no such broker is registered.")
+        if not any(is_active(b) for b in replicas):
+            return _bad_assignment(f"All brokers specified in the manual partition assignment "
+                                   f"for partition {partition_id} are fenced or in controlled "
+                                   f"shutdown.")
+    return NO_ERROR
+
+
+def _bad_assignment(message: str) -> ApiError:
+    return ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, message)

@@ -1,0 +1,227 @@
+"""Admin APIs that change metadata: topics, partitions, configs (through the controller).
+
+Theory of operation. Each handler turns a kio request into the controller's own
+request objects (``controller.messages``), calls the controller, publishes the
+newly committed metadata to this broker, and answers with the controller's
+error codes and messages. ``validate_only`` runs the controller manager's
+decision without writing its records (hard state changes only by replay, so a
+decision that is not written changes nothing).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tidelog.controller.messages import (
+    AlterConfigsResource,
+    CreatableTopic,
+    CreatePartitionsTopic,
+)
+from tidelog.core.errors import ErrorCode
+from tidelog.metadata.records import ConfigResourceType
+from tidelog.protocol.codec import ZERO_UUID
+
+if TYPE_CHECKING:
+    from tidelog.server.broker import Broker
+
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+_CONFIG_SOURCES = {"DYNAMIC_TOPIC_CONFIG": 1, "DYNAMIC_BROKER_CONFIG": 2,
+                   "DYNAMIC_DEFAULT_BROKER_CONFIG": 3, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
+
+
+class AdminApis:
+    def __init__(self, broker: "Broker"):
+        self.broker = broker
+
+    def register(self, dispatcher) -> None:
+        dispatcher.register(CREATE_TOPICS, self.handle_create_topics, 2, 7)
+        dispatcher.register(DELETE_TOPICS, self.handle_delete_topics, 1, 6)
+        dispatcher.register(CREATE_PARTITIONS, self.handle_create_partitions, 0, 3)
+        dispatcher.register(DESCRIBE_CONFIGS, self.handle_describe_configs, 1, 4)
+        dispatcher.register(INCREMENTAL_ALTER_CONFIGS, self.handle_incremental_alter_configs, 0, 1)
+        dispatcher.register(ALTER_CONFIGS, self.handle_alter_configs, 0, 2)
+
+    @property
+    def controller(self):
+        return self.broker.controller
+
+    # ----------------------------------------------------------------- topics
+
+    def handle_create_topics(self, header, request):
+        topics = []
+        for t in request.topics:
+            assignments = None
+            if t.assignments:
+                ordered = sorted(t.assignments, key=lambda a: a.partition_index)
+                assignments = tuple(tuple(int(b) for b in a.broker_ids) for a in ordered)
+            topics.append(CreatableTopic(
+                name=t.name, num_partitions=int(t.num_partitions),
+                replication_factor=int(t.replication_factor), assignments=assignments,
+                configs={c.name: c.value for c in t.configs}))
+        if request.validate_only:
+            results = self.controller.replication.create_topics(topics).response
+        else:
+            results = self.controller.create_topics(topics)
+            self.broker.publish()
+        out = []
+        for result in results:
+            entry = {"name": result.name, "topic_id": result.topic_id or ZERO_UUID,
+                     "error_code": int(result.error_code), "error_message": result.error_message,
+                     "topic_config_error_code": 0, "num_partitions": result.num_partitions,
+                     "replication_factor": result.replication_factor, "configs": []}
+            if result.error_code == ErrorCode.NONE:
+                entry["configs"] = [
+                    {"name": name, "value": value, "read_only": False,
+                     "config_source": _CONFIG_SOURCES[source], "is_sensitive": False}
+                    for name, (value, source) in sorted(self.broker.topic_config_values(result.name).items())]
+            out.append(entry)
+        return {"throttle_time": 0, "topics": out}
+
+    def handle_delete_topics(self, header, request):
+        names = list(getattr(request, "topic_names", None) or [])
+        ids = []
+        for t in getattr(request, "topics", None) or []:
+            if getattr(t, "name", None):
+                names.append(t.name)
+            elif getattr(t, "topic_id", None) not in (None, ZERO_UUID):
+                ids.append(t.topic_id)
+        if not self.broker.config["delete.topic.enable"]:
+            return {"throttle_time": 0, "responses": [
+                {"name": n, "topic_id": ZERO_UUID, "error_code": int(ErrorCode.TOPIC_DELETION_DISABLED)}
+                for n in names]}
+        results = self.controller.delete_topics(names, ids)
+        self.broker.publish()
+        return {"throttle_time": 0, "responses": [
+            {"name": r.name, "topic_id": r.topic_id or ZERO_UUID, "error_code": int(r.error_code),
+             "error_message": r.error_message} for r in results]}
+
+    def handle_create_partitions(self, header, request):
+        topics = []
+        for t in request.topics:
+            assignments = None
+            if t.assignments:
+                assignments = tuple(tuple(int(b) for b in a.broker_ids) for a in t.assignments)
+            topics.append(CreatePartitionsTopic(t.name, int(t.count), assignments))
+        if request.validate_only:
+            results = self.controller.replication.create_partitions(topics).response
+        else:
+            results = self.controller.create_partitions(topics)
+            self.broker.publish()
+        return {"throttle_time": 0, "results": [
+            {"name": r.name, "error_code": int(r.error_code), "error_message": r.error_message}
+            for r in results]}
+
+    # ---------------------------------------------------------------- configs
+
+    def handle_describe_configs(self, header, request):
+        results = []
+        for resource in request.resources:
+            rtype, name = int(resource.resource_type), resource.resource_name
+            keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
+            entry = {"error_code": 0, "error_message": None, "resource_type": rtype,
+                     "resource_name": name, "configs": []}
+            if rtype == TOPIC_RESOURCE:
+                if not self.broker.image.contains_topic(name):
+                    entry.update(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                                 error_message=f"topic {name} does not exist")
+                else:
+                    values = self.broker.topic_config_values(name)
+                    entry["configs"] = [self._config_entry(k, v, s, request)
+                                        for k, (v, s) in sorted(values.items())
+                                        if keys is None or k in keys]
+            elif rtype == BROKER_RESOURCE:
+                if name not in ("", str(self.broker.node_id)):
+                    entry.update(error_code=int(ErrorCode.INVALID_REQUEST),
+                                 error_message=f"broker {name} is not this broker")
+                else:
+                    entry["configs"] = [self._config_entry(k, v, s, request)
+                                        for k, (v, s) in sorted(self._broker_values().items())
+                                        if keys is None or k in keys]
+            else:
+                entry.update(error_code=int(ErrorCode.INVALID_REQUEST),
+                             error_message=f"resource type {rtype} is not supported")
+            results.append(entry)
+        return {"throttle_time": 0, "results": results}
+
+    def _broker_values(self) -> dict[str, tuple[str, str]]:
+        from tidelog.server.config import CONFIG_DEFS
+        from tidelog.metadata.image import ConfigResource
+        dynamic = self.broker.image.configs.get(ConfigResource(int(ConfigResourceType.BROKER), ""), {})
+        out = {}
+        for name, definition in CONFIG_DEFS.items():
+            value = self.broker.config[name]
+            if isinstance(value, list):
+                value = ",".join(value)
+            elif isinstance(value, bool):
+                value = str(value).lower()
+            source = "STATIC_BROKER_CONFIG" if name in self.broker.config.originals else "DEFAULT_CONFIG"
+            out[name] = (None if value is None else str(value), source)
+        for name, value in dynamic.items():
+            out[name] = (value, "DYNAMIC_DEFAULT_BROKER_CONFIG")
+        return out
+
+    @staticmethod
+    def _config_entry(name: str, value, source: str, request) -> dict:
+        entry = {"name": name, "value": value, "read_only": False,
+                 "config_source": _CONFIG_SOURCES[source], "is_sensitive": False, "synonyms": [],
+                 "config_type": 0, "documentation": None}
+        if getattr(request, "include_synonyms", False):
+            entry["synonyms"] = [{"name": name, "value": value, "source": _CONFIG_SOURCES[source]}]
+        return entry
+
+    def _alter(self, request, incremental: bool):
+        resources, errors = [], {}
+        for resource in request.resources:
+            rtype, name = int(resource.resource_type), resource.resource_name
+            if rtype == TOPIC_RESOURCE:
+                ctype = int(ConfigResourceType.TOPIC)
+            elif rtype == BROKER_RESOURCE and name == "":
+                ctype = int(ConfigResourceType.BROKER)
+            else:
+                errors[(rtype, name)] = (ErrorCode.INVALID_REQUEST,
+                                         "only topic and cluster-default broker configs can be altered")
+                continue
+            changes: dict[str, str | None] = {}
+            if incremental:
+                for c in resource.configs:
+                    op = int(c.config_operation)
+                    if op == SET:
+                        changes[c.name] = c.value
+                    elif op == DELETE:
+                        changes[c.name] = None
+                    else:
+                        errors[(rtype, name)] = (ErrorCode.INVALID_REQUEST,
+                                                 f"{c.name}: APPEND/SUBTRACT are not supported")
+            else:
+                # AlterConfigs replaces the whole set: keys not given are deleted.
+                current = self.broker.image.configs
+                from tidelog.metadata.image import ConfigResource
+                for key in current.get(ConfigResource(ctype, name), {}):
+                    changes[key] = None
+                for c in resource.configs:
+                    changes[c.name] = c.value
+            if (rtype, name) not in errors:
+                resources.append(AlterConfigsResource(ctype, name, changes))
+        if request.validate_only:
+            results = self.controller.configs.incremental_alter_configs(
+                resources, self.controller.replication.topic_exists).response
+        else:
+            results = self.controller.incremental_alter_configs(resources)
+            self.broker.publish()
+        out = [{"error_code": int(code), "error_message": message, "resource_type": rtype,
+                "resource_name": name} for (rtype, name), (code, message) in errors.items()]
+        for r in results:
+            rtype = TOPIC_RESOURCE if r.resource_type == int(ConfigResourceType.TOPIC) else BROKER_RESOURCE
+            out.append({"error_code": int(r.error_code), "error_message": r.error_message,
+                        "resource_type": rtype, "resource_name": r.resource_name})
+        return {"throttle_time": 0, "responses": out}
+
+    def handle_incremental_alter_configs(self, header, request):
+        return self._alter(request, incremental=True)
+
+    def handle_alter_configs(self, header, request):
+        return self._alter(request, incremental=False)

@@ -1,0 +1,249 @@
+"""The file layer every storage write goes through.
+
+Theory of operation. Storage never calls ``open``/``os.write`` directly; it asks a
+``FileSystem`` for a ``FileHandle`` and uses a handful of operations: ``append``
+(one ``os.write`` of the whole buffer, returning where it landed), ``pread``,
+``truncate``, ``fsync``, ``size``. Directory changes (create, ``rename``,
+``remove``, ``mkdir``, ``rmtree``) are made durable by ``fsync_dir``.
+
+Two implementations share that API:
+
+* ``RealFileSystem``: raw file descriptors, no Python buffering. A handle caches
+  the file size so appends and size checks cost no system call beyond the write.
+* ``CrashableFileSystem`` (``crashable.py``): the same over real files, plus
+  ``crash()`` and ``tear_last_write()`` so tests (and later the simulator) can
+  lose exactly what a power cut would lose, then reopen the directory.
+
+Durability contract the rest of storage relies on (SPEC §2 "Durability"): bytes
+are durable once their file is fsynced; a directory entry (a new file, a rename,
+a removal) is durable once its directory is fsynced. ``write_file_atomically``
+packages the temp-file / fsync / rename / fsync-dir dance for checkpoints.
+
+I/O failures surface as ``OSError``; the log layer turns them into
+``StorageError`` and takes the directory offline. Using a closed handle is a bug
+in the caller and raises ``ValueError`` (never ``OSError``, so it cannot take a
+healthy directory offline, and never an I/O on a recycled descriptor).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from typing import Protocol
+
+from tidelog.storage.errors import LogDirLockedError
+
+_OPEN_FLAGS = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+
+
+class FileHandle(Protocol):
+    path: str
+
+    def append(self, data) -> int:
+        """Write all of ``data`` at the end; return the position it starts at."""
+
+    def pread(self, size: int, position: int) -> bytes:
+        """Read up to ``size`` bytes at ``position`` (short only at end of file)."""
+
+    def truncate(self, size: int) -> None: ...
+
+    def fsync(self) -> None: ...
+
+    def size(self) -> int: ...
+
+    def close(self) -> None: ...
+
+    def fileno(self) -> int: ...
+
+
+class FileLock(Protocol):
+    def release(self) -> None: ...
+
+
+class FileSystem(Protocol):
+    def open(self, path: str, create: bool = True) -> FileHandle: ...
+
+    def rename(self, source: str, destination: str) -> None: ...
+
+    def remove(self, path: str) -> None: ...
+
+    def listdir(self, path: str) -> list[str]: ...
+
+    def mkdir(self, path: str) -> None: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def is_dir(self, path: str) -> bool: ...
+
+    def fsync_dir(self, path: str) -> None: ...
+
+    def rmtree(self, path: str) -> None: ...
+
+    def lock(self, path: str) -> FileLock: ...
+
+
+class RealFile:
+    """A raw descriptor opened for reading and appending."""
+
+    __slots__ = ("path", "_fd", "_size")
+
+    def __init__(self, path: str, fd: int):
+        self.path = path
+        self._fd = fd
+        self._size = os.fstat(fd).st_size
+
+    def append(self, data) -> int:
+        fd = self._check_open()
+        position = self._size
+        length = len(data)
+        written = os.write(fd, data)
+        if written != length:  # a short write: rare (signals, quotas); finish it
+            view = memoryview(data).cast("B")
+            while written < length:
+                written += os.write(fd, view[written:])
+        self._size = position + length
+        return position
+
+    def pread(self, size: int, position: int) -> bytes:
+        fd = self._check_open()
+        data = os.pread(fd, size, position)
+        if len(data) == size or not data:
+            return data
+        parts, got = [data], len(data)
+        while got < size:
+            more = os.pread(fd, size - got, position + got)
+            if not more:
+                break
+            parts.append(more)
+            got += len(more)
+        return b"".join(parts)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self._check_open(), size)
+        self._size = size
+
+    def fsync(self) -> None:
+        os.fsync(self._check_open())
+
+    def size(self) -> int:
+        return self._size
+
+    def fileno(self) -> int:
+        return self._check_open()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def _check_open(self) -> int:
+        if self._fd < 0:
+            raise ValueError(f"I/O on closed file {self.path}")
+        return self._fd
+
+    def __repr__(self) -> str:
+        return f"RealFile({self.path!r}, size={self._size})"
+
+
+class RealFileLock:
+    __slots__ = ("path", "_fd")
+
+    def __init__(self, path: str, fd: int):
+        self.path = path
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)  # closing the descriptor drops the flock
+
+
+class RealFileSystem:
+    """The operating system's files, used directly."""
+
+    def open(self, path: str, create: bool = True) -> RealFile:
+        flags = _OPEN_FLAGS | (os.O_CREAT if create else 0)
+        return RealFile(path, os.open(path, flags, 0o644))
+
+    def rename(self, source: str, destination: str) -> None:
+        os.replace(source, destination)
+
+    def remove(self, path: str) -> None:
+        os.unlink(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(os.listdir(path))
+
+    def mkdir(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def rmtree(self, path: str) -> None:
+        shutil.rmtree(path)
+
+    def lock(self, path: str) -> RealFileLock:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LogDirLockedError(f"{path} is held by another process or LogManager") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        return RealFileLock(path, fd)
+
+
+def write_file_atomically(fs: FileSystem, path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file.
+
+    Temp file, fsync, rename over the target, fsync the directory (SPEC §2).
+    """
+    temp_path = path + ".tmp"
+    handle = fs.open(temp_path)
+    try:
+        handle.truncate(0)
+        handle.append(data)
+        handle.fsync()
+    finally:
+        handle.close()
+    fs.rename(temp_path, path)
+    fs.fsync_dir(os.path.dirname(path) or ".")
+
+
+def read_whole_file(fs: FileSystem, path: str, size_max_bytes: int) -> bytes:
+    """Read a small file completely; ``ValueError`` if it is larger than the bound."""
+    handle = fs.open(path, create=False)
+    try:
+        size = handle.size()
+        if size > size_max_bytes:
+            raise ValueError(f"{path} is {size} bytes, more than the limit of {size_max_bytes}")
+        return handle.pread(size, 0)
+    finally:
+        handle.close()
+
+
+def __getattr__(name: str):
+    # ``CrashableFileSystem`` lives in its own module (it is test machinery) but is
+    # part of this layer's API: ``from tidelog.storage.files import CrashableFileSystem``.
+    if name == "CrashableFileSystem":
+        from tidelog.storage.crashable import CrashableFileSystem
+        return CrashableFileSystem
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,680 @@
+"""A partition's log: ordered segments, offsets, leader epochs (SPEC §2; Kafka's ``UnifiedLog``).
+
+Theory of operation. A ``Log`` owns one partition directory ``<topic>-<partition>``:
+a list of ``LogSegment`` sorted by base offset (the last one is *active* and
+takes appends), the ``LeaderEpochCache``, and four offsets::
+
+    log_start_offset <= high_watermark <= log_end_offset      (asserted on change)
+    recovery_point <= log_end_offset
+
+* ``append_as_leader`` validates client batches, gives them offsets from the log
+  end offset by rewriting ``baseOffset`` in place, stamps the leader epoch (and
+  LogAppendTime), and writes the whole buffer with one write.
+* ``append_as_follower`` writes batches that already carry offsets and epochs,
+  which must start at or after the log end offset and increase.
+* ``read`` returns a ``FileSlice`` (file, position, length) of whole batches from
+  one segment, so the network layer can ``sendfile`` it or ``pread`` it once.
+* ``truncate_to``, ``truncate_fully_and_start_at``, ``maybe_increment_log_start_offset``
+  and ``delete_old_segments`` (retention) remove data at either end.
+* Durability: segments roll by size, age or full index; a roll fsyncs the old
+  segment and moves the recovery point; ``flush`` does the same on demand (and
+  after ``flush.messages`` / ``flush.ms``). Truncations are fsynced at once, so
+  data a follower dropped can never come back after a crash.
+
+Everything below the recovery point is durable, so ``Log.open`` recovers only from
+there (``log_loader.py``). An ``OSError`` takes the log offline: it raises
+``StorageError`` now and on every later call, and reports its directory through
+``on_io_error`` so the ``LogManager`` can take the whole directory offline.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from bisect import bisect_right
+from typing import Callable, NamedTuple
+
+from tidelog.core.clock import Clock
+from tidelog.core.errors import (
+    CorruptRecordError,
+    ErrorCode,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    StorageError,
+)
+from tidelog.core.ids import TopicPartition
+from tidelog.records.batch import (
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+    validate_batch,
+)
+from tidelog.storage.checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
+from tidelog.storage.config import LogConfig
+from tidelog.storage.epoch_cache import LeaderEpochCache
+from tidelog.storage.errors import CorruptSegmentError, OfflineLogDirError
+from tidelog.storage.files import FileHandle, FileSystem, RealFileSystem
+from tidelog.storage.log_loader import load_log
+from tidelog.storage.segment import RELATIVE_OFFSET_MAX, BatchInfo, LogSegment, OffsetAndTimestamp
+
+logger = logging.getLogger(__name__)
+
+# Kafka's special ListOffsets timestamps (ListOffsetsRequest).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+
+class LogAppendInfo(NamedTuple):
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int          # -1 unless the log uses LogAppendTime
+    record_count: int
+    batch_count: int
+    valid_bytes: int
+    log_start_offset: int
+
+
+class LogOffsetMetadata(NamedTuple):
+    """An offset with where it lives (Kafka's LogOffsetMetadata); -1 = unknown."""
+
+    message_offset: int
+    segment_base_offset: int = -1
+    relative_position_in_segment: int = -1
+
+    @property
+    def message_offset_only(self) -> bool:
+        return self.segment_base_offset < 0
+
+    def on_older_segment(self, other: "LogOffsetMetadata") -> bool:
+        assert not (self.message_offset_only or other.message_offset_only), "segment unknown"
+        return self.segment_base_offset < other.segment_base_offset
+
+    def on_same_segment(self, other: "LogOffsetMetadata") -> bool:
+        assert not (self.message_offset_only or other.message_offset_only), "segment unknown"
+        return self.segment_base_offset == other.segment_base_offset
+
+    def position_diff(self, other: "LogOffsetMetadata") -> int:
+        """Bytes from ``other`` to ``self``, both on the same segment."""
+        assert self.on_same_segment(other), "positions on different segments"
+        return self.relative_position_in_segment - other.relative_position_in_segment
+
+
+class FileSlice:
+    """``length`` bytes of a segment file from ``position``: what a fetch returns.
+
+    Read it promptly: a slice of a segment that retention or truncation removed
+    afterwards raises ``ValueError`` (closed file) or reads short (``StorageError``).
+    Call ``fileno()`` at the moment of ``sendfile``, do not keep the number.
+    """
+
+    __slots__ = ("handle", "position", "length")
+
+    def __init__(self, handle: FileHandle | None, position: int, length: int):
+        self.handle = handle
+        self.position = position
+        self.length = length
+
+    def read_bytes(self) -> bytes:
+        if self.length == 0:
+            return b""
+        data = self.handle.pread(self.length, self.position)
+        if len(data) != self.length:
+            raise StorageError(f"{self.handle.path}: read {len(data)} of {self.length} bytes "
+                               f"at {self.position}; the segment changed under the read")
+        return data
+
+    def fileno(self) -> int:
+        if self.handle is None:
+            raise ValueError("an empty slice has no file")
+        return self.handle.fileno()
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __repr__(self) -> str:
+        path = self.handle.path if self.handle is not None else None
+        return f"FileSlice({path!r}, position={self.position}, length={self.length})"
+
+
+class FetchDataInfo(NamedTuple):
+    fetch_offset_metadata: LogOffsetMetadata
+    records: FileSlice
+
+
+def _io_guard(method):
+    """Turn an ``OSError`` into ``StorageError`` and take the log offline."""
+
+    @functools.wraps(method)
+    def guarded(self: "Log", *args, **kwargs):
+        if self._offline:
+            raise OfflineLogDirError(f"{self.topic_partition}: the log directory is offline")
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as e:
+            self._go_offline(e)
+            raise StorageError(f"{self.topic_partition}: I/O error in {self.directory}: {e}") from e
+
+    return guarded
+
+
+class Log:
+    def __init__(self, directory: str, config: LogConfig, clock: Clock, fs: FileSystem,
+                 segments: list[LogSegment], leader_epoch_cache: LeaderEpochCache, *,
+                 log_start_offset: int, log_end_offset: int, high_watermark: int, recovery_point: int,
+                 on_io_error: Callable[[str, OSError], None] | None = None):
+        self.directory = directory
+        self.topic_partition = TopicPartition.parse(os.path.basename(directory))
+        self.config = config
+        self.clock = clock
+        self.fs = fs
+        self._segments = segments
+        self._base_offsets = [segment.base_offset for segment in segments]
+        self._leader_epoch_cache = leader_epoch_cache
+        self._log_start_offset = log_start_offset
+        self._log_end_offset = log_end_offset
+        self._high_watermark = min(max(high_watermark, log_start_offset), log_end_offset)
+        self._recovery_point = recovery_point
+        self._last_flush_ms = clock.now_ms()
+        self._on_io_error = on_io_error
+        self._offline = False
+        self._check_segments()
+
+    @classmethod
+    def open(cls, directory: str, config: LogConfig, clock: Clock, fs: FileSystem | None = None,
+             recovery_point: int = 0, log_start_offset: int = 0, high_watermark: int = 0, *,
+             had_clean_shutdown: bool = False,
+             on_io_error: Callable[[str, OSError], None] | None = None) -> "Log":
+        """Load (or create) the log in ``directory``, recovering what needs it.
+
+        ``high_watermark`` is clamped to ``[log_start_offset, log_end_offset]`` (SPEC §2:
+        a restarted partition's HW is ``min(checkpointed HW, LEO)``).
+        """
+        fs = fs or RealFileSystem()
+        TopicPartition.parse(os.path.basename(directory))  # fail before touching the disk
+        loaded = load_log(fs, directory, config, clock.now_ms(), recovery_point=recovery_point,
+                          log_start_offset=log_start_offset, had_clean_shutdown=had_clean_shutdown)
+        cache = LeaderEpochCache.load(LeaderEpochCheckpointFile(fs, os.path.join(directory, LEADER_EPOCH_CHECKPOINT)))
+        cache.truncate_from_end(loaded.log_end_offset)
+        cache.truncate_from_start(loaded.log_start_offset)
+        return cls(directory, config, clock, fs, loaded.segments, cache,
+                   log_start_offset=loaded.log_start_offset, log_end_offset=loaded.log_end_offset,
+                   high_watermark=high_watermark, recovery_point=loaded.recovery_point,
+                   on_io_error=on_io_error)
+
+    # -- state ----------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochCache:
+        return self._leader_epoch_cache
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self._leader_epoch_cache.latest_epoch
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size_bytes for segment in self._segments)
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """The segments, oldest first (a copy; for tools and tests)."""
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def log_end_offset_metadata(self) -> LogOffsetMetadata:
+        active = self._segments[-1]
+        return LogOffsetMetadata(self._log_end_offset, active.base_offset, active.size_bytes)
+
+    @property
+    def is_offline(self) -> bool:
+        return self._offline
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply a changed topic config; takes effect from the next append/roll/retention."""
+        self.config = config
+
+    # -- appends ----------------------------------------------------------------------
+
+    @_io_guard
+    def append_as_leader(self, records, leader_epoch: int) -> LogAppendInfo:
+        """Validate, assign offsets from the log end offset, stamp the epoch, write once."""
+        if leader_epoch < 0:
+            raise ValueError(f"leader epoch {leader_epoch} is negative")
+        buffer = records if isinstance(records, bytearray) else bytearray(records)
+        now_ms = self.clock.now_ms()
+        config = self.config
+        log_append_time = now_ms if config.uses_log_append_time else -1
+        first_offset = next_offset = self._log_end_offset
+        batches: list[BatchInfo] = []
+        max_timestamp, offset_of_max_timestamp, record_count = -1, first_offset, 0
+        position, end = 0, len(buffer)
+        while position < end:
+            header = validate_batch(buffer, position, strict=True)
+            size_bytes = header.size_bytes
+            if size_bytes > config.max_message_bytes:
+                raise RecordTooLargeError(f"{self.topic_partition}: batch of {size_bytes} bytes is above "
+                                          f"max.message.bytes {config.max_message_bytes}")
+            set_base_offset(buffer, position, next_offset)
+            set_partition_leader_epoch(buffer, position, leader_epoch)
+            batch_max_timestamp = header.max_timestamp
+            if log_append_time >= 0:
+                set_log_append_time(buffer, position, now_ms)
+                batch_max_timestamp = now_ms
+            last_offset = next_offset + header.last_offset_delta
+            batches.append(BatchInfo(position, size_bytes, last_offset, batch_max_timestamp))
+            if batch_max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max_timestamp = batch_max_timestamp, last_offset
+            record_count += header.record_count
+            next_offset = last_offset + 1
+            position += size_bytes
+        if batches:
+            self._leader_epoch_cache.assign(leader_epoch, first_offset)
+            self._write(buffer, batches, first_offset, next_offset, max_timestamp, now_ms)
+        return LogAppendInfo(first_offset, next_offset - 1, max_timestamp, offset_of_max_timestamp,
+                             log_append_time, record_count, len(batches), end, self._log_start_offset)
+
+    @_io_guard
+    def append_as_follower(self, records) -> LogAppendInfo:
+        """Write batches the leader already numbered; they must start at or after the LEO."""
+        now_ms = self.clock.now_ms()
+        first_offset = expected_offset = self._log_end_offset
+        batches: list[BatchInfo] = []
+        epochs: list[tuple[int, int]] = []
+        max_timestamp, offset_of_max_timestamp, record_count = -1, expected_offset, 0
+        position, end = 0, len(records)
+        while position < end:
+            header = validate_batch(records, position, strict=False)
+            if header.base_offset < expected_offset:
+                where = "the previous batch's end" if batches else "the log end offset"
+                raise InvalidRecordError(f"{self.topic_partition}: follower batch at offset "
+                                         f"{header.base_offset} is below {where} {expected_offset}")
+            if not batches:
+                first_offset = header.base_offset
+            if header.partition_leader_epoch >= 0:
+                epochs.append((header.partition_leader_epoch, header.base_offset))
+            batches.append(BatchInfo(position, header.size_bytes, header.last_offset, header.max_timestamp))
+            if header.max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max_timestamp = header.max_timestamp, header.last_offset
+            record_count += header.record_count
+            expected_offset = header.next_offset
+            position += header.size_bytes
+        if batches:
+            for epoch, start_offset in epochs:
+                self._leader_epoch_cache.assign(epoch, start_offset)
+            self._write(records, batches, first_offset, expected_offset, max_timestamp, now_ms)
+        return LogAppendInfo(first_offset, expected_offset - 1, max_timestamp, offset_of_max_timestamp,
+                             -1, record_count, len(batches), end, self._log_start_offset)
+
+    def _write(self, buffer, batches: list[BatchInfo], first_offset: int, next_offset: int,
+               max_timestamp: int, now_ms: int) -> None:
+        if len(buffer) > self.config.segment_bytes:
+            raise RecordTooLargeError(
+                f"{self.topic_partition}: an append of {len(buffer)} bytes is above segment.bytes "
+                f"{self.config.segment_bytes}", ErrorCode.RECORD_LIST_TOO_LARGE)
+        segment = self._maybe_roll(len(buffer), max_timestamp, first_offset, next_offset - 1, now_ms)
+        segment.append(buffer, batches, next_offset, now_ms)
+        self._log_end_offset = next_offset
+        assert self._high_watermark <= next_offset
+        config = self.config
+        if (next_offset - self._recovery_point >= config.flush_messages
+                or now_ms - self._last_flush_ms >= config.flush_ms):
+            self._flush(next_offset)
+
+    def _maybe_roll(self, append_bytes: int, max_timestamp: int, first_offset: int, last_offset: int,
+                    now_ms: int) -> LogSegment:
+        segment = self._segments[-1]
+        size = segment.size_bytes
+        config = self.config
+        offsets_fit = last_offset - segment.base_offset <= RELATIVE_OFFSET_MAX
+        if size == 0:
+            if not offsets_fit:  # an empty active segment whose base is too far back
+                self._roll(max(first_offset, self._log_end_offset))
+        elif (size > config.segment_bytes - append_bytes
+              or segment.offset_index.is_full or segment.time_index.is_full or not offsets_fit
+              or segment.time_waited_for_roll(now_ms, max_timestamp) > config.segment_ms):
+            self._roll(max(first_offset, self._log_end_offset))
+        return self._segments[-1]
+
+    def _roll(self, new_base_offset: int) -> None:
+        """Start a new active segment; the old one is fsynced and the recovery point moves."""
+        old = self._segments[-1]
+        if old.size_bytes == 0:
+            old.delete()
+            self._segments.pop()
+            self._base_offsets.pop()
+        else:
+            old.on_become_inactive()
+            self._flush(new_base_offset)
+        segment = LogSegment.create(self.fs, self.directory, new_base_offset,
+                                    index_size_max_bytes=self.config.segment_index_bytes,
+                                    index_interval_bytes=self.config.index_interval_bytes,
+                                    now_ms=self.clock.now_ms())
+        self.fs.fsync_dir(self.directory)
+        self._segments.append(segment)
+        self._base_offsets.append(new_base_offset)
+        logger.debug("%s: rolled segment %d", self.topic_partition, new_base_offset)
+
+    # -- reads ------------------------------------------------------------------------
+
+    @_io_guard
+    def read(self, fetch_offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_batch: bool = True) -> FetchDataInfo:
+        """Whole batches from the one holding ``fetch_offset``, from one segment.
+
+        Up to ``max_bytes`` (but the first batch regardless if ``min_one_batch``,
+        KIP-74); only batches whose last offset is below ``max_offset`` (the
+        isolation bound: no record at or above it is ever returned). A fetch at the
+        log end offset, or at/after ``max_offset``, is empty; outside
+        ``[log_start_offset, log_end_offset]`` raises ``OffsetOutOfRangeError``.
+        """
+        log_end_offset = self._log_end_offset
+        if fetch_offset < self._log_start_offset or fetch_offset > log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"{self.topic_partition}: offset {fetch_offset} is outside the log "
+                f"[{self._log_start_offset}, {log_end_offset}]")
+        if fetch_offset == log_end_offset:
+            return FetchDataInfo(self.log_end_offset_metadata, FileSlice(self._segments[-1].log, 0, 0))
+        if max_offset is not None and fetch_offset >= max_offset:
+            max_bytes, min_one_batch = 0, False  # only the offset metadata is wanted
+        segments = self._segments
+        i = bisect_right(self._base_offsets, fetch_offset) - 1
+        assert i >= 0, f"offset {fetch_offset} is below the first segment"
+        while i < len(segments):
+            segment = segments[i]
+            try:
+                found = segment.read(fetch_offset, max_bytes, max_offset, min_one_batch)
+            except CorruptRecordError as e:
+                logger.error("%s: corrupt data while reading offset %d: %s", self.topic_partition, fetch_offset, e)
+                raise CorruptSegmentError(f"{self.topic_partition}: {e}") from None
+            if found is not None:
+                position, length = found
+                return FetchDataInfo(LogOffsetMetadata(fetch_offset, segment.base_offset, position),
+                                     FileSlice(segment.log, position, length))
+            i += 1
+        return FetchDataInfo(self.log_end_offset_metadata, FileSlice(self._segments[-1].log, 0, 0))
+
+    def offset_metadata(self, offset: int) -> LogOffsetMetadata:
+        """Where ``offset`` lives (Kafka's convertToOffsetMetadataOrThrow)."""
+        return self.read(offset, 1, min_one_batch=False).fetch_offset_metadata
+
+    @_io_guard
+    def fetch_offset_by_timestamp(self, timestamp_ms: int) -> OffsetAndTimestamp | None:
+        """ListOffsets: the first record with timestamp ``>= timestamp_ms``, or None.
+
+        Kafka's special values: ``EARLIEST_TIMESTAMP`` (-2) and
+        ``EARLIEST_LOCAL_TIMESTAMP`` (-4) give the log start offset,
+        ``LATEST_TIMESTAMP`` (-1) the log end offset (timestamp -1 for both), and
+        ``MAX_TIMESTAMP`` (-3) the first record carrying the largest timestamp.
+        """
+        cache = self._leader_epoch_cache
+        if timestamp_ms in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return OffsetAndTimestamp(self._log_start_offset, -1, cache.epoch_for_offset(self._log_start_offset))
+        if timestamp_ms == LATEST_TIMESTAMP:
+            return OffsetAndTimestamp(self._log_end_offset, -1, cache.latest_epoch)
+        if timestamp_ms == MAX_TIMESTAMP:
+            segment = max(self._segments, key=lambda s: s.max_timestamp)  # the first of equals
+            if segment.max_timestamp < 0:
+                return None
+            return segment.find_offset_by_timestamp(segment.max_timestamp, self._log_start_offset)
+        if timestamp_ms < 0:
+            raise ValueError(f"timestamp {timestamp_ms} is neither a time nor a special value")
+        for segment in self._segments:
+            if segment.max_timestamp >= timestamp_ms:
+                found = segment.find_offset_by_timestamp(timestamp_ms, self._log_start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
+        """``(epoch, end offset)`` per KAFKA_RULES §2.6; ``(-1, -1)`` when undefined."""
+        return self._leader_epoch_cache.end_offset_for(leader_epoch, self._log_end_offset)
+
+    # -- offsets moved by replication ---------------------------------------------------
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the HW, clamped to ``[log_start_offset, log_end_offset]``; returns it."""
+        self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
+        self._check_invariants()
+        return self._high_watermark
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Raise the HW to ``offset`` if that is higher (a leader's HW never goes back)."""
+        assert offset <= self._log_end_offset, f"HW {offset} above the log end offset {self._log_end_offset}"
+        if offset <= self._high_watermark:
+            return False
+        self._high_watermark = offset
+        self._check_invariants()
+        return True
+
+    @_io_guard
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Raise the log start offset (DeleteRecords, retention); never lowers it.
+
+        Above the high watermark raises ``OffsetOutOfRangeError`` (Kafka's rule).
+        Segments wholly below the new start are deleted.
+        """
+        if offset > self._high_watermark:
+            raise OffsetOutOfRangeError(
+                f"{self.topic_partition}: cannot move the log start offset to {offset}, "
+                f"above the high watermark {self._high_watermark}")
+        if offset <= self._log_start_offset:
+            return False
+        self._set_log_start_offset(offset)
+        self._delete_segments(lambda segment, following: following is not None
+                              and following.base_offset <= self._log_start_offset)
+        return True
+
+    def _set_log_start_offset(self, offset: int) -> None:
+        self._log_start_offset = offset
+        self._recovery_point = max(self._recovery_point, offset)  # nothing below needs recovery
+        self._leader_epoch_cache.truncate_from_start(offset)
+        self._check_segments()
+
+    @_io_guard
+    def delete_old_segments(self) -> int:
+        """Retention (Kafka's deleteOldSegments): returns the number of segments deleted.
+
+        Deletes, oldest first and never past the high watermark: segments wholly
+        below the log start offset, segments whose largest timestamp is older than
+        ``retention.ms``, and the oldest segments while the log is above
+        ``retention.bytes``. The active segment goes too when everything is due
+        (a new empty one replaces it), unless it is empty.
+        """
+        now_ms = self.clock.now_ms()
+        config = self.config
+        deleted = self._delete_segments(lambda segment, following: following is not None
+                                        and following.base_offset <= self._log_start_offset)
+        if config.retention_ms >= 0:
+            deleted += self._delete_segments(
+                lambda segment, following: now_ms - segment.largest_timestamp > config.retention_ms)
+        if config.retention_bytes >= 0:
+            excess = self.size_bytes - config.retention_bytes
+
+            def over_retention_bytes(segment: LogSegment, following) -> bool:
+                nonlocal excess
+                if excess - segment.size_bytes < 0:
+                    return False
+                excess -= segment.size_bytes
+                return True
+
+            deleted += self._delete_segments(over_retention_bytes)
+        return deleted
+
+    def _delete_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool]) -> int:
+        segments = self._segments
+        count = 0
+        while count < len(segments):
+            segment = segments[count]
+            following = segments[count + 1] if count + 1 < len(segments) else None
+            upper_bound = following.base_offset if following is not None else self._log_end_offset
+            if following is None and segment.size_bytes == 0:
+                break
+            if self._high_watermark < upper_bound or not predicate(segment, following):
+                break
+            count += 1
+        if count == 0:
+            return 0
+        if count == len(segments):
+            self._roll(self._log_end_offset)  # a log always keeps one segment
+        doomed = self._segments[:count]
+        del self._segments[:count]
+        del self._base_offsets[:count]
+        for segment in doomed:
+            segment.delete()
+        self.fs.fsync_dir(self.directory)
+        logger.info("%s: deleted %d segments up to base offset %d", self.topic_partition, count,
+                    self._segments[0].base_offset)
+        if self._segments[0].base_offset > self._log_start_offset:
+            self._set_log_start_offset(self._segments[0].base_offset)
+        return count
+
+    # -- truncation -------------------------------------------------------------------
+
+    @_io_guard
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch holding offsets ``>= offset``; returns whether anything went.
+
+        A batch holding ``offset`` goes whole, so the log end offset becomes
+        ``min(offset, that batch's base offset)``. The epoch cache is truncated from
+        the end, the high watermark and recovery point clamped, and the log start
+        offset lowered if needed (Kafka's rule). The cut is durable on return.
+        """
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        if offset >= self._log_end_offset:
+            return False
+        if offset < self._segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        keep = bisect_right(self._base_offsets, offset)  # segments with base <= offset stay
+        doomed = self._segments[keep:]
+        if doomed:
+            del self._segments[keep:]
+            del self._base_offsets[keep:]
+            for segment in doomed:
+                segment.delete()
+            self.fs.fsync_dir(self.directory)
+        active = self._segments[-1]
+        active.ensure_indexes()
+        _, first_dropped_base = active.truncate_to(offset)
+        new_end = min(offset, first_dropped_base if first_dropped_base is not None else offset)
+        active.next_offset = new_end
+        logger.info("%s: truncated to offset %d (asked %d), deleting %d segments", self.topic_partition,
+                    new_end, offset, len(doomed))
+        self._log_end_offset = new_end
+        self._leader_epoch_cache.truncate_from_end(new_end)
+        self._log_start_offset = min(self._log_start_offset, new_end)
+        self._high_watermark = min(self._high_watermark, new_end)
+        self._recovery_point = min(self._recovery_point, new_end)
+        self._check_segments()
+        return True
+
+    @_io_guard
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and restart it at ``offset`` (a follower out of range)."""
+        if offset < 0:
+            raise ValueError(f"cannot start a log at negative offset {offset}")
+        for segment in self._segments:
+            segment.delete()
+        self.fs.fsync_dir(self.directory)
+        self._segments = [LogSegment.create(self.fs, self.directory, offset,
+                                            index_size_max_bytes=self.config.segment_index_bytes,
+                                            index_interval_bytes=self.config.index_interval_bytes,
+                                            now_ms=self.clock.now_ms())]
+        self.fs.fsync_dir(self.directory)
+        self._base_offsets = [offset]
+        self._leader_epoch_cache.clear()
+        self._log_start_offset = self._log_end_offset = self._high_watermark = self._recovery_point = offset
+        logger.info("%s: truncated fully, restarting at offset %d", self.topic_partition, offset)
+        self._check_segments()
+
+    # -- durability and lifecycle -------------------------------------------------------
+
+    @_io_guard
+    def flush(self, up_to_offset: int | None = None) -> None:
+        """Fsync everything below ``up_to_offset`` (default: the log end offset)."""
+        self._flush(self._log_end_offset if up_to_offset is None else min(up_to_offset, self._log_end_offset))
+
+    def _flush(self, offset: int) -> None:
+        if offset <= self._recovery_point:
+            return
+        first = max(0, bisect_right(self._base_offsets, self._recovery_point) - 1)
+        last = max(0, bisect_right(self._base_offsets, offset - 1) - 1)
+        for segment in self._segments[first:last + 1]:
+            segment.flush()
+        self._recovery_point = offset
+        self._last_flush_ms = self.clock.now_ms()
+
+    def close(self) -> None:
+        """Write index files and close every file (no fsync: flush first for durability)."""
+        for segment in self._segments:
+            try:
+                segment.close()
+            except OSError as e:
+                logger.warning("%s: closing %s: %s", self.topic_partition, segment, e)
+                segment.log.close()
+
+    @_io_guard
+    def delete(self) -> None:
+        """Remove the whole partition directory."""
+        for segment in self._segments:
+            segment.log.close()
+        self.fs.rmtree(self.directory)
+        self.fs.fsync_dir(os.path.dirname(self.directory))
+        self._offline = True  # nothing left to serve
+
+    def _go_offline(self, error: OSError) -> None:
+        if self._offline:
+            return
+        self._offline = True
+        logger.error("%s: I/O error, taking the log offline: %s", self.topic_partition, error)
+        if self._on_io_error is not None:
+            self._on_io_error(os.path.dirname(self.directory), error)
+
+    def mark_offline(self) -> None:
+        """Refuse every later call (the directory went offline through another log)."""
+        self._offline = True
+
+    def _check_invariants(self) -> None:
+        assert 0 <= self._log_start_offset <= self._high_watermark <= self._log_end_offset, \
+            (self._log_start_offset, self._high_watermark, self._log_end_offset)
+        assert self._recovery_point <= self._log_end_offset, (self._recovery_point, self._log_end_offset)
+
+    def _check_segments(self) -> None:
+        """The structural invariants, checked after segments come or go."""
+        self._check_invariants()
+        assert self._segments and self._segments[-1].next_offset == self._log_end_offset, \
+            (self._segments[-1].next_offset, self._log_end_offset)
+        assert self._base_offsets == [segment.base_offset for segment in self._segments]
+        assert self._base_offsets[0] <= self._log_start_offset or len(self._segments) == 1
+
+    def __repr__(self) -> str:
+        return (f"Log({self.topic_partition}, log_start_offset={self._log_start_offset}, "
+                f"high_watermark={self._high_watermark}, log_end_offset={self._log_end_offset})")
+

@@ -1,0 +1,165 @@
+"""Opening a partition directory: find the segments, recover, compute the offsets.
+
+Theory of operation (SPEC §2 "Recovery on start"; Kafka's ``LogLoader``). The
+directory holds ``<base_offset:020d>.log`` files and their indexes. Loading:
+
+1. Remove leftovers: ``*.tmp`` / ``*.deleted`` / ``*.cleaned`` / ``*.swap`` files
+   and indexes whose ``.log`` is gone.
+2. Drop segments wholly below the log start offset.
+3. Recover. After a clean shutdown nothing is scanned: the last segment's end
+   is found from its last index entry (and if that walk does not end exactly at
+   the file's end, the segment is recovered after all). Otherwise every segment
+   from the one holding the recovery point onwards is validated batch by batch
+   (``LogSegment.recover``); the first torn or corrupt batch and everything after
+   it are cut. When the cut is in a segment that is not the last one, the later
+   segments are deleted and the corruption is logged as an error: data after a
+   hole is never served.
+4. The log end offset is the last segment's next offset; the log start offset is
+   at least the first segment's base; if it is above the end (the unsynced tail
+   was lost), the log restarts empty at the log start offset.
+
+Segments below the recovery point were fsynced when they rolled and are
+trusted; their indexes load lazily and are rebuilt if they fail their check.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from bisect import bisect_right
+from typing import NamedTuple
+
+from tidelog.core.errors import CorruptRecordError
+from tidelog.storage.checkpoint import LEADER_EPOCH_CHECKPOINT
+from tidelog.storage.config import LogConfig
+from tidelog.storage.files import FileSystem
+from tidelog.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+
+logger = logging.getLogger(__name__)
+
+_LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+_KNOWN_FILES = {LEADER_EPOCH_CHECKPOINT, "partition.metadata"}
+
+
+class LoadedLog(NamedTuple):
+    segments: list[LogSegment]
+    log_start_offset: int
+    log_end_offset: int
+    recovery_point: int
+
+
+def load_log(fs: FileSystem, directory: str, config: LogConfig, now_ms: int, *, recovery_point: int,
+             log_start_offset: int, had_clean_shutdown: bool) -> LoadedLog:
+    name = os.path.basename(directory)
+    segments = [_open_segment(fs, directory, config, now_ms, base) for base in _segment_bases(fs, directory)]
+    segments = _drop_below_log_start(fs, directory, segments, log_start_offset)
+    if not segments:
+        segments = [_create_segment(fs, directory, config, now_ms, log_start_offset)]
+    elif had_clean_shutdown:
+        _load_cleanly(fs, directory, segments)
+    else:
+        floor = max(0, bisect_right([s.base_offset for s in segments], recovery_point) - 1)
+        _recover(fs, directory, segments, floor)
+
+    log_end_offset = segments[-1].next_offset
+    log_start_offset = max(log_start_offset, segments[0].base_offset)
+    if log_start_offset > log_end_offset:
+        logger.warning("%s: log start offset %d is above the log end offset %d (unsynced data was lost); "
+                       "restarting the log empty at %d", name, log_start_offset, log_end_offset, log_start_offset)
+        for segment in segments:
+            segment.delete()
+        segments = [_create_segment(fs, directory, config, now_ms, log_start_offset)]
+        log_end_offset = log_start_offset
+    recovery_point = log_end_offset if had_clean_shutdown else min(max(recovery_point, log_start_offset), log_end_offset)
+    segments[-1].ensure_indexes()
+    logger.info("%s: loaded %d segments, log start offset %d, log end offset %d, recovery point %d%s",
+                name, len(segments), log_start_offset, log_end_offset, recovery_point,
+                " (clean shutdown)" if had_clean_shutdown else "")
+    return LoadedLog(segments, log_start_offset, log_end_offset, recovery_point)
+
+
+def _segment_bases(fs: FileSystem, directory: str) -> list[int]:
+    if not fs.exists(directory):
+        fs.mkdir(directory)
+        fs.fsync_dir(os.path.dirname(directory))
+    bases, index_files = set(), []
+    for file_name in fs.listdir(directory):
+        stem, suffix = os.path.splitext(file_name)
+        if file_name.endswith(_LEFTOVER_SUFFIXES):
+            logger.info("%s: removing leftover file %s", directory, file_name)
+            fs.remove(os.path.join(directory, file_name))
+        elif suffix == LOG_SUFFIX and _is_offset(stem):
+            bases.add(int(stem))
+        elif suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and _is_offset(stem):
+            index_files.append((int(stem), file_name))
+        elif file_name not in _KNOWN_FILES:
+            logger.warning("%s: ignoring unexpected file %s", directory, file_name)
+    for base, file_name in index_files:
+        if base not in bases:
+            logger.info("%s: removing index %s, its segment is gone", directory, file_name)
+            fs.remove(os.path.join(directory, file_name))
+    return sorted(bases)
+
+
+def _is_offset(stem: str) -> bool:
+    return len(stem) == 20 and stem.isdigit() and stem.isascii()
+
+
+def _open_segment(fs, directory, config: LogConfig, now_ms: int, base_offset: int) -> LogSegment:
+    return LogSegment.open_existing(fs, directory, base_offset, index_size_max_bytes=config.segment_index_bytes,
+                                    index_interval_bytes=config.index_interval_bytes, now_ms=now_ms)
+
+
+def _create_segment(fs, directory, config: LogConfig, now_ms: int, base_offset: int) -> LogSegment:
+    segment = LogSegment.create(fs, directory, base_offset, index_size_max_bytes=config.segment_index_bytes,
+                                index_interval_bytes=config.index_interval_bytes, now_ms=now_ms)
+    fs.fsync_dir(directory)
+    return segment
+
+
+def _drop_below_log_start(fs, directory: str, segments: list[LogSegment], log_start_offset: int) -> list[LogSegment]:
+    keep_from = 0
+    while keep_from + 1 < len(segments) and segments[keep_from + 1].base_offset <= log_start_offset:
+        keep_from += 1
+    if keep_from:
+        logger.info("%s: deleting %d segments below the log start offset %d",
+                    directory, keep_from, log_start_offset)
+        for segment in segments[:keep_from]:
+            segment.delete()
+        fs.fsync_dir(directory)
+    return segments[keep_from:]
+
+
+def _load_cleanly(fs, directory: str, segments: list[LogSegment]) -> None:
+    last = segments[-1]
+    try:
+        next_offset, end = last.read_next_offset()
+        if end == last.size_bytes:
+            last.next_offset = next_offset
+            return
+        problem = f"its last whole batch ends at {end}, the file at {last.size_bytes}"
+    except CorruptRecordError as e:
+        problem = str(e)
+    logger.warning("%s: clean shutdown, but the last segment is not whole (%s); recovering it",
+                   directory, problem)
+    _recover(fs, directory, segments, len(segments) - 1)
+
+
+def _recover(fs, directory: str, segments: list[LogSegment], first: int) -> None:
+    """Recover ``segments[first:]``; cut everything after the first bad batch."""
+    cut_bytes = 0
+    for i in range(first, len(segments)):
+        later = segments[i + 1:]
+        cut_bytes = segments[i].recover(later[0].base_offset if later else None)
+        if cut_bytes and later:
+            logger.error("%s: segment %d is corrupt at offset %d, in the middle of the log; deleting the %d "
+                         "later segments (offsets %d..%d are dropped and must be fetched again)",
+                         directory, segments[i].base_offset, segments[i].next_offset, len(later),
+                         later[0].base_offset, later[-1].base_offset)
+            for segment in later:
+                segment.delete()
+            fs.fsync_dir(directory)
+            del segments[i + 1:]
+            break
+    logger.info("%s: recovered %d segments from base offset %d, next offset %d, %d bytes cut",
+                directory, len(segments) - first, segments[first].base_offset, segments[-1].next_offset, cut_bytes)

@@ -1,0 +1,339 @@
+"""The logs of one broker across its log directories (SPEC §2, §5.1; Kafka's ``LogManager``).
+
+Theory of operation. Each log directory (JBOD: one per disk) holds partition
+directories ``<topic>-<partition>`` and, at its root::
+
+    .lock                               held while this LogManager owns the directory
+    .kafka_cleanshutdown                present only after a clean shutdown
+    recovery-point-offset-checkpoint    {tp: recovery point}
+    log-start-offset-checkpoint         {tp: log start offset}
+    replication-offset-checkpoint       {tp: high watermark} (written for replication)
+
+Start: lock each directory, note and delete the clean-shutdown marker (so a crash
+from here on forces recovery next time), read the checkpoints, remove
+``*-delete`` directories, and ``Log.open`` every partition (skipping recovery
+after a clean shutdown). Shutdown: flush, write every checkpoint, write the marker,
+unlock.
+
+A directory is *offline* after any ``OSError`` in it (or a checkpoint that does
+not parse): its logs are closed and dropped, later calls for its partitions
+raise ``OfflineLogDirError``, and the other directories keep working. New logs
+go to the online directory holding the fewest partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from typing import Mapping
+
+from tidelog.core.clock import Clock
+from tidelog.core.errors import StorageError
+from tidelog.core.ids import TopicPartition
+from tidelog.storage.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+)
+from tidelog.storage.config import LogConfig
+from tidelog.storage.errors import DuplicateLogError, LogDirLockedError, OfflineLogDirError
+from tidelog.storage.files import FileLock, FileSystem, RealFileSystem
+from tidelog.storage.log import Log
+
+logger = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"
+DELETE_DIR_SUFFIX = "-delete"
+METADATA_TOPIC = "__cluster_metadata"  # the metadata log is the Raft layer's, not ours
+_SKIPPED_DIR_SUFFIXES = ("-future", "-stray")
+
+
+class LogManager:
+    def __init__(self, log_dirs: list[str], clock: Clock, fs: FileSystem | None = None,
+                 default_config: LogConfig | None = None,
+                 topic_configs: Mapping[str, LogConfig] | None = None):
+        assert log_dirs, "a LogManager needs at least one log directory"
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        assert len(set(self.log_dirs)) == len(self.log_dirs), "a log directory is listed twice"
+        self.clock = clock
+        self.fs = fs or RealFileSystem()
+        self.default_config = default_config or LogConfig()
+        self.topic_configs = dict(topic_configs or {})
+        self._logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, str] = {}
+        self._offline_dirs: set[str] = set()
+        self._offline_partitions: set[TopicPartition] = set()
+        self._locks: dict[str, FileLock] = {}
+        for log_dir in self.log_dirs:
+            self._load_dir(log_dir)
+
+    # -- loading ------------------------------------------------------------------------
+
+    def _load_dir(self, log_dir: str) -> None:
+        fs = self.fs
+        try:
+            fs.mkdir(log_dir)
+            self._locks[log_dir] = fs.lock(os.path.join(log_dir, LOCK_FILE))
+        except LogDirLockedError:
+            self._abort_start()
+            raise  # another broker owns it: refuse to start, as Kafka does
+        except OSError as e:
+            self._mark_dir_offline(log_dir, e)
+            return
+        try:
+            marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+            had_clean_shutdown = fs.exists(marker)
+            if had_clean_shutdown:
+                fs.remove(marker)
+                fs.fsync_dir(log_dir)
+            recovery_points = self._checkpoint(log_dir, RECOVERY_POINT_OFFSET_CHECKPOINT).read()
+            log_start_offsets = self._checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT).read()
+            high_watermarks = self._checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT).read()
+            for name in fs.listdir(log_dir):
+                tp = self._partition_dir(log_dir, name)
+                if tp is None:
+                    continue
+                if tp in self._logs:
+                    self._abort_start()
+                    raise DuplicateLogError(f"{tp} is in both {self._dir_of[tp]} and {log_dir}")
+                self._logs[tp] = Log.open(
+                    os.path.join(log_dir, name), self.config_for(tp.topic), self.clock, fs,
+                    recovery_point=recovery_points.get(tp, 0), log_start_offset=log_start_offsets.get(tp, 0),
+                    high_watermark=high_watermarks.get(tp, 0), had_clean_shutdown=had_clean_shutdown,
+                    on_io_error=self._on_io_error)
+                self._dir_of[tp] = log_dir
+        except (OSError, StorageError) as e:
+            self._mark_dir_offline(log_dir, e)
+            return
+        logger.info("%s: loaded %d logs%s", log_dir, len(self.logs_in_dir(log_dir)),
+                    " after a clean shutdown" if had_clean_shutdown else "")
+
+    def _partition_dir(self, log_dir: str, name: str) -> TopicPartition | None:
+        path = os.path.join(log_dir, name)
+        if not self.fs.is_dir(path):
+            return None
+        if name.endswith(DELETE_DIR_SUFFIX):
+            logger.info("%s: removing %s, deleted before the restart", log_dir, name)
+            self.fs.rmtree(path)
+            self.fs.fsync_dir(log_dir)
+            return None
+        if name.endswith(_SKIPPED_DIR_SUFFIXES):
+            logger.warning("%s: skipping %s (future/stray logs are not supported)", log_dir, name)
+            return None
+        try:
+            tp = TopicPartition.parse(name)
+        except ValueError:
+            logger.warning("%s: ignoring directory %s, not <topic>-<partition>", log_dir, name)
+            return None
+        return None if tp.topic == METADATA_TOPIC else tp
+
+    def _checkpoint(self, log_dir: str, name: str) -> OffsetCheckpointFile:
+        return OffsetCheckpointFile.in_dir(self.fs, log_dir, name)
+
+    def config_for(self, topic: str) -> LogConfig:
+        return self.topic_configs.get(topic, self.default_config)
+
+    # -- logs ---------------------------------------------------------------------------
+
+    def get_log(self, tp: TopicPartition) -> Log | None:
+        return self._logs.get(tp)
+
+    def get_or_create_log(self, tp: TopicPartition, config: LogConfig | None = None) -> Log:
+        log = self._logs.get(tp)
+        if log is not None:
+            return log
+        if tp in self._offline_partitions:
+            raise OfflineLogDirError(f"{tp} lives in an offline log directory")
+        online = [d for d in self.log_dirs if d not in self._offline_dirs]
+        if not online:
+            raise OfflineLogDirError("every log directory is offline")
+        log_dir = min(online, key=lambda d: len(self.logs_in_dir(d)))  # first of the emptiest
+        path = os.path.join(log_dir, str(tp))
+        if config is not None:
+            self.topic_configs[tp.topic] = config
+        try:
+            self.fs.mkdir(path)
+            self.fs.fsync_dir(log_dir)
+            log = Log.open(path, self.config_for(tp.topic), self.clock, self.fs, on_io_error=self._on_io_error)
+        except OSError as e:
+            self._mark_dir_offline(log_dir, e)
+            raise StorageError(f"{tp}: cannot create its log in {log_dir}: {e}") from e
+        self._logs[tp] = log
+        self._dir_of[tp] = log_dir
+        logger.info("created log %s in %s", tp, log_dir)
+        return log
+
+    def delete_log(self, tp: TopicPartition) -> None:
+        """Close and remove a partition's log (renamed ``*-delete`` first, as Kafka does)."""
+        log = self._logs.pop(tp, None)
+        if log is None:
+            return
+        log_dir = self._dir_of.pop(tp)
+        log.close()
+        doomed = os.path.join(log_dir, f"{tp}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        try:
+            self.fs.rename(log.directory, doomed)
+            self.fs.fsync_dir(log_dir)
+            self.fs.rmtree(doomed)
+            self.fs.fsync_dir(log_dir)
+        except OSError as e:
+            self._mark_dir_offline(log_dir, e)
+            raise StorageError(f"{tp}: cannot delete its log in {log_dir}: {e}") from e
+        logger.info("deleted log %s from %s", tp, log_dir)
+
+    def all_logs(self) -> list[Log]:
+        return list(self._logs.values())
+
+    def logs_in_dir(self, log_dir: str) -> dict[TopicPartition, Log]:
+        return {tp: log for tp, log in self._logs.items() if self._dir_of[tp] == log_dir}
+
+    def log_dir_of(self, tp: TopicPartition) -> str | None:
+        return self._dir_of.get(tp)
+
+    @property
+    def offline_dirs(self) -> frozenset[str]:
+        return frozenset(self._offline_dirs)
+
+    @property
+    def offline_partitions(self) -> frozenset[TopicPartition]:
+        return frozenset(self._offline_partitions)
+
+    # -- periodic work and checkpoints ------------------------------------------------------
+
+    def delete_old_segments(self) -> int:
+        """Apply retention to every log (Kafka's cleanupLogs); returns segments deleted."""
+        return sum(self._each_log(lambda log: log.delete_old_segments()))
+
+    def flush_all(self) -> None:
+        self._each_log(lambda log: log.flush())
+
+    def checkpoint_recovery_points(self) -> None:
+        self._write_per_dir(RECOVERY_POINT_OFFSET_CHECKPOINT, lambda log: log.recovery_point)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        self._write_per_dir(LOG_START_OFFSET_CHECKPOINT, lambda log: log.log_start_offset)
+
+    def read_high_watermarks(self) -> dict[TopicPartition, int]:
+        """The ``replication-offset-checkpoint`` entries of every online directory."""
+        result: dict[TopicPartition, int] = {}
+        for log_dir in self._online_dirs():
+            try:
+                result.update(self._checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT).read())
+            except (OSError, StorageError) as e:
+                self._mark_dir_offline(log_dir, e)
+        return result
+
+    def write_high_watermarks(self, high_watermarks: Mapping[TopicPartition, int]) -> None:
+        """Write each directory's ``replication-offset-checkpoint`` with its partitions' HWs."""
+        self._write_per_dir(REPLICATION_OFFSET_CHECKPOINT, None, high_watermarks)
+
+    def shutdown(self) -> None:
+        """Flush, write every checkpoint and the clean-shutdown marker, close, unlock."""
+        for log_dir in self.log_dirs:
+            logs = self.logs_in_dir(log_dir)
+            try:
+                if log_dir not in self._offline_dirs:
+                    for log in logs.values():
+                        log.flush()
+                    self._write_dir_checkpoints(log_dir, logs)
+                for log in logs.values():
+                    log.close()
+                if log_dir not in self._offline_dirs:
+                    self._write_marker(log_dir)
+            except (OSError, StorageError) as e:
+                self._mark_dir_offline(log_dir, e)
+            self._release_lock(log_dir)
+        self._logs.clear()
+        self._dir_of.clear()
+
+    def _write_dir_checkpoints(self, log_dir: str, logs: Mapping[TopicPartition, Log]) -> None:
+        checkpoints = {
+            RECOVERY_POINT_OFFSET_CHECKPOINT: {tp: log.recovery_point for tp, log in logs.items()},
+            LOG_START_OFFSET_CHECKPOINT: {tp: log.log_start_offset for tp, log in logs.items()},
+            REPLICATION_OFFSET_CHECKPOINT: {tp: log.high_watermark for tp, log in logs.items()},
+        }
+        for name, entries in checkpoints.items():
+            self._checkpoint(log_dir, name).write(entries)
+
+    def _write_marker(self, log_dir: str) -> None:
+        marker = self.fs.open(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
+        try:
+            marker.fsync()
+        finally:
+            marker.close()
+        self.fs.fsync_dir(log_dir)
+
+    # -- failures -----------------------------------------------------------------------
+
+    def _each_log(self, action) -> list:
+        """Run ``action`` on every log; a failing directory goes offline, the rest go on."""
+        results, first_error = [], None
+        for log in list(self._logs.values()):
+            if log.is_offline:
+                continue
+            try:
+                results.append(action(log))
+            except StorageError as e:
+                first_error = first_error or e
+        if first_error is not None:
+            raise first_error
+        return results
+
+    def _write_per_dir(self, name: str, value_of, values: Mapping[TopicPartition, int] | None = None) -> None:
+        first_error = None
+        for log_dir in self._online_dirs():
+            logs = self.logs_in_dir(log_dir)
+            if values is None:
+                entries = {tp: value_of(log) for tp, log in logs.items()}
+            else:
+                entries = {tp: value for tp, value in values.items() if tp in logs}
+            try:
+                self._checkpoint(log_dir, name).write(entries)
+            except OSError as e:
+                self._mark_dir_offline(log_dir, e)
+                first_error = first_error or StorageError(f"{log_dir}: cannot write {name}: {e}")
+        if first_error is not None:
+            raise first_error
+
+    def _online_dirs(self) -> list[str]:
+        return [d for d in self.log_dirs if d not in self._offline_dirs]
+
+    def _on_io_error(self, log_dir: str, error: OSError) -> None:
+        self._mark_dir_offline(log_dir, error)
+
+    def _mark_dir_offline(self, log_dir: str, error: Exception) -> None:
+        if log_dir in self._offline_dirs:
+            return
+        self._offline_dirs.add(log_dir)
+        logs = self.logs_in_dir(log_dir)
+        logger.error("log directory %s is offline (%s); %d partitions go offline: %s", log_dir, error,
+                     len(logs), ", ".join(str(tp) for tp in sorted(logs)))
+        for tp, log in logs.items():
+            log.mark_offline()
+            try:
+                log.close()
+            except (OSError, ValueError):
+                pass
+            del self._logs[tp]
+            self._offline_partitions.add(tp)
+        self._release_lock(log_dir)
+
+    def _abort_start(self) -> None:
+        """Undo a start that must fail: close what was opened, unlock every directory."""
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
+        self._dir_of.clear()
+        for log_dir in list(self._locks):
+            self._release_lock(log_dir)
+
+    def _release_lock(self, log_dir: str) -> None:
+        lock = self._locks.pop(log_dir, None)
+        if lock is not None:
+            try:
+                lock.release()
+            except OSError:
+                pass

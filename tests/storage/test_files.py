@@ -1,0 +1,201 @@
+"""The file layer: RealFileSystem basics and what CrashableFileSystem keeps across a crash."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.storage.errors import LogDirLockedError
+from tidelog.storage.files import RealFileSystem, read_whole_file, write_file_atomically
+
+
+@pytest.fixture(params=["real", "crashable"])
+def any_fs(request, tmp_path):
+    return RealFileSystem() if request.param == "real" else CrashableFileSystem(str(tmp_path))
+
+
+def test_append_returns_position_and_pread_reads_back(any_fs, tmp_path):
+    handle = any_fs.open(str(tmp_path / "f"))
+    assert handle.append(b"hello") == 0
+    assert handle.append(bytearray(b" world")) == 5
+    assert handle.append(memoryview(b"!")) == 11
+    assert handle.size() == 12
+    assert handle.pread(5, 6) == b"world"
+    assert handle.pread(100, 6) == b"world!"  # short only at the end
+    handle.truncate(5)
+    assert handle.size() == 5 and handle.pread(100, 0) == b"hello"
+    assert handle.append(b"X") == 5
+    handle.fsync()
+    handle.close()
+    assert (tmp_path / "f").read_bytes() == b"helloX"
+
+
+def test_closed_handle_raises_value_error_not_os_error(any_fs, tmp_path):
+    handle = any_fs.open(str(tmp_path / "f"))
+    handle.close()
+    with pytest.raises(ValueError):
+        handle.pread(1, 0)
+    with pytest.raises(ValueError):
+        handle.append(b"x")
+    with pytest.raises(ValueError):
+        handle.fileno()
+
+
+def test_open_without_create_fails_for_missing_file(any_fs, tmp_path):
+    with pytest.raises(FileNotFoundError):
+        any_fs.open(str(tmp_path / "missing"), create=False)
+
+
+def test_directory_operations(any_fs, tmp_path):
+    d = str(tmp_path / "a" / "b")
+    any_fs.mkdir(d)
+    assert any_fs.is_dir(d) and any_fs.exists(d)
+    any_fs.open(os.path.join(d, "x")).close()
+    any_fs.rename(os.path.join(d, "x"), os.path.join(d, "y"))
+    assert any_fs.listdir(d) == ["y"]
+    any_fs.remove(os.path.join(d, "y"))
+    assert any_fs.listdir(d) == []
+    any_fs.fsync_dir(d)
+    any_fs.rmtree(str(tmp_path / "a"))
+    assert not any_fs.exists(str(tmp_path / "a"))
+
+
+def test_atomic_write_and_read_whole_file(any_fs, tmp_path):
+    path = str(tmp_path / "checkpoint")
+    write_file_atomically(any_fs, path, b"one")
+    write_file_atomically(any_fs, path, b"two")
+    assert read_whole_file(any_fs, path, 100) == b"two"
+    assert not any_fs.exists(path + ".tmp")
+    with pytest.raises(ValueError, match="more than the limit"):
+        read_whole_file(any_fs, path, 2)
+
+
+def test_lock_is_exclusive_until_released(any_fs, tmp_path):
+    lock = any_fs.lock(str(tmp_path / ".lock"))
+    with pytest.raises(LogDirLockedError):
+        any_fs.lock(str(tmp_path / ".lock"))
+    lock.release()
+    any_fs.lock(str(tmp_path / ".lock")).release()
+
+
+# -- CrashableFileSystem --------------------------------------------------------------
+
+
+def durable_file(fs: CrashableFileSystem, path: str, data: bytes):
+    handle = fs.open(path)
+    handle.append(data)
+    handle.fsync()
+    fs.fsync_dir(os.path.dirname(path))
+    return handle
+
+
+def test_crash_drops_bytes_written_since_the_last_fsync(tmp_path):
+    fs = CrashableFileSystem(str(tmp_path))
+    path = str(tmp_path / "f")
+    handle = durable_file(fs, path, b"durable")
+    handle.append(b"-lost")
+    assert fs.unsynced_bytes(path) == 5
+    fs.crash()
+    assert (tmp_path / "f").read_bytes() == b"durable"
+    with pytest.raises(ValueError):
+        handle.append(b"x")  # every handle is gone with the crash
+
+
+def test_crash_undoes_an_unsynced_truncation(tmp_path):
+    fs = CrashableFileSystem(str(tmp_path))
+    path = str(tmp_path / "f")
+    handle = durable_file(fs, path, b"0123456789")
+    handle.truncate(4)
+    handle.append(b"ab")
+    fs.crash()
+    assert (tmp_path / "f").read_bytes() == b"0123456789"
+
+
+def test_synced_truncation_survives(tmp_path):
+    fs = CrashableFileSystem(str(tmp_path))
+    path = str(tmp_path / "f")
+    handle = durable_file(fs, path, b"0123456789")
+    handle.truncate(4)
+    handle.fsync()
+    handle.append(b"ab")
+    fs.crash()
+    assert (tmp_path / "f").read_bytes() == b"0123"
+
+
+def test_crash_undoes_creations_renames_and_removals_without_fsync_dir(tmp_path):
+    fs = CrashableFileSystem(str(tmp_path))
+    root = str(tmp_path)
+    durable_file(fs, os.path.join(root, "kept"), b"k")
+    durable_file(fs, os.path.join(root, "old"), b"o")
+    new = fs.open(os.path.join(root, "new"))  # created, never made durable
+    new.append(b"n")
+    new.fsync()
+    fs.rename(os.path.join(root, "kept"), os.path.join(root, "renamed"))
+    fs.remove(os.path.join(root, "old"))
+    fs.mkdir(os.path.join(root, "dir"))
+    assert fs.listdir(root) == ["dir", "new", "renamed"]
+    fs.crash()
+    assert fs.listdir(root) == ["kept", "old"]
+    assert (tmp_path / "old").read_bytes() == b"o"
+
+
+def test_fsync_dir_makes_directory_changes_durable(tmp_path):
+    fs = CrashableFileSystem(str(tmp_path))
+    root = str(tmp_path)
+    durable_file(fs, os.path.join(root, "a"), b"a")
+    fs.rename(os.path.join(root, "a"), os.path.join(root, "b"))
+    fs.mkdir(os.path.join(root, "d"))
+    durable_file(fs, os.path.join(root, "d", "f"), b"f")
+    fs.fsync_dir(root)
+    fs.crash()
+    assert fs.listdir(root) == ["b", "d"]
+    assert (tmp_path / "d" / "f").read_bytes() == b"f"
+
+
+def test_rename_over_an_existing_file_is_undone_whole(tmp_path):
+    fs = CrashableFileSystem(str(tmp_path))
+    root = str(tmp_path)
+    durable_file(fs, os.path.join(root, "target"), b"old")
+    durable_file(fs, os.path.join(root, "target.tmp"), b"new")
+    fs.rename(os.path.join(root, "target.tmp"), os.path.join(root, "target"))
+    assert (tmp_path / "target").read_bytes() == b"new"
+    fs.crash()
+    assert (tmp_path / "target").read_bytes() == b"old"
+    assert (tmp_path / "target.tmp").read_bytes() == b"new"
+
+
+def test_tear_last_write_keeps_a_durable_prefix(tmp_path):
+    fs = CrashableFileSystem(str(tmp_path))
+    path = str(tmp_path / "f")
+    handle = durable_file(fs, path, b"head-")
+    handle.append(b"0123456789")
+    fs.tear_last_write(path, 3)
+    assert handle.size() == 8
+    fs.crash()
+    assert (tmp_path / "f").read_bytes() == b"head-012"
+
+
+def test_fail_injects_eio_under_a_prefix_until_healed(tmp_path):
+    fs = CrashableFileSystem(str(tmp_path))
+    bad, good = str(tmp_path / "bad"), str(tmp_path / "good")
+    fs.mkdir(bad)
+    fs.mkdir(good)
+    handle = fs.open(os.path.join(bad, "f"))
+    fs.fail(bad)
+    with pytest.raises(OSError) as info:
+        handle.append(b"x")
+    assert info.value.errno == errno.EIO
+    with pytest.raises(OSError):
+        fs.listdir(bad)
+    fs.open(os.path.join(good, "f")).append(b"fine")
+    fs.heal(bad)
+    handle.append(b"x")
+
+
+def test_paths_outside_the_root_are_refused(tmp_path):
+    fs = CrashableFileSystem(str(tmp_path / "root"))
+    with pytest.raises(AssertionError):
+        fs.open(str(tmp_path / "elsewhere"))
