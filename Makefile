@@ -4,27 +4,34 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test setup bench clean
+.PHONY: run test setup bench clean kcat
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,fast]'
 	touch $(STAMP)
+
+# kcat (a C Kafka client from Debian) is used by the integration tests.
+kcat:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq kcat) >/dev/null; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq kcat; fi; }
 
 setup: $(STAMP)
 
-# Sets everything up and runs the main job. Until the broker lands this runs the
-# storage benchmark; it becomes `tidelog serve`.
+# Sets everything up and runs the main job: one local broker (broker + controller)
+# on 127.0.0.1:9092 with its data in ./data. Stop it with Ctrl-C.
 run: $(STAMP)
-	$(VENV)/bin/tidelog bench storage
+	$(VENV)/bin/tidelog serve
 
 # Sets everything up and runs the whole test suite.
-test: $(STAMP)
+test: $(STAMP) kcat
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
 	$(PY) benchmarks/storage_bench.py
+	$(PY) benchmarks/produce_consume_bench.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

@@ -103,7 +103,7 @@ def test_an_append_larger_than_a_segment_is_rejected(log_dir, clock, fs):
     with pytest.raises(RecordTooLargeError) as info:
         log.append_as_leader(batch("a") * 1 + batch(b"y" * 150), leader_epoch=0)
     assert info.value.error_code == ErrorCode.RECORD_LIST_TOO_LARGE
-    assert log.log_end_offset == 0
+    assert log.log_end_offset == 0 and log.latest_epoch is None
 
 
 def test_an_empty_append_is_a_no_op(log_dir, small_config, clock, fs):

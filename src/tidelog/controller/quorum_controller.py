@@ -91,8 +91,14 @@ class QuorumController:
                  rng: random.Random | None = None,
                  session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS_DEFAULT,
                  default_num_partitions: int = 1, default_replication_factor: int = 1,
-                 bootstrap_features: Mapping[str, int] | None = None):
+                 bootstrap_features: Mapping[str, int] | None = None,
+                 co_located_broker_id: int | None = None):
         self.clock = clock
+        # In combined mode (broker and controller in one process) a registration of
+        # our own broker id left in the log belongs to a process that is gone — us,
+        # before the restart — so its session is not revived on load (Kafka would
+        # make the restarted broker wait a whole session timeout).
+        self.co_located_broker_id = co_located_broker_id
         self.log = log
         self.cluster_id = cluster_id
         self._settings = (rng or random.Random(), session_timeout_ms, default_num_partitions,
@@ -122,11 +128,14 @@ class QuorumController:
         if snapshot is not None:
             for record in snapshot.records:
                 self.replay(record, snapshot.last_offset)
+            self.last_write_offset = snapshot.last_offset
             start = snapshot.last_offset + 1
         for offset, record in self.log.read(start):
             self.replay(record, offset)
             self.last_write_offset = offset
         self.cluster.activate()
+        if self.co_located_broker_id is not None:
+            self.heartbeat.remove(self.co_located_broker_id)
         self.on_commit()
 
     # ------------------------------------------------------------ the write path

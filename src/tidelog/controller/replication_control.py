@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -115,12 +115,12 @@ class ReplicationControlManager:
 
     def create_topics(self, requests: Sequence[CreatableTopic]
                       ) -> ControllerResult[list[CreatableTopicResult]]:
-        names = [t.name for t in requests]
+        name_counts = Counter(t.name for t in requests)
         records: list[MetadataRecord] = []
         results = []
         created: set[str] = set()
         for request in requests:
-            if names.count(request.name) > 1:
+            if name_counts[request.name] > 1:
                 error, topic_records = ApiError(ErrorCode.INVALID_REQUEST,
                                                 "Duplicate topic name."), []
             else:

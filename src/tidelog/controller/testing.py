@@ -146,7 +146,10 @@ class ControllerTestEnv:
         return format_record(record, names)
 
     def check_consistent(self) -> None:
-        """The published image equals a full replay of the log, and the managers agree."""
+        """The published image equals a full replay of the log, and the managers agree.
+
+        Meaningful once everything written is committed (always, with auto-commit).
+        """
         controller = self.controller
         replayed = replay_all(self.log.read(self.log.log_start_offset)) \
             if self.log.latest_snapshot() is None else None

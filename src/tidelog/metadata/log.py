@@ -13,7 +13,8 @@ Offsets are Kafka offsets: each record gets the next one, consecutively from 0.
 i.e. Kafka's ``lastCommittedOffset`` = Raft high watermark - 1.
 
 Mapping onto a ``tidelog.storage.Log`` (the metadata log is an ordinary tidelog
-log named ``__cluster_metadata``, partition 0):
+log named ``__cluster_metadata``, partition 0; ``file_log.FileMetadataLog`` is that
+implementation):
 
 * ``append(records)`` → one record batch built by ``records_to_batch`` with
   ``base_offset = end_offset`` (``partitionLeaderEpoch`` = the Raft epoch), appended

@@ -24,6 +24,7 @@ import dataclasses
 import datetime
 import functools
 import io
+import logging
 import struct
 import uuid
 from typing import Any, NamedTuple
@@ -36,6 +37,7 @@ from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 from kio.static.constants import EntityType
 
 API_VERSIONS_KEY = 18
+log = logging.getLogger("tidelog.protocol")
 _HEADER_PREFIX = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
@@ -151,8 +153,10 @@ def decode_request(header: RequestHeader, frame, body_offset: int):
     except Exception as e:  # kio raises a variety of errors on malformed input
         raise ProtocolError(f"cannot decode {cls.__name__} v{header.api_version}: {e}") from None
     if body_offset + size != len(frame):
-        raise ProtocolError(
-            f"{cls.__name__} v{header.api_version} has {len(frame) - body_offset - size} trailing bytes")
+        # Kafka's parser ignores bytes after the last field it knows; some clients
+        # (librdkafka's AdminClient, Metadata v13) send fields a version dropped.
+        log.debug("%s v%d: ignoring %d trailing bytes", cls.__name__, header.api_version,
+                  len(frame) - body_offset - size)
     return entity
 
 

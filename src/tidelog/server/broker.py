@@ -79,6 +79,7 @@ class Broker:
         self.listener_name, self.bind_host, self.bind_port = endpoints[0]
         advertised = config.listener_endpoints(advertised=True)[0]
         self.advertised_host = advertised[1] if advertised[1] not in ("0.0.0.0", "") else "127.0.0.1"
+        self.advertised_port = advertised[2] if config["advertised.listeners"] else 0
         self.controller_id = self.node_id
         self.cluster_id: str = ""
         self.broker_epoch = -1
@@ -136,16 +137,25 @@ class Broker:
             clock=self.clock, log=self.metadata_log, cluster_id=self.cluster_id, rng=random.Random(),
             session_timeout_ms=config["broker.session.timeout.ms"],
             default_num_partitions=config["num.partitions"],
-            default_replication_factor=config["default.replication.factor"])
+            default_replication_factor=config["default.replication.factor"],
+            co_located_broker_id=self.node_id)
         self.loader = MetadataLoader(self.metadata_log)
         self.replica_manager = ReplicaManager(
             self.node_id, self.log_manager, self.clock, self.replication_settings, self.log_config,
             self._alive_broker_epoch)
         self._restore_high_watermarks = self.log_manager.read_high_watermarks()
         self.publish()
+        self.dispatcher = Dispatcher()
+        KafkaApis(self).register(self.dispatcher)
+        AdminApis(self).register(self.dispatcher)
+        self.listener = Listener(self.dispatcher, self.bind_host, self.bind_port,
+                                 request_size_max_bytes=config["socket.request.max.bytes"],
+                                 idle_timeout_ms=config["connections.max.idle.ms"])
+        self.bind_port = self.listener.bind()
+        advertised_port = self.advertised_port or self.bind_port
         reply = self.controller.register_broker(BrokerRegistrationRequest(
             broker_id=self.node_id, incarnation_id=uuid.uuid4(), cluster_id=self.cluster_id,
-            listeners=(Endpoint(self.listener_name, self.advertised_host, self.bind_port),)))
+            listeners=(Endpoint(self.listener_name, self.advertised_host, advertised_port),)))
         if reply.error_code != ErrorCode.NONE:
             raise BrokerStartupError(f"broker registration failed: {reply.error_code.name}: "
                                      f"{reply.error_message}")
@@ -154,14 +164,7 @@ class Broker:
         for _ in range(3):  # FENCED -> UNFENCED once caught up with our own registration
             if self.heartbeat().is_fenced is False:
                 break
-        self.dispatcher = Dispatcher()
-        KafkaApis(self).register(self.dispatcher)
-        AdminApis(self).register(self.dispatcher)
-        self.listener = Listener(self.dispatcher, self.bind_host, self.bind_port,
-                                 request_size_max_bytes=config["socket.request.max.bytes"],
-                                 idle_timeout_ms=config["connections.max.idle.ms"])
         await self.listener.start()
-        self.bind_port = self.listener.port
         self._tasks.append(asyncio.create_task(self._tick_loop()))
         log.info("tidelog broker %d ready: listening on %s://%s:%d (cluster %s, data in %s)",
                  self.node_id, self.listener_name, self.bind_host, self.listener.port, self.cluster_id,

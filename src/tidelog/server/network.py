@@ -57,12 +57,10 @@ class Connection:
         writer_task = asyncio.create_task(self._write_loop())
         try:
             await self._read_loop()
+            await self._pending.put(None)  # let the writer send what is owed, then finish
+            await writer_task
         finally:
-            await self._pending.put(None)  # tell the writer to finish
-            try:
-                await writer_task
-            except Exception:  # the writer logs its own failures
-                pass
+            writer_task.cancel()
             self.close()
 
     async def _read_loop(self) -> None:
@@ -135,11 +133,21 @@ class Listener:
         self._server: asyncio.base_events.Server | None = None
         self.connections: set[Connection] = set()
 
+    def bind(self) -> int:
+        """Bind the socket now (so the real port is known before serving)."""
+        import socket
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        self._sock = sock
+        self.port = sock.getsockname()[1]
+        return self.port
+
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._on_connect, self.host, self.port,
-                                                  limit=1 << 20)
-        if self.port == 0:
-            self.port = self._server.sockets[0].getsockname()[1]
+        if getattr(self, "_sock", None) is None:
+            self.bind()
+        self._server = await asyncio.start_server(self._on_connect, sock=self._sock, limit=1 << 20)
 
     async def _on_connect(self, reader, writer) -> None:
         sock = writer.get_extra_info("socket")
@@ -151,6 +159,8 @@ class Listener:
         self.connections.add(connection)
         try:
             await connection.serve()
+        except asyncio.CancelledError:
+            pass  # the listener is shutting down
         except Exception:
             log.exception("connection from %s failed", connection.peer)
         finally:

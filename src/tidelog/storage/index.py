@@ -91,6 +91,8 @@ class _Index:
             return
         count = len(self._keys)
         if self._persisted_entries == count and not self._file_needs_rewrite:
+            if count == 0 and not self.fs.exists(self.path):
+                self.fs.open(self.path).close()  # Kafka's layout always has both index files
             return
         handle = self.fs.open(self.path)
         try:
@@ -234,8 +236,8 @@ class TimeIndex(_Index):
         (the segment's final entry when it stops being active).
         """
         keys = self._keys
-        if (keys and timestamp <= keys[-1]) or len(keys) >= self.max_entries:
-            return
+        if timestamp <= (keys[-1] if keys else -1) or len(keys) >= self.max_entries:
+            return  # an empty index acts as (-1, base offset): no-timestamp entries never go in
         if self.is_full and not skip_full_check:
             return
         relative_offset = offset - self.base_offset

@@ -294,6 +294,7 @@ class Log:
             next_offset = last_offset + 1
             position += size_bytes
         if batches:
+            self._check_append_size(end)
             self._leader_epoch_cache.assign(leader_epoch, first_offset)
             self._write(buffer, batches, first_offset, next_offset, max_timestamp, now_ms)
         return LogAppendInfo(first_offset, next_offset - 1, max_timestamp, offset_of_max_timestamp,
@@ -325,18 +326,21 @@ class Log:
             expected_offset = header.next_offset
             position += header.size_bytes
         if batches:
+            self._check_append_size(end)
             for epoch, start_offset in epochs:
                 self._leader_epoch_cache.assign(epoch, start_offset)
             self._write(records, batches, first_offset, expected_offset, max_timestamp, now_ms)
         return LogAppendInfo(first_offset, expected_offset - 1, max_timestamp, offset_of_max_timestamp,
                              -1, record_count, len(batches), end, self._log_start_offset)
 
+    def _check_append_size(self, size_bytes: int) -> None:
+        if size_bytes > self.config.segment_bytes:
+            raise RecordTooLargeError(
+                f"{self.topic_partition}: an append of {size_bytes} bytes is above segment.bytes "
+                f"{self.config.segment_bytes}", ErrorCode.RECORD_LIST_TOO_LARGE)
+
     def _write(self, buffer, batches: list[BatchInfo], first_offset: int, next_offset: int,
                max_timestamp: int, now_ms: int) -> None:
-        if len(buffer) > self.config.segment_bytes:
-            raise RecordTooLargeError(
-                f"{self.topic_partition}: an append of {len(buffer)} bytes is above segment.bytes "
-                f"{self.config.segment_bytes}", ErrorCode.RECORD_LIST_TOO_LARGE)
         segment = self._maybe_roll(len(buffer), max_timestamp, first_offset, next_offset - 1, now_ms)
         segment.append(buffer, batches, next_offset, now_ms)
         self._log_end_offset = next_offset
@@ -370,7 +374,7 @@ class Log:
             self._base_offsets.pop()
         else:
             old.on_become_inactive()
-            self._flush(new_base_offset)
+            self._flush(min(new_base_offset, self._log_end_offset))
         segment = LogSegment.create(self.fs, self.directory, new_base_offset,
                                     index_size_max_bytes=self.config.segment_index_bytes,
                                     index_interval_bytes=self.config.index_interval_bytes,

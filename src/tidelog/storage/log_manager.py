@@ -75,7 +75,9 @@ class LogManager:
     def _load_dir(self, log_dir: str) -> None:
         fs = self.fs
         try:
-            fs.mkdir(log_dir)
+            if not fs.exists(log_dir):
+                fs.mkdir(log_dir)
+                fs.fsync_dir(os.path.dirname(log_dir))
             self._locks[log_dir] = fs.lock(os.path.join(log_dir, LOCK_FILE))
         except LogDirLockedError:
             self._abort_start()
@@ -97,8 +99,9 @@ class LogManager:
                 if tp is None:
                     continue
                 if tp in self._logs:
+                    message = f"{tp} is in both {self._dir_of[tp]} and {log_dir}"
                     self._abort_start()
-                    raise DuplicateLogError(f"{tp} is in both {self._dir_of[tp]} and {log_dir}")
+                    raise DuplicateLogError(message)
                 self._logs[tp] = Log.open(
                     os.path.join(log_dir, name), self.config_for(tp.topic), self.clock, fs,
                     recovery_point=recovery_points.get(tp, 0), log_start_offset=log_start_offsets.get(tp, 0),

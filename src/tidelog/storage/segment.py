@@ -469,15 +469,15 @@ class LogSegment:
     def close(self) -> None:
         """Write the indexes (with Kafka's final time-index entry) and close the file.
 
-        Not fsynced: a clean shutdown flushes first, and after an unclean one this
-        segment is recovered from its log anyway.
+        The log itself is not fsynced here (a clean shutdown flushes first); the
+        index files are, so the clean-shutdown marker written next covers them.
         """
         if self._max_timestamp is not None:
             if self._max_timestamp >= 0:
                 self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp,
                                              skip_full_check=True)
-            self.offset_index.flush(fsync=False)
-            self.time_index.flush(fsync=False)
+            self.offset_index.flush()
+            self.time_index.flush()
         self.log.close()
 
     def delete(self) -> None:

@@ -1,0 +1,138 @@
+"""Real tidelog brokers for tests (yours and ours).
+
+``Broker`` runs ``tidelog serve`` as a separate process on a free loopback port
+with its data in a temporary (or given) directory, waits for its ready line,
+and stops it on exit::
+
+    from tidelog.testing import Broker
+
+    with Broker() as broker:
+        producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+
+It can also be killed (SIGKILL), stopped cleanly (SIGTERM) and restarted on the
+same port and data, for durability tests. For pytest, ``tidelog_broker`` is a
+module-scoped fixture: put ``from tidelog.testing import tidelog_broker`` in
+your ``conftest.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+_READY = re.compile(r"tidelog ready: broker \d+ listening on \w+://([^:]+):(\d+)")
+
+
+class BrokerStartError(RuntimeError):
+    pass
+
+
+class Broker:
+    def __init__(self, data_dir: str | None = None, overrides: dict[str, str] | None = None,
+                 start_timeout_s: float = 30.0, host: str = "127.0.0.1"):
+        self._own_dir = data_dir is None
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="tidelog-test-")
+        self.overrides = dict(overrides or {})
+        self.start_timeout_s = start_timeout_s
+        self.host = host
+        self.port = 0
+        self.process: subprocess.Popen | None = None
+        self.output: list[str] = []
+        self._reader: threading.Thread | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> "Broker":
+        """Start the broker process; returns once it serves (or raises with its output)."""
+        settings = {"log.dirs": os.path.join(self.data_dir, "data"),
+                    "listeners": f"PLAINTEXT://{self.host}:{self.port}", **self.overrides}
+        args = [sys.executable, "-m", "tidelog.cli.main", "serve"]
+        for key, value in settings.items():
+            args += ["--override", f"{key}={value}"]
+        self.output = []
+        self.process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True, bufsize=1)
+        ready = threading.Event()
+
+        def pump(process=self.process):
+            for line in process.stdout:
+                self.output.append(line.rstrip("\n"))
+                if len(self.output) > 10_000:
+                    del self.output[:5_000]
+                match = _READY.search(line)
+                if match:
+                    self.port = int(match.group(2))
+                    ready.set()
+        self._reader = threading.Thread(target=pump, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + self.start_timeout_s
+        while not ready.wait(0.05):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise BrokerStartError("tidelog serve did not become ready:\n" + "\n".join(self.output[-40:]))
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """Clean shutdown (SIGTERM), as an operator would; returns the exit code."""
+        if self.process is None:
+            return 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        self._join()
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies at once, losing what was not written to the files."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._join()
+
+    def restart(self, clean: bool = True) -> "Broker":
+        """Stop (cleanly or by SIGKILL) and start again on the same port and data."""
+        if clean:
+            self.stop()
+        else:
+            self.kill()
+        return self.start()
+
+    def _join(self) -> None:
+        if self._reader is not None:
+            self._reader.join(5)
+        self.process = None
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> "Broker":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+try:
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def tidelog_broker():
+        """A running single-node tidelog broker for the test module."""
+        with Broker() as broker:
+            yield broker
+except ImportError:  # pytest is optional for users of Broker itself
+    pass

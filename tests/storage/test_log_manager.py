@@ -1,0 +1,222 @@
+"""LogManager: log directories, restarts, checkpoints, clean shutdown, offline directories."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from tidelog.core.errors import StorageError
+from tidelog.core.ids import TopicPartition
+from tidelog.storage.config import LogConfig
+from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.storage.errors import DuplicateLogError, LogDirLockedError, OfflineLogDirError
+from tidelog.storage.log_manager import LogManager
+from tidelog.storage.segment import LogSegment
+
+from .conftest import batch, read_all
+
+CONFIG = LogConfig(segment_bytes=1024, index_interval_bytes=100)
+A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b-x", 0)
+
+
+@pytest.fixture
+def dirs(tmp_path) -> list[str]:
+    return [str(tmp_path / "d1"), str(tmp_path / "d2")]
+
+
+def manager(dirs, clock, fs) -> LogManager:
+    return LogManager(dirs, clock, fs, default_config=CONFIG)
+
+
+def fill(log, count: int, epoch: int = 0) -> None:
+    for i in range(count):
+        log.append_as_leader(batch(f"{log.topic_partition}-{i}" * 4), leader_epoch=epoch)
+
+
+def test_new_logs_go_to_the_directory_with_the_fewest_partitions(dirs, clock, fs):
+    m = manager(dirs, clock, fs)
+    for p in range(4):
+        m.get_or_create_log(TopicPartition("t", p))
+    assert sorted(len(m.logs_in_dir(d)) for d in m.log_dirs) == [2, 2]
+    assert m.log_dir_of(TopicPartition("t", 0)) == dirs[0]
+    assert m.log_dir_of(TopicPartition("t", 1)) == dirs[1]
+    assert m.get_or_create_log(TopicPartition("t", 0)) is m.get_log(TopicPartition("t", 0))
+    assert os.path.isdir(os.path.join(dirs[1], "t-1"))
+    assert m.get_log(TopicPartition("t", 9)) is None
+
+
+def test_a_clean_restart_finds_every_log_and_skips_recovery(dirs, clock, fs, monkeypatch, caplog):
+    m = manager(dirs, clock, fs)
+    for tp in (A0, A1, B0):
+        log = m.get_or_create_log(tp)
+        fill(log, 30)
+        log.update_high_watermark(20)
+    m.get_log(A0).maybe_increment_log_start_offset(15)
+    expected = {tp: read_all(m.get_log(tp)) for tp in (A0, A1, B0)}
+    m.shutdown()
+    for d in dirs:
+        assert os.path.exists(os.path.join(d, ".kafka_cleanshutdown"))
+        for name in ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint",
+                     "replication-offset-checkpoint"):
+            assert os.path.exists(os.path.join(d, name))
+    assert open(os.path.join(dirs[0], "log-start-offset-checkpoint")).read().startswith("0\n")
+
+    monkeypatch.setattr(LogSegment, "recover", lambda *a, **k: pytest.fail("recovery after a clean shutdown"))
+    with caplog.at_level(logging.INFO):
+        m = manager(dirs, clock, fs)
+    assert {log.topic_partition for log in m.all_logs()} == {A0, A1, B0}
+    for tp in (A0, A1, B0):
+        log = m.get_log(tp)
+        assert read_all(log) == expected[tp]
+        assert (log.log_end_offset, log.high_watermark) == (30, 20)
+    assert m.get_log(A0).log_start_offset == 15
+    assert not any(os.path.exists(os.path.join(d, ".kafka_cleanshutdown")) for d in dirs)
+    assert any("clean shutdown" in r.getMessage() for r in caplog.records)
+
+
+def test_an_unclean_restart_recovers_from_the_checkpointed_recovery_points(dirs, clock, fs, caplog):
+    m = LogManager(dirs, clock, fs)  # default 1 GiB segments: no roll, nothing fsynced by one
+    log = m.get_or_create_log(A0)
+    fill(log, 10)
+    log.flush()
+    m.checkpoint_recovery_points()
+    fill(log, 5)  # unflushed, lost in the crash
+    fs.crash()
+    with caplog.at_level(logging.INFO):
+        m = LogManager(dirs, clock, fs)
+    log = m.get_log(A0)
+    assert log.log_end_offset == 10 and log.recovery_point == 10
+    assert any("recovered" in r.getMessage() for r in caplog.records)
+
+
+def test_checkpoint_files_hold_each_directorys_partitions(dirs, clock, fs):
+    m = manager(dirs, clock, fs)
+    for tp in (A0, A1):
+        fill(m.get_or_create_log(tp), 3)
+        m.get_log(tp).flush()
+    m.checkpoint_recovery_points()
+    m.checkpoint_log_start_offsets()
+    m.write_high_watermarks({A0: 2, A1: 1, TopicPartition("elsewhere", 0): 9})
+    assert open(os.path.join(dirs[0], "recovery-point-offset-checkpoint")).read() == "0\n1\na 0 3\n"
+    assert open(os.path.join(dirs[1], "recovery-point-offset-checkpoint")).read() == "0\n1\na 1 3\n"
+    assert open(os.path.join(dirs[0], "log-start-offset-checkpoint")).read() == "0\n1\na 0 0\n"
+    assert open(os.path.join(dirs[1], "replication-offset-checkpoint")).read() == "0\n1\na 1 1\n"
+    assert m.read_high_watermarks() == {A0: 2, A1: 1}
+
+
+def test_high_watermark_on_restart_is_the_checkpoint_clamped_to_the_log_end(dirs, clock, fs):
+    m = manager(dirs, clock, fs)
+    log = m.get_or_create_log(A0)
+    fill(log, 10)
+    log.flush()
+    m.checkpoint_recovery_points()
+    m.write_high_watermarks({A0: 500})
+    fs.crash()
+    m = manager(dirs, clock, fs)
+    assert m.get_log(A0).high_watermark == 10
+
+
+def test_deleted_logs_are_gone_and_leftover_delete_dirs_are_cleaned(dirs, clock, fs):
+    m = manager(dirs, clock, fs)
+    fill(m.get_or_create_log(A0), 3)
+    m.get_or_create_log(A1)
+    m.delete_log(A0)
+    assert m.get_log(A0) is None and os.listdir(dirs[0]) == [".lock"]
+    m.shutdown()
+    os.makedirs(os.path.join(dirs[1], "a-7.0123abcd-delete"))
+    m = manager(dirs, clock, fs)
+    assert {log.topic_partition for log in m.all_logs()} == {A1}
+    assert not os.path.exists(os.path.join(dirs[1], "a-7.0123abcd-delete"))
+
+
+def test_unrelated_directories_are_skipped(dirs, clock, fs):
+    for name in ("lost+found", "__cluster_metadata-0", "a-0-future", "notapartition"):
+        os.makedirs(os.path.join(dirs[0], name))
+    m = manager(dirs, clock, fs)
+    assert m.all_logs() == []
+
+
+def test_a_directory_failing_at_runtime_goes_offline_and_the_others_keep_working(dirs, clock, fs, caplog):
+    m = manager(dirs, clock, fs)
+    healthy, doomed = m.get_or_create_log(A0), m.get_or_create_log(A1)  # d1, d2
+    fill(healthy, 3)
+    fill(doomed, 3)
+    fs.fail(dirs[1])
+    with caplog.at_level(logging.ERROR), pytest.raises(StorageError):
+        doomed.append_as_leader(batch("x"), leader_epoch=0)
+    assert m.offline_dirs == {dirs[1]}
+    assert m.offline_partitions == {A1}
+    assert m.get_log(A1) is None
+    with pytest.raises(OfflineLogDirError):
+        doomed.read(0, 100)
+    with pytest.raises(OfflineLogDirError):
+        m.get_or_create_log(A1)
+    fill(healthy, 2)
+    new = m.get_or_create_log(B0)
+    assert m.log_dir_of(B0) == dirs[0]
+    fill(new, 1)
+    m.flush_all()
+    m.checkpoint_recovery_points()
+    assert any("offline" in r.getMessage() for r in caplog.records)
+    m.shutdown()
+    assert os.path.exists(os.path.join(dirs[0], ".kafka_cleanshutdown"))
+
+
+def test_a_directory_failing_at_start_is_offline_and_the_others_load(dirs, clock, fs):
+    m = manager(dirs, clock, fs)
+    fill(m.get_or_create_log(A0), 2)
+    fill(m.get_or_create_log(A1), 2)
+    m.shutdown()
+    fs.fail(dirs[1])
+    m = manager(dirs, clock, fs)
+    assert m.offline_dirs == {dirs[1]}
+    assert [log.topic_partition for log in m.all_logs()] == [A0]
+
+
+def test_a_malformed_checkpoint_takes_only_its_directory_offline(dirs, clock, fs):
+    m = manager(dirs, clock, fs)
+    fill(m.get_or_create_log(A0), 2)
+    fill(m.get_or_create_log(A1), 2)
+    m.shutdown()
+    with open(os.path.join(dirs[1], "recovery-point-offset-checkpoint"), "w") as f:
+        f.write("0\n2\na 1 2\n")
+    m = manager(dirs, clock, fs)
+    assert m.offline_dirs == {dirs[1]} and m.get_log(A0) is not None
+
+
+def test_a_locked_directory_refuses_a_second_manager(dirs, clock, fs):
+    m = manager(dirs, clock, fs)
+    with pytest.raises(LogDirLockedError):
+        LogManager(dirs[1:], clock, CrashableFileSystem(os.path.dirname(dirs[0])), default_config=CONFIG)
+    m.shutdown()
+    LogManager(dirs[1:], clock, fs, default_config=CONFIG).shutdown()
+
+
+def test_a_partition_in_two_directories_refuses_to_start(dirs, clock, fs):
+    m = manager(dirs, clock, fs)
+    m.get_or_create_log(A0)
+    m.shutdown()
+    os.makedirs(os.path.join(dirs[1], "a-0"))
+    with pytest.raises(DuplicateLogError):
+        manager(dirs, clock, fs)
+    os.rmdir(os.path.join(dirs[1], "a-0"))
+    manager(dirs, clock, fs).shutdown()  # the locks were released
+
+
+def test_retention_runs_over_every_log(dirs, clock, fs):
+    m = LogManager(dirs, clock, fs, default_config=LogConfig(segment_bytes=1024, retention_bytes=0))
+    log = m.get_or_create_log(A0)
+    fill(log, 60)
+    log.update_high_watermark(log.log_end_offset)
+    assert m.delete_old_segments() > 0
+    assert log.log_start_offset > 0
+
+
+def test_topic_configs_apply_per_topic(dirs, clock, fs):
+    m = LogManager(dirs, clock, fs, default_config=CONFIG,
+                   topic_configs={"b-x": LogConfig(segment_bytes=2048)})
+    assert m.get_or_create_log(B0).config.segment_bytes == 2048
+    assert m.get_or_create_log(A0).config.segment_bytes == 1024
+    assert m.get_or_create_log(A1, LogConfig(segment_bytes=4096)).config.segment_bytes == 4096

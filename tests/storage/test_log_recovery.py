@@ -1,0 +1,282 @@
+"""Crash recovery: torn writes at every byte, lost unsynced tails, corruption detected and never served."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from tidelog.core.errors import OffsetOutOfRangeError
+from tidelog.records.batch import build_batch
+from tidelog.storage.config import LogConfig
+from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.storage.errors import CorruptSegmentError
+from tidelog.storage.log import Log
+from tidelog.storage.segment import LogSegment
+
+from .conftest import T0_MS, batch, check_log_consistency, read_all
+
+CONFIG = LogConfig(segment_bytes=1024, index_interval_bytes=100)
+
+
+def fresh(root, name: str) -> tuple[CrashableFileSystem, str]:
+    path = os.path.join(str(root), name)
+    os.makedirs(path)
+    return CrashableFileSystem(path), os.path.join(path, "orders-0")
+
+
+def values(log: Log) -> list[tuple[int, bytes]]:
+    return read_all(log)
+
+
+def test_a_tear_at_every_byte_of_the_last_batch_keeps_exactly_the_whole_batches(tmp_path, clock):
+    earlier = [batch(f"early-{i}", "x") for i in range(3)]
+    last = build_batch([b"last-1", b"last-2", b"last-3"], timestamp_ms=T0_MS)
+    expected_before = [(2 * i + j, v) for i in range(3) for j, v in enumerate([f"early-{i}".encode(), b"x"])]
+    for keep in range(len(last) + 1):
+        fs, log_dir = fresh(tmp_path, f"keep-{keep}")
+        log = Log.open(log_dir, CONFIG, clock, fs)
+        for data in earlier:
+            log.append_as_leader(data, leader_epoch=1)
+        log.flush()
+        recovery_point = log.recovery_point
+        log.append_as_leader(last, leader_epoch=2)
+        fs.tear_last_write(log.active_segment.log.path, keep)
+        fs.crash()
+
+        log = Log.open(log_dir, CONFIG, clock, fs, recovery_point=recovery_point)
+        if keep == len(last):
+            assert values(log) == expected_before + [(6, b"last-1"), (7, b"last-2"), (8, b"last-3")]
+            assert log.leader_epoch_cache.entries == [(1, 0), (2, 6)]
+        else:
+            assert values(log) == expected_before, keep
+            assert log.log_end_offset == 6
+            assert log.size_bytes == sum(len(d) for d in earlier)
+            assert log.leader_epoch_cache.entries == [(1, 0)]
+        check_log_consistency(log)
+        assert log.append_as_leader(batch("again"), leader_epoch=3).first_offset == log.log_end_offset - 1
+
+
+def test_a_tear_inside_a_multi_batch_write_keeps_the_batches_written_whole(tmp_path, clock):
+    first, second = batch("one"), batch("two", "three")
+    for keep in range(len(first) + len(second) + 1):
+        fs, log_dir = fresh(tmp_path, f"keep-{keep}")
+        log = Log.open(log_dir, CONFIG, clock, fs)
+        log.append_as_leader(first + second, leader_epoch=0)
+        fs.tear_last_write(log.active_segment.log.path, keep)
+        fs.crash()
+        log = Log.open(log_dir, CONFIG, clock, fs)
+        expected = []
+        if keep >= len(first):
+            expected.append((0, b"one"))
+        if keep == len(first) + len(second):
+            expected += [(1, b"two"), (2, b"three")]
+        assert values(log) == expected, keep
+        check_log_consistency(log)
+
+
+def test_a_tear_of_the_first_batch_of_a_new_segment(tmp_path, clock):
+    big = batch(b"b" * 400)
+    for keep in range(0, len(big) + 1, 3):
+        fs, log_dir = fresh(tmp_path, f"keep-{keep}")
+        log = Log.open(log_dir, CONFIG, clock, fs)
+        for _ in range(3):
+            log.append_as_leader(big, leader_epoch=0)  # the third rolls a new segment
+        assert len(log.segments) == 2
+        fs.tear_last_write(log.active_segment.log.path, keep)
+        fs.crash()
+        log = Log.open(log_dir, CONFIG, clock, fs, recovery_point=2)
+        assert log.log_end_offset == (3 if keep == len(big) else 2)
+        assert [o for o, _ in values(log)] == list(range(log.log_end_offset))
+        check_log_consistency(log)
+
+
+def test_a_crash_drops_what_was_not_flushed(log_dir, clock, fs):
+    log = Log.open(log_dir, LogConfig(), clock, fs)
+    for i in range(10):
+        log.append_as_leader(batch(f"v{i}"), leader_epoch=0)
+    log.flush()
+    for i in range(10, 15):
+        log.append_as_leader(batch(f"v{i}"), leader_epoch=1)
+    fs.crash()
+    log = Log.open(log_dir, LogConfig(), clock, fs, recovery_point=10)
+    assert values(log) == [(i, f"v{i}".encode()) for i in range(10)]
+    assert log.leader_epoch_cache.entries == [(0, 0)]  # the epoch-1 entry pointed past the end
+    check_log_consistency(log)
+
+
+def test_rolled_segments_survive_a_crash_because_a_roll_fsyncs(log_dir, clock, fs):
+    log = Log.open(log_dir, CONFIG, clock, fs)
+    for i in range(60):
+        log.append_as_leader(batch(f"value-{i}" * 5), leader_epoch=0)
+    active_base = log.active_segment.base_offset
+    assert log.recovery_point == active_base > 0
+    fs.crash()
+    log = Log.open(log_dir, CONFIG, clock, fs, recovery_point=active_base)
+    assert log.log_end_offset == active_base
+    assert [o for o, _ in values(log)] == list(range(active_base))
+    check_log_consistency(log)
+
+
+def test_a_crash_before_the_partition_directory_was_made_durable(tmp_path, clock):
+    fs = CrashableFileSystem(str(tmp_path))
+    log_dir = os.path.join(str(tmp_path), "orders-0")
+    log = Log.open(log_dir, CONFIG, clock, fs)
+    log.append_as_leader(batch("a"), leader_epoch=0)
+    log.flush()
+    fs.crash()
+    log = Log.open(log_dir, CONFIG, clock, fs)
+    assert values(log) == [(0, b"a")]  # Log.open fsyncs the parent after creating it
+
+
+def corrupt_byte(path: str, position: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)
+        f.seek(position)
+        f.write(bytes([byte[0] ^ 0x55]))
+
+
+def three_segment_log(log_dir, clock, fs) -> tuple[Log, list[int]]:
+    log = Log.open(log_dir, CONFIG, clock, fs)
+    i = 0
+    while len(log.segments) < 4:
+        log.append_as_leader(batch(f"value-{i}" * 6), leader_epoch=0)
+        i += 1
+    return log, [s.base_offset for s in log.segments]
+
+
+def test_a_corrupt_middle_segment_is_detected_reported_and_never_served(log_dir, clock, fs, caplog):
+    log, bases = three_segment_log(log_dir, clock, fs)
+    end = log.log_end_offset
+    middle = log.segments[1]
+    batch_size = len(batch("value-0" * 6))
+    corrupt_offset = bases[1] + 2
+    position = 2 * batch_size + 70  # inside the payload of the batch at base + 2
+    middle_path = middle.log.path
+    log.close()
+    corrupt_byte(middle_path, position)
+
+    with caplog.at_level(logging.INFO):
+        log = Log.open(log_dir, CONFIG, clock, fs, recovery_point=0)
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors and "corrupt" in errors[0].getMessage() and f"segment {bases[1]}" in errors[0].getMessage()
+    assert log.log_end_offset == corrupt_offset < end
+    assert [s.base_offset for s in log.segments] == bases[:2]
+    assert not any(name.startswith(f"{bases[2]:020d}") for name in os.listdir(log_dir))
+    assert [o for o, _ in values(log)] == list(range(corrupt_offset))
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(corrupt_offset + 1, 1000)
+    check_log_consistency(log)
+
+
+def test_a_corrupt_last_batch_is_cut_with_a_warning(log_dir, clock, fs, caplog):
+    log = Log.open(log_dir, CONFIG, clock, fs)
+    for i in range(5):
+        log.append_as_leader(batch(f"v{i}"), leader_epoch=0)
+    path, size = log.active_segment.log.path, log.active_segment.size_bytes
+    log.close()
+    corrupt_byte(path, size - 3)
+    with caplog.at_level(logging.WARNING):
+        log = Log.open(log_dir, CONFIG, clock, fs)
+    assert log.log_end_offset == 4
+    assert any("CRC" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+
+def test_a_damaged_header_below_the_recovery_point_fails_reads_loudly(log_dir, clock, fs, caplog):
+    log, bases = three_segment_log(log_dir, clock, fs)
+    log.flush()
+    recovery_point, path = log.recovery_point, log.segments[1].log.path
+    log.close()
+    corrupt_byte(path, 16)  # the magic byte of the segment's first batch
+    log = Log.open(log_dir, CONFIG, clock, fs, recovery_point=recovery_point, had_clean_shutdown=True)
+    with caplog.at_level(logging.ERROR), pytest.raises(CorruptSegmentError):
+        log.read(bases[1], 1000)
+    assert any("corrupt" in r.getMessage() for r in caplog.records)
+    assert log.read(0, 100).records.read_bytes()  # the healthy segment still serves
+
+
+def test_a_clean_shutdown_skips_recovery(log_dir, clock, fs, monkeypatch):
+    log, bases = three_segment_log(log_dir, clock, fs)
+    log.flush()
+    end, expected = log.log_end_offset, values(log)
+    log.close()
+
+    def no_recovery(self, next_segment_base_offset=None):
+        raise AssertionError("recovery must not run after a clean shutdown")
+
+    monkeypatch.setattr(LogSegment, "recover", no_recovery)
+    log = Log.open(log_dir, CONFIG, clock, fs, recovery_point=end, had_clean_shutdown=True)
+    assert log.log_end_offset == end and values(log) == expected
+    assert log.append_as_leader(batch("more"), leader_epoch=0).first_offset == end
+    check_log_consistency(log)
+
+
+def test_a_clean_shutdown_claim_with_a_torn_tail_still_recovers_the_last_segment(log_dir, clock, fs, caplog):
+    log = Log.open(log_dir, CONFIG, clock, fs)
+    for i in range(4):
+        log.append_as_leader(batch(f"v{i}"), leader_epoch=0)
+    path = log.active_segment.log.path
+    log.close()
+    with open(path, "ab") as f:
+        f.write(b"\x00" * 30)
+    with caplog.at_level(logging.WARNING):
+        log = Log.open(log_dir, CONFIG, clock, fs, recovery_point=4, had_clean_shutdown=True)
+    assert log.log_end_offset == 4 and any("not whole" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("damage", ["delete", "garbage"])
+def test_missing_or_bad_index_files_are_rebuilt(log_dir, clock, fs, damage, caplog):
+    log, bases = three_segment_log(log_dir, clock, fs)
+    log.flush()
+    end, expected = log.log_end_offset, values(log)
+    log.close()
+    for name in os.listdir(log_dir):
+        if name.endswith((".index", ".timeindex")):
+            if damage == "delete":
+                os.remove(os.path.join(log_dir, name))
+            else:
+                with open(os.path.join(log_dir, name), "wb") as f:
+                    f.write(b"\x7f" * 13)
+    log = Log.open(log_dir, CONFIG, clock, fs, recovery_point=end, had_clean_shutdown=True)
+    assert values(log) == expected
+    check_log_consistency(log)
+
+
+def test_leftover_files_are_cleaned_on_open(log_dir, clock, fs):
+    log = Log.open(log_dir, CONFIG, clock, fs)
+    log.append_as_leader(batch("a"), leader_epoch=0)
+    log.close()
+    for name in ("00000000000000000000.log.deleted", "leader-epoch-checkpoint.tmp",
+                 "00000000000000000099.index", "00000000000000000099.timeindex"):
+        open(os.path.join(log_dir, name), "wb").close()
+    log = Log.open(log_dir, CONFIG, clock, fs)
+    assert sorted(os.listdir(log_dir)) == ["00000000000000000000.index", "00000000000000000000.log",
+                                           "00000000000000000000.timeindex", "leader-epoch-checkpoint"]
+    assert values(log) == [(0, b"a")]
+
+
+def test_a_log_start_offset_above_the_recovered_end_restarts_the_log_there(log_dir, clock, fs, caplog):
+    log = Log.open(log_dir, CONFIG, clock, fs)
+    for i in range(10):
+        log.append_as_leader(batch(f"v{i}"), leader_epoch=0)
+    log.update_high_watermark(10)
+    log.maybe_increment_log_start_offset(8)
+    fs.crash()  # nothing was flushed
+    with caplog.at_level(logging.WARNING):
+        log = Log.open(log_dir, CONFIG, clock, fs, log_start_offset=8, high_watermark=10)
+    assert (log.log_start_offset, log.high_watermark, log.log_end_offset) == (8, 8, 8)
+    assert log.append_as_leader(batch("x"), leader_epoch=1).first_offset == 8
+
+
+def test_a_batch_whose_offsets_go_back_is_treated_as_corruption(log_dir, clock, fs):
+    log = Log.open(log_dir, CONFIG, clock, fs)
+    for i in range(3):
+        log.append_as_leader(batch(f"v{i}"), leader_epoch=0)
+    path = log.active_segment.log.path
+    log.close()
+    with open(path, "ab") as f:
+        f.write(batch("stale", base_offset=1))  # valid CRC, but offset 1 again
+    log = Log.open(log_dir, CONFIG, clock, fs)
+    assert log.log_end_offset == 3 and [o for o, _ in values(log)] == [0, 1, 2]
