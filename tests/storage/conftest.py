@@ -18,7 +18,8 @@ T0_MS = 1_700_000_000_000
 def batch(*values: bytes | str, timestamp_ms: int = T0_MS, base_offset: int = 0, epoch: int = -1) -> bytes:
     """A batch of the given record values (str is encoded)."""
     encoded = [v.encode() if isinstance(v, str) else v for v in values]
-    return build_batch(encoded, base_offset=base_offset, partition_leader_epoch=epoch, timestamp_ms=timestamp_ms)
+    return build_batch(encoded, base_offset=base_offset, partition_leader_epoch=epoch,
+                       timestamp_ms=timestamp_ms)
 
 
 def records_of(data: bytes) -> list[tuple[int, bytes]]:

@@ -199,3 +199,20 @@ def test_paths_outside_the_root_are_refused(tmp_path):
     fs = CrashableFileSystem(str(tmp_path / "root"))
     with pytest.raises(AssertionError):
         fs.open(str(tmp_path / "elsewhere"))
+
+
+def test_rmtree_and_directory_renames_are_undone_without_fsync_dir(tmp_path):
+    fs = CrashableFileSystem(str(tmp_path))
+    root = str(tmp_path)
+    fs.mkdir(os.path.join(root, "t-0"))
+    fs.mkdir(os.path.join(root, "t-1"))
+    fs.fsync_dir(root)
+    durable_file(fs, os.path.join(root, "t-0", "a"), b"a")
+    durable_file(fs, os.path.join(root, "t-1", "b"), b"b")
+    fs.rename(os.path.join(root, "t-0"), os.path.join(root, "t-0.x-delete"))
+    fs.rmtree(os.path.join(root, "t-1"))
+    assert fs.listdir(root) == ["t-0.x-delete"]
+    fs.crash()
+    assert fs.listdir(root) == ["t-0", "t-1"]
+    assert (tmp_path / "t-0" / "a").read_bytes() == b"a"
+    assert (tmp_path / "t-1" / "b").read_bytes() == b"b"

@@ -140,7 +140,8 @@ def test_every_offset_reads_from_the_batch_that_holds_it(log_dir, small_config, 
         metadata = fetched.fetch_offset_metadata
         assert metadata.message_offset == offset
         segment = next(s for s in log.segments if s.base_offset == metadata.segment_base_offset)
-        assert segment.log.pread(12, metadata.relative_position_in_segment)[:8] == header.base_offset.to_bytes(8, "big")
+        stored = segment.log.pread(8, metadata.relative_position_in_segment)
+        assert stored == header.base_offset.to_bytes(8, "big")
 
 
 def test_read_honours_max_bytes_with_whole_batches(log_dir, clock, fs):
@@ -159,7 +160,8 @@ def test_read_honours_max_bytes_with_whole_batches(log_dir, clock, fs):
                     break
                 total, fitting = total + size, fitting + 1
             assert len(got) == total, max_bytes
-            assert [h.base_offset for _, h in iter_batches(got.read_bytes())] == list(range(start, start + fitting))
+            bases = [h.base_offset for _, h in iter_batches(got.read_bytes())]
+            assert bases == list(range(start, start + fitting))
 
 
 def test_min_one_batch_returns_a_batch_larger_than_max_bytes(log_dir, small_config, clock, fs):
@@ -300,3 +302,13 @@ def test_explicit_flush_moves_the_recovery_point(log_dir, small_config, clock, f
     assert log.recovery_point == 2
     log.flush()
     assert log.recovery_point == 4 and fs.unsynced_bytes(log.active_segment.log.path) == 0
+
+
+def test_maybe_flush_honours_flush_ms_on_an_idle_log(log_dir, clock, fs):
+    log = open_log(log_dir, LogConfig(flush_ms=100), clock, fs)
+    log.append_as_leader(batch("a"), leader_epoch=0)
+    assert not log.maybe_flush()
+    clock.advance(100)
+    assert log.maybe_flush() and log.recovery_point == 1
+    clock.advance(100)
+    assert not log.maybe_flush()  # nothing new to flush

@@ -220,3 +220,13 @@ def test_topic_configs_apply_per_topic(dirs, clock, fs):
     assert m.get_or_create_log(B0).config.segment_bytes == 2048
     assert m.get_or_create_log(A0).config.segment_bytes == 1024
     assert m.get_or_create_log(A1, LogConfig(segment_bytes=4096)).config.segment_bytes == 4096
+
+
+def test_flush_dirty_logs_flushes_only_what_is_due(dirs, clock, fs):
+    m = LogManager(dirs, clock, fs, default_config=LogConfig(flush_ms=1000),
+                   topic_configs={"b-x": LogConfig()})
+    fill(m.get_or_create_log(A0), 2)
+    fill(m.get_or_create_log(B0), 2)
+    clock.advance(1000)
+    assert m.flush_dirty_logs() == 1
+    assert m.get_log(A0).recovery_point == 2 and m.get_log(B0).recovery_point == 0

@@ -36,15 +36,22 @@ operations = st.lists(st.one_of(
 
 
 class Model:
-    """Batches as ``(base_offset, [values])`` plus the offsets the log must report."""
+    """Batches as ``(base_offset, [values], timestamp)`` plus the offsets the log must report."""
 
     def __init__(self):
-        self.batches: list[tuple[int, list[bytes]]] = []
+        self.batches: list[tuple[int, list[bytes], int]] = []
         self.log_start_offset = self.log_end_offset = 0
 
     def visible(self) -> list[tuple[int, bytes]]:
-        return [(base + i, value) for base, values in self.batches for i, value in enumerate(values)
+        return [(base + i, value) for base, values, _ in self.batches for i, value in enumerate(values)
                 if base + i >= self.log_start_offset]
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        for base, values, batch_timestamp in self.batches:
+            for i in range(len(values)):
+                if base + i >= self.log_start_offset and batch_timestamp >= timestamp_ms:
+                    return base + i
+        return None
 
     def truncate(self, offset: int) -> None:
         kept = [b for b in self.batches if b[0] + len(b[1]) - 1 < offset]
@@ -74,7 +81,7 @@ def test_any_sequence_of_operations_keeps_the_log_consistent(ops):
                 for _ in range(batches):
                     values = [f"{counter + i}:".encode() + b"v" * size for i in range(records)]
                     buffer += build_batch(values, timestamp_ms=clock.now_ms())
-                    model.batches.append((model.log_end_offset, values))
+                    model.batches.append((model.log_end_offset, values, clock.now_ms()))
                     model.log_end_offset += records
                     counter += records
                 log.append_as_leader(buffer, leader_epoch=epoch)
@@ -85,7 +92,7 @@ def test_any_sequence_of_operations_keeps_the_log_consistent(ops):
                 counter += records
                 log.append_as_follower(build_batch(values, base_offset=base, partition_leader_epoch=epoch,
                                                    timestamp_ms=clock.now_ms()))
-                model.batches.append((base, values))
+                model.batches.append((base, values, clock.now_ms()))
                 model.log_end_offset = base + records
             elif kind == "truncate":
                 target = offset_at(log, 0, log.log_end_offset, op[1])
@@ -131,8 +138,9 @@ def test_any_sequence_of_operations_keeps_the_log_consistent(ops):
                     fs.crash()
                     log = Log.open(log_dir, CONFIG, clock, fs, recovery_point=state[0],
                                    log_start_offset=state[1], high_watermark=state[2])
-                    assert log.log_end_offset >= min(state[0], model.log_end_offset) or \
-                        log.log_end_offset == log.log_start_offset
+                    lost = [b for b in model.batches if b[0] + len(b[1]) > log.log_end_offset]
+                    assert all(b[0] + len(b[1]) > state[0] for b in lost) or \
+                        log.log_end_offset == log.log_start_offset, "lost a batch below the recovery point"
                     if log.log_end_offset < model.log_end_offset:
                         model.truncate(log.log_end_offset)
                     if log.log_start_offset > model.log_end_offset:  # restarted empty at the log start
@@ -149,6 +157,10 @@ def check_invariants(log: Log, model: Model) -> None:
     check_log_consistency(log)
     assert read_all(log) == model.visible()
     assert read_all(log, max_bytes=150) == model.visible()
+    for _, _, timestamp in model.batches[-6:]:
+        for target in (timestamp - 1, timestamp, timestamp + 1):
+            found = log.fetch_offset_by_timestamp(target)
+            assert (found.offset if found else None) == model.offset_for_timestamp(target), target
     cache = log.leader_epoch_cache
     entries = cache.entries
     assert all(a.epoch < b.epoch and a.start_offset < b.start_offset for a, b in zip(entries, entries[1:]))

@@ -213,7 +213,7 @@ def test_a_clean_shutdown_skips_recovery(log_dir, clock, fs, monkeypatch):
     check_log_consistency(log)
 
 
-def test_a_clean_shutdown_claim_with_a_torn_tail_still_recovers_the_last_segment(log_dir, clock, fs, caplog):
+def test_a_clean_shutdown_claim_with_a_torn_tail_still_recovers(log_dir, clock, fs, caplog):
     log = Log.open(log_dir, CONFIG, clock, fs)
     for i in range(4):
         log.append_as_leader(batch(f"v{i}"), leader_epoch=0)
@@ -280,3 +280,15 @@ def test_a_batch_whose_offsets_go_back_is_treated_as_corruption(log_dir, clock, 
         f.write(batch("stale", base_offset=1))  # valid CRC, but offset 1 again
     log = Log.open(log_dir, CONFIG, clock, fs)
     assert log.log_end_offset == 3 and [o for o, _ in values(log)] == [0, 1, 2]
+
+
+def test_timestamp_lookups_after_a_crash_see_every_rolled_segments_newest_record(log_dir, clock, fs):
+    log = Log.open(log_dir, CONFIG, clock, fs)
+    for i in range(40):
+        log.append_as_leader(batch(f"v{i}" * 8, timestamp_ms=T0_MS + i), leader_epoch=0)
+    recovery_point = log.recovery_point
+    assert len(log.segments) > 2
+    fs.crash()
+    log = Log.open(log_dir, CONFIG, clock, fs, recovery_point=recovery_point)
+    for offset in range(log.log_end_offset):
+        assert log.fetch_offset_by_timestamp(T0_MS + offset).offset == offset

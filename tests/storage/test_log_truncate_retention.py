@@ -77,7 +77,7 @@ def test_truncate_at_or_beyond_the_log_end_does_nothing(log_dir, small_config, c
     assert log.log_end_offset == end
 
 
-def test_truncation_clamps_hw_and_recovery_point_and_truncates_the_epoch_cache(log_dir, small_config, clock, fs):
+def test_truncation_clamps_hw_recovery_point_and_the_epoch_cache(log_dir, small_config, clock, fs):
     log = filled_log(log_dir, small_config, clock, fs)  # epochs 0..3 start at 0, 20, 40, 60
     log.update_high_watermark(70)
     log.flush()
@@ -108,7 +108,7 @@ def test_truncate_below_the_first_segment_restarts_the_log(log_dir, small_config
     assert log.segments[0].base_offset == second - 3
 
 
-def test_a_truncation_is_durable_even_if_the_recovery_point_checkpoint_is_stale(log_dir, small_config, clock, fs):
+def test_a_truncation_is_durable_even_with_a_stale_recovery_point(log_dir, small_config, clock, fs):
     log = filled_log(log_dir, small_config, clock, fs)
     log.flush()
     stale_recovery_point = log.recovery_point
@@ -125,7 +125,7 @@ def test_a_truncation_is_durable_even_if_the_recovery_point_checkpoint_is_stale(
 def test_truncate_fully_and_start_at(log_dir, small_config, clock, fs):
     log = filled_log(log_dir, small_config, clock, fs)
     log.truncate_fully_and_start_at(500)
-    assert (log.log_start_offset, log.high_watermark, log.log_end_offset, log.recovery_point) == (500, 500, 500, 500)
+    assert log.log_start_offset == log.high_watermark == log.log_end_offset == log.recovery_point == 500
     assert [f for f in os.listdir(log_dir) if f.endswith(".log")] == ["00000000000000000500.log"]
     assert log.leader_epoch_cache.entries == []
     with pytest.raises(OffsetOutOfRangeError):

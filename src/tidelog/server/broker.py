@@ -56,6 +56,7 @@ log = logging.getLogger("tidelog.broker")
 
 META_PROPERTIES = "meta.properties"
 TICK_MS = 50
+RECOVERY_CHECKPOINT_INTERVAL_MS = 60_000  # Kafka's log.flush.offset.checkpoint.interval.ms
 
 
 class BrokerStartupError(Exception):
@@ -307,6 +308,7 @@ class Broker:
     async def _tick_loop(self) -> None:
         c = self.config
         next_heartbeat = next_checkpoint = next_retention = next_isr_check = 0
+        next_recovery_checkpoint = self.clock.monotonic_ms() + RECOVERY_CHECKPOINT_INTERVAL_MS
         while True:
             await asyncio.sleep(TICK_MS / 1000)
             now = self.clock.monotonic_ms()
@@ -323,6 +325,11 @@ class Broker:
                 if now >= next_checkpoint:
                     self.log_manager.write_high_watermarks(self.replica_manager.high_watermarks())
                     next_checkpoint = now + c["replica.high.watermark.checkpoint.interval.ms"]
+                self.log_manager.flush_dirty_logs()
+                if now >= next_recovery_checkpoint:
+                    self.log_manager.checkpoint_recovery_points()
+                    self.log_manager.checkpoint_log_start_offsets()
+                    next_recovery_checkpoint = now + RECOVERY_CHECKPOINT_INTERVAL_MS
                 if now >= next_retention:
                     if next_retention:
                         deleted = self.log_manager.delete_old_segments()

@@ -101,7 +101,8 @@ def _last_batch_next_offset(data: bytes) -> int:
     return base_offset + _LAST_OFFSET_DELTA.unpack_from(data, last_position + 23)[0] + 1
 
 
-def run(total_mb: int, batch_kib: int, record_bytes: int, read_kib: int, rounds: int, directory: str) -> dict:
+def run(total_mb: int, batch_kib: int, record_bytes: int, read_kib: int, rounds: int,
+        directory: str) -> dict:
     data = _batch(batch_kib, record_bytes)
     count = max(1, total_mb * _MIB // len(data))
     read_bytes = read_kib * 1024
@@ -139,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     result = run(args.mb, args.batch_kib, args.record_bytes, args.read_kib, args.rounds,
                  args.dir or tempfile.gettempdir())
     print(f"storage benchmark: {result['batches']} batches of {result['batch_bytes']} bytes "
-          f"({args.record_bytes}-byte records), {args.mb} MiB, reads of {result['read_bytes'] // 1024} KiB, "
+          f"({args.record_bytes}-byte records), {args.mb} MiB, "
+          f"reads of {result['read_bytes'] // 1024} KiB, "
           f"best of {args.rounds}")
     print(f"  append  log {result['log_append']:9.1f} MB/s   raw os.write {result['raw_write']:9.1f} MB/s"
           f"   ratio {result['append_ratio']:.0%}  (target >= 60%)")

@@ -106,13 +106,16 @@ def _parse(data: bytes, path: str, parse_line: Callable[[list[str], str], None])
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line
     if len(lines) < 2:
-        raise CheckpointFormatError(f"{path}: needs a version line and a count line, has {len(lines)} lines")
+        raise CheckpointFormatError(
+            f"{path}: needs a version line and a count line, has {len(lines)} lines")
     version = _int(lines[0], f"{path}: line 1", "version", 0, _INT32_MAX)
     if version != CHECKPOINT_VERSION:
-        raise CheckpointFormatError(f"{path}: line 1: unsupported version {version}, expected {CHECKPOINT_VERSION}")
+        raise CheckpointFormatError(
+            f"{path}: line 1: unsupported version {version}, expected {CHECKPOINT_VERSION}")
     count = _int(lines[1], f"{path}: line 2", "entry count", 0, CHECKPOINT_ENTRY_COUNT_MAX)
     if len(lines) - 2 != count:
-        raise CheckpointFormatError(f"{path}: line 2 declares {count} entries, the file has {len(lines) - 2}")
+        raise CheckpointFormatError(
+            f"{path}: line 2 declares {count} entries, the file has {len(lines) - 2}")
     for number, line in enumerate(lines[2:], start=3):
         parse_line(line.split(" "), f"{path}: line {number} {line!r}")
 

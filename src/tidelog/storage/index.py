@@ -96,8 +96,9 @@ class _Index:
             return
         handle = self.fs.open(self.path)
         try:
-            if self._file_needs_rewrite or handle.size() != self._persisted_entries * self.entry_size_bytes:
-                handle.truncate(self._persisted_entries * self.entry_size_bytes)
+            persisted_bytes = self._persisted_entries * self.entry_size_bytes
+            if self._file_needs_rewrite or handle.size() != persisted_bytes:
+                handle.truncate(persisted_bytes)
             pack, keys, values = self._entry.pack, self._keys, self._values
             data = b"".join(pack(keys[i], values[i]) for i in range(self._persisted_entries, count))
             if data:
@@ -204,7 +205,8 @@ class OffsetIndex(_Index):
             raise IndexCorruptError(f"{self.path}: negative first entry")
         if self._values and self._values[-1] >= log_size_bytes:
             raise IndexCorruptError(
-                f"{self.path}: last entry points at {self._values[-1]}, the log has {log_size_bytes} bytes")
+                f"{self.path}: last entry points at {self._values[-1]}, "
+                f"the log has {log_size_bytes} bytes")
         self._check_increasing(self._keys, True, "offset")
         self._check_increasing(self._values, True, "position")
 

@@ -199,7 +199,8 @@ class Log:
         TopicPartition.parse(os.path.basename(directory))  # fail before touching the disk
         loaded = load_log(fs, directory, config, clock.now_ms(), recovery_point=recovery_point,
                           log_start_offset=log_start_offset, had_clean_shutdown=had_clean_shutdown)
-        cache = LeaderEpochCache.load(LeaderEpochCheckpointFile(fs, os.path.join(directory, LEADER_EPOCH_CHECKPOINT)))
+        epoch_file = LeaderEpochCheckpointFile(fs, os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
+        cache = LeaderEpochCache.load(epoch_file)
         cache.truncate_from_end(loaded.log_end_offset)
         cache.truncate_from_start(loaded.log_start_offset)
         return cls(directory, config, clock, fs, loaded.segments, cache,
@@ -345,10 +346,7 @@ class Log:
         segment.append(buffer, batches, next_offset, now_ms)
         self._log_end_offset = next_offset
         assert self._high_watermark <= next_offset
-        config = self.config
-        if (next_offset - self._recovery_point >= config.flush_messages
-                or now_ms - self._last_flush_ms >= config.flush_ms):
-            self._flush(next_offset)
+        self._maybe_flush(now_ms)
 
     def _maybe_roll(self, append_bytes: int, max_timestamp: int, first_offset: int, last_offset: int,
                     now_ms: int) -> LogSegment:
@@ -373,8 +371,8 @@ class Log:
             self._segments.pop()
             self._base_offsets.pop()
         else:
-            old.on_become_inactive()
             self._flush(min(new_base_offset, self._log_end_offset))
+            old.on_become_inactive()
         segment = LogSegment.create(self.fs, self.directory, new_base_offset,
                                     index_size_max_bytes=self.config.segment_index_bytes,
                                     index_interval_bytes=self.config.index_interval_bytes,
@@ -414,7 +412,8 @@ class Log:
             try:
                 found = segment.read(fetch_offset, max_bytes, max_offset, min_one_batch)
             except CorruptRecordError as e:
-                logger.error("%s: corrupt data while reading offset %d: %s", self.topic_partition, fetch_offset, e)
+                logger.error("%s: corrupt data while reading offset %d: %s",
+                             self.topic_partition, fetch_offset, e)
                 raise CorruptSegmentError(f"{self.topic_partition}: {e}") from None
             if found is not None:
                 position, length = found
@@ -438,7 +437,8 @@ class Log:
         """
         cache = self._leader_epoch_cache
         if timestamp_ms in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-            return OffsetAndTimestamp(self._log_start_offset, -1, cache.epoch_for_offset(self._log_start_offset))
+            start = self._log_start_offset
+            return OffsetAndTimestamp(start, -1, cache.epoch_for_offset(start))
         if timestamp_ms == LATEST_TIMESTAMP:
             return OffsetAndTimestamp(self._log_end_offset, -1, cache.latest_epoch)
         if timestamp_ms == MAX_TIMESTAMP:
@@ -614,7 +614,8 @@ class Log:
         self.fs.fsync_dir(self.directory)
         self._base_offsets = [offset]
         self._leader_epoch_cache.clear()
-        self._log_start_offset = self._log_end_offset = self._high_watermark = self._recovery_point = offset
+        self._log_start_offset = self._log_end_offset = offset
+        self._high_watermark = self._recovery_point = offset
         logger.info("%s: truncated fully, restarting at offset %d", self.topic_partition, offset)
         self._check_segments()
 
@@ -623,7 +624,24 @@ class Log:
     @_io_guard
     def flush(self, up_to_offset: int | None = None) -> None:
         """Fsync everything below ``up_to_offset`` (default: the log end offset)."""
-        self._flush(self._log_end_offset if up_to_offset is None else min(up_to_offset, self._log_end_offset))
+        end = self._log_end_offset
+        self._flush(end if up_to_offset is None else min(up_to_offset, end))
+
+    @_io_guard
+    def maybe_flush(self) -> bool:
+        """Flush if ``flush.messages`` or ``flush.ms`` says so (also checked on every append;
+        call this periodically so ``flush.ms`` holds on an idle log). Returns whether it did."""
+        return self._maybe_flush(self.clock.now_ms())
+
+    def _maybe_flush(self, now_ms: int) -> bool:
+        config = self.config
+        if self._log_end_offset == self._recovery_point:
+            return False
+        if (self._log_end_offset - self._recovery_point >= config.flush_messages
+                or now_ms - self._last_flush_ms >= config.flush_ms):
+            self._flush(self._log_end_offset)
+            return True
+        return False
 
     def _flush(self, offset: int) -> None:
         if offset <= self._recovery_point:

@@ -51,7 +51,8 @@ class LoadedLog(NamedTuple):
 def load_log(fs: FileSystem, directory: str, config: LogConfig, now_ms: int, *, recovery_point: int,
              log_start_offset: int, had_clean_shutdown: bool) -> LoadedLog:
     name = os.path.basename(directory)
-    segments = [_open_segment(fs, directory, config, now_ms, base) for base in _segment_bases(fs, directory)]
+    bases = _segment_bases(fs, directory)
+    segments = [_open_segment(fs, directory, config, now_ms, base) for base in bases]
     segments = _drop_below_log_start(fs, directory, segments, log_start_offset)
     if not segments:
         segments = [_create_segment(fs, directory, config, now_ms, log_start_offset)]
@@ -64,13 +65,17 @@ def load_log(fs: FileSystem, directory: str, config: LogConfig, now_ms: int, *, 
     log_end_offset = segments[-1].next_offset
     log_start_offset = max(log_start_offset, segments[0].base_offset)
     if log_start_offset > log_end_offset:
-        logger.warning("%s: log start offset %d is above the log end offset %d (unsynced data was lost); "
-                       "restarting the log empty at %d", name, log_start_offset, log_end_offset, log_start_offset)
+        logger.warning("%s: log start offset %d is above the log end offset %d (unsynced data was "
+                       "lost); restarting the log empty at %d",
+                       name, log_start_offset, log_end_offset, log_start_offset)
         for segment in segments:
             segment.delete()
         segments = [_create_segment(fs, directory, config, now_ms, log_start_offset)]
         log_end_offset = log_start_offset
-    recovery_point = log_end_offset if had_clean_shutdown else min(max(recovery_point, log_start_offset), log_end_offset)
+    if had_clean_shutdown:
+        recovery_point = log_end_offset
+    else:
+        recovery_point = min(max(recovery_point, log_start_offset), log_end_offset)
     segments[-1].ensure_indexes()
     logger.info("%s: loaded %d segments, log start offset %d, log end offset %d, recovery point %d%s",
                 name, len(segments), log_start_offset, log_end_offset, recovery_point,
@@ -106,18 +111,21 @@ def _is_offset(stem: str) -> bool:
 
 
 def _open_segment(fs, directory, config: LogConfig, now_ms: int, base_offset: int) -> LogSegment:
-    return LogSegment.open_existing(fs, directory, base_offset, index_size_max_bytes=config.segment_index_bytes,
+    return LogSegment.open_existing(fs, directory, base_offset,
+                                    index_size_max_bytes=config.segment_index_bytes,
                                     index_interval_bytes=config.index_interval_bytes, now_ms=now_ms)
 
 
 def _create_segment(fs, directory, config: LogConfig, now_ms: int, base_offset: int) -> LogSegment:
-    segment = LogSegment.create(fs, directory, base_offset, index_size_max_bytes=config.segment_index_bytes,
+    segment = LogSegment.create(fs, directory, base_offset,
+                                index_size_max_bytes=config.segment_index_bytes,
                                 index_interval_bytes=config.index_interval_bytes, now_ms=now_ms)
     fs.fsync_dir(directory)
     return segment
 
 
-def _drop_below_log_start(fs, directory: str, segments: list[LogSegment], log_start_offset: int) -> list[LogSegment]:
+def _drop_below_log_start(fs, directory: str, segments: list[LogSegment],
+                          log_start_offset: int) -> list[LogSegment]:
     keep_from = 0
     while keep_from + 1 < len(segments) and segments[keep_from + 1].base_offset <= log_start_offset:
         keep_from += 1
@@ -162,4 +170,5 @@ def _recover(fs, directory: str, segments: list[LogSegment], first: int) -> None
             del segments[i + 1:]
             break
     logger.info("%s: recovered %d segments from base offset %d, next offset %d, %d bytes cut",
-                directory, len(segments) - first, segments[first].base_offset, segments[-1].next_offset, cut_bytes)
+                directory, len(segments) - first, segments[first].base_offset,
+                segments[-1].next_offset, cut_bytes)

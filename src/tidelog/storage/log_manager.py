@@ -160,7 +160,8 @@ class LogManager:
         try:
             self.fs.mkdir(path)
             self.fs.fsync_dir(log_dir)
-            log = Log.open(path, self.config_for(tp.topic), self.clock, self.fs, on_io_error=self._on_io_error)
+            log = Log.open(path, self.config_for(tp.topic), self.clock, self.fs,
+                           on_io_error=self._on_io_error)
         except OSError as e:
             self._mark_dir_offline(log_dir, e)
             raise StorageError(f"{tp}: cannot create its log in {log_dir}: {e}") from e
@@ -212,6 +213,11 @@ class LogManager:
 
     def flush_all(self) -> None:
         self._each_log(lambda log: log.flush())
+
+    def flush_dirty_logs(self) -> int:
+        """Flush the logs whose ``flush.ms``/``flush.messages`` is due (Kafka's flushDirtyLogs,
+        run every ``log.flush.scheduler.interval.ms``); returns how many were flushed."""
+        return sum(self._each_log(lambda log: log.maybe_flush()))
 
     def checkpoint_recovery_points(self) -> None:
         self._write_per_dir(RECOVERY_POINT_OFFSET_CHECKPOINT, lambda log: log.recovery_point)
@@ -285,7 +291,8 @@ class LogManager:
             raise first_error
         return results
 
-    def _write_per_dir(self, name: str, value_of, values: Mapping[TopicPartition, int] | None = None) -> None:
+    def _write_per_dir(self, name: str, value_of,
+                       values: Mapping[TopicPartition, int] | None = None) -> None:
         first_error = None
         for log_dir in self._online_dirs():
             logs = self.logs_in_dir(log_dir)

@@ -150,7 +150,7 @@ class LogSegment:
     def time_waited_for_roll(self, now_ms: int, max_timestamp_in_append: int) -> int:
         """Kafka's rule: by record time if the first batch has one, else by wall time."""
         if self._first_batch_timestamp is None and self.size_bytes >= BATCH_HEADER_SIZE_BYTES:
-            self._first_batch_timestamp = read_header(self.log.pread(BATCH_HEADER_SIZE_BYTES, 0)).max_timestamp
+            self._first_batch_timestamp = self._header_at(0).max_timestamp
         if self._first_batch_timestamp is not None and self._first_batch_timestamp >= 0:
             return max_timestamp_in_append - self._first_batch_timestamp
         return now_ms - self.created_ms
@@ -190,11 +190,14 @@ class LogSegment:
             self.bytes_since_last_index_entry += size_bytes
 
     def on_become_inactive(self) -> None:
-        """The segment stops being active: its time index gets the final max entry."""
+        """The segment stops being active (its log already fsynced): the time index gets
+        the final max entry, durably, so a reload knows the segment's largest timestamp."""
         self.ensure_indexes()
         if self.max_timestamp >= 0:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp,
                                          skip_full_check=True)
+        self.offset_index.flush()
+        self.time_index.flush()
 
     # -- reading ------------------------------------------------------------------------
 
@@ -273,7 +276,8 @@ class LogSegment:
         while size - position >= BATCH_HEADER_SIZE_BYTES:
             offset_in_buffer = position - buffer_start
             if len(buffer) - offset_in_buffer < BATCH_HEADER_SIZE_BYTES:
-                buffer, buffer_start, offset_in_buffer = pread(min(SCAN_CHUNK_BYTES, size - position), position), position, 0
+                buffer = pread(min(SCAN_CHUNK_BYTES, size - position), position)
+                buffer_start, offset_in_buffer = position, 0
             try:
                 header = read_header(buffer, offset_in_buffer)
             except CorruptRecordError as e:
@@ -298,7 +302,8 @@ class LogSegment:
         if len(positions) > READ_POSITIONS_MAX:
             del positions[next(iter(positions))]
 
-    def find_offset_by_timestamp(self, timestamp_ms: int, starting_offset: int) -> OffsetAndTimestamp | None:
+    def find_offset_by_timestamp(self, timestamp_ms: int,
+                                 starting_offset: int) -> OffsetAndTimestamp | None:
         """First record at or after ``starting_offset`` with timestamp ``>= timestamp_ms``."""
         self.ensure_indexes()
         _, entry_offset = self.time_index.lookup(timestamp_ms - 1)  # every record up to it is older
@@ -310,7 +315,8 @@ class LogSegment:
             for record in iter_records(batch):
                 if record.timestamp >= timestamp_ms and record.offset >= starting_offset:
                     epoch = header.partition_leader_epoch
-                    return OffsetAndTimestamp(record.offset, record.timestamp, epoch if epoch >= 0 else None)
+                    return OffsetAndTimestamp(record.offset, record.timestamp,
+                                              epoch if epoch >= 0 else None)
         return None
 
     def read_next_offset(self) -> tuple[int, int]:
@@ -432,12 +438,14 @@ class LogSegment:
                 return position, next_offset, problem
             if self._first_batch_timestamp is None:
                 self._first_batch_timestamp = header.max_timestamp
-            self._index_batches(0, ((position, header.size_bytes, header.last_offset, header.max_timestamp),))
+            self._index_batches(0, (BatchInfo(position, header.size_bytes, header.last_offset,
+                                              header.max_timestamp),))
             position = batch_end
             next_offset = header.next_offset
         return position, next_offset, None
 
-    def _offset_problem(self, header: BatchHeader, next_offset: int, next_segment_base_offset: int | None) -> str | None:
+    def _offset_problem(self, header: BatchHeader, next_offset: int,
+                        next_segment_base_offset: int | None) -> str | None:
         if header.base_offset < next_offset:
             return f"batch at offset {header.base_offset} goes back (expected >= {next_offset})"
         if header.last_offset - self.base_offset > RELATIVE_OFFSET_MAX:
