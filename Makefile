@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,fast]'
+	$(PY) -m pip install -q -e '.[test,fast,spark]'
 	touch $(STAMP)
 
 # kcat (a C Kafka client from Debian) is used by the integration tests.
