@@ -22,14 +22,12 @@ replays the newly committed records (``publish``) and applies the local changes.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import os
 import random
 import signal
 import uuid
 
-from tidelog.controller.config_defs import TOPIC_CONFIGS
 from tidelog.controller.messages import (
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
@@ -49,22 +47,19 @@ from tidelog.server.apis import KafkaApis
 from tidelog.server.config import BrokerConfig
 from tidelog.server.dispatch import Dispatcher
 from tidelog.server.network import Listener
-from tidelog.storage.config import TOPIC_CONFIGS_OWNED_ELSEWHERE, LogConfig
+from tidelog.server.storage_format import StorageFormatError, format_log_dirs
+from tidelog.server.topic_configs import log_config, static_log_config, topic_config_values
+from tidelog.storage.config import LogConfig
 from tidelog.storage.log_manager import LogManager
 
 log = logging.getLogger("tidelog.broker")
 
-META_PROPERTIES = "meta.properties"
 TICK_MS = 50
 RECOVERY_CHECKPOINT_INTERVAL_MS = 60_000  # Kafka's log.flush.offset.checkpoint.interval.ms
 
 
 class BrokerStartupError(Exception):
     pass
-
-
-def _new_cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 class Broker:
@@ -90,47 +85,9 @@ class Broker:
 
     # ------------------------------------------------------------------ start
 
-    def _format_log_dirs(self) -> str:
-        """Kafka's meta.properties: agree on the cluster id, or write it on first start."""
-        found: dict[str, dict[str, str]] = {}
-        for log_dir in self.config["log.dirs"]:
-            os.makedirs(log_dir, exist_ok=True)
-            path = os.path.join(log_dir, META_PROPERTIES)
-            if os.path.exists(path):
-                props = {}
-                for line in open(path):
-                    line = line.strip()
-                    if line and not line.startswith("#") and "=" in line:
-                        key, value = line.split("=", 1)
-                        props[key.strip()] = value.strip()
-                found[log_dir] = props
-        cluster_ids = {p.get("cluster.id") for p in found.values()}
-        configured = self.config["cluster.id"]
-        if configured:
-            cluster_ids.add(configured)
-        cluster_ids.discard(None)
-        if len(cluster_ids) > 1:
-            raise BrokerStartupError(f"log directories belong to different clusters: {sorted(cluster_ids)}")
-        for log_dir, props in found.items():
-            if props.get("node.id") not in (None, str(self.node_id)):
-                raise BrokerStartupError(f"{log_dir} belongs to node {props['node.id']}, "
-                                         f"but node.id is {self.node_id}")
-        cluster_id = cluster_ids.pop() if cluster_ids else _new_cluster_id()
-        for log_dir in self.config["log.dirs"]:
-            if log_dir not in found:
-                path = os.path.join(log_dir, META_PROPERTIES)
-                with open(path + ".tmp", "w") as f:
-                    f.write(f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n"
-                            f"directory.id={_new_cluster_id()}\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(path + ".tmp", path)
-                log.info("formatted %s for cluster %s", log_dir, cluster_id)
-        return cluster_id
-
     async def start(self) -> None:
         config = self.config
-        self.cluster_id = self._format_log_dirs()
+        self.cluster_id = format_log_dirs(config["log.dirs"], self.node_id, config["cluster.id"])
         self.log_manager = LogManager(config["log.dirs"], self.clock,
                                       default_config=self._broker_log_config())
         self.metadata_log = FileMetadataLog(config["log.dirs"][0], self.clock)
@@ -223,43 +180,13 @@ class Broker:
     # ---------------------------------------------------------------- configs
 
     def _broker_log_config(self) -> LogConfig:
-        c = self.config
-        props = {"segment.bytes": c["log.segment.bytes"], "segment.ms": c.log_roll_ms,
-                 "retention.ms": c.log_retention_ms, "retention.bytes": c["log.retention.bytes"],
-                 "segment.index.bytes": c["log.index.size.max.bytes"],
-                 "index.interval.bytes": c["log.index.interval.bytes"],
-                 "max.message.bytes": c["message.max.bytes"],
-                 "message.timestamp.type": c["log.message.timestamp.type"]}
-        if c["log.flush.interval.messages"] is not None:
-            props["flush.messages"] = c["log.flush.interval.messages"]
-        if c["log.flush.interval.ms"] is not None:
-            props["flush.ms"] = c["log.flush.interval.ms"]
-        return LogConfig.from_properties(props)
+        return static_log_config(self.config)
 
     def topic_config_values(self, topic: str) -> dict[str, tuple[str, str]]:
-        """Effective topic configs: name -> (value, source), Kafka's precedence:
-        topic, then dynamic cluster default, then server.properties, then default."""
-        cluster = self.image.configs.get(ConfigResource(int(ConfigResourceType.BROKER), ""), {})
-        topic_configs = self.image.configs.get(ConfigResource(int(ConfigResourceType.TOPIC), topic), {})
-        static = self._broker_log_config().to_properties()
-        originals = self.config.originals
-        out = {}
-        for name, definition in TOPIC_CONFIGS.items():
-            if name in topic_configs:
-                out[name] = (topic_configs[name], "DYNAMIC_TOPIC_CONFIG")
-            elif definition.synonym in cluster:
-                out[name] = (cluster[definition.synonym], "DYNAMIC_DEFAULT_BROKER_CONFIG")
-            elif definition.synonym in originals:
-                out[name] = (static.get(name, originals[definition.synonym]), "STATIC_BROKER_CONFIG")
-            else:
-                out[name] = (static.get(name, definition.default), "DEFAULT_CONFIG")
-        return out
+        return topic_config_values(self.image, self.config, topic)
 
     def log_config(self, topic: str) -> LogConfig:
-        values = self.topic_config_values(topic)
-        props = {k: v for k, (v, source) in values.items()
-                 if k not in TOPIC_CONFIGS_OWNED_ELSEWHERE and source.startswith("DYNAMIC")}
-        return LogConfig.from_properties(props, self._broker_log_config())
+        return log_config(self.image, self.config, topic)
 
     def replication_settings(self, topic: str) -> ReplicationSettings:
         values = self.topic_config_values(topic)
@@ -370,7 +297,7 @@ def run_broker(properties: str | None, overrides: list[str]) -> int:
         broker = Broker(config)
         try:
             await broker.start()
-        except (BrokerStartupError, InvalidConfigError, OSError) as e:
+        except (BrokerStartupError, StorageFormatError, InvalidConfigError, OSError) as e:
             log.error("cannot start: %s", e)
             return 1
         print(f"tidelog ready: broker {broker.node_id} listening on "

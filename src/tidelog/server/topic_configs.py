@@ -1,0 +1,60 @@
+"""Effective topic configuration, resolved with Kafka's precedence.
+
+A topic setting comes from, in order: the topic's own dynamic config, the
+dynamic cluster-wide default (the broker resource ""), the broker's
+``server.properties`` (through the setting's broker-level synonym, e.g.
+``log.retention.ms`` for ``retention.ms``), then Kafka's default. Brokers and
+controllers both answer DescribeConfigs from this one function.
+"""
+
+from __future__ import annotations
+
+from tidelog.controller.config_defs import TOPIC_CONFIGS
+from tidelog.metadata.image import ConfigResource, MetadataImage
+from tidelog.metadata.records import ConfigResourceType
+from tidelog.server.config import BrokerConfig
+from tidelog.storage.config import TOPIC_CONFIGS_OWNED_ELSEWHERE, LogConfig
+
+
+def static_log_config(config: BrokerConfig) -> LogConfig:
+    """The broker-wide LogConfig from ``server.properties``."""
+    props = {"segment.bytes": config["log.segment.bytes"], "segment.ms": config.log_roll_ms,
+             "retention.ms": config.log_retention_ms, "retention.bytes": config["log.retention.bytes"],
+             "segment.index.bytes": config["log.index.size.max.bytes"],
+             "index.interval.bytes": config["log.index.interval.bytes"],
+             "max.message.bytes": config["message.max.bytes"],
+             "message.timestamp.type": config["log.message.timestamp.type"]}
+    if config["log.flush.interval.messages"] is not None:
+        props["flush.messages"] = config["log.flush.interval.messages"]
+    if config["log.flush.interval.ms"] is not None:
+        props["flush.ms"] = config["log.flush.interval.ms"]
+    return LogConfig.from_properties(props)
+
+
+def topic_config_values(image: MetadataImage, config: BrokerConfig, topic: str) -> dict[str, tuple[str, str]]:
+    """``{name: (value, source)}`` for every topic config, source as Kafka names it."""
+    cluster = image.configs.get(ConfigResource(int(ConfigResourceType.BROKER), ""), {})
+    topic_configs = image.configs.get(ConfigResource(int(ConfigResourceType.TOPIC), topic), {})
+    static = static_log_config(config).to_properties()
+    static.update({"min.insync.replicas": str(config["min.insync.replicas"]),
+                   "unclean.leader.election.enable": str(config["unclean.leader.election.enable"]).lower(),
+                   "compression.type": config["compression.type"]})
+    originals = config.originals
+    out = {}
+    for name, definition in TOPIC_CONFIGS.items():
+        if name in topic_configs:
+            out[name] = (topic_configs[name], "DYNAMIC_TOPIC_CONFIG")
+        elif definition.synonym in cluster:
+            out[name] = (cluster[definition.synonym], "DYNAMIC_DEFAULT_BROKER_CONFIG")
+        elif definition.synonym in originals:
+            out[name] = (static.get(name, originals[definition.synonym]), "STATIC_BROKER_CONFIG")
+        else:
+            out[name] = (static.get(name, definition.default), "DEFAULT_CONFIG")
+    return out
+
+
+def log_config(image: MetadataImage, config: BrokerConfig, topic: str) -> LogConfig:
+    values = topic_config_values(image, config, topic)
+    props = {k: v for k, (v, source) in values.items()
+             if k not in TOPIC_CONFIGS_OWNED_ELSEWHERE and source.startswith("DYNAMIC")}
+    return LogConfig.from_properties(props, static_log_config(config))
