@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 
-_READY = re.compile(r"tidelog ready: broker \d+ listening on \w+://([^:]+):(\d+)")
+_READY = re.compile(r"tidelog ready: (?:node|broker) \d+ listening on \w+://([^:]+):(\d+)")
 
 
 class BrokerStartError(RuntimeError):

@@ -28,7 +28,8 @@ _SNAPSHOT_BATCH_RECORDS = 1000
 
 
 class FileMetadataLog:
-    def __init__(self, log_dir: str, clock: Clock, fs: FileSystem | None = None):
+    def __init__(self, log_dir: str, clock: Clock, fs: FileSystem | None = None,
+                 follower: bool = False):
         self.fs = fs or RealFileSystem()
         self.clock = clock
         self.directory = os.path.join(os.path.abspath(log_dir), f"{METADATA_TOPIC}-0")
@@ -36,7 +37,10 @@ class FileMetadataLog:
         self.log = Log.open(self.directory, LogConfig(segment_bytes=64 * 1024 * 1024,
                                                       retention_ms=-1, retention_bytes=-1),
                             clock, self.fs, high_watermark=0)
-        self.log.update_high_watermark(self.log.log_end_offset)
+        # A controller wrote (and fsynced) every record it still has, so all are
+        # committed. A broker's copy commits only what the controller says is.
+        if not follower:
+            self.log.update_high_watermark(self.log.log_end_offset)
 
     @property
     def end_offset(self) -> int:
@@ -57,6 +61,16 @@ class FileMetadataLog:
         self.log.flush()
         self.log.update_high_watermark(self.log.log_end_offset)
         return list(range(base_offset, base_offset + len(records)))
+
+    def append_fetched(self, records: bytes, leader_high_watermark: int) -> int:
+        """A broker following the controller's log: append fetched batches (offsets
+        already assigned) and commit up to the leader's high watermark. Returns the
+        new log end offset."""
+        if records:
+            self.log.append_as_follower(records)
+            self.log.flush()
+        self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
+        return self.log.log_end_offset
 
     def read(self, start_offset: int) -> Iterator[tuple[int, MetadataRecord]]:
         if start_offset < self.log.log_start_offset:

@@ -10,6 +10,7 @@ decision that is not written changes nothing).
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from tidelog.controller.messages import (
@@ -23,6 +24,8 @@ from tidelog.protocol.codec import ZERO_UUID
 
 if TYPE_CHECKING:
     from tidelog.server.broker import Broker
+
+log = logging.getLogger("tidelog.admin")
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
@@ -225,3 +228,62 @@ class AdminApis:
 
     def handle_alter_configs(self, header, request):
         return self._alter(request, incremental=False)
+
+    def auto_create(self, names: list[str]) -> dict[str, ErrorCode]:
+        """Create topics for Metadata's auto-creation; returns errors by name."""
+        results = self.controller.create_topics([CreatableTopic(name) for name in names])
+        self.broker.publish()
+        out = {}
+        for result in results:
+            if result.error_code == ErrorCode.NONE:
+                log.info("auto-created topic %s with %d partitions", result.name, result.num_partitions)
+            elif result.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                out[result.name] = result.error_code
+        return out
+
+
+class ForwardingAdminApis(AdminApis):
+    """A broker without the controller role forwards metadata changes to it (as
+    Kafka's brokers forward CreateTopics & co. to the KRaft controller), then waits
+    briefly until its own metadata shows the change so the client's next request
+    sees it. DescribeConfigs is answered locally from the metadata image."""
+
+    def _forward(self, header, request, settled=None):
+        async def forward():
+            response = await self.broker.channel.forward(header.api_key, header.api_version, request)
+            if settled is not None and not getattr(request, "validate_only", False):
+                await self.broker.wait_for_metadata(settled)
+            return response
+        return forward()
+
+    def handle_create_topics(self, header, request):
+        names = [t.name for t in request.topics]
+        return self._forward(header, request, lambda image: all(image.contains_topic(n) for n in names))
+
+    def handle_delete_topics(self, header, request):
+        names = list(getattr(request, "topic_names", None) or []) + [
+            t.name for t in getattr(request, "topics", None) or [] if getattr(t, "name", None)]
+        return self._forward(header, request, lambda image: not any(image.contains_topic(n) for n in names))
+
+    def handle_create_partitions(self, header, request):
+        return self._forward(header, request)
+
+    def handle_incremental_alter_configs(self, header, request):
+        return self._forward(header, request)
+
+    def handle_alter_configs(self, header, request):
+        return self._forward(header, request)
+
+    def auto_create(self, names: list[str]) -> dict[str, ErrorCode]:
+        """Ask the controller in the background; the client retries on LEADER_NOT_AVAILABLE."""
+        async def create():
+            try:
+                await self.broker.channel.forward(CREATE_TOPICS, 7, {
+                    "topics": [{"name": n, "num_partitions": -1, "replication_factor": -1,
+                                "assignments": [], "configs": []} for n in names],
+                    "timeout": 30_000, "validate_only": False})
+            except Exception as e:  # the client will ask again
+                log.warning("auto-creating %s failed: %s", names, e)
+        import asyncio
+        asyncio.get_running_loop().create_task(create())
+        return {name: ErrorCode.LEADER_NOT_AVAILABLE for name in names}

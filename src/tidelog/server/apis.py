@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
+from tidelog.metadata.log import METADATA_TOPIC
 from tidelog.protocol.codec import ZERO_UUID, millis
 from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
 from tidelog.replication.partition import Isolation
@@ -128,6 +129,10 @@ class KafkaApis:
     # ------------------------------------------------------------------ fetch
 
     def handle_fetch(self, header, request):
+        controller_server = getattr(self.broker, "controller_server", None)
+        if controller_server is not None and any(
+                getattr(t, "topic", None) == METADATA_TOPIC for t in request.topics):
+            return controller_server.handle_metadata_fetch(header, request)
         replica_state = getattr(request, "replica_state", None)
         replica_id = int(replica_state.replica_id if replica_state is not None
                          else getattr(request, "replica_id", -1))
