@@ -136,3 +136,73 @@ try:
             yield broker
 except ImportError:  # pytest is optional for users of Broker itself
     pass
+
+
+class Cluster:
+    """A real multi-process cluster for tests: a controller and ``brokers`` brokers
+    on free loopback ports, data in a temporary directory::
+
+        with Cluster(brokers=3) as cluster:
+            producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap})
+            cluster.kill(2); cluster.restart(2)
+
+    ``overrides`` apply to every node (e.g. ``{"replica.lag.time.max.ms": "2000"}``).
+    """
+
+    def __init__(self, brokers: int = 3, overrides: dict[str, str] | None = None, directory: str | None = None):
+        from tidelog.cluster import ProcessCluster
+        self._own_dir = directory is None
+        self.directory = directory or tempfile.mkdtemp(prefix="tidelog-cluster-")
+        self.processes = ProcessCluster.create(self.directory, brokers, base_port=0, overrides=overrides)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.processes.layout.bootstrap
+
+    @property
+    def brokers(self):
+        return self.processes.layout.brokers
+
+    def port(self, node_id: int) -> int:
+        return self.processes.layout.node(node_id).port
+
+    def start(self) -> "Cluster":
+        self.processes.up()
+        return self
+
+    def kill(self, node_id: int) -> None:
+        self.processes.kill(node_id)
+
+    def stop(self, node_id: int) -> None:
+        self.processes.stop_node(node_id)
+
+    def pause(self, node_id: int) -> None:
+        self.processes.pause(node_id)
+
+    def resume(self, node_id: int) -> None:
+        self.processes.resume(node_id)
+
+    def restart(self, node_id: int) -> None:
+        node = self.processes.layout.node(node_id)
+        self.processes.stop_node(node_id)
+        self.processes.start_node(node)
+
+    def start_node(self, node_id: int) -> None:
+        self.processes.start_node(self.processes.layout.node(node_id))
+
+    def close(self) -> None:
+        try:
+            self.processes.down()
+        finally:
+            if self._own_dir:
+                shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> "Cluster":
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.close()

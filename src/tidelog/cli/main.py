@@ -21,8 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("what", choices=["storage"])
     bench.add_argument("rest", nargs=argparse.REMAINDER)
 
-    from tidelog.cli import topics
+    from tidelog.cli import cluster, topics
     topics.add_parser(commands)
+    cluster.add_parser(commands)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         from tidelog.storage.bench import main as storage_bench
         return storage_bench(args.rest) or 0
+    if args.command == "cluster":
+        return cluster.run(args)
     if args.command == "topics":
         return asyncio.run(topics.run(args))
     parser.error(f"unknown command {args.command}")

@@ -1,0 +1,136 @@
+"""``tidelog cluster up|down|status|kill|pause|resume|restart`` — a local cluster of processes."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+from tidelog.cluster import CONTROLLER_ID, ClusterError, ProcessCluster
+from tidelog.core.errors import ErrorCode
+from tidelog.protocol.client import KafkaConnection
+
+METADATA, DESCRIBE_CONFIGS, DESCRIBE_CLUSTER = 3, 32, 60
+
+
+def add_parser(commands) -> None:
+    cluster = commands.add_parser("cluster", help="run a local multi-broker cluster (separate processes)")
+    verbs = cluster.add_subparsers(dest="verb", required=True)
+    up = verbs.add_parser("up", help="start a controller and N brokers; returns once all are RUNNING")
+    up.add_argument("-n", "--brokers", type=int, default=3)
+    up.add_argument("--base-port", type=int, default=9092, help="brokers on PORT, PORT+1, …; controller after them")
+    up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting for every node (repeatable)")
+    for name in ("up", "down", "status", "kill", "pause", "resume", "restart"):
+        parser = up if name == "up" else verbs.add_parser(name)
+        parser.add_argument("--dir", default="./cluster", help="cluster directory (default ./cluster)")
+        if name in ("kill", "pause", "resume", "restart"):
+            parser.add_argument("node_id", type=int, help=f"broker id, or {CONTROLLER_ID} for the controller")
+
+
+def run(args) -> int:
+    try:
+        return _run(args)
+    except ClusterError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+def _run(args) -> int:
+    if args.verb == "up":
+        overrides = {}
+        for item in args.override:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ClusterError(f"--override expects KEY=VALUE, got {item!r}")
+            overrides[key.strip()] = value.strip()
+        started = time.monotonic()
+        cluster = ProcessCluster.create(args.dir, args.brokers, args.base_port, overrides=overrides)
+        cluster.up()
+        print(f"cluster up in {time.monotonic() - started:.2f} s: {len(cluster.layout.brokers)} brokers, "
+              f"controller on {cluster.layout.host}:{cluster.layout.controller.port}, data in {cluster.layout.directory}")
+        print(f"bootstrap servers: {cluster.layout.bootstrap}")
+        return 0
+    cluster = ProcessCluster.load(args.dir)
+    if args.verb == "down":
+        cluster.down()
+        print("cluster down")
+    elif args.verb == "kill":
+        cluster.kill(args.node_id)
+        print(f"node {args.node_id} killed (SIGKILL)")
+    elif args.verb == "pause":
+        cluster.pause(args.node_id)
+        print(f"node {args.node_id} paused (SIGSTOP)")
+    elif args.verb == "resume":
+        cluster.resume(args.node_id)
+        print(f"node {args.node_id} resumed (SIGCONT)")
+    elif args.verb == "restart":
+        cluster.restart(args.node_id)
+        print(f"node {args.node_id} restarted")
+    elif args.verb == "status":
+        return asyncio.run(_status(cluster))
+    return 0
+
+
+async def _status(cluster: ProcessCluster) -> int:
+    layout = cluster.layout
+    states = cluster.process_states()
+    registrations = {}
+    try:
+        controller = await KafkaConnection.connect(layout.host, layout.controller.port, "tidelog-cluster", 3)
+        try:
+            described = await controller.request(DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False})
+            registrations = {int(b.broker_id): b for b in described.brokers}
+        finally:
+            controller.close()
+    except (OSError, asyncio.TimeoutError, ConnectionError) as e:
+        print(f"controller {CONTROLLER_ID} unreachable: {e}")
+    print(f"cluster {layout.cluster_id} at {layout.directory}")
+    print(f"  controller {CONTROLLER_ID}  {layout.host}:{layout.controller.port}  process {states[CONTROLLER_ID]}")
+    for broker in layout.brokers:
+        registration = registrations.get(broker.node_id)
+        registered = ("not registered" if registration is None else
+                      "FENCED" if registration.is_fenced else "unfenced")
+        print(f"  broker {broker.node_id}  {layout.host}:{broker.port}  process {states[broker.node_id]}  {registered}")
+    metadata = None
+    for broker in layout.brokers:
+        if states[broker.node_id] != "running":
+            continue
+        try:
+            connection = await KafkaConnection.connect(layout.host, broker.port, "tidelog-cluster", 3)
+        except (OSError, asyncio.TimeoutError):
+            continue
+        try:
+            metadata = await connection.request(METADATA, {"topics": None, "allow_auto_topic_creation": False})
+            topics = [t.name for t in metadata.topics]
+            min_isr = {}
+            if topics:
+                configs = await connection.request(DESCRIBE_CONFIGS, {"resources": [
+                    {"resource_type": 2, "resource_name": t, "configuration_keys": ["min.insync.replicas"]}
+                    for t in topics], "include_synonyms": False, "include_documentation": False})
+                for result in configs.results:
+                    for c in result.configs:
+                        min_isr[result.resource_name] = int(c.value)
+        finally:
+            connection.close()
+        break
+    if metadata is None:
+        print("no running broker answered: partition state unknown")
+        return 1
+    under_replicated, under_min_isr, leaderless = [], [], []
+    for topic in sorted(metadata.topics, key=lambda t: t.name):
+        for p in sorted(topic.partitions, key=lambda p: p.partition_index):
+            name = f"{topic.name}-{p.partition_index}"
+            isr, replicas = list(p.isr_nodes), list(p.replica_nodes)
+            if int(p.leader_id) < 0:
+                leaderless.append(name)
+            if len(isr) < len(replicas):
+                under_replicated.append(f"{name} (isr {isr} of {replicas})")
+            if len(isr) < min(min_isr.get(topic.name, 1), len(replicas)):
+                under_min_isr.append(f"{name} (isr {isr}, min.insync.replicas {min_isr.get(topic.name)})")
+    total = sum(len(t.partitions) for t in metadata.topics)
+    print(f"partitions: {total} in {len(metadata.topics)} topics")
+    for label, items in (("under-replicated", under_replicated), ("under min ISR", under_min_isr),
+                         ("leaderless", leaderless)):
+        print(f"  {label}: {len(items)}" + ("" if not items else "\n    " + "\n    ".join(items)))
+    return 0

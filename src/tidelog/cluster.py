@@ -1,0 +1,290 @@
+"""A local multi-process tidelog cluster: one controller and N brokers.
+
+Theory of operation. Each node is a ``tidelog serve`` process with its own data
+directory under the cluster directory and its own log file (``server.log``); the
+layout and pids are kept in ``cluster.json`` so separate invocations of
+``tidelog cluster …`` (and tests) can find, kill, pause, resume and restart
+nodes. The controller (node id 1000, ``process.roles=controller``) starts first;
+brokers (ids 1..N, ``process.roles=broker``) point at it through
+``controller.quorum.voters``. All nodes share one cluster id, fixed at ``up``.
+A port of 0 lets a node pick a free port; its real port is read from the
+node's ready line and recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+from tidelog.server.storage_format import new_cluster_id
+
+CONTROLLER_ID = 1000
+_READY = re.compile(r"tidelog ready: node (\d+) listening on \w+://([^:]+):(\d+)")
+LAYOUT_FILE = "cluster.json"
+
+
+class ClusterError(Exception):
+    pass
+
+
+@dataclass
+class Node:
+    node_id: int
+    role: str            # "controller" or "broker"
+    port: int
+    pid: int | None = None
+
+    @property
+    def name(self) -> str:
+        return "controller" if self.role == "controller" else f"broker-{self.node_id}"
+
+
+@dataclass
+class Layout:
+    directory: str
+    cluster_id: str
+    host: str = "127.0.0.1"
+    overrides: dict[str, str] = field(default_factory=dict)
+    nodes: list[Node] = field(default_factory=list)
+
+    @property
+    def controller(self) -> Node:
+        return next(n for n in self.nodes if n.role == "controller")
+
+    @property
+    def brokers(self) -> list[Node]:
+        return [n for n in self.nodes if n.role == "broker"]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{self.host}:{n.port}" for n in self.brokers)
+
+    def node(self, node_id: int) -> Node:
+        for n in self.nodes:
+            if n.node_id == node_id:
+                return n
+        raise ClusterError(f"no node {node_id} in the cluster at {self.directory}")
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (exited child not yet reaped) is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return True
+
+
+def _process_state(pid: int | None) -> str:
+    if not _alive(pid):
+        return "dead"
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().split(") ", 1)[1][0]
+        return "paused" if state == "T" else "running"
+    except OSError:
+        return "running"
+
+
+class ProcessCluster:
+    def __init__(self, layout: Layout):
+        import threading
+        self.layout = layout
+        self._children: dict[int, subprocess.Popen] = {}
+        self._save_lock = threading.Lock()
+
+    # ------------------------------------------------------------ layout on disk
+
+    @classmethod
+    def load(cls, directory: str) -> "ProcessCluster":
+        path = os.path.join(directory, LAYOUT_FILE)
+        try:
+            with open(path) as f:
+                raw = json.load(f)
+        except FileNotFoundError:
+            raise ClusterError(f"no cluster at {directory} (run `tidelog cluster up --dir {directory}`)") from None
+        nodes = [Node(**n) for n in raw.pop("nodes")]
+        return cls(Layout(nodes=nodes, **raw))
+
+    def save(self) -> None:
+        with self._save_lock:
+            os.makedirs(self.layout.directory, exist_ok=True)
+            path = os.path.join(self.layout.directory, LAYOUT_FILE)
+            with open(path + ".tmp", "w") as f:
+                json.dump(asdict(self.layout), f, indent=2)
+            os.replace(path + ".tmp", path)
+
+    @classmethod
+    def create(cls, directory: str, brokers: int, base_port: int = 9092, host: str = "127.0.0.1",
+               overrides: dict[str, str] | None = None) -> "ProcessCluster":
+        if brokers < 1:
+            raise ClusterError("a cluster needs at least one broker")
+        directory = os.path.abspath(directory)
+        if os.path.exists(os.path.join(directory, LAYOUT_FILE)):
+            existing = cls.load(directory)
+            if any(_alive(n.pid) for n in existing.layout.nodes):
+                raise ClusterError(f"a cluster is already running at {directory} (`tidelog cluster down` first)")
+            if len(existing.layout.brokers) != brokers:
+                raise ClusterError(f"{directory} holds a {len(existing.layout.brokers)}-broker cluster")
+            existing.layout.overrides.update(overrides or {})
+            return existing
+        port = lambda offset: 0 if base_port == 0 else base_port + offset
+        nodes = [Node(CONTROLLER_ID, "controller", port(brokers))]
+        nodes += [Node(i, "broker", port(i - 1)) for i in range(1, brokers + 1)]
+        return cls(Layout(directory, new_cluster_id(), host, dict(overrides or {}), nodes))
+
+    # ---------------------------------------------------------------- processes
+
+    def _node_dir(self, node: Node) -> str:
+        return os.path.join(self.layout.directory, node.name)
+
+    def _args(self, node: Node) -> list[str]:
+        layout = self.layout
+        controller = layout.controller
+        settings = {
+            "node.id": str(node.node_id), "process.roles": node.role, "cluster.id": layout.cluster_id,
+            "log.dirs": os.path.join(self._node_dir(node), "data"),
+            "listeners": f"{'CONTROLLER' if node.role == 'controller' else 'PLAINTEXT'}://{layout.host}:{node.port}",
+            "controller.quorum.voters": f"{CONTROLLER_ID}@{layout.host}:{controller.port}",
+            **layout.overrides,
+        }
+        args = [sys.executable, "-m", "tidelog.cli.main", "serve"]
+        for key, value in settings.items():
+            args += ["--override", f"{key}={value}"]
+        return args
+
+    def start_node(self, node: Node, timeout_s: float = 60.0) -> None:
+        if _alive(node.pid):
+            raise ClusterError(f"{node.name} is already running (pid {node.pid})")
+        os.makedirs(self._node_dir(node), exist_ok=True)
+        log_path = os.path.join(self._node_dir(node), "server.log")
+        start_at = os.path.getsize(log_path) if os.path.exists(log_path) else 0
+        with open(log_path, "ab") as out:
+            process = subprocess.Popen(self._args(node), stdout=out, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        self._children[node.node_id] = process
+        node.pid = process.pid
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with open(log_path, "rb") as f:
+                f.seek(start_at)
+                match = _READY.search(f.read().decode("utf-8", "replace"))
+            if match:
+                node.port = int(match.group(3))
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                with open(log_path, "rb") as f:
+                    f.seek(start_at)
+                    tail = f.read().decode("utf-8", "replace").splitlines()[-30:]
+                self.kill(node.node_id)
+                raise ClusterError(f"{node.name} did not become ready:\n" + "\n".join(tail))
+            time.sleep(0.02)
+        self.save()
+
+    def up(self) -> None:
+        """Start the controller, then every broker (in parallel); return once all serve."""
+        controller = self.layout.controller
+        if not _alive(controller.pid):
+            self.start_node(controller)
+        # Brokers start in parallel; each returns once it is RUNNING (unfenced).
+        self._start_parallel([b for b in self.layout.brokers if not _alive(b.pid)])
+        self.save()
+
+    def _start_parallel(self, brokers: list[Node]) -> None:
+        import threading
+        errors: list[Exception] = []
+
+        def start(node: Node) -> None:
+            try:
+                self.start_node(node)
+            except Exception as e:  # reported below
+                errors.append(e)
+        threads = [threading.Thread(target=start, args=(b,)) for b in brokers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+
+    def _signal(self, node_id: int, sig: int) -> Node:
+        node = self.layout.node(node_id)
+        if not _alive(node.pid):
+            raise ClusterError(f"{node.name} is not running")
+        os.kill(node.pid, sig)
+        return node
+
+    def _reap(self, node: Node, timeout_s: float) -> None:
+        child = self._children.pop(node.node_id, None)
+        deadline = time.monotonic() + timeout_s
+        while _alive(node.pid) and time.monotonic() < deadline:
+            if child is not None:
+                try:
+                    child.wait(0.05)
+                except subprocess.TimeoutExpired:
+                    pass
+            else:
+                time.sleep(0.05)
+
+    def stop_node(self, node_id: int, timeout_s: float = 40.0) -> None:
+        """SIGTERM: controlled shutdown, then a clean stop."""
+        node = self.layout.node(node_id)
+        if not _alive(node.pid):
+            return
+        if _process_state(node.pid) == "paused":
+            os.kill(node.pid, signal.SIGCONT)
+        os.kill(node.pid, signal.SIGTERM)
+        self._reap(node, timeout_s)
+        if _alive(node.pid):
+            os.kill(node.pid, signal.SIGKILL)
+            self._reap(node, 5)
+        node.pid = None
+        self.save()
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL: the node dies at once."""
+        node = self.layout.node(node_id)
+        if _alive(node.pid):
+            os.kill(node.pid, signal.SIGKILL)
+            self._reap(node, 10)
+        node.pid = None
+        self.save()
+
+    def pause(self, node_id: int) -> None:
+        self._signal(node_id, signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        self._signal(node_id, signal.SIGCONT)
+
+    def restart(self, node_id: int) -> None:
+        node = self.layout.node(node_id)
+        self.stop_node(node_id)
+        self.start_node(node)
+
+    def down(self) -> None:
+        for broker in self.layout.brokers:
+            if _alive(broker.pid) and _process_state(broker.pid) == "paused":
+                os.kill(broker.pid, signal.SIGCONT)
+        import threading
+        threads = [threading.Thread(target=self.stop_node, args=(b.node_id,)) for b in self.layout.brokers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.stop_node(CONTROLLER_ID)
+
+    def process_states(self) -> dict[int, str]:
+        return {n.node_id: _process_state(n.pid) for n in self.layout.nodes}
