@@ -363,8 +363,14 @@ class KafkaApis:
         if getattr(request, "transactional_id", None):
             return {"throttle_time": 0, "error_code": int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
                     "producer_id": -1, "producer_epoch": -1}
-        producer_id = self.broker.next_producer_id()
-        return {"throttle_time": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": 0}
+        async def allocate():
+            try:
+                producer_id = await self.broker.next_producer_id()
+            except (RuntimeError, OSError, ConnectionError, asyncio.TimeoutError):
+                return {"throttle_time": 0, "error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                        "producer_id": -1, "producer_epoch": -1}
+            return {"throttle_time": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": 0}
+        return allocate()
 
     # -------------------------------------------------------- describe cluster
 

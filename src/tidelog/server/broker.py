@@ -83,9 +83,10 @@ class Broker:
         advertised = config.listener_endpoints(advertised=True)[0]
         self.advertised_host = advertised[1] if advertised[1] not in ("0.0.0.0", "") else "127.0.0.1"
         self.advertised_port = advertised[2] if config["advertised.listeners"] else 0
+        # What Metadata/DescribeCluster call the "controller": as in KRaft, a broker
+        # names an alive broker (itself) and forwards admin requests to the real
+        # controller, which clients cannot reach on their listener.
         self.controller_id = self.node_id
-        if config["controller.quorum.voters"]:
-            self.controller_id = parse_quorum_voters(config["controller.quorum.voters"])[0][0]
         self.cluster_id = ""
         self.broker_epoch = -1
         self.state = BrokerState.NOT_RUNNING
@@ -333,17 +334,15 @@ class Broker:
             return {}
         return self.admin.auto_create(names)
 
-    def next_producer_id(self) -> int:
+    async def next_producer_id(self) -> int:
         """Producer ids from blocks the controller allocates (Kafka's ProducerIdManager)."""
         block = getattr(self, "_producer_ids", None)
         if block is None or block[0] >= block[1]:
-            if not self.is_controller:
-                raise RuntimeError("producer ids need the controller in this process")
-            reply = self.controller.allocate_producer_ids(self.node_id, self.broker_epoch)
-            if reply.error_code != ErrorCode.NONE:
-                raise RuntimeError(f"producer id allocation failed: {reply.error_code.name}")
-            self.controller_server.publish()
-            block = [reply.producer_id_start, reply.producer_id_start + reply.producer_id_len]
+            reply = await self.channel.allocate_producer_ids(
+                {"broker_id": self.node_id, "broker_epoch": self.broker_epoch})
+            if reply.error_code.value != ErrorCode.NONE:
+                raise RuntimeError(f"producer id allocation failed: {ErrorCode(reply.error_code.value).name}")
+            block = [int(reply.producer_id_start), int(reply.producer_id_start) + int(reply.producer_id_len)]
         self._producer_ids = [block[0] + 1, block[1]]
         return block[0]
 

@@ -18,7 +18,7 @@ from tidelog.protocol.client import KafkaConnection
 
 log = logging.getLogger("tidelog.controller_channel")
 
-FETCH, ALTER_PARTITION, BROKER_REGISTRATION, BROKER_HEARTBEAT = 1, 56, 62, 63
+FETCH, ALTER_PARTITION, BROKER_REGISTRATION, BROKER_HEARTBEAT, ALLOCATE_PRODUCER_IDS = 1, 56, 62, 63, 67
 
 
 def parse_quorum_voters(voters: list[str]) -> list[tuple[int, str, int]]:
@@ -65,6 +65,9 @@ class RemoteController:
     async def alter_partition(self, body: dict):
         return await self.request(ALTER_PARTITION, body)
 
+    async def allocate_producer_ids(self, body: dict):
+        return await self.request(ALLOCATE_PRODUCER_IDS, body)
+
     async def fetch_metadata(self, broker_id: int, broker_epoch: int, fetch_offset: int, max_wait_ms: int):
         response = await self.request(FETCH, {
             "replica_id": broker_id, "replica_state": {"replica_id": broker_id, "replica_epoch": broker_epoch},
@@ -108,6 +111,9 @@ class InProcessController:
 
     async def alter_partition(self, body: dict):
         return await self._call(ALTER_PARTITION, self.server.handle_alter_partition, body)
+
+    async def allocate_producer_ids(self, body: dict):
+        return await self._call(ALLOCATE_PRODUCER_IDS, self.server.handle_allocate_producer_ids, body)
 
     def close(self) -> None:
         pass

@@ -44,7 +44,7 @@ from tidelog.server.topic_configs import topic_config_values
 log = logging.getLogger("tidelog.controller_server")
 
 FETCH, METADATA, DESCRIBE_CLUSTER = 1, 3, 60
-ALTER_PARTITION, BROKER_REGISTRATION, BROKER_HEARTBEAT = 56, 62, 63
+ALTER_PARTITION, BROKER_REGISTRATION, BROKER_HEARTBEAT, ALLOCATE_PRODUCER_IDS = 56, 62, 63, 67
 METADATA_FETCH_BYTES_MAX = 8 * 1024 * 1024
 
 
@@ -90,6 +90,7 @@ class ControllerServer:
         dispatcher.register(BROKER_REGISTRATION, self.handle_broker_registration, 0, 4)
         dispatcher.register(BROKER_HEARTBEAT, self.handle_broker_heartbeat, 0, 1)
         dispatcher.register(ALTER_PARTITION, self.handle_alter_partition, 2, 3)
+        dispatcher.register(ALLOCATE_PRODUCER_IDS, self.handle_allocate_producer_ids, 0, 0)
         if include_fetch:
             dispatcher.register(FETCH, self.handle_metadata_fetch, 4, 18)
         if include_admin:
@@ -149,6 +150,12 @@ class ControllerServer:
                 "leader_recovery_state": r.leader_recovery_state, "partition_epoch": r.partition_epoch})
         return {"throttle_time": 0, "error_code": int(response.error_code),
                 "topics": [{"topic_id": tid, "partitions": parts} for tid, parts in topics.items()]}
+
+    def handle_allocate_producer_ids(self, header, request):
+        reply = self.controller.allocate_producer_ids(int(request.broker_id), int(request.broker_epoch))
+        self.publish()
+        return {"throttle_time": 0, "error_code": int(reply.error_code),
+                "producer_id_start": reply.producer_id_start, "producer_id_len": reply.producer_id_len}
 
     def handle_metadata_fetch(self, header, request):
         """Serve ``__cluster_metadata-0`` up to the committed offset, long-polling."""
