@@ -2,10 +2,11 @@
 
 Works against any Kafka broker: it uses only Metadata, CreateTopics,
 DeleteTopics, IncrementalAlterConfigs and ListOffsets. ``describe`` shows, per
-partition, leader, leader epoch, replicas, ISR and the leader's log start
-offset, high watermark (ListOffsets latest as a consumer) and log end offset
-(ListOffsets latest with Kafka's debugging replica id -2, which skips the
-isolation bound).
+partition, leader, leader epoch, replicas, ISR and the log start offset, and
+per replica its log end offset, high watermark and lag behind the leader: it
+asks each replica's broker with ListOffsets under Kafka's debugging replica id
+-2 (latest = that replica's log end offset; with read_committed, tidelog
+answers that replica's own high watermark).
 """
 
 from __future__ import annotations
@@ -102,9 +103,9 @@ async def _list(connection: KafkaConnection, args) -> int:
 
 
 async def _offsets(connection: KafkaConnection, topic: str, partitions: list[int],
-                   replica_id: int, timestamp: int) -> dict[int, int]:
+                   replica_id: int, timestamp: int, isolation_level: int = 0) -> dict[int, int]:
     response = await connection.request(LIST_OFFSETS, {
-        "replica_id": replica_id, "isolation_level": 0, "timeout": 30_000,
+        "replica_id": replica_id, "isolation_level": isolation_level, "timeout": 30_000,
         "topics": [{"name": topic, "partitions": [
             {"partition_index": p, "current_leader_epoch": -1, "timestamp": timestamp}
             for p in partitions]}]})
@@ -128,33 +129,45 @@ async def _describe(connection: KafkaConnection, args) -> int:
         partitions = sorted(topic.partitions, key=lambda p: p.partition_index)
         print(f"Topic: {topic.name}\tTopicId: {topic.topic_id}\tPartitionCount: {len(partitions)}\t"
               f"ReplicationFactor: {len(partitions[0].replica_nodes) if partitions else 0}")
-        by_leader: dict[int, list[int]] = {}
+        # Ask every replica's broker for its own log end offset and high watermark.
+        by_broker: dict[int, list[int]] = {}
         for p in partitions:
-            by_leader.setdefault(int(p.leader_id), []).append(int(p.partition_index))
-        offsets: dict[int, tuple] = {}
-        for leader, ids in by_leader.items():
-            if leader not in brokers:
+            for replica in p.replica_nodes:
+                by_broker.setdefault(int(replica), []).append(int(p.partition_index))
+        replica_offsets: dict[tuple[int, int], tuple] = {}
+        log_start: dict[int, int | None] = {}
+        for broker_id, ids in by_broker.items():
+            if broker_id not in brokers:
                 continue
-            b = brokers[leader]
+            b = brokers[broker_id]
             try:
                 peer = await KafkaConnection.connect(b.host, int(b.port), client_id="tidelog-topics")
             except OSError:
                 continue
             try:
-                start = await _offsets(peer, topic.name, ids, CONSUMER_REPLICA_ID, EARLIEST)
-                high = await _offsets(peer, topic.name, ids, CONSUMER_REPLICA_ID, LATEST)
                 end = await _offsets(peer, topic.name, ids, DEBUGGING_REPLICA_ID, LATEST)
+                high = await _offsets(peer, topic.name, ids, DEBUGGING_REPLICA_ID, LATEST, isolation_level=1)
+                start = await _offsets(peer, topic.name, ids, DEBUGGING_REPLICA_ID, EARLIEST)
             finally:
                 peer.close()
             for i in ids:
-                offsets[i] = (start.get(i), high.get(i), end.get(i))
+                replica_offsets[(i, broker_id)] = (end.get(i), high.get(i))
+                for p in partitions:
+                    if int(p.partition_index) == i and int(p.leader_id) == broker_id:
+                        log_start[i] = start.get(i)
+        show = lambda v: "?" if v is None else str(v)
         for p in partitions:
-            start, high, end = offsets.get(int(p.partition_index), (None, None, None))
-            show = lambda v: "?" if v is None else str(v)
-            print(f"\tPartition: {p.partition_index}\tLeader: {p.leader_id}\t"
-                  f"LeaderEpoch: {p.leader_epoch}\tReplicas: {','.join(map(str, p.replica_nodes))}\t"
-                  f"Isr: {','.join(map(str, p.isr_nodes))}\tLogStartOffset: {show(start)}\t"
-                  f"HighWatermark: {show(high)}\tLogEndOffset: {show(end)}")
+            index, leader = int(p.partition_index), int(p.leader_id)
+            leader_end = replica_offsets.get((index, leader), (None, None))[0]
+            print(f"\tPartition: {index}\tLeader: {leader}\tLeaderEpoch: {p.leader_epoch}\t"
+                  f"Replicas: {','.join(map(str, p.replica_nodes))}\tIsr: {','.join(map(str, p.isr_nodes))}\t"
+                  f"LogStartOffset: {show(log_start.get(index))}")
+            for replica in p.replica_nodes:
+                end, high = replica_offsets.get((index, int(replica)), (None, None))
+                lag = None if end is None or leader_end is None else max(0, leader_end - end)
+                role = "leader" if int(replica) == leader else "follower"
+                print(f"\t\tReplica: {replica} ({role})\tLogEndOffset: {show(end)}\t"
+                      f"HighWatermark: {show(high)}\tLag: {show(lag)}")
     return status
 
 

@@ -244,6 +244,10 @@ class KafkaApis:
         log = partition.log
         is_client = replica_id == CONSUMER_REPLICA_ID
         bound = log.high_watermark if is_client else log.log_end_offset
+        if replica_id == DEBUGGING_REPLICA_ID and read_committed and timestamp == LATEST_TIMESTAMP:
+            # tidelog's debugging view (tidelog topics describe): this replica's own
+            # high watermark, leader or follower. Kafka ignores isolation for -2.
+            return {"timestamp": -1, "offset": log.high_watermark, "leader_epoch": partition.leader_epoch}
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             offset = log.log_start_offset
         elif timestamp in (LATEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP):
