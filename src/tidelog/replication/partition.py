@@ -2,25 +2,40 @@
 
 Theory of operation. A ``Partition`` wraps the local ``Log`` and knows the
 partition's assignment, leader, leader epoch, partition epoch and ISR as the
-metadata log last said. On the leader it also keeps a ``ReplicaState`` per
-follower, fed by follower fetches (§2.2), from which it decides the high
-watermark (§2.1) and ISR changes (§2.3–2.4). ISR changes are *proposed*
-(``pending_isr_change``) and only committed when the controller accepts them
+metadata log last said (``make_leader`` / ``make_follower``, §2.13).
+
+Leader side. It keeps a ``ReplicaState`` per follower, fed by follower fetches
+(§2.2), from which it decides the high watermark (§2.1) and ISR changes
+(§2.3–2.4). ISR changes are *proposed* (``pending_isr`` / ``pending_proposal``,
+one in flight at a time) and only committed when the controller accepts them
 (§2.5); until then the leader uses the *maximal* ISR (committed ∪ proposed) for
-the high watermark, but the committed ISR for the min-ISR check.
+the high watermark, but the committed ISR for the min-ISR checks. Reads are
+validated in the order of §2.7 (``read_records``, and the same epoch/role checks
+for ``fetch_offset_snapshot`` and ``last_offset_for_leader_epoch``, which serve a
+follower's ListOffsets and OffsetsForLeaderEpoch).
+
+Follower side (driven by ``fetcher.py``): ``append_records_as_follower`` (SPEC §3
+step 8), ``update_follower_high_watermark`` = clamp(leader HW, log start, LEO)
+(§2.1.5, it may move back), ``update_follower_log_start_offset`` (step 9, with
+the DeleteRecords race of SPEC §5.6: a leader log start offset above our high
+watermark is not an error), and the truncation helpers.
 
 Sans-IO: every input carries ``now_ms``; outputs are return values (e.g. the
-AlterPartition proposal to send). Invariants (asserted where state changes):
-``log_start_offset <= high_watermark <= log_end_offset``; a leader's high
-watermark never decreases; only the leader has replica states.
+AlterPartition proposal to send). Invariants: ``log_start_offset <=
+high_watermark <= log_end_offset`` (asserted by the Log); a leader's high
+watermark never decreases; only the leader has replica states; at most one ISR
+proposal is in flight.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+import logging
+from dataclasses import dataclass
 
 from tidelog.core.errors import ErrorCode, KafkaError
+
+logger = logging.getLogger("tidelog.partition")
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
@@ -80,13 +95,20 @@ class PartitionState:
     partition_epoch: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class IsrProposal:
-    """An AlterPartition proposal this leader wants sent."""
+    """An AlterPartition proposal this leader wants sent.
+
+    Compared by identity: a response is applied only to the very proposal it
+    answers (a newer proposal for the same partition is a different object).
+    ``new_isr_broker_epochs`` pairs each ISR member with the broker epoch it last
+    fetched with (-1 when unknown, and for the leader itself), for AlterPartition v3+.
+    """
 
     leader_epoch: int
     partition_epoch: int
     new_isr: tuple[int, ...]
+    new_isr_broker_epochs: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -126,8 +148,13 @@ class Partition:
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()          # committed: the controller accepted it
         self.pending_isr: tuple[int, ...] | None = None  # in flight to the controller
+        self.pending_proposal: IsrProposal | None = None  # the proposal carrying pending_isr
         self.leader_epoch_start_offset: int | None = None
         self.replica_states: dict[int, ReplicaState] = {}
+
+    def __repr__(self) -> str:
+        return (f"Partition({self.topic_partition}, broker={self.local_broker_id}, leader={self.leader}, "
+                f"leader_epoch={self.leader_epoch}, isr={list(self.isr)}, log={self.log!r})")
 
     # ------------------------------------------------------------------ roles
 
@@ -137,9 +164,10 @@ class Partition:
 
     @property
     def maximal_isr(self) -> tuple[int, ...]:
+        """Committed ISR ∪ proposed ISR, committed members first (KAFKA_RULES §2.3)."""
         if self.pending_isr is None:
             return self.isr
-        return tuple(sorted(set(self.isr) | set(self.pending_isr)))
+        return self.isr + tuple(r for r in self.pending_isr if r not in self.isr)
 
     @property
     def effective_min_isr(self) -> int:
@@ -148,26 +176,30 @@ class Partition:
     def make_leader(self, state: PartitionState, now_ms: int) -> bool:
         """KAFKA_RULES §2.13. Returns True iff this broker was not leader before."""
         if state.partition_epoch < self.partition_epoch:
+            logger.info("%s: ignoring leader state %s older than partition epoch %d",
+                        self.topic_partition, state, self.partition_epoch)
             return False
         was_leader = self.is_leader
+        followers = [r for r in state.replicas if r != self.local_broker_id]
         if state.leader_epoch > self.leader_epoch:
+            # The new epoch starts at our log end offset: followers holding epochs we
+            # never saw can find their truncation point from it (§2.6, last bullet).
             self.leader_epoch_start_offset = self.log.log_end_offset
             self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
-            followers = [r for r in state.replicas if r != self.local_broker_id]
             self.replica_states = {
-                r: self.replica_states.get(r) if was_leader and r in self.replica_states else ReplicaState(r)
+                r: self.replica_states[r] if was_leader and r in self.replica_states else ReplicaState(r)
                 for r in followers}
             for r in followers:
                 self.replica_states[r].reset(r in state.isr, now_ms, was_leader)
             self.leader_epoch = state.leader_epoch
         else:
-            for r in state.replicas:
-                if r != self.local_broker_id and r not in self.replica_states:
-                    self.replica_states[r] = ReplicaState(r)
+            # Same leader epoch: only the assignment or ISR changed; states are kept.
+            self.replica_states = {r: self.replica_states.get(r) or ReplicaState(r) for r in followers}
         self.leader = state.leader
         self.replicas = tuple(state.replicas)
         self.isr = tuple(state.isr)
         self.pending_isr = None
+        self.pending_proposal = None
         self.partition_epoch = state.partition_epoch
         self.maybe_increment_leader_high_watermark(now_ms)
         return not was_leader
@@ -175,6 +207,8 @@ class Partition:
     def make_follower(self, state: PartitionState) -> bool:
         """KAFKA_RULES §2.13. Returns True iff the leader epoch moved (restart fetching)."""
         if state.partition_epoch < self.partition_epoch:
+            logger.info("%s: ignoring follower state %s older than partition epoch %d",
+                        self.topic_partition, state, self.partition_epoch)
             return False
         bumped = state.leader_epoch > self.leader_epoch
         self.leader = state.leader
@@ -182,6 +216,7 @@ class Partition:
         self.replicas = tuple(state.replicas)
         self.isr = ()
         self.pending_isr = None
+        self.pending_proposal = None
         self.replica_states = {}
         self.leader_epoch_start_offset = None
         self.partition_epoch = state.partition_epoch
@@ -209,14 +244,18 @@ class Partition:
         return False
 
     def _is_isr_eligible(self, replica_id: int, state: ReplicaState) -> bool:
+        """KRaft eligibility (KAFKA_RULES §2.3): alive (not fenced, not shutting down)
+        and the broker epoch it fetched with is known: -1 (an old fetch version) or
+        the one the metadata image holds. A replica that has not fetched since this
+        leader epoch began has no stored epoch and is not eligible."""
         alive_epoch = self._alive_broker_epoch(replica_id)
-        if alive_epoch is None:
+        if alive_epoch is None or state.broker_epoch is None:
             return False
-        return state.broker_epoch in (None, -1) or state.broker_epoch == alive_epoch
+        return state.broker_epoch == -1 or state.broker_epoch == alive_epoch
 
     # --------------------------------------------------------------- produce
 
-    def append_records_to_leader(self, records: bytes, required_acks: int):
+    def append_records_to_leader(self, records: bytes, required_acks: int, now_ms: int | None = None):
         """Append a client's batches. Raises ``KafkaError`` with Kafka's code."""
         if not self.is_leader:
             raise KafkaError(f"broker {self.local_broker_id} is not the leader of "
@@ -225,7 +264,10 @@ class Partition:
             raise KafkaError(f"{self.topic_partition} has ISR {list(self.isr)}, below "
                              f"min.insync.replicas {self.effective_min_isr}",
                              ErrorCode.NOT_ENOUGH_REPLICAS)
-        return self.log.append_as_leader(records, self.leader_epoch)
+        info = self.log.append_as_leader(records, self.leader_epoch)
+        # The LEO moved: with an ISR of one the HW follows at once (§2.1.4).
+        self.maybe_increment_leader_high_watermark(self.log.clock.monotonic_ms() if now_ms is None else now_ms)
+        return info
 
     def check_enough_replicas_reached(self, required_offset: int) -> tuple[bool, ErrorCode]:
         """The delayed-produce condition (KAFKA_RULES §2.11)."""
@@ -239,18 +281,26 @@ class Partition:
 
     # ----------------------------------------------------------------- fetch
 
+    def _check_epoch_and_role(self, current_leader_epoch: int | None,
+                              fetch_only_from_leader: bool) -> ErrorCode:
+        """Steps 1–2 of KAFKA_RULES §2.7, shared by every read a follower makes."""
+        if current_leader_epoch is not None and current_leader_epoch >= 0:
+            if current_leader_epoch < self.leader_epoch:
+                return ErrorCode.FENCED_LEADER_EPOCH
+            if current_leader_epoch > self.leader_epoch:
+                return ErrorCode.UNKNOWN_LEADER_EPOCH
+        if fetch_only_from_leader and not self.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return ErrorCode.NONE
+
     def read_records(self, fetch_offset: int, max_bytes: int, isolation: Isolation,
                      current_leader_epoch: int | None = None, last_fetched_epoch: int | None = None,
                      fetch_only_from_leader: bool = True, min_one_batch: bool = True,
                      replica_id: int = -1) -> ReadResult:
         """Validate and read, in the order of KAFKA_RULES §2.7."""
-        if current_leader_epoch is not None and current_leader_epoch >= 0:
-            if current_leader_epoch < self.leader_epoch:
-                return ReadResult(ErrorCode.FENCED_LEADER_EPOCH)
-            if current_leader_epoch > self.leader_epoch:
-                return ReadResult(ErrorCode.UNKNOWN_LEADER_EPOCH)
-        if fetch_only_from_leader and not self.is_leader:
-            return ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        error = self._check_epoch_and_role(current_leader_epoch, fetch_only_from_leader)
+        if error != ErrorCode.NONE:
+            return ReadResult(error)
         if replica_id >= 0 and replica_id not in self.replica_states:
             return ReadResult(ErrorCode.UNKNOWN_LEADER_EPOCH if current_leader_epoch not in (None, -1)
                               else ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -279,6 +329,26 @@ class Partition:
         result.fetch_offset_metadata = info.fetch_offset_metadata
         return result
 
+    def fetch_offset_snapshot(self, current_leader_epoch: int | None = None,
+                              fetch_only_from_leader: bool = True) -> tuple[ErrorCode, int, int, int]:
+        """``(error, log_start_offset, high_watermark, log_end_offset)`` after the epoch and
+        role checks of §2.7: what a follower's ListOffsets (earliest / latest) reads (§2.9)."""
+        error = self._check_epoch_and_role(current_leader_epoch, fetch_only_from_leader)
+        if error != ErrorCode.NONE:
+            return error, UNDEFINED_OFFSET, UNDEFINED_OFFSET, UNDEFINED_OFFSET
+        log = self.log
+        return ErrorCode.NONE, log.log_start_offset, log.high_watermark, log.log_end_offset
+
+    def last_offset_for_leader_epoch(self, current_leader_epoch: int | None, leader_epoch: int,
+                                     fetch_only_from_leader: bool = True) -> tuple[ErrorCode, int, int]:
+        """OffsetsForLeaderEpoch on the leader: ``(error, epoch, end offset)`` where the
+        pair is ``end_offset_for_epoch(leader_epoch)`` (KAFKA_RULES §2.6), (-1, -1) if unknown."""
+        error = self._check_epoch_and_role(current_leader_epoch, fetch_only_from_leader)
+        if error != ErrorCode.NONE:
+            return error, UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        epoch, end_offset = self.log.end_offset_for_epoch(leader_epoch)
+        return ErrorCode.NONE, epoch, end_offset
+
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, log_start_offset: int,
                                     now_ms: int, leader_log_end_offset: int, broker_epoch: int) -> bool:
         """Steps 4–6 of SPEC §3. Returns whether the high watermark moved."""
@@ -296,6 +366,14 @@ class Partition:
 
     # ------------------------------------------------------------- ISR change
 
+    def _propose(self, new_isr: tuple[int, ...]) -> IsrProposal:
+        assert self.pending_proposal is None, "one ISR change in flight at a time"
+        epochs = tuple(-1 if r == self.local_broker_id or r not in self.replica_states
+                       else _epoch_or_unknown(self.replica_states[r].broker_epoch) for r in new_isr)
+        self.pending_isr = new_isr
+        self.pending_proposal = IsrProposal(self.leader_epoch, self.partition_epoch, new_isr, epochs)
+        return self.pending_proposal
+
     def maybe_expand_isr(self, replica_id: int) -> IsrProposal | None:
         """KAFKA_RULES §2.3: propose adding a caught-up follower."""
         if not self.is_leader or self.pending_isr is not None or replica_id in self.isr:
@@ -306,8 +384,9 @@ class Partition:
         if (state.log_end_offset >= self.log.high_watermark
                 and self.leader_epoch_start_offset is not None
                 and state.log_end_offset >= self.leader_epoch_start_offset):
-            self.pending_isr = tuple(sorted(set(self.isr) | {replica_id}))
-            return IsrProposal(self.leader_epoch, self.partition_epoch, self.pending_isr)
+            logger.info("%s: proposing to add broker %d to ISR %s (its LEO %d, HW %d)", self.topic_partition,
+                        replica_id, list(self.isr), state.log_end_offset, self.log.high_watermark)
+            return self._propose(self.isr + (replica_id,))
         return None
 
     def out_of_sync_replicas(self, now_ms: int) -> list[int]:
@@ -329,28 +408,89 @@ class Partition:
         out = self.out_of_sync_replicas(now_ms)
         if not out:
             return None
-        self.pending_isr = tuple(r for r in self.isr if r not in out)
-        return IsrProposal(self.leader_epoch, self.partition_epoch, self.pending_isr)
+        logger.info("%s: proposing to remove out-of-sync brokers %s from ISR %s", self.topic_partition,
+                    out, list(self.isr))
+        return self._propose(tuple(r for r in self.isr if r not in out))
 
     def on_alter_partition_response(self, error: ErrorCode, leader_epoch: int = -1,
                                     partition_epoch: int = -1, isr: tuple[int, ...] = (),
-                                    now_ms: int = 0) -> bool:
-        """KAFKA_RULES §2.5. Returns whether the request should be retried."""
+                                    now_ms: int = 0, proposal: IsrProposal | None = None) -> bool:
+        """KAFKA_RULES §2.5. Returns whether the request should be retried.
+
+        With ``proposal`` given, a response to any other proposal than the one in
+        flight (the state was replaced by metadata meanwhile) is ignored.
+        """
         if self.pending_isr is None:
+            return False
+        if proposal is not None and proposal is not self.pending_proposal:
             return False
         if error == ErrorCode.NONE:
             if leader_epoch != self.leader_epoch or partition_epoch < self.partition_epoch:
-                return False
+                return False  # stays pending until new metadata arrives
             self.isr = tuple(isr)
             self.pending_isr = None
+            self.pending_proposal = None
             self.partition_epoch = partition_epoch
             self.maybe_increment_leader_high_watermark(now_ms)
             return False
         if error in (ErrorCode.INELIGIBLE_REPLICA, ErrorCode.OPERATION_NOT_ATTEMPTED):
             self.pending_isr = None
+            self.pending_proposal = None
             return False
         if error in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
                      ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.INVALID_UPDATE_VERSION,
                      ErrorCode.INVALID_REQUEST, ErrorCode.NEW_LEADER_ELECTED):
             return False  # stay pending until new metadata arrives
         return True
+
+    # -------------------------------------------------------------- follower
+
+    def append_records_as_follower(self, records):
+        """SPEC §3 step 8: write batches the leader already numbered (``Log.append_as_follower``)."""
+        if self.is_leader:
+            raise KafkaError(f"broker {self.local_broker_id} leads {self.topic_partition}; it does not "
+                             f"append as a follower", ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return self.log.append_as_follower(records)
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> bool:
+        """KAFKA_RULES §2.1.5: HW = clamp(leader HW, log start, LEO); it may move back.
+        Returns whether it changed."""
+        if self.is_leader or leader_high_watermark < 0:
+            return False
+        before = self.log.high_watermark
+        return self.log.update_high_watermark(leader_high_watermark) != before
+
+    def update_follower_log_start_offset(self, leader_log_start_offset: int) -> bool:
+        """SPEC §3 step 9 with the DeleteRecords race of §5.6. Returns whether it moved.
+
+        The leader's log start offset may be above our high watermark (DeleteRecords
+        ran on the leader between the read of our records and the read of its log
+        start). That is not an error: above our LEO, nothing we hold is still
+        wanted, so the log restarts there; otherwise the log start goes as far as
+        our HW allows now and the rest follows once the HW catches up.
+        """
+        log = self.log
+        if self.is_leader or leader_log_start_offset <= log.log_start_offset:
+            return False
+        if leader_log_start_offset > log.log_end_offset:
+            logger.info("%s: leader log start offset %d is above our log end offset %d; restarting the log there",
+                        self.topic_partition, leader_log_start_offset, log.log_end_offset)
+            log.truncate_fully_and_start_at(leader_log_start_offset)
+            return True
+        return log.maybe_increment_log_start_offset(min(leader_log_start_offset, log.high_watermark))
+
+    def truncate_to(self, offset: int) -> bool:
+        """Drop everything at and after ``offset`` (SPEC §7.2). Returns whether anything went."""
+        if offset < self.log.high_watermark:
+            logger.warning("%s: truncating to offset %d, below the high watermark %d",
+                           self.topic_partition, offset, self.log.high_watermark)
+        return self.log.truncate_to(offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and restart it at ``offset`` (a follower out of range, §2.9)."""
+        logger.info("%s: truncating fully and restarting at offset %d", self.topic_partition, offset)
+        self.log.truncate_fully_and_start_at(offset)
+
+
+def _epoch_or_unknown(broker_epoch: int | None) -> int:
+    return -1 if broker_epoch is None else broker_epoch

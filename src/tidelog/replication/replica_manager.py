@@ -8,6 +8,18 @@ logs, and either answer at once or park a delayed operation in a purgatory
 (SPEC §6); events that can satisfy waiters call ``check_and_complete``. Results
 are delivered through callbacks so this stays free of asyncio; the shell turns
 them into futures and calls ``on_tick(now_ms)`` for expiry and periodic work.
+
+Follower side: ``fetcher_manager`` (``fetcher.py``) holds this broker's fetchers.
+Becoming leader removes a partition from them; becoming follower with a new
+leader epoch re-adds it at Kafka's initial fetch offset (``initial_fetch_offset``)
+and completes the partition's delayed operations (they fail with
+``NOT_LEADER_OR_FOLLOWER``). The server drives each fetcher (``FetcherState.poll``
+/ ``on_response``) and answers other brokers' fetcher requests with
+``fetch_messages``, ``last_offset_for_leader_epoch`` and ``fetch_leader_offsets``.
+
+ISR changes: leaders put ``IsrProposal``s in ``pending_isr_proposals`` (a plain
+dict, one entry per partition); the server drains it into batched AlterPartition
+requests and routes each answer to ``on_alter_partition_response``.
 """
 
 from __future__ import annotations
@@ -16,7 +28,7 @@ import logging
 from typing import Callable
 
 from tidelog.core.clock import Clock
-from tidelog.core.errors import ErrorCode, KafkaError
+from tidelog.core.errors import ErrorCode, KafkaError, StorageError
 from tidelog.core.ids import TopicPartition
 from tidelog.replication.delayed import (
     DelayedFetch,
@@ -24,8 +36,17 @@ from tidelog.replication.delayed import (
     FetchParams,
     ProducePartitionStatus,
 )
+from tidelog.replication.fetcher import (
+    EpochEndOffset,
+    FetcherConfig,
+    InitialFetchState,
+    LeaderOffsets,
+    OffsetsForLeaderEpochPartition,
+    ReplicaFetcherManager,
+)
 from tidelog.replication.partition import (
     Isolation,
+    IsrProposal,
     Partition,
     PartitionState,
     ReadResult,
@@ -42,17 +63,28 @@ class ReplicaManager:
     def __init__(self, broker_id: int, log_manager, clock: Clock,
                  settings_for: Callable[[str], ReplicationSettings],
                  log_config_for: Callable[[str], object] = lambda topic: None,
-                 alive_broker_epoch: Callable[[int], int | None] = lambda b: None):
+                 alive_broker_epoch: Callable[[int], int | None] = lambda b: None,
+                 fetcher_config: FetcherConfig | None = None,
+                 is_broker_alive: Callable[[int], bool] | None = None):
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.clock = clock
         self._settings_for = settings_for
         self._log_config_for = log_config_for
         self._alive_broker_epoch = alive_broker_epoch
+        # Whether a leader can be fetched from (Kafka: it is in the metadata image with
+        # an endpoint). Default: any broker id >= 0.
+        self._is_broker_alive = is_broker_alive or (lambda broker_id: broker_id >= 0)
         self.partitions: dict[TopicPartition, Partition | str] = {}
         self.produce_purgatory = Purgatory("produce")
         self.fetch_purgatory = Purgatory("fetch")
-        self.pending_isr_proposals: dict[TopicPartition, object] = {}
+        self.pending_isr_proposals: dict[TopicPartition, IsrProposal] = {}
+        # This broker's epoch from its registration; sent in follower fetches (v15+).
+        self.broker_epoch = -1
+        self.fetcher_config = fetcher_config or FetcherConfig()
+        self.fetcher_manager = ReplicaFetcherManager(
+            broker_id, self.fetcher_config, self.get_partition, lambda: self.broker_epoch,
+            self._on_follower_high_watermark_moved, self._on_fetcher_partition_failed)
 
     # ------------------------------------------------------------ hosting
 
@@ -74,36 +106,92 @@ class ReplicaManager:
         return hosted if isinstance(hosted, ErrorCode) else ErrorCode.NONE
 
     def apply_partition_states(self, states: dict[TopicPartition, PartitionState]) -> None:
-        """Become leader or follower for each partition (SPEC §5.2)."""
+        """Become leader or follower for each partition (SPEC §5.2, KAFKA_RULES §2.13)."""
         now_ms = self.clock.monotonic_ms()
+        leaders: dict[TopicPartition, PartitionState] = {}
+        followers: dict[TopicPartition, PartitionState] = {}
         for topic_partition, state in states.items():
-            hosted = self.partitions.get(topic_partition)
-            if hosted == OFFLINE:
-                continue
-            if hosted is None:
+            (leaders if state.leader == self.broker_id else followers)[topic_partition] = state
+        # Leaders: stop fetching first, then take over.
+        self.fetcher_manager.remove_fetcher_for_partitions(leaders)
+        for topic_partition, state in leaders.items():
+            partition = self._hosted_for_state(topic_partition)
+            if partition is not None and partition.make_leader(state, now_ms):
+                log.info("became leader of %s at leader epoch %d with ISR %s", topic_partition,
+                         state.leader_epoch, list(state.isr))
+        # Followers: every state is applied; only a new leader epoch restarts fetching.
+        restart: dict[TopicPartition, Partition] = {}
+        for topic_partition, state in followers.items():
+            partition = self._hosted_for_state(topic_partition)
+            if partition is not None and partition.make_follower(state):
+                restart[topic_partition] = partition
+        self.fetcher_manager.remove_fetcher_for_partitions(restart)
+        for topic_partition in states:
+            partition = self.get_partition(topic_partition)
+            if partition is not None and partition.pending_proposal is None:
+                self.pending_isr_proposals.pop(topic_partition, None)   # replaced by metadata
+            self._wake(topic_partition)   # delayed operations see the new role
+        initial_states = {}
+        for topic_partition, partition in restart.items():
+            if self._is_broker_alive(partition.leader):
+                initial_states[topic_partition] = InitialFetchState(
+                    partition.leader, partition.leader_epoch, self.initial_fetch_offset(partition.log))
+                log.info("following broker %d for %s at leader epoch %d from offset %d", partition.leader,
+                         topic_partition, partition.leader_epoch, initial_states[topic_partition].initial_fetch_offset)
+            else:
+                log.info("%s has no live leader (%d) at leader epoch %d; waiting", topic_partition,
+                         partition.leader, partition.leader_epoch)
+        self.fetcher_manager.add_fetcher_for_partitions(initial_states)
+        self.fetcher_manager.shutdown_idle_fetchers()
+
+    def _hosted_for_state(self, topic_partition: TopicPartition) -> Partition | None:
+        """The partition, created (with its log) if not hosted yet; None if offline."""
+        hosted = self.partitions.get(topic_partition)
+        if hosted == OFFLINE:
+            return None
+        if hosted is None:
+            try:
                 log_ = self.log_manager.get_or_create_log(
                     topic_partition, self._log_config_for(topic_partition.topic))
-                hosted = Partition(topic_partition, self.broker_id, log_,
-                                   self._settings_for(topic_partition.topic), self._alive_broker_epoch)
-                self.partitions[topic_partition] = hosted
-            else:
-                hosted.settings = self._settings_for(topic_partition.topic)
-            if state.leader == self.broker_id:
-                if hosted.make_leader(state, now_ms):
-                    log.info("became leader of %s at leader epoch %d", topic_partition, state.leader_epoch)
-            else:
-                hosted.make_follower(state)
-            self._wake(topic_partition)
+            except KafkaError as e:   # StorageError / OfflineLogDirError
+                log.error("cannot create the log of %s: %s", topic_partition, e)
+                self.mark_offline(topic_partition)
+                return None
+            hosted = Partition(topic_partition, self.broker_id, log_,
+                               self._settings_for(topic_partition.topic), self._alive_broker_epoch)
+            self.partitions[topic_partition] = hosted
+        else:
+            hosted.settings = self._settings_for(topic_partition.topic)
+        return hosted
+
+    def initial_fetch_offset(self, log_) -> int:
+        """Where a new follower starts (Kafka's initialFetchOffset): its log end offset
+        when truncate-on-fetch can check it (the log holds a leader epoch), else its
+        high watermark, from which a TRUNCATING partition truncates (SPEC §5.2, §7.2)."""
+        if self.fetcher_config.truncate_on_fetch and log_.latest_epoch is not None:
+            return log_.log_end_offset
+        return log_.high_watermark
 
     def stop_partitions(self, topic_partitions, delete: bool) -> None:
+        topic_partitions = list(topic_partitions)
+        self.fetcher_manager.remove_fetcher_for_partitions(topic_partitions)
         for topic_partition in topic_partitions:
             hosted = self.partitions.pop(topic_partition, None)
+            self.pending_isr_proposals.pop(topic_partition, None)
             self._wake(topic_partition)
             if delete and isinstance(hosted, Partition):
                 self.log_manager.delete_log(topic_partition)
+        self.fetcher_manager.shutdown_idle_fetchers()
 
     def mark_offline(self, topic_partition: TopicPartition) -> None:
+        self.fetcher_manager.remove_fetcher_for_partitions([topic_partition])
         self.partitions[topic_partition] = OFFLINE
+        self.pending_isr_proposals.pop(topic_partition, None)
+        self._wake(topic_partition)
+
+    def wake(self, topic_partition: TopicPartition) -> None:
+        """Let delayed produce and fetch operations on the partition look again
+        (after an HW, ISR or role change the caller made)."""
         self._wake(topic_partition)
 
     def _wake(self, topic_partition: TopicPartition) -> None:
@@ -130,7 +218,7 @@ class ReplicaManager:
                 responses[topic_partition] = _produce_response(partition)
                 continue
             try:
-                info = partition.append_records_to_leader(records, required_acks)
+                info = partition.append_records_to_leader(records, required_acks, self.clock.monotonic_ms())
             except KafkaError as e:
                 responses[topic_partition] = _produce_response(e.error_code, str(e))
                 continue
@@ -206,9 +294,10 @@ class ReplicaManager:
                 except KafkaError as e:
                     result = ReadResult(e.error_code)
                     moved = False
-                proposal = partition.maybe_expand_isr(params.replica_id)
-                if proposal is not None:
-                    self.pending_isr_proposals[topic_partition] = proposal
+                else:
+                    proposal = partition.maybe_expand_isr(params.replica_id)
+                    if proposal is not None:
+                        self.pending_isr_proposals[topic_partition] = proposal
                 if moved:
                     self._wake(topic_partition)
             results[topic_partition] = result
@@ -230,6 +319,70 @@ class ReplicaManager:
         data = log_.read(request.fetch_offset, request.max_bytes,
                          max_offset=None if params.replica_id >= 0 else end_offset, min_one_batch=True)
         return data.records.length
+
+    # ------------------------------------------- requests from other brokers' fetchers
+
+    def last_offset_for_leader_epoch(self, requests: dict[TopicPartition, OffsetsForLeaderEpochPartition]
+                                     ) -> dict[TopicPartition, EpochEndOffset]:
+        """OffsetsForLeaderEpoch from a follower (KAFKA_RULES §2.6–2.8): where each
+        requested epoch ends in the leader's log."""
+        out = {}
+        for topic_partition, request in requests.items():
+            partition = self._partition_or_error(topic_partition)
+            if isinstance(partition, ErrorCode):
+                out[topic_partition] = EpochEndOffset(partition)
+                continue
+            error, epoch, end_offset = partition.last_offset_for_leader_epoch(
+                request.current_leader_epoch, request.leader_epoch)
+            out[topic_partition] = EpochEndOffset(error, epoch, end_offset)
+        return out
+
+    def fetch_leader_offsets(self, requests: dict[TopicPartition, int]) -> dict[TopicPartition, LeaderOffsets]:
+        """A follower's ListOffsets earliest + latest (KAFKA_RULES §2.9): the leader's
+        log start and log end offsets, after the epoch and role checks."""
+        out = {}
+        for topic_partition, current_leader_epoch in requests.items():
+            partition = self._partition_or_error(topic_partition)
+            if isinstance(partition, ErrorCode):
+                out[topic_partition] = LeaderOffsets(partition)
+                continue
+            error, log_start_offset, _, log_end_offset = partition.fetch_offset_snapshot(current_leader_epoch)
+            out[topic_partition] = LeaderOffsets(error, log_start_offset, log_end_offset)
+        return out
+
+    # ------------------------------------------------------ follower callbacks
+
+    def _on_follower_high_watermark_moved(self, topic_partitions: list[TopicPartition]) -> None:
+        for topic_partition in topic_partitions:
+            self.fetch_purgatory.check_and_complete(topic_partition)
+
+    def _on_fetcher_partition_failed(self, topic_partition: TopicPartition, error: Exception | None) -> None:
+        if isinstance(error, StorageError):
+            self.mark_offline(topic_partition)
+
+    # ------------------------------------------------------ AlterPartition
+
+    def drain_isr_proposals(self) -> dict[TopicPartition, IsrProposal]:
+        """Take every queued proposal (to send as one batched AlterPartition)."""
+        proposals, self.pending_isr_proposals = self.pending_isr_proposals, {}
+        return proposals
+
+    def on_alter_partition_response(self, topic_partition: TopicPartition, error: ErrorCode,
+                                    leader_epoch: int = -1, partition_epoch: int = -1,
+                                    isr: tuple[int, ...] = (), proposal: IsrProposal | None = None) -> bool:
+        """Route one partition's AlterPartition answer (KAFKA_RULES §2.5). A retriable
+        error queues the same proposal again; returns whether it did."""
+        partition = self.get_partition(topic_partition)
+        if partition is None:
+            return False
+        before = partition.log.high_watermark
+        retry = partition.on_alter_partition_response(error, leader_epoch, partition_epoch, tuple(isr),
+                                                      self.clock.monotonic_ms(), proposal)
+        if retry and partition.pending_proposal is not None:
+            self.pending_isr_proposals.setdefault(topic_partition, partition.pending_proposal)
+        if partition.log.high_watermark != before or error == ErrorCode.NONE:
+            self._wake(topic_partition)
+        return retry
 
     # ------------------------------------------------------ delete records
 
@@ -275,6 +428,7 @@ class ReplicaManager:
         return {tp: p.log.high_watermark for tp, p in self.partitions.items() if isinstance(p, Partition)}
 
     def shutdown(self) -> None:
+        self.fetcher_manager.shutdown()
         self.produce_purgatory.complete_all()
         self.fetch_purgatory.complete_all()
 

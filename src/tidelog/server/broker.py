@@ -34,6 +34,7 @@ from tidelog.core.clock import Clock, SystemClock
 from tidelog.core.errors import ErrorCode, InvalidConfigError
 from tidelog.metadata.file_log import FileMetadataLog
 from tidelog.metadata.loader import MetadataLoader
+from tidelog.replication.fetcher import FetcherConfig
 from tidelog.replication.partition import PartitionState, ReplicationSettings
 from tidelog.replication.replica_manager import ReplicaManager
 from tidelog.server.admin import AdminApis, ForwardingAdminApis
@@ -42,6 +43,7 @@ from tidelog.server.config import BrokerConfig
 from tidelog.server.controller_channel import InProcessController, RemoteController, parse_quorum_voters
 from tidelog.server.controller_server import ControllerServer
 from tidelog.server.dispatch import Dispatcher
+from tidelog.server.fetcher_driver import FetcherDriver
 from tidelog.server.network import Listener
 from tidelog.server.storage_format import META_PROPERTIES, StorageFormatError, format_log_dirs
 from tidelog.server.topic_configs import log_config, static_log_config, topic_config_values
@@ -166,9 +168,14 @@ class Broker:
             self.metadata_log = FileMetadataLog(config["log.dirs"][0], self.clock, follower=True)
             self.admin = ForwardingAdminApis(self)
         self.loader = MetadataLoader(self.metadata_log)
+        fetcher_keys = ("num.replica.fetchers", "replica.fetch.max.bytes", "replica.fetch.response.max.bytes",
+                        "replica.fetch.wait.max.ms", "replica.fetch.min.bytes", "replica.fetch.backoff.ms")
         self.replica_manager = ReplicaManager(
             self.node_id, self.log_manager, self.clock, self.replication_settings, self.log_config,
-            self._alive_broker_epoch)
+            self._alive_broker_epoch,
+            fetcher_config=FetcherConfig.from_properties({k: config[k] for k in fetcher_keys}),
+            is_broker_alive=lambda broker_id: self._alive_broker_epoch(broker_id) is not None)
+        self.fetcher_driver = FetcherDriver(self)
         self._restore_high_watermarks = self.log_manager.read_high_watermarks()
         KafkaApis(self).register(self.dispatcher)
         self.admin.register(self.dispatcher)
@@ -192,6 +199,7 @@ class Broker:
                 code = ErrorCode(reply.error_code.value)
                 if code == ErrorCode.NONE:
                     self.broker_epoch = int(reply.broker_epoch)
+                    self.replica_manager.broker_epoch = self.broker_epoch
                     log.info("registered with the controller: broker epoch %d", self.broker_epoch)
                     break
                 log.warning("registration refused: %s; retrying", code.name)
@@ -291,7 +299,8 @@ class Broker:
         self._metadata_changed = asyncio.Event()
 
     def on_partition_states(self, states) -> None:
-        """Hook: follower fetchers start/stop here (replication)."""
+        """New leaders or followers: wake the fetchers so new partitions start at once."""
+        self.fetcher_driver.wake_all()
 
     async def wait_for_metadata(self, predicate, timeout_s: float = 5.0) -> bool:
         """Wait until ``predicate(image)`` holds (after forwarding an admin request)."""
@@ -442,6 +451,7 @@ class Broker:
         if self.listener is not None:
             await self.listener.stop()
         if self.is_broker:
+            self.fetcher_driver.shutdown()
             self.replica_manager.shutdown()
             self.log_manager.write_high_watermarks(self.replica_manager.high_watermarks())
             self.log_manager.shutdown()

@@ -1,0 +1,792 @@
+"""Follower fetchers, sans-IO (SPEC §7, KAFKA_RULES §2.8–2.10; Kafka's ``AbstractFetcherThread``).
+
+Theory of operation. A broker follows partitions by pulling from their leaders.
+For every (source broker, fetcher id) there is one ``FetcherState``; it owns the
+``partition_states`` of the partitions it fetches, in insertion order, and it
+decides what to send and what a response means. It never touches a socket,
+a timer or asyncio: a *driver* (an asyncio task in the broker, the simulator, or
+``local_cluster.py`` in tests) runs this loop, one request at a time like Kafka's
+fetcher thread::
+
+    while running:
+        request = fetcher.poll(now_ms)          # a plan, or None
+        if request is None:
+            sleep until fetcher.next_wakeup_ms(now_ms) or fetcher.wakeup() is called
+            continue
+        try:
+            results = send(request)             # Fetch / OffsetsForLeaderEpoch / ListOffsets
+        except ConnectionError:
+            fetcher.on_request_failed(request, now_ms)
+            continue
+        fetcher.on_response(request, results, now_ms)
+
+A partition's fetch state (``PartitionFetchState``) is immutable and replaced on
+every change; its ``state`` is one of
+
+* ``TRUNCATING`` — it must find where its log stops agreeing with the leader's
+  before it fetches: with a leader epoch in its log by OffsetsForLeaderEpoch
+  (multi-round, KIP-279), without one by truncating to its high watermark;
+* ``FETCHING`` — it fetches from ``fetch_offset``. With truncate-on-fetch
+  (``FetcherConfig.truncate_on_fetch``, Kafka's normal mode since IBP 2.7) the
+  fetch carries ``last_fetched_epoch`` and the leader answers a divergence with
+  ``diverging_epoch`` instead of data; the follower truncates and goes on;
+* ``OUT_OF_RANGE`` — the leader said the fetch offset is outside its log; the
+  fetcher asks the leader for its log start and end offsets (ListOffsets
+  earliest/latest as a replica) and picks a new fetch offset (§2.9). Kafka does
+  this with blocking calls inside its thread; here it is a state, so that
+  every exchange with the leader is a request the driver sends.
+
+and a partition may be *delayed* (a deadline; errors back off by
+``replica.fetch.backoff.ms``). Fairness (§7.1): whenever a partition's data is
+processed it moves to the end of the order, and the leader fills a response in
+request order, so every partition gets its turn at the response size budget.
+
+Invariants: at most one request is in flight per fetcher; a response is applied
+to a partition only if it still has the state the request was built from (same
+fetch offset and current leader epoch, still ready) — a response that raced with
+a leader change, a removal or a truncation is dropped; appends happen only at
+the local log end offset (it equals ``fetch_offset`` while FETCHING).
+
+``ReplicaFetcherManager`` maps partitions to fetchers: fetcher id =
+``hash(topic, partition) % num.replica.fetchers`` (Kafka's hash, so the spread
+matches Kafka's), per source broker; it adds and removes partitions on
+become-follower / become-leader and shuts down fetchers left without partitions.
+
+The local side of a partition is reached through ``get_partition(tp)`` and the
+follower methods of ``Partition`` (``append_records_as_follower``,
+``update_follower_high_watermark``, ``update_follower_log_start_offset``,
+``truncate_to``, ``truncate_fully_and_start_at``), which write the local log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+from tidelog.core.errors import ErrorCode, KafkaError, StorageError
+from tidelog.core.ids import TopicPartition
+from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
+from tidelog.replication.partition import UNDEFINED_EPOCH, UNDEFINED_OFFSET, Isolation, ReadResult
+
+logger = logging.getLogger("tidelog.fetcher")
+
+
+# --------------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class FetcherConfig:
+    """The broker settings a follower fetcher obeys (Kafka's names; KAFKA_RULES §1)."""
+
+    num_replica_fetchers: int = 1                   # num.replica.fetchers
+    replica_fetch_max_bytes: int = 1_048_576        # replica.fetch.max.bytes (per partition)
+    replica_fetch_response_max_bytes: int = 10_485_760  # replica.fetch.response.max.bytes
+    replica_fetch_wait_max_ms: int = 500            # replica.fetch.wait.max.ms
+    replica_fetch_min_bytes: int = 1                # replica.fetch.min.bytes
+    replica_fetch_backoff_ms: int = 1000            # replica.fetch.backoff.ms
+    truncate_on_fetch: bool = True                  # IBP >= 2.7: diverging epochs in Fetch
+
+    def __post_init__(self):
+        assert self.num_replica_fetchers >= 1, self
+        assert self.replica_fetch_max_bytes > 0 and self.replica_fetch_response_max_bytes > 0, self
+        assert self.replica_fetch_wait_max_ms >= 0 and self.replica_fetch_backoff_ms >= 0, self
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, object], **overrides) -> "FetcherConfig":
+        """From a broker config mapping with Kafka's dotted names (missing keys: defaults)."""
+        names = {"num.replica.fetchers": "num_replica_fetchers",
+                 "replica.fetch.max.bytes": "replica_fetch_max_bytes",
+                 "replica.fetch.response.max.bytes": "replica_fetch_response_max_bytes",
+                 "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
+                 "replica.fetch.min.bytes": "replica_fetch_min_bytes",
+                 "replica.fetch.backoff.ms": "replica_fetch_backoff_ms"}
+        values = {}
+        for key, name in names.items():
+            try:
+                values[name] = int(properties[key])
+            except KeyError:
+                pass
+        values.update(overrides)
+        return cls(**values)
+
+
+# --------------------------------------------------------------------- partition states
+
+
+class FetchState(enum.Enum):
+    TRUNCATING = "truncating"
+    FETCHING = "fetching"
+    OUT_OF_RANGE = "out_of_range"
+
+
+@dataclass(frozen=True)
+class PartitionFetchState:
+    """One partition's place in a fetcher (SPEC §7.1). Immutable: replaced on change."""
+
+    fetch_offset: int
+    current_leader_epoch: int
+    state: FetchState
+    lag: int | None = None
+    delay_until_ms: int | None = None      # backing off until then (monotonic ms)
+    last_fetched_epoch: int | None = None  # the epoch of the last batch we hold
+
+    def is_delayed(self, now_ms: int) -> bool:
+        return self.delay_until_ms is not None and now_ms < self.delay_until_ms
+
+    def is_ready_for_fetch(self, now_ms: int) -> bool:
+        return self.state == FetchState.FETCHING and not self.is_delayed(now_ms)
+
+    def is_truncating(self, now_ms: int) -> bool:
+        return self.state == FetchState.TRUNCATING and not self.is_delayed(now_ms)
+
+    def needs_leader_offsets(self, now_ms: int) -> bool:
+        return self.state == FetchState.OUT_OF_RANGE and not self.is_delayed(now_ms)
+
+
+@dataclass(frozen=True)
+class InitialFetchState:
+    """Where a partition starts fetching when it is added (SPEC §5.2)."""
+
+    leader_id: int
+    current_leader_epoch: int
+    initial_fetch_offset: int   # < 0: ask the leader (OUT_OF_RANGE)
+
+
+# --------------------------------------------------------------------- requests and results
+#
+# The server translates these to and from Kafka's wire messages; local_cluster.py
+# hands them to a leader's ReplicaManager directly.
+
+
+@dataclass(frozen=True)
+class FetchPartitionPlan:
+    """One partition of a follower Fetch (Kafka FetchRequest.PartitionData, v12+ names)."""
+
+    fetch_offset: int
+    log_start_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int
+    last_fetched_epoch: int = UNDEFINED_EPOCH   # -1: not sent (no epoch, or no truncate-on-fetch)
+
+
+@dataclass(frozen=True, eq=False)
+class FetchRequestPlan:
+    """A follower Fetch: ``replica_id`` (``replica_state.replica_id`` from v15, with
+    ``replica_epoch`` = ``broker_epoch``), a full fetch (session id 0, epoch -1),
+    isolation level 0, partitions in this order."""
+
+    source_broker_id: int
+    fetcher_id: int
+    replica_id: int
+    broker_epoch: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    partitions: Mapping[TopicPartition, FetchPartitionPlan]
+    isolation_level: int = 0
+    session_id: int = 0
+    session_epoch: int = -1
+
+    def to_fetch_params(self) -> FetchParams:
+        """The leader ReplicaManager's input for this request (in-process delivery)."""
+        return FetchParams(
+            replica_id=self.replica_id, max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes,
+            max_bytes=self.max_bytes, isolation=Isolation.LOG_END, broker_epoch=self.broker_epoch,
+            partitions={tp: FetchPartitionRequest(p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch,
+                                                  p.last_fetched_epoch, p.log_start_offset)
+                        for tp, p in self.partitions.items()})
+
+
+@dataclass(frozen=True)
+class FetchPartitionResult:
+    """One partition of a Fetch response. ``diverging_epoch`` is ``(epoch, end_offset)``
+    or None (the wire's ``{-1, -1}``); ``records`` the raw batches."""
+
+    error: ErrorCode = ErrorCode.NONE
+    high_watermark: int = UNDEFINED_OFFSET
+    log_start_offset: int = UNDEFINED_OFFSET
+    records: bytes = b""
+    diverging_epoch: tuple[int, int] | None = None
+
+    @classmethod
+    def from_read_result(cls, result: ReadResult) -> "FetchPartitionResult":
+        """Copy a leader's ``ReadResult`` (its records read now: a slice goes stale)."""
+        records = b"" if result.records is None else result.records.read_bytes()
+        return cls(result.error, result.high_watermark, result.log_start_offset, records,
+                   result.diverging_epoch)
+
+
+@dataclass(frozen=True)
+class OffsetsForLeaderEpochPartition:
+    current_leader_epoch: int
+    leader_epoch: int            # the follower's latest epoch: where does it end on the leader?
+
+
+@dataclass(frozen=True, eq=False)
+class OffsetsForLeaderEpochPlan:
+    """An OffsetForLeaderEpoch request sent as a replica (``replica_id`` >= 0)."""
+
+    source_broker_id: int
+    fetcher_id: int
+    replica_id: int
+    partitions: Mapping[TopicPartition, OffsetsForLeaderEpochPartition]
+
+
+@dataclass(frozen=True)
+class EpochEndOffset:
+    error: ErrorCode = ErrorCode.NONE
+    leader_epoch: int = UNDEFINED_EPOCH
+    end_offset: int = UNDEFINED_OFFSET
+
+
+@dataclass(frozen=True, eq=False)
+class ListOffsetsPlan:
+    """The leader's log start and end offsets for partitions out of range (§2.9): a
+    ListOffsets as a replica (``replica_id`` >= 0, so "latest" is the LEO), once with
+    timestamp -2 (earliest) and once with -1 (latest) — Kafka refuses a partition
+    twice in one request. ``partitions`` maps to the current leader epoch."""
+
+    source_broker_id: int
+    fetcher_id: int
+    replica_id: int
+    partitions: Mapping[TopicPartition, int]
+
+
+@dataclass(frozen=True)
+class LeaderOffsets:
+    error: ErrorCode = ErrorCode.NONE
+    log_start_offset: int = UNDEFINED_OFFSET
+    log_end_offset: int = UNDEFINED_OFFSET
+
+
+Plan = FetchRequestPlan | OffsetsForLeaderEpochPlan | ListOffsetsPlan
+
+
+# --------------------------------------------------------------------- one fetcher
+
+
+class FetcherState:
+    def __init__(self, source_broker_id: int, fetcher_id: int, replica_id: int, config: FetcherConfig,
+                 get_partition: Callable[[TopicPartition], object | None],
+                 broker_epoch: Callable[[], int] = lambda: -1,
+                 on_high_watermark_moved: Callable[[list[TopicPartition]], None] | None = None,
+                 on_partition_failed: Callable[[TopicPartition, Exception | None], None] | None = None):
+        self.source_broker_id = source_broker_id
+        self.fetcher_id = fetcher_id
+        self.replica_id = replica_id
+        self.config = config
+        self._get_partition = get_partition
+        self._broker_epoch = broker_epoch
+        self._on_high_watermark_moved = on_high_watermark_moved
+        self._on_partition_failed = on_partition_failed
+        # Insertion order is the fetch order (fairness: processed partitions move to the end).
+        self.partition_states: dict[TopicPartition, PartitionFetchState] = {}
+        # Removed after a fenced epoch or a local failure; wait for new metadata (add_partitions).
+        self.failed_partitions: set[TopicPartition] = set()
+        self.in_flight: Plan | None = None
+        self.failed_requests_in_a_row = 0
+        # Set by the driver: called when there may be new work (partitions added).
+        self.wakeup: Callable[[], None] | None = None
+
+    def __repr__(self) -> str:
+        return (f"FetcherState(source={self.source_broker_id}, id={self.fetcher_id}, "
+                f"partitions={len(self.partition_states)})")
+
+    # ------------------------------------------------------------ membership
+
+    def add_partitions(self, initial_states: Mapping[TopicPartition, InitialFetchState]) -> None:
+        """Start (or keep) fetching these partitions. The same current leader epoch as
+        the existing state keeps that state: no reset, no truncation (§2.10)."""
+        for tp, initial in initial_states.items():
+            assert initial.leader_id == self.source_broker_id, (tp, initial, self)
+            self.failed_partitions.discard(tp)
+            current = self.partition_states.pop(tp, None)
+            if current is not None and current.current_leader_epoch == initial.current_leader_epoch:
+                self.partition_states[tp] = current
+                continue
+            self.partition_states[tp] = self._initial_state(tp, initial)
+            logger.info("%s: fetching from broker %d at leader epoch %d: %s", tp, self.source_broker_id,
+                        initial.current_leader_epoch, self.partition_states[tp])
+        if initial_states and self.wakeup is not None:
+            self.wakeup()
+
+    def _initial_state(self, tp: TopicPartition, initial: InitialFetchState) -> PartitionFetchState:
+        epoch = initial.current_leader_epoch
+        if initial.initial_fetch_offset < 0:
+            return PartitionFetchState(0, epoch, FetchState.OUT_OF_RANGE)
+        latest_epoch = self._latest_epoch(tp)
+        if self.config.truncate_on_fetch and latest_epoch is not None:
+            return PartitionFetchState(initial.initial_fetch_offset, epoch, FetchState.FETCHING,
+                                       last_fetched_epoch=latest_epoch)
+        return PartitionFetchState(initial.initial_fetch_offset, epoch, FetchState.TRUNCATING)
+
+    def remove_partitions(self, topic_partitions: Iterable[TopicPartition]
+                          ) -> dict[TopicPartition, PartitionFetchState]:
+        removed = {}
+        for tp in topic_partitions:
+            state = self.partition_states.pop(tp, None)
+            self.failed_partitions.discard(tp)
+            if state is not None:
+                removed[tp] = state
+        return removed
+
+    def fetch_state(self, tp: TopicPartition) -> PartitionFetchState | None:
+        return self.partition_states.get(tp)
+
+    # ------------------------------------------------------------ what to send
+
+    def poll(self, now_ms: int) -> Plan | None:
+        """The next request to send (Kafka's ``doWork``: truncate, then fetch), or None.
+
+        Truncations that need no leader (to the high watermark) happen here, locally.
+        """
+        if self.in_flight is not None:
+            return None
+        self.maybe_truncate_to_high_watermark(now_ms)
+        return (self.build_offsets_for_leader_epoch(now_ms) or self.build_list_offsets(now_ms)
+                or self.build_fetch(now_ms))
+
+    def next_wakeup_ms(self, now_ms: int) -> int | None:
+        """When ``poll`` may have something to send, if it has nothing now: the end of
+        the nearest partition delay, at most ``replica.fetch.backoff.ms`` away. None
+        while a request is in flight (its response comes first)."""
+        if self.in_flight is not None:
+            return None
+        wakeup = now_ms + self.config.replica_fetch_backoff_ms
+        for state in self.partition_states.values():
+            if state.is_delayed(now_ms):
+                wakeup = min(wakeup, state.delay_until_ms)
+        return wakeup
+
+    def maybe_truncate_to_high_watermark(self, now_ms: int) -> list[TopicPartition]:
+        """TRUNCATING partitions whose log holds no leader epoch truncate to their
+        initial fetch offset (the high watermark) and start fetching (§7.2)."""
+        done = []
+        for tp, state in list(self.partition_states.items()):
+            if not state.is_truncating(now_ms) or self._latest_epoch(tp) is not None:
+                continue
+            if self._truncate(tp, state.fetch_offset):
+                self._finish_truncation(tp, state, completed=True)
+                done.append(tp)
+        return done
+
+    def build_offsets_for_leader_epoch(self, now_ms: int) -> OffsetsForLeaderEpochPlan | None:
+        """TRUNCATING partitions with a leader epoch ask where it ends on the leader."""
+        if self.in_flight is not None:
+            return None
+        partitions = {}
+        for tp, state in self.partition_states.items():
+            if state.is_truncating(now_ms):
+                latest_epoch = self._latest_epoch(tp)
+                if latest_epoch is not None:
+                    partitions[tp] = OffsetsForLeaderEpochPartition(state.current_leader_epoch, latest_epoch)
+        if not partitions:
+            return None
+        self.in_flight = OffsetsForLeaderEpochPlan(self.source_broker_id, self.fetcher_id, self.replica_id,
+                                                   partitions)
+        return self.in_flight
+
+    def build_list_offsets(self, now_ms: int) -> ListOffsetsPlan | None:
+        if self.in_flight is not None:
+            return None
+        partitions = {tp: state.current_leader_epoch for tp, state in self.partition_states.items()
+                      if state.needs_leader_offsets(now_ms)}
+        if not partitions:
+            return None
+        self.in_flight = ListOffsetsPlan(self.source_broker_id, self.fetcher_id, self.replica_id, partitions)
+        return self.in_flight
+
+    def build_fetch(self, now_ms: int) -> FetchRequestPlan | None:
+        """One Fetch with every partition ready for it, in fetch order (SPEC §7.3)."""
+        if self.in_flight is not None:
+            return None
+        config = self.config
+        partitions: dict[TopicPartition, FetchPartitionPlan] = {}
+        unavailable = []
+        for tp, state in self.partition_states.items():
+            if not state.is_ready_for_fetch(now_ms):
+                continue
+            partition = self._get_partition(tp)
+            if partition is None or partition.log.is_offline:
+                unavailable.append(tp)   # going offline; the replica manager removes it soon
+                continue
+            last_fetched_epoch = state.last_fetched_epoch if config.truncate_on_fetch else None
+            partitions[tp] = FetchPartitionPlan(
+                state.fetch_offset, partition.log.log_start_offset, config.replica_fetch_max_bytes,
+                state.current_leader_epoch, UNDEFINED_EPOCH if last_fetched_epoch is None else last_fetched_epoch)
+        self._delay(unavailable, now_ms)
+        if not partitions:
+            return None
+        self.in_flight = FetchRequestPlan(
+            self.source_broker_id, self.fetcher_id, self.replica_id, self._broker_epoch(),
+            config.replica_fetch_wait_max_ms, config.replica_fetch_min_bytes,
+            config.replica_fetch_response_max_bytes, partitions)
+        return self.in_flight
+
+    # ------------------------------------------------------------ what came back
+
+    def on_response(self, plan: Plan, results: Mapping, now_ms: int) -> None:
+        if isinstance(plan, FetchRequestPlan):
+            self.on_fetch_response(plan, results, now_ms)
+        elif isinstance(plan, OffsetsForLeaderEpochPlan):
+            self.on_offsets_for_leader_epoch_response(plan, results, now_ms)
+        elif isinstance(plan, ListOffsetsPlan):
+            self.on_list_offsets_response(plan, results, now_ms)
+        else:
+            raise TypeError(f"not a fetcher request: {plan!r}")
+
+    def on_request_failed(self, plan: Plan, now_ms: int) -> None:
+        """The request got no response (connection error, timeout, a request-level
+        error). A failed Fetch backs off every partition of this fetcher, as Kafka
+        does; a failed offsets request backs off the partitions it asked about."""
+        if self.in_flight is plan:
+            self.in_flight = None
+        self.failed_requests_in_a_row += 1
+        if isinstance(plan, FetchRequestPlan):
+            level = logging.WARNING if self.failed_requests_in_a_row == 1 else logging.DEBUG
+            logger.log(level, "fetch from broker %d failed (%d in a row); backing off %d partitions",
+                       self.source_broker_id, self.failed_requests_in_a_row, len(self.partition_states))
+            self._delay(list(self.partition_states), now_ms)
+        else:
+            self._delay(list(plan.partitions), now_ms)
+
+    def on_fetch_response(self, plan: FetchRequestPlan, results: Mapping[TopicPartition, FetchPartitionResult],
+                          now_ms: int) -> None:
+        """Apply a Fetch response per partition (KAFKA_RULES §2.10)."""
+        self._done(plan)
+        diverging: dict[TopicPartition, tuple[int, int]] = {}
+        retry: list[TopicPartition] = []
+        high_watermark_moved: list[TopicPartition] = []
+        for tp, request in plan.partitions.items():
+            result = results.get(tp)
+            state = self.partition_states.get(tp)
+            if (result is None or state is None or state.fetch_offset != request.fetch_offset
+                    or state.current_leader_epoch != request.current_leader_epoch
+                    or not state.is_ready_for_fetch(now_ms)):
+                continue   # removed, re-added, truncated or moved while in flight: drop it
+            error = result.error
+            if error == ErrorCode.NONE:
+                if result.diverging_epoch is not None:
+                    diverging[tp] = result.diverging_epoch   # truncation only (KAFKA-14704)
+                    continue
+                outcome = self._process_partition_data(tp, state, result)
+                if outcome == "moved":
+                    high_watermark_moved.append(tp)
+                elif outcome == "retry":
+                    retry.append(tp)
+            elif error == ErrorCode.OFFSET_OUT_OF_RANGE:
+                logger.info("%s: fetch offset %d is out of range on broker %d; asking for its offsets",
+                            tp, state.fetch_offset, self.source_broker_id)
+                self._update_and_move_to_end(tp, dataclasses.replace(state, state=FetchState.OUT_OF_RANGE))
+            elif error == ErrorCode.FENCED_LEADER_EPOCH:
+                # The request carried the current epoch (checked above): our metadata is
+                # stale. Stop until a new leader epoch arrives.
+                self._mark_failed(tp, None, f"fenced leader epoch {state.current_leader_epoch}")
+            else:
+                logger.info("%s: fetch from broker %d failed with %s; backing off", tp,
+                            self.source_broker_id, error.name)
+                retry.append(tp)
+        for tp, (leader_epoch, end_offset) in diverging.items():
+            self._truncate_on_epoch(tp, leader_epoch, end_offset)
+        self._delay(retry, now_ms)
+        if high_watermark_moved and self._on_high_watermark_moved is not None:
+            self._on_high_watermark_moved(high_watermark_moved)
+
+    def _process_partition_data(self, tp: TopicPartition, state: PartitionFetchState,
+                                result: FetchPartitionResult) -> str:
+        """Steps 8–9 of SPEC §3. Returns "moved" (HW changed), "ok", "retry" or "failed"."""
+        partition = self._get_partition(tp)
+        if partition is None:
+            self._mark_failed(tp, None, "the partition is gone")
+            return "failed"
+        log = partition.log
+        try:
+            if state.fetch_offset != log.log_end_offset:
+                raise AssertionError(f"{tp}: fetch offset {state.fetch_offset} != log end offset "
+                                     f"{log.log_end_offset}")
+            appended = 0
+            if result.records:
+                appended = partition.append_records_as_follower(result.records).valid_bytes
+            moved = partition.update_follower_high_watermark(result.high_watermark)
+            if result.log_start_offset >= 0:
+                partition.update_follower_log_start_offset(result.log_start_offset)
+        except StorageError as e:
+            self._mark_failed(tp, e, f"storage error: {e}")
+            return "failed"
+        except KafkaError as e:   # corrupt or invalid batches: retry later (may be transient)
+            logger.error("%s: invalid records at offset %d from broker %d: %s", tp, state.fetch_offset,
+                         self.source_broker_id, e)
+            return "retry"
+        except Exception as e:
+            logger.exception("%s: unexpected error processing fetched data", tp)
+            self._mark_failed(tp, e, f"unexpected error: {e}")
+            return "failed"
+        next_offset = log.log_end_offset
+        lag = max(0, result.high_watermark - next_offset)
+        if appended > 0 or next_offset != state.fetch_offset:
+            # The epoch of the last batch we hold (the append recorded it in the cache).
+            self._update_and_move_to_end(tp, PartitionFetchState(
+                next_offset, state.current_leader_epoch, FetchState.FETCHING, lag, None, log.latest_epoch))
+        else:
+            self.partition_states[tp] = dataclasses.replace(state, lag=lag)
+        return "moved" if moved else "ok"
+
+    def on_offsets_for_leader_epoch_response(self, plan: OffsetsForLeaderEpochPlan,
+                                             results: Mapping[TopicPartition, EpochEndOffset],
+                                             now_ms: int) -> None:
+        """Truncate to where the leader's epoch ends (KAFKA_RULES §2.8); if the leader
+        named an epoch we never had, truncate part way and ask again (KIP-279)."""
+        self._done(plan)
+        retry = []
+        for tp, request in plan.partitions.items():
+            state = self.partition_states.get(tp)
+            if (state is None or state.current_leader_epoch != request.current_leader_epoch
+                    or state.state != FetchState.TRUNCATING):
+                continue   # the leader epoch changed while in flight (§2.10): ignore
+            result = results.get(tp, EpochEndOffset(ErrorCode.UNKNOWN_SERVER_ERROR))
+            if result.error == ErrorCode.NONE:
+                self._truncate_on_epoch(tp, result.leader_epoch, result.end_offset)
+            elif result.error == ErrorCode.FENCED_LEADER_EPOCH:
+                self._mark_failed(tp, None, f"fenced leader epoch {state.current_leader_epoch}")
+            else:
+                logger.info("%s: OffsetsForLeaderEpoch on broker %d failed with %s; retrying", tp,
+                            self.source_broker_id, result.error.name)
+                retry.append(tp)
+        self._delay(retry, now_ms)
+
+    def on_list_offsets_response(self, plan: ListOffsetsPlan, results: Mapping[TopicPartition, LeaderOffsets],
+                                 now_ms: int) -> None:
+        """Pick a new fetch offset for partitions out of range (KAFKA_RULES §2.9)."""
+        self._done(plan)
+        retry = []
+        for tp, current_leader_epoch in plan.partitions.items():
+            state = self.partition_states.get(tp)
+            if (state is None or state.current_leader_epoch != current_leader_epoch
+                    or state.state != FetchState.OUT_OF_RANGE):
+                continue
+            result = results.get(tp, LeaderOffsets(ErrorCode.UNKNOWN_SERVER_ERROR))
+            if result.error == ErrorCode.NONE:
+                self._reset_out_of_range(tp, state, result)
+            elif result.error == ErrorCode.FENCED_LEADER_EPOCH:
+                self._mark_failed(tp, None, f"fenced leader epoch {state.current_leader_epoch}")
+            else:
+                retry.append(tp)
+        self._delay(retry, now_ms)
+
+    # ------------------------------------------------------------ truncation
+
+    def truncation_offset(self, tp: TopicPartition, leader_epoch: int, leader_end_offset: int) -> tuple[int, bool]:
+        """``(offset to truncate to, truncation complete)`` for the leader's answer
+        ``(leader_epoch, leader_end_offset)`` — KAFKA_RULES §2.8, rule by rule."""
+        partition = self._get_partition(tp)
+        log_end_offset = partition.log.log_end_offset
+        if leader_end_offset == UNDEFINED_OFFSET:
+            return self.partition_states[tp].fetch_offset, True
+        if leader_epoch == UNDEFINED_EPOCH:
+            return min(leader_end_offset, log_end_offset), True
+        follower_epoch, follower_end_offset = partition.log.end_offset_for_epoch(leader_epoch)
+        if follower_epoch == UNDEFINED_EPOCH or follower_end_offset == UNDEFINED_OFFSET:
+            return min(leader_end_offset, log_end_offset), True
+        if follower_epoch != leader_epoch:
+            # We never had the leader's epoch: cut back to the end of our largest epoch
+            # below it, and ask again with our new latest epoch (KIP-279).
+            return min(follower_end_offset, log_end_offset), False
+        return min(leader_end_offset, follower_end_offset, log_end_offset), True
+
+    def _truncate_on_epoch(self, tp: TopicPartition, leader_epoch: int, leader_end_offset: int) -> None:
+        state = self.partition_states.get(tp)
+        if state is None:
+            return
+        if self._get_partition(tp) is None:
+            self._mark_failed(tp, None, "the partition is gone")
+            return
+        offset, completed = self.truncation_offset(tp, leader_epoch, leader_end_offset)
+        logger.info("%s: leader broker %d says epoch %d ends at %d; truncating to %d%s", tp,
+                    self.source_broker_id, leader_epoch, leader_end_offset, offset,
+                    "" if completed else " and asking again")
+        if self._truncate(tp, offset):
+            self._finish_truncation(tp, state, completed)
+
+    def _finish_truncation(self, tp: TopicPartition, state: PartitionFetchState, completed: bool) -> None:
+        """Kafka's updateFetchOffsetAndMaybeMarkTruncationComplete: fetch from the new log
+        end; with truncate-on-fetch keep fetching (the next fetch carries the new last
+        fetched epoch), else stay TRUNCATING until the truncation is complete."""
+        log = self._get_partition(tp).log
+        fetching = self.config.truncate_on_fetch or completed
+        self.partition_states[tp] = dataclasses.replace(
+            state, fetch_offset=log.log_end_offset,
+            state=FetchState.FETCHING if fetching else FetchState.TRUNCATING,
+            last_fetched_epoch=log.latest_epoch)
+
+    def _reset_out_of_range(self, tp: TopicPartition, state: PartitionFetchState, leader: LeaderOffsets) -> None:
+        partition = self._get_partition(tp)
+        if partition is None:
+            self._mark_failed(tp, None, "the partition is gone")
+            return
+        log_end_offset = partition.log.log_end_offset
+        try:
+            if leader.log_end_offset < log_end_offset:
+                # The leader has less than we do (an unclean election): drop our excess.
+                logger.warning("%s: leader broker %d ends at %d, below our log end offset %d; truncating",
+                               tp, self.source_broker_id, leader.log_end_offset, log_end_offset)
+                partition.truncate_to(leader.log_end_offset)
+            elif leader.log_start_offset > log_end_offset:
+                logger.info("%s: leader broker %d starts at %d, above our log end offset %d", tp,
+                            self.source_broker_id, leader.log_start_offset, log_end_offset)
+                partition.truncate_fully_and_start_at(leader.log_start_offset)
+        except StorageError as e:
+            self._mark_failed(tp, e, f"storage error: {e}")
+            return
+        log = partition.log
+        self._update_and_move_to_end(tp, PartitionFetchState(
+            log.log_end_offset, state.current_leader_epoch, FetchState.FETCHING,
+            max(0, leader.log_end_offset - log.log_end_offset), None, log.latest_epoch))
+
+    def _truncate(self, tp: TopicPartition, offset: int) -> bool:
+        partition = self._get_partition(tp)
+        if partition is None:
+            self._mark_failed(tp, None, "the partition is gone")
+            return False
+        try:
+            partition.truncate_to(offset)
+        except StorageError as e:
+            self._mark_failed(tp, e, f"storage error: {e}")
+            return False
+        return True
+
+    # ------------------------------------------------------------ helpers
+
+    def _latest_epoch(self, tp: TopicPartition) -> int | None:
+        partition = self._get_partition(tp)
+        return None if partition is None else partition.log.latest_epoch
+
+    def _done(self, plan: Plan) -> None:
+        if self.in_flight is plan:
+            self.in_flight = None
+        self.failed_requests_in_a_row = 0
+
+    def _update_and_move_to_end(self, tp: TopicPartition, state: PartitionFetchState) -> None:
+        self.partition_states.pop(tp, None)
+        self.partition_states[tp] = state
+
+    def _delay(self, topic_partitions: Iterable[TopicPartition], now_ms: int) -> None:
+        """Back off (Kafka's delayPartitions): not-yet-delayed partitions wait
+        ``replica.fetch.backoff.ms`` and move to the end."""
+        for tp in topic_partitions:
+            state = self.partition_states.get(tp)
+            if state is not None and not state.is_delayed(now_ms):
+                self._update_and_move_to_end(tp, dataclasses.replace(
+                    state, delay_until_ms=now_ms + self.config.replica_fetch_backoff_ms))
+
+    def _mark_failed(self, tp: TopicPartition, error: Exception | None, reason: str) -> None:
+        logger.warning("%s: stop fetching from broker %d (%s); waiting for new metadata", tp,
+                       self.source_broker_id, reason)
+        self.partition_states.pop(tp, None)
+        self.failed_partitions.add(tp)
+        if self._on_partition_failed is not None:
+            self._on_partition_failed(tp, error)
+
+
+# --------------------------------------------------------------------- the fetcher manager
+
+
+def fetcher_id_for(tp: TopicPartition, num_replica_fetchers: int) -> int:
+    """Kafka's spread: ``abs(31 * topic.hashCode() + partition) % num.replica.fetchers``
+    with Java's 32-bit String hash, so the same partitions share a fetcher as in Kafka
+    (and the choice does not depend on Python's per-process string hashing)."""
+    h = 0
+    for unit in _utf16_units(tp.topic):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    value = (31 * _int32(h) + tp.partition) & 0xFFFFFFFF
+    value = _int32(value)
+    return (value & 0x7FFFFFFF if value == -2**31 else abs(value)) % num_replica_fetchers
+
+
+def _int32(value: int) -> int:
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+def _utf16_units(text: str):
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        yield (data[i] << 8) | data[i + 1]
+
+
+@dataclass(eq=False)
+class ReplicaFetcherManager:
+    """The fetchers of one broker, by (source broker, fetcher id) (SPEC §7.1).
+
+    ``on_fetcher_added`` / ``on_fetcher_removed`` let the driver start and stop the
+    task that runs a fetcher.
+    """
+
+    broker_id: int
+    config: FetcherConfig
+    get_partition: Callable[[TopicPartition], object | None]
+    broker_epoch: Callable[[], int] = lambda: -1
+    on_high_watermark_moved: Callable[[list[TopicPartition]], None] | None = None
+    on_partition_failed: Callable[[TopicPartition, Exception | None], None] | None = None
+    on_fetcher_added: Callable[[FetcherState], None] | None = None
+    on_fetcher_removed: Callable[[FetcherState], None] | None = None
+    fetchers: dict[tuple[int, int], FetcherState] = field(default_factory=dict)
+
+    def fetcher_id(self, tp: TopicPartition) -> int:
+        return fetcher_id_for(tp, self.config.num_replica_fetchers)
+
+    def add_fetcher_for_partitions(self, initial_states: Mapping[TopicPartition, InitialFetchState]) -> None:
+        by_fetcher: dict[tuple[int, int], dict[TopicPartition, InitialFetchState]] = {}
+        for tp, initial in initial_states.items():
+            by_fetcher.setdefault((initial.leader_id, self.fetcher_id(tp)), {})[tp] = initial
+        for key, states in by_fetcher.items():
+            fetcher = self.fetchers.get(key)
+            if fetcher is None:
+                fetcher = FetcherState(key[0], key[1], self.broker_id, self.config, self.get_partition,
+                                       self.broker_epoch, self.on_high_watermark_moved, self.on_partition_failed)
+                self.fetchers[key] = fetcher
+                logger.info("broker %d: started fetcher %d for source broker %d", self.broker_id, key[1], key[0])
+                if self.on_fetcher_added is not None:
+                    self.on_fetcher_added(fetcher)
+            fetcher.add_partitions(states)
+
+    def remove_fetcher_for_partitions(self, topic_partitions: Iterable[TopicPartition]
+                                      ) -> dict[TopicPartition, PartitionFetchState]:
+        topic_partitions = set(topic_partitions)
+        removed = {}
+        for fetcher in self.fetchers.values():
+            removed.update(fetcher.remove_partitions(topic_partitions))
+        return removed
+
+    def shutdown_idle_fetchers(self) -> list[FetcherState]:
+        idle = [key for key, fetcher in self.fetchers.items() if not fetcher.partition_states]
+        stopped = [self.fetchers.pop(key) for key in idle]
+        for fetcher in stopped:
+            logger.info("broker %d: stopped idle fetcher %d for source broker %d", self.broker_id,
+                        fetcher.fetcher_id, fetcher.source_broker_id)
+            if self.on_fetcher_removed is not None:
+                self.on_fetcher_removed(fetcher)
+        return stopped
+
+    def fetch_state(self, tp: TopicPartition) -> PartitionFetchState | None:
+        for fetcher in self.fetchers.values():
+            state = fetcher.fetch_state(tp)
+            if state is not None:
+                return state
+        return None
+
+    def fetcher_of(self, tp: TopicPartition) -> FetcherState | None:
+        for fetcher in self.fetchers.values():
+            if tp in fetcher.partition_states:
+                return fetcher
+        return None
+
+    @property
+    def failed_partitions(self) -> set[TopicPartition]:
+        return set().union(*(f.failed_partitions for f in self.fetchers.values()))
+
+    def shutdown(self) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.remove_partitions(list(fetcher.partition_states))
+        self.shutdown_idle_fetchers()

@@ -1,0 +1,202 @@
+"""ReplicaManager: become leader / follower and the fetchers (SPEC §5.2), delayed
+operations on a role change, AlterPartition routing, answers to other fetchers."""
+
+import os
+
+from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
+from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
+from tidelog.replication.fetcher import (
+    FetcherConfig,
+    FetchState,
+    OffsetsForLeaderEpochPartition,
+)
+from tidelog.replication.partition import Isolation, PartitionState, ReplicationSettings
+from tidelog.replication.replica_manager import ReplicaManager
+from tidelog.storage.log_manager import LogManager
+
+from .conftest import ALIVE, TP, leader_batch, values
+
+OTHER = TopicPartition("other", 0)
+
+
+def manager(tmp_path, clock, broker_id=1, min_isr=1, alive=None, config=None) -> ReplicaManager:
+    log_manager = LogManager([os.path.join(str(tmp_path), f"broker{broker_id}")], clock)
+    alive = dict(ALIVE) if alive is None else alive
+    rm = ReplicaManager(broker_id, log_manager, clock, lambda topic: ReplicationSettings(min_isr),
+                        alive_broker_epoch=alive.get, fetcher_config=config or FetcherConfig(),
+                        is_broker_alive=lambda b: b in alive)
+    rm.broker_epoch = ALIVE[broker_id]
+    return rm
+
+
+def state(leader, leader_epoch, isr=(0, 1, 2), replicas=(0, 1, 2), partition_epoch=None):
+    return PartitionState(leader, leader_epoch, tuple(isr), tuple(replicas),
+                          leader_epoch if partition_epoch is None else partition_epoch)
+
+
+def test_become_follower_starts_fetcher_at_log_end_when_log_has_epochs(tmp_path, clock):
+    rm = manager(tmp_path, clock)
+    rm.log_manager.get_or_create_log(TP).append_as_follower(leader_batch(0, 0, "a", "b"))
+    rm.apply_partition_states({TP: state(0, 1)})
+    fetcher = rm.fetcher_manager.fetcher_of(TP)
+    assert (fetcher.source_broker_id, fetcher.replica_id) == (0, 1)
+    fetch_state = rm.fetcher_manager.fetch_state(TP)
+    assert (fetch_state.fetch_offset, fetch_state.current_leader_epoch, fetch_state.state,
+            fetch_state.last_fetched_epoch) == (2, 1, FetchState.FETCHING, 0)
+    plan = fetcher.poll(clock.monotonic_ms())
+    assert plan.broker_epoch == ALIVE[1]
+
+
+def test_become_follower_without_epochs_truncates_from_high_watermark(tmp_path, clock):
+    rm = manager(tmp_path, clock, config=FetcherConfig(truncate_on_fetch=False))
+    log = rm.log_manager.get_or_create_log(TP)
+    log.append_as_follower(leader_batch(0, 0, "a") + leader_batch(1, 0, "b"))
+    log.update_high_watermark(1)
+    assert rm.initial_fetch_offset(log) == 1
+    rm.apply_partition_states({TP: state(0, 1)})
+    fetch_state = rm.fetcher_manager.fetch_state(TP)
+    assert (fetch_state.fetch_offset, fetch_state.state) == (1, FetchState.TRUNCATING)
+
+
+def test_become_leader_removes_partition_from_fetcher_and_shuts_idle_fetcher(tmp_path, clock):
+    rm = manager(tmp_path, clock)
+    removed = []
+    rm.fetcher_manager.on_fetcher_removed = removed.append
+    rm.apply_partition_states({TP: state(0, 1)})
+    fetcher = rm.fetcher_manager.fetcher_of(TP)
+    rm.apply_partition_states({TP: state(1, 2)})
+    assert rm.get_partition(TP).is_leader
+    assert rm.fetcher_manager.fetch_state(TP) is None and removed == [fetcher]
+    assert rm.fetcher_manager.fetchers == {}
+
+
+def test_same_leader_epoch_keeps_fetch_state(tmp_path, clock):
+    rm = manager(tmp_path, clock)
+    rm.apply_partition_states({TP: state(0, 1)})
+    before = rm.fetcher_manager.fetch_state(TP)
+    rm.apply_partition_states({TP: state(0, 1, isr=(0, 1), partition_epoch=2)})   # ISR change only
+    assert rm.fetcher_manager.fetch_state(TP) is before
+
+
+def test_new_leader_moves_partition_to_other_fetcher(tmp_path, clock):
+    rm = manager(tmp_path, clock)
+    rm.apply_partition_states({TP: state(0, 1), OTHER: state(0, 1)})
+    rm.apply_partition_states({TP: state(2, 2)})
+    assert rm.fetcher_manager.fetcher_of(TP).source_broker_id == 2
+    assert rm.fetcher_manager.fetcher_of(OTHER).source_broker_id == 0
+
+
+def test_follower_without_live_leader_creates_log_and_waits(tmp_path, clock):
+    rm = manager(tmp_path, clock, alive={1: ALIVE[1]})
+    rm.apply_partition_states({TP: state(0, 1), OTHER: state(-1, 1)})
+    assert rm.get_partition(TP) is not None and rm.log_manager.get_log(TP) is not None
+    assert rm.fetcher_manager.fetchers == {}
+
+
+def test_become_follower_completes_delayed_produce_with_not_leader_or_follower(tmp_path, clock):
+    rm = manager(tmp_path, clock, broker_id=0)
+    rm.apply_partition_states({TP: state(0, 0)})
+    answers = []
+    rm.append_records(-1, 30_000, {TP: values("a")}, answers.append)
+    assert answers == []                            # waiting for the followers
+    rm.apply_partition_states({TP: state(1, 1)})
+    assert answers[0][TP]["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_become_follower_completes_delayed_fetch(tmp_path, clock):
+    rm = manager(tmp_path, clock, broker_id=0)
+    rm.apply_partition_states({TP: state(0, 0)})
+    answers = []
+    params = FetchParams(-1, 500, 1, 1 << 20, Isolation.HIGH_WATERMARK,
+                         {TP: FetchPartitionRequest(0, 1 << 20, 0)})
+    rm.fetch_messages(params, answers.append)
+    assert answers == []
+    rm.apply_partition_states({TP: state(1, 1)})
+    assert answers[0][TP].error == ErrorCode.FENCED_LEADER_EPOCH   # its epoch 0 is now old
+
+
+def test_follower_fetch_proposes_isr_expansion_and_answer_is_routed(tmp_path, clock):
+    rm = manager(tmp_path, clock, broker_id=0)
+    rm.apply_partition_states({TP: state(0, 0, isr=(0, 1))})
+    answers = []
+    rm.append_records(1, 30_000, {TP: values("a")}, answers.append)
+    params = FetchParams(2, 0, 1, 1 << 20, Isolation.LOG_END, {TP: FetchPartitionRequest(1, 1 << 20, 0, 0, 0)},
+                         broker_epoch=ALIVE[2])
+    rm.fetch_messages(params, answers.append)
+    proposal = rm.pending_isr_proposals[TP]
+    assert proposal.new_isr == (0, 1, 2)
+    assert rm.drain_isr_proposals() == {TP: proposal} and rm.pending_isr_proposals == {}
+    # A retriable answer queues the same proposal again; success commits it.
+    assert rm.on_alter_partition_response(TP, ErrorCode.NETWORK_EXCEPTION, proposal=proposal)
+    assert rm.pending_isr_proposals[TP] is proposal
+    rm.drain_isr_proposals()
+    assert not rm.on_alter_partition_response(TP, ErrorCode.NONE, 0, 1, (0, 1, 2), proposal)
+    assert rm.get_partition(TP).isr == (0, 1, 2)
+
+
+def test_metadata_replacing_the_state_drops_queued_proposal(tmp_path, clock):
+    rm = manager(tmp_path, clock, broker_id=0)
+    rm.apply_partition_states({TP: state(0, 0, isr=(0, 1))})
+    params = FetchParams(2, 0, 1, 1 << 20, Isolation.LOG_END, {TP: FetchPartitionRequest(0, 1 << 20, 0)},
+                         broker_epoch=ALIVE[2])
+    rm.fetch_messages(params, lambda r: None)
+    assert TP in rm.pending_isr_proposals
+    rm.apply_partition_states({TP: state(0, 0, isr=(0, 1, 2), partition_epoch=1)})
+    assert rm.pending_isr_proposals == {}
+
+
+def test_diverging_fetch_does_not_update_follower_state(tmp_path, clock):
+    """KAFKA-13141: a fetch answered with a diverging epoch records nothing."""
+    rm = manager(tmp_path, clock, broker_id=0)
+    rm.apply_partition_states({TP: state(0, 0)})
+    rm.append_records(1, 30_000, {TP: values("a", "b")}, lambda r: None)
+    answers = []
+    rm.fetch_messages(FetchParams(1, 0, 1, 1 << 20, Isolation.LOG_END, {TP: FetchPartitionRequest(2, 1 << 20, 0, 0)},
+                                  broker_epoch=ALIVE[1]), answers.append)
+    rm.apply_partition_states({TP: state(0, 2)})
+    replica = rm.get_partition(TP).replica_states[1]
+    assert replica.log_end_offset == 2
+    params = FetchParams(1, 0, 1, 1 << 20, Isolation.LOG_END,
+                         {TP: FetchPartitionRequest(3, 1 << 20, 2, 1, 0)}, broker_epoch=ALIVE[1])
+    rm.fetch_messages(params, answers.append)
+    assert answers[1][TP].diverging_epoch == (0, 2)
+    assert replica.log_end_offset == 2
+
+
+def test_answers_for_other_fetchers(tmp_path, clock):
+    rm = manager(tmp_path, clock, broker_id=0)
+    rm.apply_partition_states({TP: state(0, 3)})
+    rm.append_records(1, 30_000, {TP: values("a", "b")}, lambda r: None)
+    epochs = rm.last_offset_for_leader_epoch({TP: OffsetsForLeaderEpochPartition(3, 3),
+                                              OTHER: OffsetsForLeaderEpochPartition(3, 3)})
+    assert (epochs[TP].error, epochs[TP].leader_epoch, epochs[TP].end_offset) == (ErrorCode.NONE, 3, 2)
+    assert epochs[OTHER].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    offsets = rm.fetch_leader_offsets({TP: 3})
+    assert (offsets[TP].log_start_offset, offsets[TP].log_end_offset) == (0, 2)
+    assert rm.fetch_leader_offsets({TP: 2})[TP].error == ErrorCode.FENCED_LEADER_EPOCH
+
+
+def test_stop_partitions_removes_fetchers(tmp_path, clock):
+    rm = manager(tmp_path, clock)
+    rm.apply_partition_states({TP: state(0, 1)})
+    rm.stop_partitions([TP], delete=True)
+    assert rm.fetcher_manager.fetchers == {} and rm.get_partition(TP) is None
+
+
+def test_follower_fetch_waits_in_purgatory_until_data(tmp_path, clock):
+    rm = manager(tmp_path, clock, broker_id=0)
+    rm.apply_partition_states({TP: state(0, 0)})
+    answers = []
+    params = FetchParams(1, 500, 1, 1 << 20, Isolation.LOG_END, {TP: FetchPartitionRequest(0, 1 << 20, 0)},
+                         broker_epoch=ALIVE[1])
+    rm.fetch_messages(params, answers.append)
+    assert answers == []
+    rm.append_records(1, 30_000, {TP: values("a")}, lambda r: None)
+    assert len(answers) == 1 and answers[0][TP].records.length > 0
+    rm.fetch_messages(FetchParams(1, 500, 1, 1 << 20, Isolation.LOG_END,
+                                  {TP: FetchPartitionRequest(1, 1 << 20, 0)}, broker_epoch=ALIVE[1]),
+                      answers.append)
+    clock.advance(500)
+    rm.on_tick(clock.monotonic_ms())
+    assert len(answers) == 2 and answers[1][TP].records.length == 0
