@@ -374,6 +374,7 @@ class Broker:
                 if not self.is_broker:
                     continue
                 self.replica_manager.on_tick(now)
+                self._mark_failed_log_dirs_offline()
                 if now >= next_isr_check:
                     self.replica_manager.maybe_shrink_isr()
                     next_isr_check = now + c["replica.lag.time.max.ms"] // 2
@@ -395,6 +396,15 @@ class Broker:
                     next_retention = now + c["log.retention.check.interval.ms"]
             except Exception:
                 log.exception("periodic work failed")
+
+    def _mark_failed_log_dirs_offline(self) -> None:
+        """SPEC §5.1: partitions of a failed log directory go Offline (KAFKA_STORAGE_ERROR);
+        partitions on other directories keep serving."""
+        for tp in self.log_manager.offline_partitions:
+            if self.replica_manager.partitions.get(tp) not in (None, "offline"):
+                log.error("partition %s is offline: its log directory %s failed", tp,
+                          self.log_manager.log_dir_of(tp))
+                self.replica_manager.mark_offline(tp)
 
     async def _send_isr_proposals(self) -> None:
         """Batch every pending ISR change into one AlterPartition request (SPEC §5.5)."""
