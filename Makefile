@@ -32,6 +32,7 @@ test: $(STAMP) kcat
 bench: $(STAMP)
 	$(PY) benchmarks/storage_bench.py
 	$(PY) benchmarks/produce_consume_bench.py
+	$(PY) benchmarks/replication_bench.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
