@@ -480,3 +480,11 @@ def test_manager_groups_partitions_by_source_broker_and_fetcher_id(make, clock):
 def _state(fetch_offset, epoch, state, lag=None, last_fetched_epoch=None):
     from tidelog.replication.fetcher import PartitionFetchState
     return PartitionFetchState(fetch_offset, epoch, state, lag, None, last_fetched_epoch)
+
+
+def test_fetcher_config_from_broker_properties():
+    config = FetcherConfig.from_properties({"replica.fetch.max.bytes": "2048", "num.replica.fetchers": 3,
+                                            "replica.fetch.wait.max.ms": 100, "unrelated": "x"},
+                                           truncate_on_fetch=False)
+    assert (config.replica_fetch_max_bytes, config.num_replica_fetchers, config.replica_fetch_wait_max_ms,
+            config.replica_fetch_backoff_ms, config.truncate_on_fetch) == (2048, 3, 100, 1000, False)

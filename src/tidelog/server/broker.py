@@ -32,6 +32,7 @@ import uuid
 
 from tidelog.core.clock import Clock, SystemClock
 from tidelog.core.errors import ErrorCode, InvalidConfigError
+from tidelog.core.ids import TopicPartition
 from tidelog.metadata.file_log import FileMetadataLog
 from tidelog.metadata.loader import MetadataLoader
 from tidelog.replication.fetcher import FetcherConfig
@@ -174,7 +175,7 @@ class Broker:
             self.node_id, self.log_manager, self.clock, self.replication_settings, self.log_config,
             self._alive_broker_epoch,
             fetcher_config=FetcherConfig.from_properties({k: config[k] for k in fetcher_keys}),
-            is_broker_alive=lambda broker_id: self._alive_broker_epoch(broker_id) is not None)
+            is_broker_alive=self._is_fetchable)
         self.fetcher_driver = FetcherDriver(self)
         self._restore_high_watermarks = self.log_manager.read_high_watermarks()
         KafkaApis(self).register(self.dispatcher)
@@ -272,6 +273,12 @@ class Broker:
         if registration is None or registration.fenced or registration.in_controlled_shutdown:
             return None
         return registration.broker_epoch
+
+    def _is_fetchable(self, broker_id: int) -> bool:
+        """A leader can be fetched from while registered and unfenced — also while it
+        is in controlled shutdown (it still serves until its leaderships move)."""
+        registration = self.image.brokers.get(broker_id)
+        return registration is not None and not registration.fenced
 
     def publish(self) -> None:
         """Replay newly committed metadata and become leader/follower as it says."""
@@ -408,45 +415,38 @@ class Broker:
 
     async def _send_isr_proposals(self) -> None:
         """Batch every pending ISR change into one AlterPartition request (SPEC §5.5)."""
-        proposals = self.replica_manager.pending_isr_proposals
-        if not proposals or getattr(self, "_isr_in_flight", False):
+        if getattr(self, "_isr_in_flight", False) or not self.replica_manager.pending_isr_proposals:
             return
-        batch = dict(proposals)
-        proposals.clear()
         self._isr_in_flight = True
+        batch = self.replica_manager.drain_isr_proposals()
         by_topic: dict = {}
         for tp, proposal in batch.items():
             topic = self.image.topic(tp.topic)
             if topic is None:
                 continue
+            epochs = proposal.new_isr_broker_epochs or (-1,) * len(proposal.new_isr)
             by_topic.setdefault(topic.topic_id, []).append({
                 "partition_index": tp.partition, "leader_epoch": proposal.leader_epoch,
-                "new_isr_with_epochs": [{"broker_id": b, "broker_epoch": self._alive_broker_epoch(b) or -1}
-                                        for b in proposal.new_isr],
+                "new_isr_with_epochs": [{"broker_id": b, "broker_epoch": e}
+                                        for b, e in zip(proposal.new_isr, epochs)],
                 "leader_recovery_state": 0, "partition_epoch": proposal.partition_epoch})
         try:
             response = await self.channel.alter_partition({
                 "broker_id": self.node_id, "broker_epoch": self.broker_epoch,
                 "topics": [{"topic_id": tid, "partitions": parts} for tid, parts in by_topic.items()]})
-            now = self.clock.monotonic_ms()
+            if ErrorCode(response.error_code.value) != ErrorCode.NONE:
+                raise ConnectionError(f"AlterPartition answered {ErrorCode(response.error_code.value).name}")
             for topic in response.topics:
                 name = self.image.topic_name(topic.topic_id)
                 for p in topic.partitions:
-                    from tidelog.core.ids import TopicPartition
-                    partition = self.replica_manager.get_partition(TopicPartition(name, int(p.partition_index)))
-                    if partition is None:
-                        continue
-                    retry = partition.on_alter_partition_response(
-                        ErrorCode(p.error_code.value), int(p.leader_epoch), int(p.partition_epoch),
-                        tuple(int(b) for b in p.isr), now)
-                    if retry and partition.pending_isr is not None:
-                        proposals.setdefault(TopicPartition(name, int(p.partition_index)), batch.get(
-                            TopicPartition(name, int(p.partition_index))))
-                    self.replica_manager.wake(TopicPartition(name, int(p.partition_index)))
+                    tp = TopicPartition(name, int(p.partition_index))
+                    self.replica_manager.on_alter_partition_response(
+                        tp, ErrorCode(p.error_code.value), int(p.leader_epoch), int(p.partition_epoch),
+                        tuple(int(b) for b in p.isr), batch.get(tp))
         except (OSError, ConnectionError, asyncio.TimeoutError) as e:
             log.warning("AlterPartition failed (%s); will retry", e)
             for tp, proposal in batch.items():
-                proposals.setdefault(tp, proposal)
+                self.replica_manager.pending_isr_proposals.setdefault(tp, proposal)
         finally:
             self._isr_in_flight = False
 

@@ -104,8 +104,10 @@ class FetcherDriver:
             try:
                 fetcher.on_response(plan, results, clock.monotonic_ms())
             except Exception:
+                # A bug, logged loudly; the fetcher backs off and carries on rather
+                # than leave its partitions unreplicated for the life of the process.
                 log.exception("fetcher %s failed applying a response", key)
-                raise
+                fetcher.on_request_failed(plan, clock.monotonic_ms())
 
     # ------------------------------------------------------------ connections
 
