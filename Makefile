@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/storage_bench.py
 	$(PY) benchmarks/produce_consume_bench.py
 	$(PY) benchmarks/replication_bench.py
+	$(PY) benchmarks/spark_read_bench.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,95 @@
+"""Shared fixtures for the Spark data source tests.
+
+One SparkSession (local[2], UI off, loopback only) serves every test in
+tests/spark and stops after them; each module gets its own real
+``tidelog serve`` broker. The
+helpers talk to the broker over the wire protocol, without Spark.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from tidelog.records import SimpleRecord  # noqa: E402
+from tidelog.spark.fetcher import read_records  # noqa: E402
+from tidelog.spark.options import ReadOptions, SinkOptions  # noqa: E402
+from tidelog.spark.producer import Producer  # noqa: E402
+from tidelog.spark.wire import DELETE_RECORDS, LATEST, ClientConfig, Cluster, error_of  # noqa: E402
+from tidelog.testing import Broker  # noqa: E402
+
+CREATE_PARTITIONS = 37
+
+
+@pytest.fixture(scope="package")
+def spark():
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        pytest.skip("Spark needs a Java runtime (java on PATH or JAVA_HOME); none found")
+    from tidelog.spark.session import local_session
+    session = local_session("tidelog-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with Broker() as running:
+        yield running
+
+
+class Admin:
+    """Test-side broker access: create topics, produce, delete records, read back."""
+
+    def __init__(self, bootstrap: str):
+        self.bootstrap = bootstrap
+        self.config = ClientConfig(bootstrap, default_api_timeout_ms=20_000)
+        self.cluster = Cluster(self.config)
+
+    def create(self, topic: str, partitions: int = 1, replication_factor: int = -1, **configs: str) -> str:
+        self.cluster.create_topic(topic, partitions, replication_factor,
+                                  configs={k.replace("_", "."): v for k, v in configs.items()})
+        self.cluster.wait_for_leaders(topic)
+        return topic
+
+    def produce(self, topic: str, partition: int, values, key: bytes | None = None, headers=(),
+                timestamp_ms: int | None = None) -> None:
+        """Each value as one record; all in one batch, acks=all."""
+        producer = Producer(self.cluster, SinkOptions(client=self.config, batch_size_bytes=1 << 30),
+                            exactly_once_attempts=False)
+        for value in values:
+            producer.append((topic, partition), SimpleRecord(value, key=key, headers=list(headers),
+                                                             timestamp_ms=timestamp_ms))
+        producer.flush()
+
+    def add_partitions(self, topic: str, count: int) -> None:
+        """CreatePartitions: grow ``topic`` to ``count`` partitions."""
+        response = self.cluster.any_connection().request(CREATE_PARTITIONS, {
+            "topics": [{"name": topic, "count": count, "assignments": None}], "timeout": 10_000,
+            "validate_only": False})
+        assert error_of(response.results[0].error_code).name == "NONE", response
+        self.cluster.wait_for_leaders(topic)
+
+    def latest(self, topic: str, partition: int) -> int:
+        return self.cluster.list_offsets({(topic, partition): LATEST})[(topic, partition)]
+
+    def delete_records(self, topic: str, partition: int, before: int) -> None:
+        connection = self.cluster.connection(self.cluster.leader(topic, partition))
+        response = connection.request(DELETE_RECORDS, {"topics": [{"name": topic, "partitions": [
+            {"partition_index": partition, "offset": before}]}], "timeout": 10_000})
+        assert error_of(response.topics[0].partitions[0].error_code).name == "NONE"
+
+    def records(self, topic: str, partition: int) -> list:
+        end = self.latest(topic, partition)
+        return list(read_records(self.cluster, ReadOptions(client=self.config), topic, partition, 0, end))
+
+
+@pytest.fixture(scope="module")
+def admin(broker):
+    helper = Admin(broker.bootstrap)
+    yield helper
+    helper.cluster.close()
