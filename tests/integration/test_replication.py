@@ -60,20 +60,7 @@ def _log_bytes(cluster, node_id, topic_partition) -> bytes:
 
 def _end_offsets(cluster, topic) -> dict[int, tuple[int, int]]:
     """(log end offset, high watermark) per broker, asked of each replica (debug replica id)."""
-    async def ask(port):
-        connection = await KafkaConnection.connect("127.0.0.1", port)
-        try:
-            out = []
-            for isolation in (0, 1):
-                response = await connection.request(2, {"replica_id": -2, "isolation_level": isolation,
-                                                        "timeout": 5000, "topics": [{"name": topic, "partitions": [
-                                                            {"partition_index": 0, "current_leader_epoch": -1,
-                                                             "timestamp": -1}]}]})
-                out.append(int(response.topics[0].partitions[0].offset))
-            return tuple(out)
-        finally:
-            connection.close()
-    return {b.node_id: asyncio.run(ask(b.port)) for b in cluster.brokers}
+    return {b.node_id: _end_offsets_one(b.port, topic) for b in cluster.brokers}
 
 
 def test_kill_9_of_the_leader_mid_stream_loses_no_acknowledged_record():
