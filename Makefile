@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test setup bench clean kcat
+.PHONY: run test setup bench clean kcat sim-long chaos-long
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,17 @@ run: $(STAMP)
 # Sets everything up and runs the whole test suite.
 test: $(STAMP) kcat
 	$(PY) -m pytest -q
+
+# The deterministic simulator over thousands of seeds (beyond the 50 that `make test`
+# runs), then longer fault phases; and the long real-process chaos run. A failing
+# seed prints the one command that replays it (docs/simulation.md).
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+sim-long: $(STAMP)
+	$(PY) -m tidelog.sim --seeds 1000-3999 --jobs $(JOBS) --keep-going
+	$(PY) -m tidelog.sim --seeds 0-199 --long --jobs $(JOBS) --keep-going
+
+chaos-long: $(STAMP)
+	$(PY) -m tidelog.chaos --long --seeds 1-3
 
 bench: $(STAMP)
 	$(PY) benchmarks/storage_bench.py

@@ -39,6 +39,9 @@ class Node:
     role: str            # "controller" or "broker"
     port: int
     pid: int | None = None
+    # Settings for this node only, after the cluster-wide ones (e.g. the
+    # advertised.listeners of a broker behind a proxy, tidelog.chaos).
+    overrides: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -160,6 +163,7 @@ class ProcessCluster:
             "listeners": f"{'CONTROLLER' if node.role == 'controller' else 'PLAINTEXT'}://{layout.host}:{node.port}",
             "controller.quorum.voters": f"{CONTROLLER_ID}@{layout.host}:{controller.port}",
             **layout.overrides,
+            **node.overrides,
         }
         args = [sys.executable, "-m", "tidelog.cli.main", "serve"]
         for key, value in settings.items():

@@ -185,7 +185,7 @@ class Partition:
             # The new epoch starts at our log end offset: followers holding epochs we
             # never saw can find their truncation point from it (§2.6, last bullet).
             self.leader_epoch_start_offset = self.log.log_end_offset
-            self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
+            self.log.assign_leader_epoch(state.leader_epoch, self.log.log_end_offset)
             self.replica_states = {
                 r: self.replica_states[r] if was_leader and r in self.replica_states else ReplicaState(r)
                 for r in followers}

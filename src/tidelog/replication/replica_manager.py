@@ -116,7 +116,15 @@ class ReplicaManager:
         self.fetcher_manager.remove_fetcher_for_partitions(leaders)
         for topic_partition, state in leaders.items():
             partition = self._hosted_for_state(topic_partition)
-            if partition is not None and partition.make_leader(state, now_ms):
+            if partition is None:
+                continue
+            try:
+                became_leader = partition.make_leader(state, now_ms)
+            except StorageError as e:   # its log directory failed (Kafka: markPartitionOffline)
+                log.error("cannot become leader of %s: %s", topic_partition, e)
+                self.mark_offline(topic_partition)
+                continue
+            if became_leader:
                 log.info("became leader of %s at leader epoch %d with ISR %s", topic_partition,
                          state.leader_epoch, list(state.isr))
         # Followers: every state is applied; only a new leader epoch restarts fetching.
@@ -316,8 +324,11 @@ class ReplicaManager:
             return None
         if request.fetch_offset == end_offset:
             return 0
-        data = log_.read(request.fetch_offset, request.max_bytes,
-                         max_offset=None if params.replica_id >= 0 else end_offset, min_one_batch=True)
+        try:
+            data = log_.read(request.fetch_offset, request.max_bytes,
+                             max_offset=None if params.replica_id >= 0 else end_offset, min_one_batch=True)
+        except KafkaError:   # the log directory failed (KAFKA_RULES §2.12 case D): answer now
+            return None
         return data.records.length
 
     # ------------------------------------------- requests from other brokers' fetchers

@@ -459,6 +459,13 @@ class Log:
         """``(epoch, end offset)`` per KAFKA_RULES §2.6; ``(-1, -1)`` when undefined."""
         return self._leader_epoch_cache.end_offset_for(leader_epoch, self._log_end_offset)
 
+    @_io_guard
+    def assign_leader_epoch(self, leader_epoch: int, start_offset: int) -> bool:
+        """Record that ``leader_epoch`` starts at ``start_offset`` (a new leader's first act,
+        KAFKA_RULES §2.6). The cache's checkpoint write is I/O like any other: a failure
+        takes the log offline and raises ``StorageError`` (found by the simulator, seed 24)."""
+        return self._leader_epoch_cache.assign(leader_epoch, start_offset)
+
     # -- offsets moved by replication ---------------------------------------------------
 
     def update_high_watermark(self, offset: int) -> int:
@@ -572,6 +579,12 @@ class Log:
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         if offset >= self._log_end_offset:
+            # Kafka's UnifiedLog.truncateTo: the epoch cache is truncated at the log end
+            # all the same. A broker that became leader (assigning (epoch, LEO)) and
+            # appended nothing before another took over holds an entry no record backs;
+            # kept, it is sent as the last fetched epoch forever and the leader answers
+            # the same diverging epoch forever (found by the simulator, seed 46).
+            self._leader_epoch_cache.truncate_from_end(self._log_end_offset)
             return False
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)

@@ -1,0 +1,126 @@
+"""``python -m tidelog.sim``: run seeds, replay one, run a named scenario.
+
+    python -m tidelog.sim --seed 17                 # one seed; on failure: the line and the trace tail
+    python -m tidelog.sim --seed 17 --trace         # print every event as it happens
+    python -m tidelog.sim --seeds 0-999 --jobs 4    # many seeds, in 4 processes
+    python -m tidelog.sim --seeds 0-99 --long       # longer fault phases (make sim-long runs both)
+    python -m tidelog.sim --seed 17 --defect truncate-to-high-watermark
+    python -m tidelog.sim --scenario kip-101-1      # a named scenario (SPEC §11); --scenario list
+
+A failure prints ``seed=<n> config=<…> invariant=<name>`` and exits 1. A run
+does not depend on Python's per-process string hashing (tested), so a replay in
+a new process takes the same path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+
+
+def _seeds(text: str) -> list[int]:
+    seeds = []
+    for part in text.split(","):
+        if "-" in part:
+            low, high = part.split("-", 1)
+            seeds.extend(range(int(low), int(high) + 1))
+        elif part:
+            seeds.append(int(part))
+    return seeds
+
+
+def _run_one(job, echo: bool = False):
+    from tidelog.sim.loop import Trace
+    from tidelog.sim.simulation import run_seed
+    seed, long, defect, tail = job
+    directory = tempfile.mkdtemp(prefix=f"tidelog-sim-{seed}-")
+    try:
+        return run_seed(seed, directory, long=long, defect=defect, trace=Trace(echo=echo, keep=max(tail, 1)))
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tidelog.sim", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, help="run (replay) one seed")
+    parser.add_argument("--seeds", help="a range or list of seeds: 0-999 or 1,5,9")
+    parser.add_argument("--long", action="store_true", help="longer fault phases (sim-long)")
+    parser.add_argument("--defect", help="plant a defect (see tidelog/sim/defects.py)")
+    parser.add_argument("--trace", action="store_true", help="print every event")
+    parser.add_argument("--tail", type=int, default=60, help="trace lines shown on failure (default 60)")
+    parser.add_argument("--scenario", help="run a named scenario (SPEC §11); 'list' lists them")
+    parser.add_argument("--digest", action="store_true", help="print the trace digest")
+    parser.add_argument("--keep-going", action="store_true", help="with --seeds: do not stop at a failure")
+    parser.add_argument("--jobs", type=int, default=1, help="run seeds in this many processes")
+    args = parser.parse_args(argv)
+
+    from tidelog.sim.config import RunStats
+    from tidelog.sim.loop import Trace
+
+    if args.scenario:
+        from tidelog.sim.scenarios import SCENARIOS, run_scenario
+        if args.scenario == "list":
+            for name, scenario in SCENARIOS.items():
+                print(f"{name:<28} {scenario.expected}")
+            return 0
+        directory = tempfile.mkdtemp(prefix="tidelog-sim-")
+        try:
+            outcome = run_scenario(args.scenario, directory, defect=args.defect,
+                                   trace=Trace(echo=args.trace))
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        print(outcome.report())
+        return 0 if outcome.as_expected else 1
+
+    seeds = [args.seed] if args.seed is not None else _seeds(args.seeds or "0-49")
+    total, failures, started = RunStats(), [], time.monotonic()
+    if args.jobs > 1 and len(seeds) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+        pool = ProcessPoolExecutor(args.jobs)
+        results = pool.map(_run_one, [(seed, args.long, args.defect, args.tail) for seed in seeds], chunksize=4)
+    else:
+        pool = None
+        results = (_run_one((seed, args.long, args.defect, args.tail), echo=args.trace and len(seeds) == 1)
+                   for seed in seeds)
+    for result in results:
+        total.add(result.stats)
+        if result.passed:
+            line = result.summary()
+            if args.digest:
+                line += f" full_digest={result.digest}"
+            print(line, flush=True)
+            continue
+        failures.append(result)
+        print(result.summary(), flush=True)
+        if len(seeds) == 1 or not args.keep_going:
+            print(f"  {result.detail}")
+            if not args.trace:
+                print(f"  last {args.tail} events:")
+                for line in result.trace_tail[-args.tail:]:
+                    print(f"    {line}")
+            print(f"  replay: python -m tidelog.sim --seed {result.seed}"
+                  + (" --long" if args.long else "") + (f" --defect {args.defect}" if args.defect else "")
+                  + " --trace")
+            if not args.keep_going:
+                break
+    if pool is not None:
+        pool.shutdown(cancel_futures=True)
+    elapsed = time.monotonic() - started
+    if len(seeds) > 1:
+        acked = ", ".join(f"acks={k}: {v}" for k, v in sorted(total.acked.items()))
+        print(f"{len(seeds) - len(failures) if not failures or args.keep_going else '?'} of {len(seeds)} seeds "
+              f"passed in {elapsed:.1f} s: {total.events} events, {total.sim_ms / 1000:.0f} s simulated, "
+              f"{total.produce_requests} produce requests, acknowledged records ({acked}), "
+              f"{total.consumed} records consumed, faults {sum(total.faults.values())} "
+              f"({', '.join(f'{k} {v}' for k, v in sorted(total.faults.items()))}), acks=all lost "
+              f"{total.acked_all_lost}, excused losses {total.excused_losses} "
+              f"(history resets {total.history_resets})")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,412 @@
+"""SPEC §10 invariants, checked after every simulated event (and at the end).
+
+Theory of operation. The checker reads real state — every running broker's
+``Partition`` objects and logs, the controller's and brokers' metadata images,
+what clients were told — and keeps three pieces of its own:
+
+* a *mirror* of each replica's log (``LogMirror``): batch headers and record
+  values, refreshed incrementally from the log itself (only the new tail is
+  read; a truncation or a restart re-reads);
+* the partition's *committed history* (``History``): every record a leader ever
+  exposed below its high watermark, with the leader epoch that committed it.
+  Whenever any leader's HW moves, the newly committed records are compared with
+  the history (a committed offset must never hold anything else) and added;
+* client records: acknowledged writes per acks level, what producers sent,
+  what consumers read.
+
+Checks, named by SPEC §10 item (a failure raises ``InvariantViolation`` with
+the name; the simulation prints ``seed=… config=… invariant=<name>``):
+
+``10.1-one-leader-per-epoch``   two brokers lead one partition in one leader epoch,
+                                or a broker's leader epoch goes back
+``10.2-offsets-ordered``        ``log_start_offset <= HW <= LEO`` on a replica, or a
+                                leader's HW goes back
+``10.3-isr-holds-committed``    a member of the ISR (the controller's: who may be elected)
+                                lacks, or holds different bytes for, a record below the
+                                current leader's HW
+``10.4-acknowledged-write-kept``a new leader lacks a record committed in an earlier
+                                epoch; a committed offset changes; an acks=all
+                                acknowledgement for a record that is not committed;
+                                a leader elected outside the ISR with unclean off
+``10.5-convergence``            after healing: logs differ, ISR not regrown, no leader
+``10.6-consumer-below-hw``      a consumer got a record at/above the HW, not in the
+                                committed history, or out of order
+``10.7-metadata-images-agree``  a broker's image differs from the controller's at the
+                                same offset
+``10.8-fenced-broker-out-of-isr`` (and epochs monotonic on the controller) —
+                                ``controller.testing.check_invariants``
+
+What invariant 4 may not promise (its precondition, SPEC §10.4) is excused and
+counted, never silently ignored: an *unclean* election (topic config) and the
+*last replica standing* (KIP-966 without Eligible Leader Replicas: a broker that
+lost unsynced bytes in a power cut returns as the only ISR member and leads).
+Either resets the partition's history at that leader epoch; acknowledged writes
+missing afterwards are counted as ``excused_losses`` with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tidelog.controller.testing import check_invariants as check_controller_image
+from tidelog.core.ids import TopicPartition
+from tidelog.records.batch import iter_batches, iter_records
+from tidelog.replication.partition import Partition
+
+if TYPE_CHECKING:
+    from tidelog.sim.simulation import Simulation
+
+
+class InvariantViolation(AssertionError):
+    def __init__(self, invariant: str, detail: str):
+        super().__init__(f"{invariant}: {detail}")
+        self.invariant = invariant
+        self.detail = detail
+
+
+# (batch crc, batch leader epoch, value) identifies a record's bytes: the CRC covers
+# everything in the batch after it, base offset and epoch sit beside it.
+RecordId = tuple[int, int, bytes]
+
+
+class LogMirror:
+    """What one replica's log holds, read incrementally."""
+
+    def __init__(self):
+        self.log = None
+        self.start = 0
+        self.end = 0
+        self.records: dict[int, RecordId] = {}
+        self.generation = 0          # bumped whenever records may have changed below ``end``
+        self.committed_upto = (0, 0)  # (generation, offset): compared with the history up to here
+
+    def refresh(self, log) -> None:
+        if log is not self.log or log.log_start_offset != self.start:
+            self.log, self.start, self.end = log, log.log_start_offset, log.log_start_offset
+            self.records = {}
+            self.generation += 1
+        elif log.log_end_offset < self.end:
+            for offset in range(log.log_end_offset, self.end):
+                self.records.pop(offset, None)
+            self.end = log.log_end_offset
+            self.generation += 1
+        target = log.log_end_offset
+        while self.end < target:
+            data = log.read(self.end, 1 << 20, max_offset=None).records.read_bytes()
+            if not data:
+                break
+            for position, header in iter_batches(data):
+                for record in iter_records(data, position):
+                    if record.offset >= self.end:
+                        self.records[record.offset] = (header.crc, header.partition_leader_epoch, record.value)
+                self.end = max(self.end, header.next_offset)
+        self.end = target
+
+
+@dataclass
+class History:
+    """The committed records of one partition, as leaders exposed them."""
+
+    records: dict[int, tuple[RecordId, int]] = field(default_factory=dict)   # offset -> (id, commit epoch)
+    reset_epoch: int = -1            # commits from leaders below this epoch are ignored
+    resets: list[str] = field(default_factory=list)
+
+    @property
+    def end(self) -> int:
+        return max(self.records) + 1 if self.records else 0
+
+
+@dataclass
+class Seen:
+    incarnation: int
+    leader: int
+    leader_epoch: int
+    high_watermark: int
+    state: tuple
+
+
+class Checker:
+    def __init__(self, sim: "Simulation"):
+        self.sim = sim
+        self.histories: dict[TopicPartition, History] = {}
+        self.mirrors: dict[tuple[int, TopicPartition], LogMirror] = {}
+        self.seen: dict[tuple[int, TopicPartition], Seen] = {}
+        self.leaders_by_epoch: dict[TopicPartition, dict[int, int]] = {}
+        self.amnesiac: dict[tuple[int, TopicPartition], str] = {}   # replica -> how it lost data
+        self.isr_verified: dict[tuple, tuple] = {}
+        self.controller_image = None
+        self.broker_images: dict[int, object] = {}
+        self.unclean_topics: set[str] = set()
+        # clients
+        self.received: dict[bytes, int] = {}              # value -> produce requests that carried it
+        self.acked: dict[TopicPartition, list] = {}       # [(offset, value, acks, producer, seq)]
+        self.excused: list[str] = []
+        self.dirty: set[TopicPartition] = set()
+
+    def history(self, tp: TopicPartition) -> History:
+        return self.histories.setdefault(tp, History())
+
+    # ================================================================ after every event
+
+    def check(self) -> None:
+        sim = self.sim
+        if sim.controller.up and sim.controller.image is not self.controller_image:
+            self._on_controller_image(sim.controller.image)
+        for broker in sim.brokers.values():
+            if not broker.up:
+                continue
+            if broker.image is not self.broker_images.get(broker.broker_id):
+                self.broker_images[broker.broker_id] = broker.image
+                self._check_image(broker)
+            with broker.disk.unfaulted():
+                for tp, partition in broker.replica_manager.partitions.items():
+                    if isinstance(partition, Partition):
+                        self._observe(broker, tp, partition)
+        for tp in sorted(self.dirty):
+            self._check_isr(tp)
+        self.dirty.clear()
+
+    def _observe(self, broker, tp: TopicPartition, partition: Partition) -> None:
+        log = partition.log
+        key = (broker.broker_id, tp)
+        incarnation = broker.owned.incarnation
+        state = (incarnation, partition.leader, partition.leader_epoch, log.log_start_offset,
+                 log.high_watermark, log.log_end_offset, id(log), partition.isr)
+        seen = self.seen.get(key)
+        if seen is not None and seen.state == state:
+            return
+        self.dirty.add(tp)
+        where = f"broker {broker.broker_id} {tp}"
+        if not log.log_start_offset <= log.high_watermark <= log.log_end_offset:
+            raise InvariantViolation("10.2-offsets-ordered", f"{where}: log start {log.log_start_offset}, "
+                                     f"HW {log.high_watermark}, LEO {log.log_end_offset}")
+        mirror = self.mirrors.setdefault(key, LogMirror())
+        if not log.is_offline:   # an offline log's files are closed; its last mirror stands
+            mirror.refresh(log)
+        same_process = seen is not None and seen.incarnation == incarnation
+        if same_process and partition.leader_epoch < seen.leader_epoch:
+            raise InvariantViolation("10.1-one-leader-per-epoch", f"{where}: leader epoch went back "
+                                     f"from {seen.leader_epoch} to {partition.leader_epoch}")
+        if partition.is_leader:
+            epoch = partition.leader_epoch
+            holder = self.leaders_by_epoch.setdefault(tp, {}).setdefault(epoch, broker.broker_id)
+            if holder != broker.broker_id:
+                raise InvariantViolation("10.1-one-leader-per-epoch",
+                                         f"{tp}: brokers {holder} and {broker.broker_id} both lead epoch {epoch}")
+            continuing = (same_process and seen.leader == broker.broker_id and seen.leader_epoch == epoch)
+            if continuing and log.high_watermark < seen.high_watermark:
+                raise InvariantViolation("10.2-offsets-ordered", f"{where}: leader HW went back from "
+                                         f"{seen.high_watermark} to {log.high_watermark}")
+            if not continuing:
+                self._on_leader_activated(broker.broker_id, tp, partition, mirror)
+            self._commit(broker.broker_id, tp, partition, mirror)
+        self.seen[key] = Seen(incarnation, partition.leader, partition.leader_epoch, log.high_watermark, state)
+
+    # ================================================================ leaders and history
+
+    def _on_leader_activated(self, broker_id: int, tp: TopicPartition, partition: Partition,
+                             mirror: LogMirror) -> None:
+        """SPEC §10.4: a leader at epoch e holds every record committed before e."""
+        history = self.history(tp)
+        epoch = partition.leader_epoch
+        if epoch < history.reset_epoch:
+            return
+        for offset in sorted(history.records):
+            record, commit_epoch = history.records[offset]
+            if commit_epoch >= epoch:
+                continue
+            mine = mirror.records.get(offset)
+            if mine == record:
+                continue
+            detail = (f"broker {broker_id} leads {tp} at epoch {epoch} but offset {offset} "
+                      f"(committed at epoch {commit_epoch}: {record[2]!r}) is "
+                      f"{'missing' if mine is None else repr(mine[2])} (LEO {partition.log.log_end_offset})")
+            if tp.topic in self.unclean_topics or self.sim.config.topic(tp.topic).unclean:
+                self._reset(tp, epoch, f"unclean topic: {detail}")
+            elif (broker_id, tp) in self.amnesiac:
+                self._reset(tp, epoch, f"last replica standing after {self.amnesiac[(broker_id, tp)]}: {detail}")
+            else:
+                raise InvariantViolation("10.4-acknowledged-write-kept", detail)
+            return
+
+    def _reset(self, tp: TopicPartition, epoch: int, reason: str) -> None:
+        history = self.history(tp)
+        history.records = {}
+        history.reset_epoch = max(history.reset_epoch, epoch)
+        history.resets.append(reason)
+        for (_, mirrored_tp), mirror in self.mirrors.items():
+            if mirrored_tp == tp:
+                mirror.committed_upto = (-1, 0)
+        self.sim.stats.history_resets += 1
+        self.sim.loop.trace.add(self.sim.loop.now_ms, "check", f"{tp} history reset at epoch {epoch}: {reason}")
+
+    def _commit(self, broker_id: int, tp: TopicPartition, partition: Partition, mirror: LogMirror) -> None:
+        history = self.history(tp)
+        epoch = partition.leader_epoch
+        if epoch < history.reset_epoch:
+            return
+        records = history.records
+        generation, upto = mirror.committed_upto
+        start = upto if generation == mirror.generation else mirror.start
+        high_watermark = partition.log.high_watermark
+        for offset in range(max(start, mirror.start), high_watermark):
+            mine = mirror.records.get(offset)
+            if mine is None:
+                continue
+            known = records.get(offset)
+            if known is None:
+                records[offset] = (mine, epoch)
+            elif known[0] != mine:
+                raise InvariantViolation(
+                    "10.4-acknowledged-write-kept",
+                    f"{tp} offset {offset} was committed as {known[0][2]!r} (epoch {known[1]}), broker "
+                    f"{broker_id} now exposes {mine[2]!r} below its HW {high_watermark} at epoch {epoch}")
+        mirror.committed_upto = (mirror.generation, max(start, high_watermark))
+
+    def _check_isr(self, tp: TopicPartition) -> None:
+        """SPEC §10.3 for the legitimate leader (the controller's, at its epoch)."""
+        sim = self.sim
+        if not sim.controller.up:
+            return
+        registration = sim.controller.image.partition(tp)
+        if registration is None or registration.leader < 0:
+            return
+        leader_broker = sim.brokers.get(registration.leader)
+        leader = leader_broker.partition(tp) if leader_broker and leader_broker.up else None
+        if leader is None or not leader.is_leader or leader.leader_epoch != registration.leader_epoch:
+            return
+        leader_mirror = self.mirrors[(registration.leader, tp)]
+        high_watermark = leader.log.high_watermark
+        # The controller's ISR: the replicas a clean election may pick. (The leader's
+        # own view can be stale in either direction; the committed one is what counts.)
+        for member in registration.isr:
+            if member == registration.leader or (member, tp) in self.amnesiac:
+                continue
+            broker = sim.brokers.get(member)
+            follower = broker.partition(tp) if broker and broker.up else None
+            mirror = self.mirrors.get((member, tp))
+            if follower is None or mirror is None:
+                continue
+            key = (tp, registration.leader, member)
+            stamp = (leader_mirror.generation, mirror.generation, id(leader_mirror), id(mirror))
+            verified = self.isr_verified.get(key)
+            start = verified[1] if verified is not None and verified[0] == stamp else leader_mirror.start
+            for offset in range(max(start, leader_mirror.start), high_watermark):
+                if mirror.records.get(offset) != leader_mirror.records.get(offset):
+                    raise InvariantViolation(
+                        "10.3-isr-holds-committed",
+                        f"{tp}: ISR member {member} differs from leader {registration.leader} (epoch "
+                        f"{leader.leader_epoch}) at offset {offset} below HW {high_watermark}: "
+                        f"{_value(mirror.records.get(offset))} vs {_value(leader_mirror.records.get(offset))}")
+            self.isr_verified[key] = (stamp, max(start, high_watermark))
+
+    # ================================================================ metadata
+
+    def _on_controller_image(self, image) -> None:
+        previous = self.controller_image
+        try:
+            check_controller_image(image, previous)
+        except AssertionError as e:
+            raise InvariantViolation("10.8-fenced-broker-out-of-isr", f"controller image at offset "
+                                     f"{image.offset}: {e}") from None
+        if previous is not None:
+            for tp, partition in image.all_partitions():
+                before = previous.partition(tp)
+                if before is None or partition.leader < 0 or partition.leader == before.leader:
+                    continue
+                if partition.leader not in before.isr:
+                    if not self.sim.config.topic(tp.topic).unclean:
+                        raise InvariantViolation("10.4-acknowledged-write-kept", (
+                            f"{tp}: broker {partition.leader} elected outside the ISR {list(before.isr)} "
+                            f"with unclean.leader.election.enable=false (epoch {partition.leader_epoch})"))
+                    self._reset(tp, partition.leader_epoch, f"unclean election of broker {partition.leader}")
+        self.controller_image = image
+        for broker_id, broker in self.sim.brokers.items():
+            if broker.up:
+                self._check_image(broker)
+        for tp, partition in image.all_partitions():
+            for broker_id, flagged_tp in sorted(self.amnesiac):
+                if flagged_tp == tp and broker_id not in partition.isr:
+                    del self.amnesiac[(broker_id, tp)]
+
+    def _check_image(self, broker) -> None:
+        controller_image = self.controller_image
+        if controller_image is None or broker.image.offset != controller_image.offset:
+            return
+        if broker.image != controller_image:
+            raise InvariantViolation("10.7-metadata-images-agree",
+                                     f"broker {broker.broker_id}'s image at offset {broker.image.offset} "
+                                     f"differs from the controller's")
+
+    # ================================================================ faults
+
+    def on_data_loss(self, broker_id: int, lost: dict[str, int], how: str) -> None:
+        """A replica forgot bytes it had (a power cut, a replaced disk): until it leaves
+        the ISR it is excused from 10.3, and if it leads as the last ISR member the
+        losses are KIP-966's "last replica standing", outside invariant 4's promise."""
+        for name in lost:
+            try:
+                tp = TopicPartition.parse(name)
+            except ValueError:
+                continue
+            self.amnesiac[(broker_id, tp)] = how
+
+    # ================================================================ clients
+
+    def on_produce_started(self, producer, tp, values) -> None:
+        pass
+
+    def on_produce_received(self, values) -> None:
+        for value in values:
+            self.received[value] = self.received.get(value, 0) + 1
+
+    def on_produce_done(self, producer, tp: TopicPartition, values, error, base_offset: int) -> None:
+        if error != 0 or producer.acks == 0:
+            if producer.acks == 0 and error == 0:
+                self.sim.stats.acked[0] = self.sim.stats.acked.get(0, 0) + len(values)
+            return
+        acks = producer.acks
+        self.sim.stats.acked[acks] = self.sim.stats.acked.get(acks, 0) + len(values)
+        entries = self.acked.setdefault(tp, [])
+        history = self.history(tp)
+        for i, value in enumerate(values):
+            offset = base_offset + i
+            entries.append((offset, value, acks, producer.name, len(history.resets)))
+            if acks != -1:
+                continue
+            known = history.records.get(offset)
+            if known is None or known[0][2] != value:
+                if history.resets:
+                    continue
+                raise InvariantViolation(
+                    "10.4-acknowledged-write-kept",
+                    f"{producer.name}: acks=all acknowledged {value!r} at {tp} offset {offset}, but the "
+                    f"committed history holds {None if known is None else known[0][2]!r} there")
+
+    def on_consumed(self, consumer, tp: TopicPartition, position: int, records, high_watermark: int,
+                    leader: int) -> None:
+        history = self.history(tp)
+        expected = position
+        for offset, value in records:
+            if offset != expected:
+                raise InvariantViolation("10.6-consumer-below-hw", f"{consumer.name} read {tp} offset {offset} "
+                                         f"after {expected - 1} (fetch from {position}, leader {leader})")
+            expected += 1
+            if offset >= high_watermark:
+                raise InvariantViolation("10.6-consumer-below-hw", f"{consumer.name} read {tp} offset {offset} "
+                                         f"at/above the HW {high_watermark} from broker {leader}")
+            known = history.records.get(offset)
+            if (known is None or known[0][2] != value) and not history.resets:
+                raise InvariantViolation(
+                    "10.6-consumer-below-hw",
+                    f"{consumer.name} read {value!r} at {tp} offset {offset} from broker {leader}; the "
+                    f"committed history holds {None if known is None else known[0][2]!r}")
+
+    def on_consumer_reset(self, consumer, tp, position, result) -> None:
+        self.sim.loop.trace.add(self.sim.loop.now_ms, consumer.name,
+                                f"{tp} offset {position} out of range; reset to {result.log_start_offset}")
+
+
+def _value(record: RecordId | None):
+    return None if record is None else record[2]

@@ -1,0 +1,203 @@
+"""Simulated clients: producers (acks 0/1/all) and consumers, recording what they saw.
+
+Theory of operation. A client is a network node with its own metadata view: it
+asks a random live broker which broker leads a partition (the broker answers
+from its own, possibly stale, metadata image) and sends there, as a Kafka client
+does. Every record value is unique (``p0-t0-1-17``), so the checker can tell
+each write apart.
+
+Producer (librdkafka-like, ``max.in.flight=1`` per partition): one batch of 1–3
+records at a time per partition; an error or a timeout forgets the leader,
+backs off and retries the *same* batch until ``delivery_timeout_ms`` has passed
+(then the batch is given up). A retry after a timeout may duplicate records
+that did reach the log — the duplicates "the producer's retries explain".
+acks=0 sends and forgets. Outcomes go to the checker: acknowledged (with the
+offset), failed, or sent (acks=0).
+
+Consumer: reads each partition of its topic from the leader with
+``read_uncommitted`` isolation (up to the high watermark), from offset 0,
+checking every answer through the checker (SPEC §10.6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
+from tidelog.records.batch import build_batch, iter_batches, iter_records
+from tidelog.sim.loop import NodeClock
+from tidelog.sim.network import NetworkNode
+
+if TYPE_CHECKING:
+    from tidelog.sim.simulation import Simulation
+
+RETRY_BACKOFF_MS = 100
+DELIVERY_TIMEOUT_MS = 10_000
+
+
+class _Client(NetworkNode):
+    def __init__(self, sim: "Simulation", name: str, topic: str):
+        super().__init__(name, sim.loop, sim.network)
+        self.sim = sim
+        self.clock = NodeClock(sim.loop)
+        self.topic = topic
+        spec = sim.config.topic(topic)
+        self.partitions = [TopicPartition(topic, p) for p in range(spec.partitions)]
+        self.leaders: dict[TopicPartition, int] = {}
+        self.active = False
+
+    def start(self) -> None:
+        self.process_started()
+        self.active = True
+
+    def _with_leader(self, tp: TopicPartition, then) -> None:
+        """Call ``then(leader)`` once some broker names a leader (retrying meanwhile)."""
+        leader = self.leaders.get(tp)
+        if leader is not None:
+            then(leader)
+            return
+        brokers = [b for b in self.sim.broker_ids]
+        broker = self.sim.rng.choice(brokers)
+
+        def on_reply(answer) -> None:
+            leader = answer.get(tp)
+            if leader is None or leader < 0:
+                self.after(RETRY_BACKOFF_MS, lambda: self._with_leader(tp, then))
+            else:
+                self.leaders[tp] = leader
+                then(leader)
+
+        self.rpc.request(f"b{broker}", "Metadata", {"topic_partitions": [tp]}, self.sim.config.request_timeout_ms,
+                         on_reply, lambda error: self.after(RETRY_BACKOFF_MS, lambda: self._with_leader(tp, then)))
+
+    def on_request(self, message) -> None:
+        raise AssertionError(f"{self.name} serves no requests")
+
+
+@dataclass
+class _Batch:
+    values: list[bytes]
+    first_sent_ms: int
+    attempts: int = 0
+
+
+class SimProducer(_Client):
+    def __init__(self, sim: "Simulation", name: str, topic: str, acks: int):
+        super().__init__(sim, name, topic)
+        self.acks = acks
+        self.sequence = 0
+        self.in_flight: dict[TopicPartition, _Batch] = {}
+        self.acked_since_heal = 0
+
+    def start(self) -> None:
+        super().start()
+        for tp in self.partitions:
+            self.after(self.sim.rng.randrange(1, 50), lambda tp=tp: self._next(tp))
+
+    def _next(self, tp: TopicPartition) -> None:
+        if not self.active:
+            return
+        count = self.sim.rng.randint(1, 3)
+        values = []
+        for _ in range(count):
+            self.sequence += 1
+            values.append(f"{self.name}-{tp}-{self.sequence}".encode())
+        self.in_flight[tp] = _Batch(values, self.loop.now_ms)
+        self.sim.checker.on_produce_started(self, tp, values)
+        self._send(tp)
+
+    def _send(self, tp: TopicPartition) -> None:
+        batch = self.in_flight.get(tp)
+        if batch is None:
+            return
+        self._with_leader(tp, lambda leader: self._send_to(tp, batch, leader))
+
+    def _send_to(self, tp: TopicPartition, batch: _Batch, leader: int) -> None:
+        batch.attempts += 1
+        self.sim.stats.produce_requests += 1
+        body = {"tp": tp, "acks": self.acks, "timeout_ms": self.sim.config.request_timeout_ms,
+                "values": batch.values, "batch": build_batch(batch.values, timestamp_ms=self.clock.now_ms())}
+        if self.acks == 0:
+            self.rpc.send_one_way(f"b{leader}", "Produce", body)
+            self.sim.checker.on_produce_done(self, tp, batch.values, ErrorCode.NONE, -1)
+            self._done(tp)
+            return
+
+        def on_reply(response) -> None:
+            error = ErrorCode(response["error_code"])
+            if error == ErrorCode.NONE:
+                self.sim.checker.on_produce_done(self, tp, batch.values, error, response["base_offset"])
+                if self.sim.healed:
+                    self.acked_since_heal += 1
+                self._done(tp)
+            else:
+                self._retry(tp, batch, error.name)
+
+        self.rpc.request(f"b{leader}", "Produce", body, self.sim.config.request_timeout_ms + 500, on_reply,
+                         lambda error: self._retry(tp, batch, error))
+
+    def _retry(self, tp: TopicPartition, batch: _Batch, why: str) -> None:
+        self.leaders.pop(tp, None)
+        if self.loop.now_ms - batch.first_sent_ms > DELIVERY_TIMEOUT_MS:
+            self.sim.checker.on_produce_done(self, tp, batch.values, ErrorCode.REQUEST_TIMED_OUT, -1)
+            self._done(tp)
+            return
+        self.after(RETRY_BACKOFF_MS, lambda: self._send(tp))
+
+    def _done(self, tp: TopicPartition) -> None:
+        self.in_flight.pop(tp, None)
+        self.after(self.sim.rng.randint(1, 2 * self.sim.config.produce_interval_ms), lambda: self._next(tp))
+
+
+class SimConsumer(_Client):
+    def __init__(self, sim: "Simulation", name: str, topic: str):
+        super().__init__(sim, name, topic)
+        self.positions: dict[TopicPartition, int] = {tp: 0 for tp in self.partitions}
+
+    def start(self) -> None:
+        super().start()
+        for tp in self.partitions:
+            self.after(self.sim.rng.randrange(1, 50), lambda tp=tp: self._poll(tp))
+
+    def _poll(self, tp: TopicPartition) -> None:
+        if not self.active:
+            return
+        self._with_leader(tp, lambda leader: self._fetch(tp, leader))
+
+    def _fetch(self, tp: TopicPartition, leader: int) -> None:
+        position = self.positions[tp]
+        body = {"tp": tp, "offset": position, "max_wait_ms": 100}
+
+        def on_reply(result) -> None:
+            if result.error == ErrorCode.NONE:
+                self._consume(tp, position, result, leader)
+                self.after(self.sim.rng.randint(1, 50), lambda: self._poll(tp))
+                return
+            self.leaders.pop(tp, None)
+            if result.error == ErrorCode.OFFSET_OUT_OF_RANGE:
+                self.sim.checker.on_consumer_reset(self, tp, position, result)
+                self.positions[tp] = max(0, result.log_start_offset)
+            self.after(RETRY_BACKOFF_MS, lambda: self._poll(tp))
+
+        def on_error(error: str) -> None:
+            self.leaders.pop(tp, None)
+            self.after(RETRY_BACKOFF_MS, lambda: self._poll(tp))
+
+        self.rpc.request(f"b{leader}", "ClientFetch", body, self.sim.config.request_timeout_ms + 100,
+                         on_reply, on_error)
+
+    def _consume(self, tp: TopicPartition, position: int, result, leader: int) -> None:
+        if self.positions[tp] != position:
+            return   # a reset raced with this answer
+        data = result.records
+        records = []
+        for offset_in, header in iter_batches(data):
+            for record in iter_records(data, offset_in):
+                if record.offset >= position:
+                    records.append((record.offset, record.value))
+        self.sim.checker.on_consumed(self, tp, position, records, result.high_watermark, leader)
+        if records:
+            self.positions[tp] = records[-1][0] + 1
+            self.sim.stats.consumed += len(records)

@@ -1,0 +1,173 @@
+"""Swarm options: everything about a run that the seed decides (issue 6, STYLE §5).
+
+Theory of operation. ``SimConfig.from_seed(seed)`` draws, from one
+``random.Random(seed)``, the cluster (brokers, log directories per broker), the
+topics (partitions, replication factor, ``min.insync.replicas``, unclean
+election, fsync policy, segment size), the timeouts (session, heartbeat,
+``replica.lag.time.max.ms``, fetch wait and backoff, request timeout), the
+network (delay, jitter, loss, duplication in the fault phase), clock skew per
+node, the clients (producers with acks 0/1/all, consumers) and the nemesis
+(which fault kinds are on, how often they strike). Different seeds therefore
+explore different corners (FoundationDB's and TigerBeetle's "swarm testing"):
+a seed with no power cuts but heavy partitions, one with tiny segments and a
+full disk, one with unclean election and acks=1 …
+
+``describe()`` is the one-line ``config=`` of a failure report; the run itself
+uses a second generator seeded from the same seed, so the options and the run
+are both functions of the seed alone.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+
+FAULT_KINDS = ("partition", "asymmetric", "isolate", "split", "swizzle", "lossy", "kill",
+               "power", "stop", "pause", "controller", "disk-full", "disk-fail", "clock")
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    replication_factor: int
+    min_insync_replicas: int
+    unclean: bool = False
+    flush_messages: int | None = None   # 1 = fsync every append; None = Kafka's default (never)
+    segment_bytes: int = 1 << 20
+    flush_ms: int | None = None         # flush.ms (scenarios); None = Kafka's default (never)
+    assignments: tuple[tuple[int, ...], ...] | None = None   # scenarios: explicit replica lists
+
+    def describe(self) -> str:
+        flags = ("unclean" if self.unclean else "clean") + (",fsync" if self.flush_messages == 1 else "")
+        return (f"{self.name}:p{self.partitions}:rf{self.replication_factor}:isr{self.min_insync_replicas}"
+                f":{flags}:seg{self.segment_bytes}")
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    kind: str            # "producer" | "consumer"
+    topic: str
+    acks: int = -1       # producers only
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    seed: int
+    brokers: int = 3
+    log_dirs_per_broker: int = 1
+    topics: tuple[TopicSpec, ...] = (TopicSpec("t0", 1, 3, 2),)
+    clients: tuple[ClientSpec, ...] = (ClientSpec("producer", "t0", -1), ClientSpec("consumer", "t0"))
+    session_timeout_ms: int = 3000
+    heartbeat_interval_ms: int = 500
+    replica_lag_time_max_ms: int = 4000
+    replica_fetch_wait_max_ms: int = 200
+    replica_fetch_backoff_ms: int = 200
+    request_timeout_ms: int = 1500
+    hw_checkpoint_interval_ms: int = 2000
+    tick_ms: int = 100
+    net_delay_ms: int = 1
+    net_jitter_ms: int = 4
+    net_link_spread_ms: int = 0             # links differ by up to this much base latency
+    fault_loss: float = 0.0
+    fault_duplicate: float = 0.0
+    clock_drift_ppm: tuple[int, ...] = ()   # per node: controller, then brokers
+    fault_kinds: tuple[str, ...] = FAULT_KINDS
+    fault_interval_ms: int = 1500           # mean time between faults
+    fault_duration_ms: int = 3000           # mean duration of a fault
+    faults_at_once: int = 2                 # the nemesis waits while this many are active
+    fault_phase_ms: int = 20_000
+    healed_phase_ms: int = 40_000           # the longest convergence may take
+    produce_interval_ms: int = 60
+    defect: str | None = None
+    # server/broker.py applies its local metadata copy before registering; the SPEC
+    # (§8.2) applies it once caught up past its own registration. False = the SPEC.
+    publish_before_registration: bool = False
+
+    # ------------------------------------------------------------------ swarm
+
+    @classmethod
+    def from_seed(cls, seed: int, *, long: bool = False, defect: str | None = None) -> "SimConfig":
+        rng = random.Random(f"tidelog-sim-config-{seed}")
+        brokers = rng.choice([3, 3, 4, 5])
+        topics = []
+        for i in range(rng.choice([1, 1, 2])):
+            rf = rng.choice([2, 3, 3, 3]) if brokers >= 3 else 2
+            rf = min(rf, brokers)
+            min_isr = rng.choice([1, 2, 2]) if rf >= 2 else 1
+            unclean = rng.random() < 0.2
+            topics.append(TopicSpec(
+                f"t{i}", rng.choice([1, 1, 2, 3]), rf, min_isr, unclean,
+                1 if rng.random() < 0.3 else None, rng.choice([600, 2000, 1 << 20])))
+        clients = []
+        for topic in topics:
+            for _ in range(rng.choice([1, 1, 2])):
+                clients.append(ClientSpec("producer", topic.name, rng.choice([-1, -1, -1, 1, 0])))
+            clients.append(ClientSpec("consumer", topic.name))
+        session = rng.choice([1500, 3000, 6000])
+        kinds = tuple(k for k in FAULT_KINDS if rng.random() < 0.75) or ("partition", "kill")
+        return cls(
+            seed=seed, brokers=brokers, log_dirs_per_broker=rng.choice([1, 1, 2]), topics=tuple(topics),
+            clients=tuple(clients), session_timeout_ms=session,
+            heartbeat_interval_ms=session // rng.choice([3, 4, 6]),
+            replica_lag_time_max_ms=rng.choice([1000, 3000, 8000]),
+            replica_fetch_wait_max_ms=rng.choice([50, 200, 500]),
+            replica_fetch_backoff_ms=rng.choice([50, 250, 1000]),
+            request_timeout_ms=rng.choice([800, 1500, 4000]),
+            hw_checkpoint_interval_ms=rng.choice([500, 2000, 5000]),
+            tick_ms=rng.choice([50, 100, 100]),
+            net_delay_ms=rng.choice([0, 1, 2]), net_jitter_ms=rng.choice([0, 3, 10, 30]),
+            net_link_spread_ms=rng.choice([0, 2, 10]),
+            fault_loss=rng.choice([0.0, 0.0, 0.01, 0.05]), fault_duplicate=rng.choice([0.0, 0.0, 0.01, 0.03]),
+            clock_drift_ppm=tuple(rng.choice([0, 0, 500, -500, 20_000, -20_000]) for _ in range(brokers + 1)),
+            fault_kinds=kinds, fault_interval_ms=rng.choice([500, 1000, 2000]),
+            fault_duration_ms=rng.choice([1000, 3000, 8000]), faults_at_once=rng.choice([1, 2, 3, 4]),
+            fault_phase_ms=(rng.choice([60_000, 120_000]) if long else rng.choice([15_000, 20_000, 25_000])),
+            healed_phase_ms=60_000, produce_interval_ms=rng.choice([20, 60, 150]), defect=defect)
+
+    def with_options(self, **changes) -> "SimConfig":
+        return replace(self, **changes)
+
+    def topic(self, name: str) -> TopicSpec:
+        return next(t for t in self.topics if t.name == name)
+
+    def describe(self) -> str:
+        topics = "+".join(t.describe() for t in self.topics)
+        acks = ",".join(str(c.acks) for c in self.clients if c.kind == "producer")
+        parts = [f"brokers={self.brokers}x{self.log_dirs_per_broker}dir", f"topics={topics}", f"acks={acks}",
+                 f"session={self.session_timeout_ms}", f"lag={self.replica_lag_time_max_ms}",
+                 f"fetch_wait={self.replica_fetch_wait_max_ms}", f"net={self.net_delay_ms}+{self.net_link_spread_ms}+{self.net_jitter_ms}ms",
+                 f"loss={self.fault_loss}", f"dup={self.fault_duplicate}",
+                 f"faults={','.join(self.fault_kinds)}/{self.fault_interval_ms}ms/x{self.faults_at_once}",
+                 f"phase={self.fault_phase_ms}ms"]
+        if self.defect:
+            parts.append(f"defect={self.defect}")
+        return " ".join(parts)
+
+
+@dataclass
+class RunStats:
+    """What a run did, for reports (docs/reliability.md)."""
+
+    events: int = 0
+    sim_ms: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+    produce_requests: int = 0
+    acked: dict[int, int] = field(default_factory=dict)      # acks -> records acknowledged
+    consumed: int = 0
+    acked_all_lost: int = 0           # must be 0 for clean topics
+    excused_losses: int = 0           # unclean election / last replica standing after power loss
+    history_resets: int = 0
+
+    def add(self, other: "RunStats") -> None:
+        self.events += other.events
+        self.sim_ms += other.sim_ms
+        for k, v in other.faults.items():
+            self.faults[k] = self.faults.get(k, 0) + v
+        for k, v in other.acked.items():
+            self.acked[k] = self.acked.get(k, 0) + v
+        self.produce_requests += other.produce_requests
+        self.consumed += other.consumed
+        self.acked_all_lost += other.acked_all_lost
+        self.excused_losses += other.excused_losses
+        self.history_resets += other.history_resets

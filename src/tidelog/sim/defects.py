@@ -1,0 +1,101 @@
+"""Planted defects: test-only switches that break the replication core on purpose.
+
+A simulator that cannot fail proves nothing. Each defect here re-creates a bug
+Kafka actually had (or one its design exists to prevent) by patching one
+production method for the duration of a run — ``planted(name)`` is a context
+manager, and production code carries no flag for it. Tests
+(``tests/sim/test_defects.py``) run the fixed seed set with each defect and
+assert that some seed fails with the invariant named in ``EXPECTED``.
+
+``truncate-to-high-watermark``
+    Pre-KIP-101 Kafka: a follower that (re)starts following truncates its log to
+    its high watermark and never asks the leader where its epoch ends (no
+    OffsetsForLeaderEpoch, no diverging epochs in Fetch). A follower's HW lags
+    the leader's, so committed records are cut from a replica that stays in the
+    ISR; a second leader change then loses them (SPEC §11.2).
+``hw-ignores-caught-up-follower``
+    The leader computes the HW over its *committed* ISR only, ignoring a
+    caught-up follower outside it — including one whose addition to the ISR is
+    in flight (Kafka's maximal-ISR rule, KAFKA_RULES §2.1–2.3). The follower
+    then enters the ISR below the HW.
+``unclean-election-when-disabled``
+    The controller elects a leader from outside the ISR although
+    ``unclean.leader.election.enable`` is false (SPEC §8.3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from contextlib import contextmanager
+
+EXPECTED = {
+    "truncate-to-high-watermark": {"10.4-acknowledged-write-kept", "10.3-isr-holds-committed",
+                                   "10.6-consumer-below-hw"},
+    "hw-ignores-caught-up-follower": {"10.3-isr-holds-committed", "10.4-acknowledged-write-kept"},
+    "unclean-election-when-disabled": {"10.4-acknowledged-write-kept"},
+}
+
+
+def _truncate_to_high_watermark():
+    from tidelog.replication.fetcher import FetcherState
+    from tidelog.replication.replica_manager import ReplicaManager
+    original_init = FetcherState.__init__
+
+    def init(self, source_broker_id, fetcher_id, replica_id, config, *args, **kwargs):
+        original_init(self, source_broker_id, fetcher_id, replica_id,
+                      dataclasses.replace(config, truncate_on_fetch=False), *args, **kwargs)
+
+    return [(FetcherState, "__init__", init), (FetcherState, "_latest_epoch", lambda self, tp: None),
+            (ReplicaManager, "initial_fetch_offset", lambda self, log_: log_.high_watermark)]
+
+
+def _hw_ignores_caught_up_follower():
+    from tidelog.replication.partition import Partition
+
+    def maybe_increment_leader_high_watermark(self, now_ms: int) -> bool:
+        if not self.is_leader:
+            return False
+        if self.settings.strict_min_isr and len(self.isr) < self.effective_min_isr:
+            return False
+        new_high_watermark = self.log.log_end_offset
+        for replica_id, state in self.replica_states.items():
+            if replica_id in self.isr:     # DEFECT: the maximal ISR and caught-up followers are ignored
+                new_high_watermark = min(new_high_watermark, state.log_end_offset)
+        if new_high_watermark > self.log.high_watermark:
+            self.log.update_high_watermark(new_high_watermark)
+            return True
+        return False
+
+    return [(Partition, "maybe_increment_leader_high_watermark", maybe_increment_leader_high_watermark)]
+
+
+def _unclean_election_when_disabled():
+    from tidelog.controller.partition_change import Election
+    from tidelog.controller.replication_control import ReplicationControlManager
+    return [(ReplicationControlManager, "_election_for", lambda self, topic: Election.UNCLEAN)]
+
+
+PATCHES = {
+    "truncate-to-high-watermark": _truncate_to_high_watermark,
+    "hw-ignores-caught-up-follower": _hw_ignores_caught_up_follower,
+    "unclean-election-when-disabled": _unclean_election_when_disabled,
+}
+
+
+@contextmanager
+def planted(name: str | None):
+    """Apply the named defect for the duration of the block (None: nothing)."""
+    if name is None:
+        yield
+        return
+    if name not in PATCHES:
+        raise ValueError(f"unknown defect {name!r}; known: {', '.join(sorted(PATCHES))}")
+    patches = PATCHES[name]()
+    saved = [(owner, attribute, owner.__dict__[attribute]) for owner, attribute, _ in patches]
+    try:
+        for owner, attribute, replacement in patches:
+            setattr(owner, attribute, replacement)
+        yield
+    finally:
+        for owner, attribute, original in saved:
+            setattr(owner, attribute, original)

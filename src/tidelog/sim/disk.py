@@ -1,0 +1,134 @@
+"""The simulated disk: ``CrashableFileSystem`` plus a full disk and a process exit.
+
+Theory of operation. A broker's data lives in real files under a temporary
+directory, written through ``tidelog.storage.crashable.CrashableFileSystem``,
+which models what a power cut keeps (see its docstring). ``SimDisk`` adds the
+faults the simulator needs on top of it:
+
+* ``process_exit()`` — kill -9 of the process on a machine that stays up: file
+  handles and locks close, every written byte stays (the page cache survives);
+* ``power_cut(rng)`` — the machine loses power: optionally the newest unsynced
+  append of one segment is torn (only a prefix of it reached the platter), then
+  every unsynced byte and directory change is lost (``crash()``); returns the
+  partitions that lost bytes, so the checker knows whose disk forgot what;
+* ``fill(prefix)`` / ``drain(prefix)`` — a full disk: creating files and
+  appending fail with ``ENOSPC`` (reads still work); the log layer takes the
+  directory offline as it does for any I/O error;
+* ``fail(prefix)`` — a failed log directory (``EIO`` on every operation),
+  inherited; ``replace(prefix)`` swaps the failed disk for an empty one (what an
+  operator does; a disk that came back with its old data after the broker had
+  re-created its partitions elsewhere would hold duplicate logs, which Kafka,
+  and tidelog, refuse at start-up).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import shutil
+from contextlib import contextmanager
+
+from tidelog.storage.crashable import CrashableFile, CrashableFileSystem
+
+
+class _SimFile(CrashableFile):
+    """A crashable handle whose writes fail while its disk is full."""
+
+    __slots__ = ()
+
+    def append(self, data) -> int:
+        self._fs.check_space(self._file.path)
+        return super().append(data)
+
+
+class SimDisk(CrashableFileSystem):
+    def __init__(self, root: str):
+        super().__init__(root)
+        self.full: set[str] = set()
+
+    # ------------------------------------------------------------ full disk
+
+    def fill(self, prefix: str) -> None:
+        self.full.add(os.path.abspath(prefix))
+
+    def drain(self, prefix: str) -> None:
+        self.full.discard(os.path.abspath(prefix))
+
+    def check_space(self, path: str) -> None:
+        for prefix in self.full:
+            if path == prefix or path.startswith(prefix + os.sep):
+                raise OSError(errno.ENOSPC, "injected: no space left on device", path)
+
+    def open(self, path: str, create: bool = True):
+        if not os.path.exists(os.path.abspath(path)):
+            self.check_space(os.path.abspath(path))
+        handle = super().open(path, create)
+        handle.__class__ = _SimFile
+        return handle
+
+    def mkdir(self, path: str) -> None:
+        self.check_space(os.path.abspath(path))
+        super().mkdir(path)
+
+    def faulted(self) -> bool:
+        return bool(self.full or self._failing)
+
+    def is_failing(self, prefix: str) -> bool:
+        return os.path.abspath(prefix) in self._failing
+
+    def replace(self, prefix: str) -> list[str]:
+        """A failed disk swapped for a new, empty one (the process must be down).
+        Returns the partition directories that were on it."""
+        prefix = os.path.abspath(prefix)
+        names = sorted(n for n in os.listdir(prefix) if os.path.isdir(os.path.join(prefix, n))) \
+            if os.path.isdir(prefix) else []
+        shutil.rmtree(prefix, ignore_errors=True)
+        os.makedirs(prefix)
+        for path in [p for p in self._files if p == prefix or p.startswith(prefix + os.sep)]:
+            del self._files[path]
+        self._pending = [e for e in self._pending if not (e.path == prefix or e.path.startswith(prefix + os.sep))]
+        self._failing.discard(prefix)
+        return names
+
+    @contextmanager
+    def unfaulted(self):
+        """Let the checker read without tripping an injected fault (no side effects)."""
+        failing, self._failing = self._failing, set()
+        try:
+            yield
+        finally:
+            self._failing = failing
+
+    # ------------------------------------------------------------ process and power
+
+    def process_exit(self) -> None:
+        """kill -9: handles and locks close; nothing written is lost."""
+        for handle in list(self._handles):
+            handle._file.close()
+        self._handles.clear()
+        for lock in self._locks:
+            lock.release()
+        self._locks.clear()
+
+    def power_cut(self, rng: random.Random, tear: bool) -> dict[str, int]:
+        """Lose every unsynced byte (tearing one unsynced append first if ``tear``).
+        Returns ``{partition directory name: segment bytes lost}``."""
+        lost: dict[str, int] = {}
+        candidates = []
+        for path in sorted(self._files):
+            if not path.endswith(".log") or not os.path.isfile(path):
+                continue
+            unsynced = self.unsynced_bytes(path)
+            if unsynced > 0:
+                name = os.path.basename(os.path.dirname(path))
+                lost[name] = lost.get(name, 0) + unsynced
+                state = self._files[path]
+                if state.last_write is not None and state.last_write[0] >= state.durable_prefix:
+                    candidates.append(path)
+        if tear and candidates:
+            path = rng.choice(candidates)
+            _, length = self._files[path].last_write
+            self.tear_last_write(path, rng.randrange(length))
+        self.crash()
+        return lost

@@ -1,0 +1,244 @@
+"""The fault phase: a nemesis that strikes at random, and heals what it broke.
+
+Theory of operation. During the fault phase the nemesis strikes every
+``fault_interval_ms`` on average (exponential gaps), choosing one of the kinds
+the seed enabled (``SimConfig.fault_kinds``); each fault lasts about
+``fault_duration_ms`` and then undoes itself (a killed broker restarts, a cut
+link heals, a full disk drains and its broker restarts …). ``heal_all()``
+ends the fault phase: every pending undo runs now, the network heals, every
+process runs again.
+
+=============  ===============================================================
+partition      both directions between two nodes (brokers or controller)
+asymmetric     one direction only
+isolate        one node from every other (brokers, controller and clients)
+split          a random group of brokers (maybe with the controller) from the rest
+swizzle        FoundationDB's swizzle-clog: clog k nodes one after another, then
+               unclog them in random order (messages are held, not dropped)
+lossy          message loss and duplication on every link
+kill           kill -9 of a broker (page cache survives), restart later
+power          power cut of a broker (unsynced bytes lost, maybe a torn write)
+stop           SIGTERM: controlled shutdown, clean stop; start later
+pause          SIGSTOP/SIGCONT of a broker
+controller     kill -9 and restart of the controller, or a pause
+disk-full      a broker's log directory fills up (ENOSPC), drains, broker restarts
+disk-fail      a broker's log directory fails (EIO); the disk is replaced by an empty one
+clock          a broker's wall clock jumps (forward or back)
+=============  ===============================================================
+
+At most ``faults_at_once`` faults (a swarm option, 1–4) are active at a time and
+at most ``brokers - 1`` brokers are down or paused, so the cluster is hurt but
+rarely entirely gone: acks=all writes keep being acknowledged between faults,
+which is what invariant 4 needs to have something to check.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from tidelog.sim.simulation import Simulation
+
+
+class Nemesis:
+    def __init__(self, sim: "Simulation"):
+        self.sim = sim
+        self.rng = sim.rng
+        self.undos: list[tuple[object, Callable[[], None], str]] = []
+        self.next_strike = None
+        self.active = False
+        self._fault_id = 0
+
+    def start(self) -> None:
+        self.active = True
+        self._schedule_strike()
+
+    def _exp(self, mean_ms: int) -> int:
+        return max(1, int(self.rng.expovariate(1.0 / max(1, mean_ms))))
+
+    def _schedule_strike(self) -> None:
+        self.next_strike = self.sim.loop.after(self._exp(self.sim.config.fault_interval_ms), self._strike)
+
+    def _later(self, label: str, undo: Callable[[], None], delay_ms: int | None = None) -> None:
+        """Undo after about ``fault_duration_ms`` (or now, at heal time)."""
+        entry = [None, undo, label, self._fault_id]
+
+        def fire() -> None:
+            if entry in self.undos:
+                self.undos.remove(entry)
+                self.sim.loop.trace.add(self.sim.loop.now_ms, "nemesis", f"undo {label}")
+                undo()
+
+        entry[0] = self.sim.loop.after(delay_ms if delay_ms is not None else
+                                       self._exp(self.sim.config.fault_duration_ms), fire)
+        self.undos.append(entry)
+
+    def heal_all(self) -> None:
+        self.active = False
+        if self.next_strike is not None:
+            self.next_strike.cancel()
+        for entry in list(self.undos):
+            entry[0].cancel()
+            self.undos.remove(entry)
+            self.sim.loop.trace.add(self.sim.loop.now_ms, "nemesis", f"undo {entry[2]} (healing)")
+            entry[1]()
+
+    # ------------------------------------------------------------ choosing
+
+    def _strike(self) -> None:
+        if not self.active:
+            return
+        kinds = list(self.sim.config.fault_kinds)
+        kind = self.rng.choice(kinds)
+        if len({entry[3] for entry in self.undos}) >= self.sim.config.faults_at_once:
+            self._schedule_strike()      # enough is broken for now
+            return
+        self._fault_id += 1
+        done = getattr(self, "_" + kind.replace("-", "_"))()
+        if done:
+            self.sim.stats.faults[kind] = self.sim.stats.faults.get(kind, 0) + 1
+        self._schedule_strike()
+
+    def _nodes(self) -> list[str]:
+        return ["ctl"] + [f"b{b}" for b in self.sim.broker_ids]
+
+    def _live_brokers(self) -> list[int]:
+        return [b for b in self.sim.broker_ids if self.sim.brokers[b].up and not self.sim.brokers[b].owned.paused]
+
+    def _can_take_down(self) -> list[int]:
+        live = self._live_brokers()
+        return live if len(live) > 1 else []
+
+    # ------------------------------------------------------------ network faults
+
+    def _partition(self) -> bool:
+        a, b = self.rng.sample(self._nodes(), 2)
+        self.sim.fault(f"partition {a} <-> {b}", lambda: self.sim.network.partition(a, b))
+        self._later(f"partition {a} <-> {b}", lambda: self._unblock({(a, b), (b, a)}))
+        return True
+
+    def _asymmetric(self) -> bool:
+        a, b = self.rng.sample(self._nodes(), 2)
+        self.sim.fault(f"cut {a} -> {b}", lambda: self.sim.network.cut(a, b))
+        self._later(f"cut {a} -> {b}", lambda: self._unblock({(a, b)}))
+        return True
+
+    def _isolate(self) -> bool:
+        node = self.rng.choice(self._nodes())
+        pairs = {(node, o) for o in self.sim.network.nodes if o != node}
+        pairs |= {(o, node) for o in self.sim.network.nodes if o != node}
+        self.sim.fault(f"isolate {node}", lambda: self.sim.network.blocked.update(pairs))
+        self._later(f"isolate {node}", lambda: self._unblock(pairs))
+        return True
+
+    def _split(self) -> bool:
+        brokers = [f"b{b}" for b in self.sim.broker_ids]
+        side = self.rng.sample(brokers, self.rng.randint(1, len(brokers) - 1))
+        if self.rng.random() < 0.5:
+            side.append("ctl")
+        rest = [n for n in self._nodes() if n not in side]
+        pairs = {(a, b) for a in side for b in rest} | {(b, a) for a in side for b in rest}
+        self.sim.fault(f"split {sorted(side)} | {sorted(rest)}", lambda: self.sim.network.blocked.update(pairs))
+        self._later(f"split {sorted(side)}", lambda: self._unblock(pairs))
+        return True
+
+    def _unblock(self, pairs) -> None:
+        self.sim.network.blocked -= pairs
+
+    def _swizzle(self) -> bool:
+        nodes = self.rng.sample(self._nodes(), self.rng.randint(2, len(self._nodes())))
+        step = self.rng.randint(50, 500)
+        for i, node in enumerate(nodes):
+            self.sim.loop.after(i * step, lambda n=node: self.active and self.sim.fault(
+                f"clog {n}", lambda: self.sim.network.clog(n)))
+        order = list(nodes)
+        self.rng.shuffle(order)
+        base = len(nodes) * step + self._exp(self.sim.config.fault_duration_ms)
+        for i, node in enumerate(order):
+            self._later(f"clog {node}", lambda n=node: self.sim.network.unclog(n), base + i * step)
+        return True
+
+    def _lossy(self) -> bool:
+        from tidelog.sim.network import LinkFaults
+        loss = self.sim.config.fault_loss or 0.05
+        duplicate = self.sim.config.fault_duplicate or 0.02
+        self.sim.fault(f"lossy links loss={loss} dup={duplicate}",
+                       lambda: setattr(self.sim.network, "faults", LinkFaults(loss, duplicate)))
+        self._later("lossy links", lambda: setattr(self.sim.network, "faults", LinkFaults()))
+        return True
+
+    # ------------------------------------------------------------ process faults
+
+    def _kill(self) -> bool:
+        candidates = self._can_take_down()
+        if not candidates:
+            return False
+        b = self.rng.choice(candidates)
+        self.sim.kill(b)
+        self._later(f"kill b{b}", lambda: self.sim.start(b))
+        return True
+
+    def _power(self) -> bool:
+        candidates = self._can_take_down()
+        if not candidates:
+            return False
+        b = self.rng.choice(candidates)
+        self.sim.power_cut(b, tear=self.rng.random() < 0.5)
+        self._later(f"power cut b{b}", lambda: self.sim.start(b))
+        return True
+
+    def _stop(self) -> bool:
+        candidates = self._can_take_down()
+        if not candidates:
+            return False
+        b = self.rng.choice(candidates)
+        self.sim.stop(b)
+        self._later(f"stop b{b}", lambda: self.sim.start(b))
+        return True
+
+    def _pause(self) -> bool:
+        candidates = self._can_take_down()
+        if not candidates:
+            return False
+        b = self.rng.choice(candidates)
+        self.sim.pause(f"b{b}")
+        self._later(f"pause b{b}", lambda: self.sim.resume(f"b{b}"))
+        return True
+
+    def _controller(self) -> bool:
+        controller = self.sim.controller
+        if not controller.up or controller.owned.paused:
+            return False
+        if self.rng.random() < 0.5:
+            self.sim.pause("ctl")
+            self._later("pause ctl", lambda: self.sim.resume("ctl"))
+        else:
+            self.sim.kill_controller()
+            self._later("kill ctl", self.sim.start_controller)
+        return True
+
+    def _disk(self, kind: str) -> bool:
+        candidates = self._can_take_down()
+        if not candidates:
+            return False
+        b = self.rng.choice(candidates)
+        broker = self.sim.brokers[b]
+        log_dir = self.rng.choice(broker.log_dirs)
+        self.sim.disk_fault(b, log_dir, kind)
+        self._later(f"{kind} b{b}", lambda: self.sim.heal_disk(b, log_dir))
+        return True
+
+    def _disk_full(self) -> bool:
+        return self._disk("full")
+
+    def _disk_fail(self) -> bool:
+        return self._disk("fail")
+
+    def _clock(self) -> bool:
+        b = self.rng.choice(self.sim.broker_ids)
+        jump = self.rng.choice([-3_600_000, -5000, 5000, 3_600_000])
+        clock = self.sim.brokers[b].clock
+        self.sim.fault(f"clock b{b} wall {jump:+d} ms",
+                       lambda: setattr(clock, "wall_offset_ms", clock.wall_offset_ms + jump))
+        self._later(f"clock b{b}", lambda: setattr(clock, "wall_offset_ms", clock.wall_offset_ms - jump))
+        return True

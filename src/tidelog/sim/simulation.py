@@ -1,0 +1,425 @@
+"""One simulated cluster and one run of it: set up, fault phase, healed phase, verdict.
+
+Theory of operation. ``Simulation(config, directory)`` builds, from the seed:
+one ``random.Random`` (every random choice of the run draws from it), the event
+loop, the network, the controller, ``config.brokers`` brokers (ids 1..N, data
+under ``directory``), the clients and the checker, which the loop calls after
+every event. ``run()`` then:
+
+1. starts the controller and the brokers, waits until all are RUNNING, creates
+   the topics and waits until every partition has a leader and a full ISR;
+2. starts the clients and the nemesis, and runs the fault phase
+   (``fault_phase_ms`` of simulated time), checking invariants after each event;
+3. heals everything (``Nemesis.heal_all``: network, disks, processes), lets the
+   producers write until each has had an acknowledgement, stops them, and runs
+   until the cluster has converged (``converged()`` returns no reason) or
+   ``healed_phase_ms`` has passed (a ``10.5-convergence`` failure);
+4. checks the end state: byte-identical replicas, the committed history in the
+   final logs, every acks=all acknowledgement present, duplicates only as many
+   as produce requests carried a value, producer order, equal metadata images.
+
+A violated invariant stops the run at once; ``SimResult`` carries the verdict,
+the invariant's name, the trace digest and the last trace lines. Scenarios
+(``scenarios.py``) use the same object with their own script instead of the
+nemesis: the fault methods here (``kill``, ``power_cut``, ``partition`` …) are
+what both call.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import traceback
+from dataclasses import dataclass, field
+
+from tidelog.core.ids import TopicPartition
+from tidelog.records.batch import iter_batches, iter_records
+from tidelog.sim.broker import PENDING_CONTROLLED_SHUTDOWN, RUNNING, SimBroker
+from tidelog.sim.checker import Checker, InvariantViolation
+from tidelog.sim.clients import SimConsumer, SimProducer
+from tidelog.sim.config import RunStats, SimConfig
+from tidelog.sim.controller import SimController
+from tidelog.sim.loop import EventLoop, Trace
+from tidelog.sim.nemesis import Nemesis
+from tidelog.sim.network import Network
+
+SETUP_TIMEOUT_MS = 30_000
+PRODUCE_AFTER_HEAL_MS = 3000
+
+
+@dataclass
+class SimResult:
+    seed: int
+    config: SimConfig
+    passed: bool
+    invariant: str | None = None
+    detail: str = ""
+    digest: str = ""
+    trace_tail: list[str] = field(default_factory=list)
+    stats: RunStats = field(default_factory=RunStats)
+    excused: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        if self.passed:
+            return f"seed={self.seed} passed events={self.stats.events} digest={self.digest[:16]}"
+        return f"seed={self.seed} config={self.config.describe()} invariant={self.invariant}"
+
+
+class Simulation:
+    def __init__(self, config: SimConfig, directory: str, trace: Trace | None = None):
+        self.config = config
+        self.directory = directory
+        self.rng = random.Random(f"tidelog-sim-run-{config.seed}")
+        self.loop = EventLoop(trace or Trace())
+        self.network = Network(self.loop, self.rng, config.net_delay_ms, config.net_jitter_ms,
+                               config.net_link_spread_ms, config.seed)
+        self.stats = RunStats()
+        drift = list(config.clock_drift_ppm) or [0] * (config.brokers + 1)
+        self.controller = SimController(self, drift[0])
+        self.broker_ids = list(range(1, config.brokers + 1))
+        self.brokers = {b: SimBroker(self, b, drift[b % len(drift)]) for b in self.broker_ids}
+        self.checker = Checker(self)
+        self.producers: list[SimProducer] = []
+        self.consumers: list[SimConsumer] = []
+        for i, client in enumerate(config.clients):
+            if client.kind == "producer":
+                self.producers.append(SimProducer(self, f"p{i}", client.topic, client.acks))
+            else:
+                self.consumers.append(SimConsumer(self, f"c{i}", client.topic))
+        self.nemesis = Nemesis(self)
+        self.healed = False
+        self.loop.after_event = lambda event: self.checker.check()
+
+    @property
+    def partitions(self) -> list[TopicPartition]:
+        return [TopicPartition(t.name, p) for t in self.config.topics for p in range(t.partitions)]
+
+    # ================================================================ faults (nemesis and scenarios)
+
+    def fault(self, label: str, action) -> None:
+        self.loop.trace.add(self.loop.now_ms, "nemesis", label)
+        action()
+
+    def start(self, broker_id: int) -> None:
+        broker = self.brokers[broker_id]
+        if broker.up and broker.state == PENDING_CONTROLLED_SHUTDOWN and not broker.owned.paused:
+            broker._stop_now()    # SIGTERM was sent; the restart waits for the stop
+        if broker.up:
+            return
+        if broker.disk.faulted():
+            # A broker whose disk is full or failed stays down until the disk is back
+            # (else it would re-create the lost partitions on another directory).
+            self.fault(f"start b{broker_id} deferred: its disk is faulted", lambda: None)
+            return
+        self.fault(f"start b{broker_id}", broker.start)
+
+    def kill(self, broker_id: int) -> None:
+        broker = self.brokers[broker_id]
+        if broker.up:
+            self.fault(f"kill -9 b{broker_id}", broker.kill)
+
+    def power_cut(self, broker_id: int, tear: bool = False) -> None:
+        broker = self.brokers[broker_id]
+        if broker.up:
+            lost = broker.power_cut(tear)
+            self.fault(f"power cut b{broker_id}{' (torn write)' if tear else ''}: lost "
+                       f"{sum(lost.values())} unsynced bytes in {sorted(lost)}", lambda: None)
+            self.checker.on_data_loss(broker_id, lost, "a power cut")
+
+    def stop(self, broker_id: int) -> None:
+        broker = self.brokers[broker_id]
+        if broker.up and not broker.owned.paused:
+            self.fault(f"SIGTERM b{broker_id}", broker.stop)
+
+    def pause(self, name: str) -> None:
+        node = self.network.nodes[name]
+        if node.up and not node.owned.paused:
+            self.fault(f"pause {name}", lambda: setattr(node.owned, "paused", True))
+
+    def resume(self, name: str) -> None:
+        node = self.network.nodes[name]
+        if node.owned.paused:
+            self.fault(f"resume {name}", lambda: self.loop.resume(node.owned))
+
+    def kill_controller(self) -> None:
+        if self.controller.up:
+            self.fault("kill -9 ctl", self.controller.kill)
+
+    def start_controller(self) -> None:
+        if not self.controller.up:
+            self.fault("start ctl", self.controller.start)
+
+    def disk_fault(self, broker_id: int, log_dir: str, kind: str) -> None:
+        disk = self.brokers[broker_id].disk
+        name = f"b{broker_id}/{log_dir.rsplit('/', 1)[-1]}"
+        if kind == "full":
+            self.fault(f"disk full {name}", lambda: disk.fill(log_dir))
+        else:
+            self.fault(f"disk failed {name}", lambda: disk.fail(log_dir))
+
+    def heal_disk(self, broker_id: int, log_dir: str) -> None:
+        """A full disk drains; a failed one is replaced by an empty disk (the broker
+        restarts either way if the directory had gone offline, or had been down)."""
+        broker = self.brokers[broker_id]
+        disk = broker.disk
+        if disk.is_failing(log_dir):
+            if broker.up:
+                self.fault(f"kill -9 b{broker_id} to replace its disk", broker.kill)
+            lost = disk.replace(log_dir)
+            self.fault(f"replaced the disk {log_dir.rsplit('/', 1)[-1]} of b{broker_id}: "
+                       f"{len(lost)} partitions start empty", lambda: None)
+            self.checker.on_data_loss(broker_id, {name: 1 for name in lost}, "its disk was replaced")
+        disk.drain(log_dir)
+        if broker.up and not broker.owned.paused and broker.log_manager.offline_dirs:
+            self.fault(f"restart b{broker_id} (log directory back)", broker.kill)
+        self.start(broker_id)
+
+    def heal(self) -> None:
+        """End the fault phase: every fault undone, every process running."""
+        self.nemesis.heal_all()
+        self.fault("heal network", self.network.heal)
+        for name in sorted(self.network.nodes):
+            self.resume(name)
+        self.start_controller()
+        for broker_id in self.broker_ids:
+            broker = self.brokers[broker_id]
+            for log_dir in broker.log_dirs:
+                self.heal_disk(broker_id, log_dir)
+            broker.clock.wall_offset_ms = 0
+            self.start(broker_id)
+        self.healed = True
+
+    # ================================================================ running
+
+    def run_until(self, predicate, timeout_ms: int, what: str = "condition") -> None:
+        deadline = self.loop.now_ms + timeout_ms
+        if predicate():
+            return
+        if not self.loop.run_until(deadline, predicate):
+            raise TimeoutError(f"timed out after {timeout_ms} ms waiting for {what}")
+
+    def run_for(self, ms: int) -> None:
+        self.loop.run_until(self.loop.now_ms + ms)
+
+    def setup(self) -> None:
+        self.controller.start()
+        for broker_id in self.broker_ids:
+            self.brokers[broker_id].start()
+        self.run_until(lambda: all(b.state == RUNNING for b in self.brokers.values()), SETUP_TIMEOUT_MS,
+                       "every broker RUNNING")
+        for topic in self.config.topics:
+            configs = {"min.insync.replicas": str(topic.min_insync_replicas),
+                       "unclean.leader.election.enable": str(topic.unclean).lower(),
+                       "segment.bytes": str(topic.segment_bytes)}
+            if topic.flush_messages is not None:
+                configs["flush.messages"] = str(topic.flush_messages)
+            if topic.flush_ms is not None:
+                configs["flush.ms"] = str(topic.flush_ms)
+            self.controller.create_topic(topic.name, topic.partitions, topic.replication_factor, configs,
+                                         topic.assignments)
+        self.run_until(self.fully_replicated, SETUP_TIMEOUT_MS, "every partition fully in sync")
+        self.loop.trace.add(self.loop.now_ms, "sim", f"set up: {self.config.describe()}")
+
+    def fully_replicated(self) -> bool:
+        for tp in self.partitions:
+            registration = self.controller.image.partition(tp) if self.controller.up else None
+            if registration is None or registration.leader < 0 or set(registration.isr) != set(registration.replicas):
+                return False
+            for replica in registration.replicas:
+                partition = self.brokers[replica].partition(tp)
+                if partition is None or partition.leader_epoch != registration.leader_epoch:
+                    return False
+        return True
+
+    def start_clients(self) -> None:
+        for client in self.producers + self.consumers:
+            client.start()
+
+    def run(self) -> SimResult:
+        """The whole run; never raises for a violated invariant (see ``SimResult``)."""
+        result = SimResult(self.config.seed, self.config, passed=False)
+        try:
+            self.setup()
+            self.start_clients()
+            self.nemesis.start()
+            self.run_for(self.config.fault_phase_ms)
+            self.heal()
+            self.healed_phase()
+            self.final_checks()
+            result.passed = True
+        except InvariantViolation as e:
+            result.invariant, result.detail = e.invariant, e.detail
+        except TimeoutError as e:
+            result.invariant, result.detail = "10.5-convergence", str(e)
+        except Exception as e:   # a crash inside production code is a failure too
+            result.invariant = f"exception:{type(e).__name__}"
+            result.detail = "".join(traceback.format_exception(e))[-4000:]
+        if not result.passed:
+            self.loop.trace.add(self.loop.now_ms, "check", f"FAILED {result.invariant}: {result.detail}")
+        self.stats.events = self.loop.events_run
+        self.stats.sim_ms = self.loop.now_ms
+        result.stats = self.stats
+        result.digest = self.loop.trace.digest
+        result.trace_tail = list(self.loop.trace.recent)
+        result.excused = [f"{tp}: {reason}" for tp, h in sorted(self.checker.histories.items()) for reason in h.resets]
+        return result
+
+    def close(self) -> None:
+        """Release every file the run still holds (processes end as by kill -9)."""
+        for broker in self.brokers.values():
+            if broker.up:
+                broker.kill()
+            broker.disk.process_exit()
+
+    # ================================================================ healed phase
+
+    def healed_phase(self) -> None:
+        healed_at = self.loop.now_ms
+        deadline = healed_at + self.config.healed_phase_ms
+        writing = [p for p in self.producers if p.acks != 0]
+        self.run_until(lambda: self.loop.now_ms >= healed_at + PRODUCE_AFTER_HEAL_MS
+                       and all(p.acked_since_heal > 0 for p in writing),
+                       self.config.healed_phase_ms, "every producer acknowledged after healing")
+        for producer in self.producers:
+            producer.active = False
+        self.loop.trace.add(self.loop.now_ms, "sim", "producers stopped")
+        reasons = self.converged()
+        while reasons and self.loop.now_ms < deadline:
+            self.run_for(250)
+            reasons = self.converged()
+        if reasons:
+            raise InvariantViolation("10.5-convergence", "; ".join(reasons[:5]))
+        for consumer in self.consumers:
+            consumer.active = False
+        self.loop.trace.add(self.loop.now_ms, "sim", f"converged {self.loop.now_ms - healed_at} ms after healing")
+
+    def converged(self) -> list[str]:
+        reasons = []
+        if any(p.in_flight for p in self.producers):
+            reasons.append("produce requests in flight")
+        if not self.controller.up:
+            return reasons + ["controller down"]
+        image = self.controller.image
+        for broker in self.brokers.values():
+            if broker.state != RUNNING:
+                reasons.append(f"b{broker.broker_id} is {broker.state}")
+            elif broker.image.offset != image.offset:
+                reasons.append(f"b{broker.broker_id} metadata at {broker.image.offset}, controller at {image.offset}")
+        for tp in self.partitions:
+            registration = image.partition(tp)
+            if registration.leader < 0:
+                reasons.append(f"{tp} has no leader")
+                continue
+            if set(registration.isr) != set(registration.replicas):
+                reasons.append(f"{tp} ISR {list(registration.isr)} of {list(registration.replicas)}")
+            leader = self.brokers[registration.leader].partition(tp)
+            if leader is None or not leader.is_leader:
+                reasons.append(f"{tp}: b{registration.leader} does not lead it yet")
+                continue
+            end = leader.log.log_end_offset
+            for replica in registration.replicas:
+                partition = self.brokers[replica].partition(tp)
+                if partition is None:
+                    reasons.append(f"{tp}: b{replica} does not host it")
+                elif (partition.leader_epoch, partition.log.log_end_offset, partition.log.high_watermark) != (
+                        registration.leader_epoch, end, end):
+                    reasons.append(f"{tp}: b{replica} epoch {partition.leader_epoch} LEO "
+                                   f"{partition.log.log_end_offset} HW {partition.log.high_watermark}, leader "
+                                   f"epoch {registration.leader_epoch} LEO {end}")
+            for consumer in self.consumers:
+                if consumer.topic == tp.topic and consumer.positions[tp] < end:
+                    reasons.append(f"{consumer.name} at {tp} offset {consumer.positions[tp]} of {end}")
+        return reasons
+
+    # ================================================================ the end state
+
+    def log_bytes(self, broker_id: int, tp: TopicPartition) -> bytes:
+        log = self.brokers[broker_id].partition(tp).log
+        out, offset = bytearray(), log.log_start_offset
+        while offset < log.log_end_offset:
+            data = log.read(offset, 1 << 20, max_offset=None).records.read_bytes()
+            if not data:
+                break
+            for position, header in iter_batches(data):
+                out += data[position:position + header.size_bytes]
+                offset = header.next_offset
+        return bytes(out)
+
+    def final_checks(self) -> None:
+        image = self.controller.image
+        for broker in self.brokers.values():
+            if broker.image != image:
+                raise InvariantViolation("10.7-metadata-images-agree", f"b{broker.broker_id} after convergence")
+        for tp in self.partitions:
+            registration = image.partition(tp)
+            logs = {b: self.log_bytes(b, tp) for b in registration.replicas}
+            reference = logs[registration.leader]
+            for b, data in logs.items():
+                if data != reference:
+                    raise InvariantViolation("10.5-convergence", f"{tp}: b{b}'s log differs from leader "
+                                             f"b{registration.leader}'s ({len(data)} vs {len(reference)} bytes)")
+            self._check_final_log(tp, reference)
+
+    def _check_final_log(self, tp: TopicPartition, data: bytes) -> None:
+        checker = self.checker
+        records = {}
+        for position, header in iter_batches(data):
+            for record in iter_records(data, position):
+                records[record.offset] = (header.crc, header.partition_leader_epoch, record.value)
+        history = checker.history(tp)
+        for offset, (record, epoch) in sorted(history.records.items()):
+            if records.get(offset) != record:
+                raise InvariantViolation("10.4-acknowledged-write-kept", f"{tp} offset {offset} committed at "
+                                         f"epoch {epoch} as {record[2]!r} is {records.get(offset)} at the end")
+        values = [value for _, (_, _, value) in sorted(records.items())]
+        counts: dict[bytes, int] = {}
+        for value in values:
+            counts[value] = counts.get(value, 0) + 1
+        for value, count in counts.items():
+            if count > checker.received.get(value, 0):
+                raise InvariantViolation("producer-duplicates", f"{tp}: {value!r} appears {count} times but "
+                                         f"only {checker.received.get(value, 0)} produce requests carried it")
+        first = {}
+        for offset, (_, _, value) in sorted(records.items()):
+            first.setdefault(value, offset)
+        last_by_producer: dict[str, tuple[int, int]] = {}
+        for offset, value, acks, producer, resets in checker.acked.get(tp, []):
+            if acks == -1 and records.get(offset, (0, 0, None))[2] != value:
+                if resets < len(history.resets):
+                    self.stats.excused_losses += 1
+                    continue
+                self.stats.acked_all_lost += 1
+                raise InvariantViolation("10.4-acknowledged-write-kept", f"{producer}: acks=all {value!r} "
+                                         f"acknowledged at {tp} offset {offset} is not there at the end")
+        for offset, value, acks, producer, _ in sorted(checker.acked.get(tp, []), key=lambda e: _seq(e[1])):
+            where = first.get(value)
+            if where is None:
+                continue
+            previous = last_by_producer.get(producer)
+            if previous is not None and where < previous[1]:
+                raise InvariantViolation("producer-order", f"{tp}: {producer}'s {value!r} first at offset {where}, "
+                                         f"before its earlier acknowledged write #{previous[0]} at {previous[1]}")
+            last_by_producer[producer] = (_seq(value), where)
+
+
+def _seq(value: bytes) -> int:
+    return int(value.rsplit(b"-", 1)[1])
+
+
+def run_seed(seed: int, directory: str, *, long: bool = False, defect: str | None = None,
+             trace: Trace | None = None, config: SimConfig | None = None) -> SimResult:
+    """Run one seed (with a planted defect if asked) in ``directory``."""
+    from tidelog.sim.defects import planted
+    config = config or SimConfig.from_seed(seed, long=long, defect=defect)
+    quiet = logging.getLogger("tidelog")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        with planted(config.defect):
+            simulation = Simulation(config, directory, trace)
+            try:
+                return simulation.run()
+            finally:
+                simulation.close()
+    finally:
+        quiet.setLevel(level)

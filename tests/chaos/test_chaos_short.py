@@ -1,0 +1,20 @@
+"""The short chaos run (one nemesis schedule, ~65 s): three real broker processes
+and a controller behind link proxies, confluent-kafka clients, kill -9 / pause /
+restart / partitions / isolation. The long form: ``python -m tidelog.chaos --long``."""
+
+from tidelog.chaos.nemesis import SHORT
+from tidelog.chaos.run import run_chaos
+
+
+def test_short_chaos_schedule_loses_no_acknowledged_write():
+    lines = []
+    result = run_chaos(log=lines.append)
+    report = result.report
+    details = "\n".join(lines + [result.summary()] + [f"{at} s {label}" for at, label in result.faults]
+                        + result.fault_errors)
+    assert result.fault_errors == [], details
+    assert result.report.ok, details
+    assert result.replicas_identical, details
+    assert sum(1 for _, label in result.faults if not label.startswith(("undo", "start", "resume"))) == len(SHORT)
+    assert report.lost == [] and report.acknowledged > 5000, details
+    assert report.consumed > 5000, details

@@ -1,0 +1,83 @@
+"""Bugs the simulator found in the replication core, each pinned by a unit test
+(docs/reliability.md lists them with the seed that found them)."""
+
+import os
+
+from tidelog.core.clock import ManualClock
+from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
+from tidelog.records.batch import build_batch
+from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
+from tidelog.replication.fetcher import FetcherConfig
+from tidelog.replication.partition import Isolation, PartitionState, ReplicationSettings
+from tidelog.replication.replica_manager import OFFLINE, ReplicaManager
+from tidelog.storage.config import LogConfig
+from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.storage.log import Log
+from tidelog.storage.log_manager import LogManager
+
+TP = TopicPartition("t0", 0)
+ALIVE = {1: 101, 2: 102, 3: 103}
+
+
+def _manager(tmp_path, clock, broker_id=1):
+    fs = CrashableFileSystem(str(tmp_path))
+    log_dir = os.path.join(str(tmp_path), "logs")
+    rm = ReplicaManager(broker_id, LogManager([log_dir], clock, fs), clock, lambda topic: ReplicationSettings(1),
+                        alive_broker_epoch=ALIVE.get, fetcher_config=FetcherConfig(),
+                        is_broker_alive=lambda b: b in ALIVE)
+    rm.broker_epoch = ALIVE[broker_id]
+    return rm, fs, log_dir
+
+
+def _leader_batch(base_offset, epoch, *values):
+    return build_batch([v.encode() for v in values], base_offset=base_offset, partition_leader_epoch=epoch,
+                       timestamp_ms=0)
+
+
+def test_a_trailing_epoch_entry_no_record_backs_is_dropped_by_truncation_at_the_log_end(tmp_path):
+    """Seed 46: a broker became leader at epoch 3 (entry (3, LEO)), appended nothing, and
+    followed the next leader; truncate_to(LEO) kept (3, LEO), the follower fetched
+    with last_fetched_epoch 3 forever and the leader answered the same diverging
+    epoch forever. Kafka's UnifiedLog.truncateTo truncates the cache regardless."""
+    clock = ManualClock(0)
+    log = Log.open(os.path.join(str(tmp_path), "t0-0"), LogConfig(), clock)
+    log.append_as_follower(_leader_batch(0, 0, "a", "b"))
+    log.assign_leader_epoch(3, 2)
+    assert log.latest_epoch == 3
+    assert log.truncate_to(2) is False        # nothing to cut …
+    assert log.latest_epoch == 0              # … but the unbacked epoch is gone
+    assert log.leader_epoch_cache.entries == [(0, 0)]
+
+
+def test_becoming_leader_on_a_failed_log_directory_takes_the_partition_offline(tmp_path):
+    """Seed 24: make_leader writes the leader-epoch checkpoint; on a failed directory
+    the OSError escaped apply_partition_states (and broke the metadata publish)."""
+    clock = ManualClock(0)
+    rm, fs, log_dir = _manager(tmp_path, clock)
+    rm.apply_partition_states({TP: PartitionState(2, 0, (1, 2), (1, 2), 0)})    # follower first
+    fs.fail(log_dir)
+    rm.apply_partition_states({TP: PartitionState(1, 1, (1, 2), (1, 2), 1)})    # must not raise
+    assert rm.partitions[TP] == OFFLINE
+    assert rm.log_manager.offline_dirs == {log_dir}
+    assert rm.partition_error(TP) == ErrorCode.KAFKA_STORAGE_ERROR
+
+
+def test_a_delayed_fetch_on_a_failed_log_directory_completes_instead_of_raising(tmp_path):
+    """Seed 41: DelayedFetch.try_complete read the log to count bytes; on a failed
+    directory the StorageError escaped the purgatory. Kafka's case D: answer now."""
+    clock = ManualClock(0)
+    rm, fs, log_dir = _manager(tmp_path, clock)
+    rm.apply_partition_states({TP: PartitionState(1, 0, (1,), (1, 2), 0)})
+    answers = []
+    rm.append_records(1, 1000, {TP: build_batch([b"x"] * 3, timestamp_ms=0)}, answers.append)
+    params = FetchParams(replica_id=2, max_wait_ms=500, min_bytes=1 << 20, max_bytes=1 << 20,
+                         isolation=Isolation.LOG_END, broker_epoch=ALIVE[2],
+                         partitions={TP: FetchPartitionRequest(0, 1 << 20, 0, -1, 0)})
+    fetched = []
+    rm.fetch_messages(params, fetched.append)
+    assert fetched == []                      # parked: fewer bytes than min_bytes
+    fs.fail(log_dir)
+    rm.wake(TP)                               # must not raise
+    assert len(fetched) == 1
+    assert fetched[0][TP].error == ErrorCode.KAFKA_STORAGE_ERROR
