@@ -34,7 +34,6 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
-from kio.static.constants import EntityType
 
 API_VERSIONS_KEY = 18
 log = logging.getLogger("tidelog.protocol")

@@ -52,7 +52,8 @@ from tidelog.replication.fetcher import (
     OffsetsForLeaderEpochPlan,
     Plan,
 )
-from tidelog.replication.partition import Partition, PartitionState, ReplicationSettings
+from tidelog.replication.metadata_changes import apply_local_changes
+from tidelog.replication.partition import Partition, ReplicationSettings
 from tidelog.replication.replica_manager import ReplicaManager
 from tidelog.storage.config import LogConfig
 from tidelog.storage.crashable import CrashableFileSystem
@@ -165,16 +166,7 @@ class LocalBroker:
         delta = self.loader.catch_up()
         if delta is None:
             return False
-        changes = delta.local_changes(self.broker_id)
-        if changes.deletes:
-            self.replica_manager.stop_partitions(changes.deletes, delete=True)
-        states = {}
-        for tp, local in list(changes.leaders.items()) + list(changes.followers.items()):
-            p = local.partition
-            states[tp] = PartitionState(p.leader, p.leader_epoch, tuple(p.isr), tuple(p.replicas),
-                                        p.partition_epoch)
-        if states:
-            self.replica_manager.apply_partition_states(states)
+        apply_local_changes(self.replica_manager, delta, self.broker_id)
         return True
 
     def heartbeat(self):

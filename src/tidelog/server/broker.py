@@ -36,7 +36,8 @@ from tidelog.core.ids import TopicPartition
 from tidelog.metadata.file_log import FileMetadataLog
 from tidelog.metadata.loader import MetadataLoader
 from tidelog.replication.fetcher import FetcherConfig
-from tidelog.replication.partition import PartitionState, ReplicationSettings
+from tidelog.replication.metadata_changes import apply_local_changes
+from tidelog.replication.partition import ReplicationSettings
 from tidelog.replication.replica_manager import ReplicaManager
 from tidelog.server.admin import AdminApis, ForwardingAdminApis
 from tidelog.server.apis import KafkaApis
@@ -285,16 +286,8 @@ class Broker:
         delta = self.loader.catch_up()
         if delta is None:
             return
-        changes = delta.local_changes(self.node_id)
-        if changes.deletes:
-            self.replica_manager.stop_partitions(changes.deletes, delete=True)
-        states = {}
-        for tp, local in list(changes.leaders.items()) + list(changes.followers.items()):
-            p = local.partition
-            states[tp] = PartitionState(p.leader, p.leader_epoch, tuple(p.isr), tuple(p.replicas),
-                                        p.partition_epoch)
+        states = apply_local_changes(self.replica_manager, delta, self.node_id)
         if states:
-            self.replica_manager.apply_partition_states(states)
             for tp in states:
                 restored = self._restore_high_watermarks.pop(tp, None)
                 partition = self.replica_manager.get_partition(tp)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import uuid
 
 from tidelog.controller.messages import (
     AlterPartitionItem,
