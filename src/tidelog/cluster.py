@@ -290,5 +290,47 @@ class ProcessCluster:
             t.join()
         self.stop_node(CONTROLLER_ID)
 
+    # ---------------------------------------------------------- link proxy (chaos)
+
+    def enable_link_proxy(self, mode: str = "drop", timeout_s: float = 10.0) -> dict:
+        """Start ``tidelog.chaos.proxyd`` for this cluster (before ``up``): every broker
+        advertises its proxy port and reaches the controller through the controller's
+        proxy, so ``partition``/``cut``/``isolate``/``heal`` can cut any link."""
+        from tidelog.chaos.proxyd import LINKS_FILE
+        self.save()
+        links_path = os.path.join(self.layout.directory, LINKS_FILE)
+        if os.path.exists(links_path):
+            os.remove(links_path)
+        log_path = os.path.join(self.layout.directory, "link-proxy.log")
+        with open(log_path, "ab") as out:
+            subprocess.Popen([sys.executable, "-m", "tidelog.chaos.proxyd", "--dir", self.layout.directory,
+                              "--mode", mode], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while not os.path.exists(links_path):
+            if time.monotonic() > deadline:
+                raise ClusterError(f"the link proxy did not start (see {log_path})")
+            time.sleep(0.05)
+        with open(links_path) as f:
+            links = json.load(f)
+        ports = {int(k): v for k, v in links["ports"].items()}
+        for broker in self.layout.brokers:
+            broker.overrides.update({
+                "advertised.listeners": f"PLAINTEXT://{self.layout.host}:{ports[broker.node_id]}",
+                "controller.quorum.voters": f"{CONTROLLER_ID}@{self.layout.host}:{ports[CONTROLLER_ID]}"})
+        self.save()
+        return links
+
+    def stop_link_proxy(self) -> None:
+        from tidelog.chaos.proxyd import LINKS_FILE
+        path = os.path.join(self.layout.directory, LINKS_FILE)
+        if not os.path.exists(path):
+            return
+        with open(path) as f:
+            pid = json.load(f)["pid"]
+        if _alive(pid):
+            os.kill(pid, signal.SIGTERM)
+        os.remove(path)
+
     def process_states(self) -> dict[int, str]:
         return {n.node_id: _process_state(n.pid) for n in self.layout.nodes}

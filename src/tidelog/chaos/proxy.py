@@ -75,11 +75,26 @@ def _pid_holding(inode: str, pids: list[int]) -> int | None:
     return None
 
 
+def _all_pids() -> list[int]:
+    """This user's processes, newest first (a node that just started is among them)."""
+    uid = os.getuid()
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    pids.append(int(name))
+            except OSError:
+                continue
+    return sorted(pids, reverse=True)
+
+
 @dataclass(eq=False)
 class _Link:
-    source: int
+    source: int                     # node id, re-derived from ``pid`` whenever cuts change
     destination: int
     client_writer: asyncio.StreamWriter
+    pid: int | None = None
     server_writer: asyncio.StreamWriter | None = None
     tasks: list = field(default_factory=list)
 
@@ -151,6 +166,12 @@ class LinkProxy:
         self._call(self._update(set(self.blocked), add=False))
 
     async def _update(self, pairs: set[tuple[int, int]], add: bool) -> None:
+        # A process's node id may be unknown when it connects (a node that has not
+        # recorded its pid yet): look again now.
+        pids = self._node_pids()
+        for link in self._links:
+            if link.pid is not None:
+                link.source = pids.get(link.pid, CLIENT)
         if add:
             self.blocked |= pairs
             self.cuts_made += 1
@@ -167,18 +188,19 @@ class LinkProxy:
 
     # ------------------------------------------------------------ connections
 
-    def _source_of(self, writer: asyncio.StreamWriter, node_id: int) -> int:
+    def _source_of(self, writer: asyncio.StreamWriter, node_id: int) -> tuple[int, int | None]:
+        """``(node id, pid)`` of the process that opened this connection."""
         peer_port = writer.get_extra_info("peername")[1]
         inode = _socket_inodes().get((peer_port, self.ports[node_id]))
         if inode is None:
-            return CLIENT
+            return CLIENT, None
         pids = self._node_pids()
-        pid = _pid_holding(inode, list(pids))
-        return CLIENT if pid is None else pids[pid]
+        pid = _pid_holding(inode, list(pids) + [p for p in _all_pids() if p not in pids])
+        return pids.get(pid, CLIENT), pid
 
     async def _accept(self, destination: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        source = self._source_of(writer, destination)
-        link = _Link(source, destination, writer)
+        source, pid = self._source_of(writer, destination)
+        link = _Link(source, destination, writer, pid)
         self.connections += 1
         if self.mode == "drop" and self._is_cut(link):
             writer.close()

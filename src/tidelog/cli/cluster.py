@@ -1,4 +1,5 @@
-"""``tidelog cluster up|down|status|kill|pause|resume|restart`` — a local cluster of processes."""
+"""``tidelog cluster up|down|status|kill|pause|resume|restart`` — a local cluster of processes;
+``partition|cut|isolate|heal|links`` cut its links (with ``up --link-proxy``, tidelog.chaos)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,20 @@ def add_parser(commands) -> None:
     up.add_argument("--base-port", type=int, default=9092, help="brokers on PORT, PORT+1, …; controller after them")
     up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting for every node (repeatable)")
+    up.add_argument("--link-proxy", action="store_true",
+                    help="put a TCP proxy in front of every node so links can be cut (partition/cut/isolate/heal)")
+    links = {"partition": "cut both directions between two nodes (broker ids, 1000, or 'client')",
+             "cut": "cut traffic from the first node to the second",
+             "isolate": "cut a node from every other node and from clients",
+             "heal": "end every cut", "links": "show the cut links"}
+    for name, text in links.items():
+        parser = verbs.add_parser(name, help=text + " (needs up --link-proxy)")
+        parser.add_argument("--dir", default="./cluster", help="cluster directory (default ./cluster)")
+        if name in ("partition", "cut"):
+            parser.add_argument("a")
+            parser.add_argument("b")
+        elif name == "isolate":
+            parser.add_argument("a")
     for name in ("up", "down", "status", "kill", "pause", "resume", "restart"):
         parser = up if name == "up" else verbs.add_parser(name)
         parser.add_argument("--dir", default="./cluster", help="cluster directory (default ./cluster)")
@@ -46,14 +61,26 @@ def _run(args) -> int:
             overrides[key.strip()] = value.strip()
         started = time.monotonic()
         cluster = ProcessCluster.create(args.dir, args.brokers, args.base_port, overrides=overrides)
+        if args.link_proxy:
+            links = cluster.enable_link_proxy()
+            print(f"link proxy on control port {links['control_port']}: brokers advertise proxy ports "
+                  f"{', '.join(f'{k}:{v}' for k, v in sorted(links['ports'].items()))}")
         cluster.up()
         print(f"cluster up in {time.monotonic() - started:.2f} s: {len(cluster.layout.brokers)} brokers, "
               f"controller on {cluster.layout.host}:{cluster.layout.controller.port}, data in {cluster.layout.directory}")
-        print(f"bootstrap servers: {cluster.layout.bootstrap}")
+        if args.link_proxy:
+            ports = links["ports"]
+            print(f"bootstrap servers (through the proxies): "
+                  f"{','.join(f'{cluster.layout.host}:{ports[str(b.node_id)]}' for b in cluster.layout.brokers)}")
+        else:
+            print(f"bootstrap servers: {cluster.layout.bootstrap}")
         return 0
+    if args.verb in ("partition", "cut", "isolate", "heal", "links"):
+        return _links(args)
     cluster = ProcessCluster.load(args.dir)
     if args.verb == "down":
         cluster.down()
+        cluster.stop_link_proxy()
         print("cluster down")
     elif args.verb == "kill":
         cluster.kill(args.node_id)
@@ -69,6 +96,21 @@ def _run(args) -> int:
         print(f"node {args.node_id} restarted")
     elif args.verb == "status":
         return asyncio.run(_status(cluster))
+    return 0
+
+
+def _links(args) -> int:
+    import os
+    from tidelog.chaos.proxyd import LINKS_FILE, send
+    if not os.path.exists(os.path.join(args.dir, LINKS_FILE)):
+        raise ClusterError(f"no link proxy for the cluster at {args.dir} (start it with `up --link-proxy`)")
+    command = {"partition": f"partition {getattr(args, 'a', '')} {getattr(args, 'b', '')}",
+               "cut": f"cut {getattr(args, 'a', '')} {getattr(args, 'b', '')}",
+               "isolate": f"isolate {getattr(args, 'a', '')}", "heal": "heal", "links": "status"}[args.verb]
+    answer = send(args.dir, command)
+    if "error" in answer:
+        raise ClusterError(answer["error"])
+    print(f"cut links: {', '.join(answer['cut']) or 'none'}")
     return 0
 
 

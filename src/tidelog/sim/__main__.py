@@ -117,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{total.produce_requests} produce requests, acknowledged records ({acked}), "
               f"{total.consumed} records consumed, faults {sum(total.faults.values())} "
               f"({', '.join(f'{k} {v}' for k, v in sorted(total.faults.items()))}), acks=all lost "
-              f"{total.acked_all_lost}, excused losses {total.excused_losses} "
-              f"(history resets {total.history_resets})")
+              f"{total.acked_all_lost}, excused losses {total.excused_losses} ({total.excused_losses_clean} on "
+              f"clean-election topics; history resets {total.history_resets}: "
+              f"{', '.join(f'{k} {v}' for k, v in sorted(total.reset_reasons.items()))})")
     return 1 if failures else 0
 
 

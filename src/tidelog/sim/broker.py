@@ -172,7 +172,7 @@ class SimBroker(NetworkNode):
         self.replica_manager = ReplicaManager(
             self.broker_id, self.log_manager, self.clock, self.replication_settings, self.log_config,
             self._alive_broker_epoch, fetcher_config=self.fetcher_config,
-            is_broker_alive=lambda b: self._alive_broker_epoch(b) is not None)
+            is_broker_alive=self._is_fetchable)
         manager = self.replica_manager.fetcher_manager
         manager.on_fetcher_added = self._on_fetcher_added
         self._restore_high_watermarks = self.log_manager.read_high_watermarks()
@@ -232,6 +232,12 @@ class SimBroker(NetworkNode):
         if registration is None or registration.fenced or registration.in_controlled_shutdown:
             return None
         return registration.broker_epoch
+
+    def _is_fetchable(self, broker_id: int) -> bool:
+        """``Broker._is_fetchable``: a leader is fetched from while registered and unfenced,
+        also in controlled shutdown (it serves until its leaderships move)."""
+        registration = self.image.brokers.get(broker_id)
+        return registration is not None and not registration.fenced
 
     def replication_settings(self, topic: str) -> ReplicationSettings:
         values = topic_config_values(self.image, self.config, topic)

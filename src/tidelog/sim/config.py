@@ -157,7 +157,9 @@ class RunStats:
     consumed: int = 0
     acked_all_lost: int = 0           # must be 0 for clean topics
     excused_losses: int = 0           # unclean election / last replica standing after power loss
+    excused_losses_clean: int = 0     # of which on clean-election topics (last replica standing)
     history_resets: int = 0
+    reset_reasons: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: "RunStats") -> None:
         self.events += other.events
@@ -170,4 +172,7 @@ class RunStats:
         self.consumed += other.consumed
         self.acked_all_lost += other.acked_all_lost
         self.excused_losses += other.excused_losses
+        self.excused_losses_clean += other.excused_losses_clean
         self.history_resets += other.history_resets
+        for k, v in other.reset_reasons.items():
+            self.reset_reasons[k] = self.reset_reasons.get(k, 0) + v

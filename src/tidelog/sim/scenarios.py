@@ -87,6 +87,7 @@ class ScriptClient(NetworkNode):
         body = {"tp": tp, "acks": acks, "timeout_ms": 2000, "values": values,
                 "batch": build_batch(values, timestamp_ms=self.clock.now_ms())}
         view = _ProducerView("client", acks)
+        self.sim.checker.on_produce_started(view, tp, values)
 
         def on_reply(response) -> None:
             box.update(response)
