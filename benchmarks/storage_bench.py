@@ -1,3 +1,3 @@
-"""Storage benchmark; the code lives in tidelog.storage.bench (also `tidelog bench storage`)."""
-from tidelog.storage.bench import main
+"""Storage benchmark; the code lives in tidelog.cli.storage_bench (also `tidelog bench storage`)."""
+from tidelog.cli.storage_bench import main
 raise SystemExit(main())

@@ -9,10 +9,9 @@ import struct
 import pytest
 
 from tidelog.core.errors import ErrorCode
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 from tidelog.records import SimpleRecord, build_batch
-
-PRODUCE, FETCH, CREATE_TOPICS = 0, 1, 19
 
 
 def run(coro):
@@ -24,7 +23,7 @@ async def _connect(broker) -> KafkaConnection:
 
 
 async def _produce(connection, topic, records, acks=1, partition=0):
-    response = await connection.request(PRODUCE, {
+    response = await connection.request(ApiKey.PRODUCE, {
         "acks": acks, "timeout": 5000, "topic_data": [{"name": topic, "partition_data": [
             {"index": partition, "records": records}]}]}, version=12)
     result = response.responses[0].partition_responses[0]
@@ -32,7 +31,7 @@ async def _produce(connection, topic, records, acks=1, partition=0):
 
 
 async def _fetch_all(connection, topic, partition=0) -> bytes:
-    response = await connection.request(FETCH, {
+    response = await connection.request(ApiKey.FETCH, {
         "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 50_000_000, "isolation_level": 0,
         "topics": [{"topic": topic, "partitions": [{"partition": partition, "fetch_offset": 0,
                                                     "partition_max_bytes": 50_000_000,
@@ -43,7 +42,7 @@ async def _fetch_all(connection, topic, partition=0) -> bytes:
 
 
 async def _create(connection, topic, configs=None):
-    response = await connection.request(CREATE_TOPICS, {"topics": [{
+    response = await connection.request(ApiKey.CREATE_TOPICS, {"topics": [{
         "name": topic, "num_partitions": 1, "replication_factor": 1, "assignments": [],
         "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
         "timeout": 5000, "validate_only": False})
@@ -110,26 +109,70 @@ def test_producing_to_an_internal_topic_is_refused(broker):
     run(go())
 
 
-def test_garbage_and_oversized_frames_close_only_their_connection(broker):
+def _frame(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+def _header(api_key: int, api_version: int, client_id: bytes = b"c", flexible: bool = False) -> bytes:
+    header = struct.pack(">hhih", api_key, api_version, 1, len(client_id)) + client_id
+    return header + (b"\x00" if flexible else b"")  # request header v2: no tagged fields
+
+
+# Kafka closes the connection, without answering, on each of these: a size
+# outside [0, socket.request.max.bytes] (InvalidReceiveException), a header it
+# cannot parse, an API key it does not know, and a body that does not decode
+# (InvalidRequestException).
+MALFORMED = {
+    "size over socket.request.max.bytes": struct.pack(">i", 200 * 1024 * 1024) + b"x" * 10,
+    "negative size": struct.pack(">i", -2),
+    "header shorter than its fixed fields": _frame(b"\x00\x12\x00\x03"),
+    "client id runs past the frame": _frame(struct.pack(">hhih", 18, 3, 1, 0x7FFF) + b"ab"),
+    "unknown api key": _frame(_header(999, 0)),
+    "metadata body does not decode": _frame(_header(ApiKey.METADATA, 12, flexible=True) + b"\x80" * 8),
+}
+CLOSE_TIMEOUT_S = 10  # far below connections.max.idle.ms: the close is for the bad frame
+
+
+def _assert_broker_closes(broker, payload: bytes) -> None:
+    """Send ``payload`` and keep our side open: the broker must close the connection."""
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=CLOSE_TIMEOUT_S) as sock:
+        sock.sendall(payload)
+        try:
+            reply = sock.recv(100)
+        except ConnectionResetError:
+            return  # closed with our unread bytes still queued: a reset is a close too
+        except socket.timeout:
+            pytest.fail(f"the broker kept the connection open for {CLOSE_TIMEOUT_S}s after a malformed frame")
+        assert reply == b"", f"the broker answered a malformed frame with {reply!r}"
+
+
+@pytest.mark.parametrize("payload", MALFORMED.values(), ids=MALFORMED.keys())
+def test_malformed_frame_closes_only_its_connection(broker, payload):
     async def go():
         healthy = await _connect(broker)
         await _create(healthy, "survivor")
         assert (await _produce(healthy, "survivor", build_batch([b"before"])))[0] == ErrorCode.NONE
-        for payload in (os.urandom(64), struct.pack(">i", 200 * 1024 * 1024) + b"x" * 10,
-                        struct.pack(">i", 12) + b"\x00\x00\x00\x0c\x00\x00\x00\x01\xff\xff",
-                        struct.pack(">i", 6) + b"\x00\x00"):
-            sock = socket.create_connection(("127.0.0.1", broker.port), timeout=5)
-            sock.sendall(payload)
-            if len(payload) > 10 and payload[:4] != struct.pack(">i", 200 * 1024 * 1024):
-                sock.shutdown(socket.SHUT_WR)
-            try:
-                assert sock.recv(100) == b""
-            except (ConnectionResetError, socket.timeout):
-                pass
-            sock.close()
+        await asyncio.to_thread(_assert_broker_closes, broker, payload)
         assert (await _produce(healthy, "survivor", build_batch([b"after"])))[0] == ErrorCode.NONE
         data = await _fetch_all(healthy, "survivor")
         assert b"before" in data and b"after" in data
+        healthy.close()
+        fresh = await _connect(broker)  # and the listener still accepts new connections
+        assert (await _produce(fresh, "survivor", build_batch([b"fresh"])))[0] == ErrorCode.NONE
+        fresh.close()
+    run(go())
+
+
+def test_truncated_frame_then_disconnect_leaves_other_connections_working(broker):
+    async def go():
+        healthy = await _connect(broker)
+        await _create(healthy, "truncated")
+        # A frame that promises 256 bytes and sends 2 is only incomplete: the
+        # broker waits for the rest, as Kafka does, until the client goes away.
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=5) as sock:
+            sock.sendall(struct.pack(">i", 256) + b"\x00\x12")
+        assert (await _produce(healthy, "truncated", build_batch([b"after"])))[0] == ErrorCode.NONE
+        assert b"after" in await _fetch_all(healthy, "truncated")
         healthy.close()
     run(go())
 
@@ -139,7 +182,7 @@ def test_fetch_with_wrong_leader_epoch_is_fenced_or_unknown(broker):
         connection = await _connect(broker)
         await _create(connection, "epochs")
         for epoch, expected in ((5, ErrorCode.UNKNOWN_LEADER_EPOCH),):
-            response = await connection.request(FETCH, {
+            response = await connection.request(ApiKey.FETCH, {
                 "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1000, "isolation_level": 0,
                 "topics": [{"topic": "epochs", "partitions": [{
                     "partition": 0, "fetch_offset": 0, "partition_max_bytes": 1000,

@@ -7,6 +7,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 from tidelog.testing import Cluster
 
@@ -24,7 +25,8 @@ def _describe_cluster(cluster) -> dict[int, bool]:
         controller = cluster.processes.layout.controller
         connection = await KafkaConnection.connect("127.0.0.1", controller.port)
         try:
-            response = await connection.request(60, {"include_cluster_authorized_operations": False})
+            response = await connection.request(ApiKey.DESCRIBE_CLUSTER,
+                                                {"include_cluster_authorized_operations": False})
             return {int(b.broker_id): bool(b.is_fenced) for b in response.brokers}
         finally:
             connection.close()
@@ -79,7 +81,7 @@ def test_killed_broker_is_fenced_after_its_session_and_leads_nothing_then_rejoin
         time.sleep(0.2)
     assert _describe_cluster(cluster)[2] is True
     after = _leaders(cluster.bootstrap.replace(f"127.0.0.1:{cluster.port(2)},", ""), "fence")
-    assert 2 not in after.values()  # a fenced broker leads no partition (SPEC §10.8)
+    assert 2 not in after.values()  # a fenced broker leads no partition (Kafka never elects a fenced replica)
     for partition, leader in leaders.items():
         if leader == 2:
             assert after[partition] == -1  # RF 1: its only replica is gone, no unclean choice

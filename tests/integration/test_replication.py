@@ -1,4 +1,4 @@
-"""Replication on real broker processes (issue: multi-broker replication, SPEC §3–§8).
+"""Replication on real broker processes (multi-broker replication).
 
 Each test runs its own controller + 3 brokers (``tidelog.testing.Cluster``) and
 asserts exact offsets, epochs and ISR."""
@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidelog.core.errors import ErrorCode
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 from tidelog.records import build_batch
 from tidelog.testing import Cluster
@@ -130,7 +131,7 @@ def test_isr_below_min_isr_refuses_acks_all_and_the_high_watermark_stays():
         async def produce(acks):
             connection = await KafkaConnection.connect("127.0.0.1", leader_port)
             try:
-                response = await connection.request(0, {"acks": acks, "timeout": 2000, "topic_data": [
+                response = await connection.request(ApiKey.PRODUCE, {"acks": acks, "timeout": 2000, "topic_data": [
                     {"name": "strict", "partition_data": [{"index": 0, "records": build_batch([b"v"])}]}]},
                     version=12)
                 return ErrorCode(response.responses[0].partition_responses[0].error_code.value)
@@ -151,10 +152,10 @@ def _end_offsets_one(port, topic):
         try:
             out = []
             for isolation in (0, 1):
-                response = await connection.request(2, {"replica_id": -2, "isolation_level": isolation,
-                                                        "timeout": 5000, "topics": [{"name": topic, "partitions": [
-                                                            {"partition_index": 0, "current_leader_epoch": -1,
-                                                             "timestamp": -1}]}]})
+                response = await connection.request(ApiKey.LIST_OFFSETS, {
+                    "replica_id": -2, "isolation_level": isolation, "timeout": 5000,
+                    "topics": [{"name": topic, "partitions": [
+                        {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
                 out.append(int(response.topics[0].partitions[0].offset))
             return tuple(out)
         finally:

@@ -202,13 +202,16 @@ def test_corrupt_records_back_off_and_retry(make, clock):
     assert f.state().is_delayed(f.now) and f.state().fetch_offset == 0
 
 
-def test_fetch_offset_not_at_log_end_fails_the_partition(make, clock):
+def test_fetch_offset_not_at_log_end_is_a_broken_invariant(make, clock):
+    """Kafka's fetcher marks such a partition failed and fetches on; here a broken
+    invariant stops the broker (the runtime's fault handler; a failed simulator
+    seed) instead of leaving the partition unreplicated for the process's life."""
     f = Follower(make, clock)
     f.add()
     plan = f.fetcher.poll(f.now)
     f.log().append_as_follower(leader_batch(0, 0, "x"))   # someone else wrote the log
-    f.fetcher.on_fetch_response(plan, {TP: result(leader_batch(0, 0, "a"), high_watermark=1)}, f.now)
-    assert f.state() is None and TP in f.fetcher.failed_partitions and f.failed == [TP]
+    with pytest.raises(AssertionError, match="fetch offset 0 != log end offset 1"):
+        f.fetcher.on_fetch_response(plan, {TP: result(leader_batch(0, 0, "a"), high_watermark=1)}, f.now)
 
 
 # ------------------------------------------------------------------ truncation (§2.8)

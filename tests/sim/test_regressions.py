@@ -81,3 +81,38 @@ def test_a_delayed_fetch_on_a_failed_log_directory_completes_instead_of_raising(
     rm.wake(TP)                               # must not raise
     assert len(fetched) == 1
     assert fetched[0][TP].error == ErrorCode.KAFKA_STORAGE_ERROR
+
+
+def test_completing_a_delayed_operation_may_wake_the_same_key_again():
+    """Seed 37: a produce woke a follower's delayed fetch; completing it re-read the
+    log, moved the HW, and woke the same key while the purgatory was walking it
+    (KeyError; or watchers overwritten)."""
+    from tidelog.replication.purgatory import DelayedOperation, Purgatory
+
+    purgatory = Purgatory("test")
+
+    class Operation(DelayedOperation):
+        def __init__(self, ready: bool, reenter: bool):
+            super().__init__(deadline_ms=10_000)
+            self.ready, self.reenter, self.done = ready, reenter, False
+
+        def try_complete(self) -> bool:
+            return self.force_complete() if self.ready else False
+
+        def on_complete(self) -> None:
+            self.done = True
+            if self.reenter:             # what this completion changed lets others complete
+                for other in others:
+                    other.ready = True
+                purgatory.check_and_complete(TP)
+
+    waker, waiter, late = Operation(False, True), Operation(False, False), Operation(False, False)
+    others = [waiter]
+    for operation in (waker, waiter):
+        purgatory.try_complete_else_watch(operation, [TP])
+    waker.ready = True
+    purgatory.check_and_complete(TP)                       # must not raise (KeyError before)
+    assert waker.done and waiter.done
+    purgatory.try_complete_else_watch(late, [TP])
+    late.ready = True
+    assert purgatory.check_and_complete(TP) == 1           # the purgatory is still consistent

@@ -25,8 +25,8 @@ def test_jepsen_safe_with_a_controller_that_elects_outside_the_isr_fails(tmp_pat
 
 
 def test_applying_stale_metadata_before_registering_loses_committed_records(tmp_path):
-    """server/broker.py applies its local metadata copy at start, before registering;
-    a leader that restarts with an empty disk then leads its old epoch and the
-    followers truncate to it (SPEC §8.2's order avoids it; default here)."""
-    outcome = run_scenario("stale-metadata-restart", str(tmp_path), publish_before_registration=True)
+    """The order BrokerNode keeps is what saves the scenario: a broker that applied
+    its local metadata copy at start, before registering, would lead its old epoch
+    after restarting with an empty disk, and the followers would truncate to it."""
+    outcome = run_scenario("stale-metadata-restart", str(tmp_path), defect="publish-before-registration")
     assert outcome.violation is not None and outcome.violation.startswith("10.4-acknowledged-write-kept")

@@ -16,14 +16,13 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
+from tidelog.protocol.api_keys import ApiKey  # noqa: E402
 from tidelog.records import SimpleRecord  # noqa: E402
 from tidelog.spark.fetcher import read_records  # noqa: E402
 from tidelog.spark.options import ReadOptions, SinkOptions  # noqa: E402
 from tidelog.spark.producer import Producer  # noqa: E402
-from tidelog.spark.wire import DELETE_RECORDS, LATEST, ClientConfig, Cluster, error_of  # noqa: E402
+from tidelog.spark.wire import LATEST, ClientConfig, Cluster, error_of  # noqa: E402
 from tidelog.testing import Broker  # noqa: E402
-
-CREATE_PARTITIONS = 37
 
 
 @pytest.fixture(scope="package")
@@ -68,7 +67,7 @@ class Admin:
 
     def add_partitions(self, topic: str, count: int) -> None:
         """CreatePartitions: grow ``topic`` to ``count`` partitions."""
-        response = self.cluster.any_connection().request(CREATE_PARTITIONS, {
+        response = self.cluster.any_connection().request(ApiKey.CREATE_PARTITIONS, {
             "topics": [{"name": topic, "count": count, "assignments": None}], "timeout": 10_000,
             "validate_only": False})
         assert error_of(response.results[0].error_code).name == "NONE", response
@@ -79,7 +78,7 @@ class Admin:
 
     def delete_records(self, topic: str, partition: int, before: int) -> None:
         connection = self.cluster.connection(self.cluster.leader(topic, partition))
-        response = connection.request(DELETE_RECORDS, {"topics": [{"name": topic, "partitions": [
+        response = connection.request(ApiKey.DELETE_RECORDS, {"topics": [{"name": topic, "partitions": [
             {"partition_index": partition, "offset": before}]}], "timeout": 10_000})
         assert error_of(response.topics[0].partitions[0].error_code).name == "NONE"
 

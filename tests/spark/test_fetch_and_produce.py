@@ -7,14 +7,13 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.spark.arrow_records import arrow_schema
 from tidelog.spark.fetcher import DataLossError, read_range
 from tidelog.spark.options import ReadOptions, SinkOptions
 from tidelog.spark.producer import partition_for_key
 from tidelog.spark.sink import MARKER_HEADER, WriteResult, write_task
 from tidelog.spark.wire import ClientConfig, error_of
-
-DELETE_TOPICS = 20
 
 
 def read(admin, topic, start, end, **options) -> list[tuple[int, bytes]]:
@@ -46,7 +45,7 @@ def test_deleted_offsets_fail_the_read_or_are_skipped_with_failondataloss_false(
 def test_a_deleted_topic_is_data_loss_at_once(admin):
     topic = admin.create("doomed")
     admin.produce(topic, 0, [b"x"] * 5)
-    response = admin.cluster.any_connection().request(DELETE_TOPICS, {
+    response = admin.cluster.any_connection().request(ApiKey.DELETE_TOPICS, {
         "topics": [{"name": topic}], "topic_names": [topic], "timeout": 10_000})
     assert error_of(response.responses[0].error_code).name == "NONE"
     started = time.monotonic()

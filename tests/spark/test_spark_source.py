@@ -7,7 +7,8 @@ import time
 import pytest
 
 import tidelog.testing
-from tidelog.spark.wire import EARLIEST, LIST_OFFSETS, METADATA
+from tidelog.protocol.api_keys import ApiKey
+from tidelog.spark.wire import EARLIEST
 
 from .conftest import Admin
 
@@ -182,13 +183,13 @@ FAST_FAILOVER = {"broker.session.timeout.ms": "2000", "broker.heartbeat.interval
 
 def _replica_log_ends(admin, topic) -> list[int]:
     """Every replica's log end offset (ListOffsets as Kafka's debugging replica, -2)."""
-    metadata = admin.cluster.any_connection().request(METADATA, {
+    metadata = admin.cluster.any_connection().request(ApiKey.METADATA, {
         "topics": [{"name": topic}], "allow_auto_topic_creation": False})
     ends = []
     for p in metadata.topics[0].partitions:
         for node in p.replica_nodes:
             try:
-                response = admin.cluster.connection(int(node)).request(LIST_OFFSETS, {
+                response = admin.cluster.connection(int(node)).request(ApiKey.LIST_OFFSETS, {
                     "replica_id": -2, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
                         {"partition_index": p.partition_index, "timestamp": -1, "current_leader_epoch": -1}]}]})
                 ends.append(int(response.topics[0].partitions[0].offset))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tidelog.storage import bench
+from tidelog.cli import storage_bench as bench
 
 
 def test_benchmark_runs_and_prints_both_ratios(tmp_path, capsys):

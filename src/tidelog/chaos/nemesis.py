@@ -90,6 +90,8 @@ class Nemesis:
         self._thread = threading.Thread(target=self._run, name="tidelog-nemesis", daemon=True)
         self._started = 0.0
         self._lock = threading.Lock()
+        self._starting: set[int] = set()
+        self._start_threads: list[threading.Thread] = []
 
     def start(self) -> None:
         self._started = time.monotonic()
@@ -123,21 +125,54 @@ class Nemesis:
         with self._lock:
             self._undo.append((self._now() + fault.duration_s, label, action))
 
+    def _start(self, node_id: int, stop_first: bool = False) -> None:
+        """(Stop and) start a node without blocking the schedule — a broker that cannot
+        reach the controller takes long to become ready, a controlled shutdown waits
+        for its leaderships to move; faults skip the node meanwhile."""
+        if node_id in self._starting:
+            return
+        if not stop_first and self.cluster.processes.process_states()[node_id] != "dead":
+            return
+        self.injected.append((round(self._now(), 1), f"{'restart' if stop_first else 'start'} {node_id}"))
+
+        def run() -> None:
+            try:
+                if stop_first:
+                    self.cluster.stop(node_id)
+                self.cluster.start_node(node_id)
+            except Exception as e:
+                self.errors.append(f"start {node_id}: {type(e).__name__}: {e}")
+            finally:
+                self._starting.discard(node_id)
+        self._starting.add(node_id)
+        thread = threading.Thread(target=run, name=f"tidelog-nemesis-start-{node_id}", daemon=True)
+        self._start_threads.append(thread)
+        thread.start()
+
     def _inject(self, fault: Fault) -> None:
         c, p = self.cluster, self.proxy
         target = fault.targets[0]
         label = fault.describe()
+        if fault.kind in ("kill", "controller", "pause", "restart") and target in self._starting:
+            self.injected.append((round(self._now(), 1), f"skipped {label}: node {target} is starting"))
+            return
         if fault.kind == "kill":
             self._do(label, lambda: c.kill(target))
-            self._later(fault, f"start {target}", lambda: c.start_node(target))
+            self._later(fault, f"start {target}", lambda: self._start(target))
         elif fault.kind == "controller":
             self._do(label, lambda: c.kill(CONTROLLER))
-            self._later(fault, "start controller", lambda: c.start_node(CONTROLLER))
+            self._later(fault, "start controller", lambda: self._start(CONTROLLER))
         elif fault.kind == "pause":
+            if c.processes.process_states()[target] != "running":
+                self.injected.append((round(self._now(), 1), f"skipped {label}: node {target} is not running"))
+                return
             self._do(label, lambda: c.pause(target))
             self._later(fault, f"resume {target}", lambda: c.resume(target))
         elif fault.kind == "restart":
-            self._do(label, lambda: c.restart(target))
+            if c.processes.process_states()[target] != "running":
+                self.injected.append((round(self._now(), 1), f"skipped {label}: node {target} is not running"))
+                return
+            self._start(target, stop_first=True)
         elif fault.kind == "partition":
             a, b = fault.targets
             self._do(label, lambda: p.partition(a, b))
@@ -169,9 +204,14 @@ class Nemesis:
         for node_id, state in sorted(states.items()):
             if state == "paused":
                 self._do(f"resume {node_id} (healing)", lambda n=node_id: self.cluster.resume(n))
-            elif state == "dead":
+        for thread in self._start_threads:
+            thread.join(90)
+        states = self.cluster.processes.process_states()
+        for node_id in [CONTROLLER] + sorted(n for n in states if n != CONTROLLER):
+            if states[node_id] == "dead":
                 self._do(f"start {node_id} (healing)", lambda n=node_id: self.cluster.start_node(n))
 
     @property
     def faults_injected(self) -> int:
-        return sum(1 for _, label in self.injected if not label.startswith(("undo", "start", "resume")))
+        return sum(1 for _, label in self.injected if not label.startswith(("undo", "start", "resume", "skipped")))
+

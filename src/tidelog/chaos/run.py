@@ -53,7 +53,7 @@ class ChaosResult:
         return self.report.ok and self.replicas_identical
 
     def summary(self) -> str:
-        injected = sum(1 for _, label in self.faults if not label.startswith(("undo", "start", "resume")))
+        injected = sum(1 for _, label in self.faults if not label.startswith(("undo", "start", "resume", "skipped")))
         return (f"chaos: {injected} faults injected in {self.elapsed_s:.0f} s; {self.report.summary()}; "
                 f"replicas byte-identical: {self.replicas_identical}")
 
@@ -280,8 +280,10 @@ def _replicas_identical(cluster, partitions: int) -> bool:
     for partition in range(partitions):
         logs = set()
         for broker in cluster.processes.layout.brokers:
-            pattern = os.path.join(cluster.directory, broker.name, "data", f"{TOPIC}-{partition}", "*.log")
-            logs.add(b"".join(open(path, "rb").read() for path in sorted(glob.glob(pattern))))
+            directory = os.path.join(cluster.directory, broker.name, "data", f"{TOPIC}-{partition}")
+            if not os.path.isdir(directory):
+                continue                       # not a replica of this partition
+            logs.add(b"".join(open(path, "rb").read() for path in sorted(glob.glob(os.path.join(directory, "*.log")))))
         if len(logs) != 1:
             return False
     return True

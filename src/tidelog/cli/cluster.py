@@ -9,9 +9,8 @@ import time
 
 from tidelog.cluster import CONTROLLER_ID, ClusterError, ProcessCluster
 from tidelog.core.errors import ErrorCode
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
-
-METADATA, DESCRIBE_CONFIGS, DESCRIBE_CLUSTER = 3, 32, 60
 
 
 def add_parser(commands) -> None:
@@ -121,7 +120,8 @@ async def _status(cluster: ProcessCluster) -> int:
     try:
         controller = await KafkaConnection.connect(layout.host, layout.controller.port, "tidelog-cluster", 3)
         try:
-            described = await controller.request(DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False})
+            described = await controller.request(ApiKey.DESCRIBE_CLUSTER,
+                                                 {"include_cluster_authorized_operations": False})
             registrations = {int(b.broker_id): b for b in described.brokers}
         finally:
             controller.close()
@@ -143,11 +143,11 @@ async def _status(cluster: ProcessCluster) -> int:
         except (OSError, asyncio.TimeoutError):
             continue
         try:
-            metadata = await connection.request(METADATA, {"topics": None, "allow_auto_topic_creation": False})
+            metadata = await connection.request(ApiKey.METADATA, {"topics": None, "allow_auto_topic_creation": False})
             topics = [t.name for t in metadata.topics]
             min_isr = {}
             if topics:
-                configs = await connection.request(DESCRIBE_CONFIGS, {"resources": [
+                configs = await connection.request(ApiKey.DESCRIBE_CONFIGS, {"resources": [
                     {"resource_type": 2, "resource_name": t, "configuration_keys": ["min.insync.replicas"]}
                     for t in topics], "include_synonyms": False, "include_documentation": False})
                 for result in configs.results:

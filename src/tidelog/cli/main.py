@@ -28,10 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "serve":
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        from tidelog.server.broker import run_broker
+        from tidelog.server.runtime import run_server as run_broker
         return run_broker(args.properties, args.override)
     if args.command == "bench":
-        from tidelog.storage.bench import main as storage_bench
+        from tidelog.cli.storage_bench import main as storage_bench
         return storage_bench(args.rest) or 0
     if args.command == "cluster":
         return cluster.run(args)

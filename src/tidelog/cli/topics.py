@@ -14,9 +14,9 @@ from __future__ import annotations
 import sys
 
 from tidelog.core.errors import ErrorCode
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 
-METADATA, CREATE_TOPICS, DELETE_TOPICS, LIST_OFFSETS, INCREMENTAL_ALTER_CONFIGS = 3, 19, 20, 2, 44
 EARLIEST, LATEST = -2, -1
 CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID = -1, -2
 
@@ -74,7 +74,7 @@ def _parse_pairs(pairs: list[str]) -> list[tuple[str, str]]:
 
 
 async def _create(connection: KafkaConnection, args) -> int:
-    response = await connection.request(CREATE_TOPICS, {
+    response = await connection.request(ApiKey.CREATE_TOPICS, {
         "topics": [{"name": args.topic, "num_partitions": args.partitions,
                     "replication_factor": args.replication_factor, "assignments": [],
                     "configs": [{"name": k, "value": v} for k, v in _parse_pairs(args.config)]}],
@@ -92,7 +92,7 @@ async def _create(connection: KafkaConnection, args) -> int:
 async def _metadata(connection: KafkaConnection, topics: list[str] | None):
     body = {"topics": None if topics is None else [{"name": t} for t in topics],
             "allow_auto_topic_creation": False}
-    return await connection.request(METADATA, body)
+    return await connection.request(ApiKey.METADATA, body)
 
 
 async def _list(connection: KafkaConnection, args) -> int:
@@ -104,7 +104,7 @@ async def _list(connection: KafkaConnection, args) -> int:
 
 async def _offsets(connection: KafkaConnection, topic: str, partitions: list[int],
                    replica_id: int, timestamp: int, isolation_level: int = 0) -> dict[int, int]:
-    response = await connection.request(LIST_OFFSETS, {
+    response = await connection.request(ApiKey.LIST_OFFSETS, {
         "replica_id": replica_id, "isolation_level": isolation_level, "timeout": 30_000,
         "topics": [{"name": topic, "partitions": [
             {"partition_index": p, "current_leader_epoch": -1, "timestamp": timestamp}
@@ -172,7 +172,7 @@ async def _describe(connection: KafkaConnection, args) -> int:
 
 
 async def _delete(connection: KafkaConnection, args) -> int:
-    response = await connection.request(DELETE_TOPICS, {
+    response = await connection.request(ApiKey.DELETE_TOPICS, {
         "topics": [{"name": t} for t in args.topic], "topic_names": list(args.topic), "timeout": 30_000})
     status = 0
     for result in response.responses:
@@ -189,7 +189,7 @@ async def _alter_config(connection: KafkaConnection, args) -> int:
     SET, DELETE, TOPIC = 0, 1, 2
     configs = [{"name": k, "config_operation": SET, "value": v} for k, v in _parse_pairs(args.set)]
     configs += [{"name": k, "config_operation": DELETE, "value": None} for k in args.delete]
-    response = await connection.request(INCREMENTAL_ALTER_CONFIGS, {
+    response = await connection.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, {
         "resources": [{"resource_type": TOPIC, "resource_name": args.topic, "configs": configs}],
         "validate_only": False})
     result = response.responses[0]

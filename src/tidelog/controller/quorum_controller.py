@@ -1,4 +1,4 @@
-"""QuorumController: the front of the controller (SPEC §8.3, §8.5).
+"""QuorumController: the front of the controller (Kafka's KRaft ``QuorumController``).
 
 Theory of operation. Operations run one at a time, in call order (the caller — the
 server's event loop, or a test — is the event queue). Each operation is a *write
@@ -88,7 +88,7 @@ _REPLICATION_RECORDS = (TopicRecord, PartitionRecord, PartitionChangeRecord, Rem
 
 class QuorumController:
     def __init__(self, *, clock: Clock, log: MetadataLog, cluster_id: str,
-                 rng: random.Random | None = None,
+                 rng: random.Random,  # replica placement's random start; seeded by tests and the simulator
                  session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS_DEFAULT,
                  default_num_partitions: int = 1, default_replication_factor: int = 1,
                  bootstrap_features: Mapping[str, int] | None = None,
@@ -101,7 +101,7 @@ class QuorumController:
         self.co_located_broker_id = co_located_broker_id
         self.log = log
         self.cluster_id = cluster_id
-        self._settings = (rng or random.Random(), session_timeout_ms, default_num_partitions,
+        self._settings = (rng, session_timeout_ms, default_num_partitions,
                           default_replication_factor)
         self._build_managers()
         self._loader = MetadataLoader(log)

@@ -182,7 +182,7 @@ class OffsetOutOfRangeError(KafkaError):
 
 
 class StorageError(KafkaError):
-    """An I/O failure of a log directory (the partition goes Offline, SPEC §5.1)."""
+    """An I/O failure of a log directory: the partitions it holds go offline."""
 
     error_code = ErrorCode.KAFKA_STORAGE_ERROR
 

@@ -1,4 +1,4 @@
-"""Identifiers shared by every layer (SPEC §1).
+"""Identifiers shared by every layer.
 
 ``TopicPartition`` names one partition; its ``str`` is Kafka's directory name
 ``<topic>-<partition>`` (the topic itself may contain ``-``, so parsing splits on

@@ -1,4 +1,4 @@
-"""Cluster metadata: records, the immutable image, deltas and the log seam (SPEC §8).
+"""Cluster metadata: records, the immutable image, deltas and the log seam (docs/controller.md).
 
 Layering: ``records`` (what is written) → ``registrations`` (one broker, one
 partition, and the merge rules) → ``image``/``delta`` (replay) → ``log``/``loader``

@@ -3,14 +3,14 @@
 Theory of operation. A delta starts from a base ``MetadataImage``, accepts records
 one at a time through ``replay(record, offset)`` and remembers only what they
 changed; ``apply()`` returns the next immutable image, sharing every unchanged
-topic and partition with the base. Replay follows SPEC §8.1: a record that cannot
+topic and partition with the base. Replay is strict, as in Kafka: a record that cannot
 be applied (a change to an unknown partition, a fence naming the wrong broker
 epoch, ...) raises ``MetadataReplayError`` — the log and this process disagree,
 which is fatal for the process.
 
 ``local_changes(broker_id)`` is the pure function of the delta that tells one
-broker's replica manager what to do (SPEC §8.4, §5.2): the partitions it must now
-lead, follow, or delete, each with its new state. The replica manager applies the
+broker's replica manager what to do (Kafka's ``TopicsDelta.localChanges``): the
+partitions it must now lead, follow, or delete, each with its new state. The replica manager applies the
 deletes first (a topic can be deleted and re-created under a new id in one delta).
 """
 
@@ -238,7 +238,7 @@ class MetadataDelta:
     # ------------------------------------------------------------ local changes
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:
-        """Partitions ``broker_id`` must now lead, follow or delete (SPEC §8.4)."""
+        """Partitions ``broker_id`` must now lead, follow or delete."""
         leaders: dict[TopicPartition, LocalPartition] = {}
         followers: dict[TopicPartition, LocalPartition] = {}
         deletes: set[TopicPartition] = set()

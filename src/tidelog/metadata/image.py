@@ -1,4 +1,4 @@
-"""The metadata image: an immutable snapshot of cluster metadata (SPEC §8.4).
+"""The metadata image: an immutable snapshot of cluster metadata (Kafka's ``MetadataImage``).
 
 Theory of operation. A ``MetadataImage`` is what replaying the metadata log up to
 ``offset`` (inclusive) yields: topics (name ↔ id) with their partitions, broker
@@ -14,8 +14,8 @@ unfenced brokers only) and ``leader_endpoint``.
 
 ``to_records()`` writes the image as the records that rebuild it (a snapshot);
 replaying them into an empty delta gives back an equal image (the identity tested
-in ``tests/metadata``). Invariant (SPEC §10.7): the controller and every broker
-that has replayed the same offset hold equal images.
+in ``tests/metadata``). Invariant 10.7 (docs/simulation.md, "Checks"): the
+controller and every broker that has replayed the same offset hold equal images.
 """
 
 from __future__ import annotations

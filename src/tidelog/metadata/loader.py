@@ -1,4 +1,4 @@
-"""MetadataLoader: follow the metadata log and publish images (SPEC §8.4, §10.7).
+"""MetadataLoader: follow the metadata log and publish images (Kafka's ``MetadataLoader``).
 
 Theory of operation. Brokers (and the controller, for the image it serves) keep a
 loader per metadata log. ``catch_up()`` replays every *committed* record it has

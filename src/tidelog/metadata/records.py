@@ -1,4 +1,4 @@
-"""Metadata records: the only way cluster metadata ever changes (SPEC §8.1).
+"""Metadata records: the only way cluster metadata ever changes (KRaft, KIP-631).
 
 Theory of operation. The controller decides; what it decides is written as a
 sequence of these records into the metadata log (``__cluster_metadata``); every

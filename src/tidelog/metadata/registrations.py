@@ -3,8 +3,8 @@
 Theory of operation. ``BrokerRegistration`` and ``PartitionRegistration`` are the
 immutable values that both the controller's managers and the ``MetadataImage``
 hold. Each knows how to build itself from its creating record and how to *merge*
-a change record into a new value; those merge rules are the replay semantics of
-SPEC §8.1 and KAFKA_RULES §2.14, written once:
+a change record into a new value; those merge rules are Kafka's replay semantics
+(``PartitionRegistration.merge``, ``ClusterControlManager.replay``), written once:
 
 * every ``PartitionChangeRecord`` bumps ``partition_epoch`` by one;
 * ``leader_epoch`` is bumped iff the record's ``leader`` is not ``-2`` (no
@@ -113,7 +113,7 @@ class PartitionRegistration:
         return self.leader != NO_LEADER
 
     def merge(self, record: PartitionChangeRecord) -> PartitionRegistration:
-        """The registration after ``record`` (KAFKA_RULES §2.14 merge rules)."""
+        """The registration after ``record`` (Kafka's ``PartitionRegistration.merge``)."""
         leader, leader_epoch = self.leader, self.leader_epoch
         if record.leader != NO_LEADER_CHANGE:
             leader, leader_epoch = record.leader, self.leader_epoch + 1

@@ -16,8 +16,8 @@ import struct
 from typing import Any
 
 from tidelog.core.errors import ErrorCode, KafkaError
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import (
-    API_VERSIONS_KEY,
     ProtocolError,
     decode_response,
     encode_request,
@@ -53,10 +53,10 @@ class KafkaConnection:
         return connection
 
     async def _negotiate(self) -> None:
-        response = await self._send(API_VERSIONS_KEY, 3, {
+        response = await self._send(ApiKey.API_VERSIONS, 3, {
             "client_software_name": "tidelog", "client_software_version": "0.1.0"})
         if response.error_code.value == ErrorCode.UNSUPPORTED_VERSION:
-            response = await self._send(API_VERSIONS_KEY, 0, {})
+            response = await self._send(ApiKey.API_VERSIONS, 0, {})
         for api in response.api_keys:
             self.api_versions[int(api.api_key)] = (int(api.min_version), int(api.max_version))
 

@@ -1,4 +1,4 @@
-"""Kafka wire codec: frames, headers, and version-agnostic bodies (SPEC §9).
+"""Kafka wire codec: frames, headers, and version-agnostic bodies.
 
 Theory of operation. ``kio`` holds one frozen dataclass per (API, version) and
 fast readers for them. Handlers should not care which version a client speaks,
@@ -35,7 +35,8 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
-API_VERSIONS_KEY = 18
+from tidelog.protocol.api_keys import ApiKey
+
 log = logging.getLogger("tidelog.protocol")
 _HEADER_PREFIX = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
@@ -166,7 +167,7 @@ def encode_response(header: RequestHeader, body: dict | Any) -> bytes:
     out = io.BytesIO()
     out.write(b"\x00\x00\x00\x00")
     out.write(_INT32.pack(header.correlation_id))
-    if cls.__flexible__ and header.api_key != API_VERSIONS_KEY:
+    if cls.__flexible__ and header.api_key != ApiKey.API_VERSIONS:
         out.write(b"\x00")  # response header v1: no tagged fields
     _writer(cls)(out, entity)
     frame = out.getbuffer()
@@ -205,7 +206,7 @@ def decode_response(api_key: int, api_version: int, frame) -> tuple[int, Any]:
         raise ProtocolError("response shorter than its header")
     (correlation_id,) = _INT32.unpack_from(frame, 0)
     pos = 4
-    if cls.__flexible__ and api_key != API_VERSIONS_KEY:
+    if cls.__flexible__ and api_key != ApiKey.API_VERSIONS:
         pos = _skip_tagged_fields(frame, pos)
     try:
         entity, _size = _reader(cls)(memoryview(frame), pos)

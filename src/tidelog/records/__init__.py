@@ -1,4 +1,4 @@
-"""Kafka record batches, magic v2 (SPEC §9): parse, validate, rewrite, build."""
+"""Kafka record batches, magic v2 (KIP-98): parse, validate, rewrite, build."""
 
 from tidelog.records.compression import Compression
 from tidelog.records.batch import (

@@ -1,4 +1,4 @@
-"""Record batch v2: the unit of storage and replication (SPEC §9).
+"""Record batch v2: the unit of storage and replication (docs/storage.md, "File formats").
 
 Theory of operation. A batch is stored and replicated byte for byte as a client
 sent it; the broker touches only two header fields that lie *outside* the CRC

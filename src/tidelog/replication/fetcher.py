@@ -4,8 +4,8 @@ Theory of operation. A broker follows partitions by pulling from their leaders.
 For every (source broker, fetcher id) there is one ``FetcherState``; it owns the
 ``partition_states`` of the partitions it fetches, in insertion order, and it
 decides what to send and what a response means. It never touches a socket,
-a timer or asyncio: a *driver* (an asyncio task in the broker, the simulator, or
-``local_cluster.py`` in tests) runs this loop, one request at a time like Kafka's
+a timer or asyncio: a *driver* (an asyncio task in ``server/fetcher_driver.py``,
+or the simulator's ``sim/broker.py``) runs this loop, one request at a time like Kafka's
 fetcher thread::
 
     while running:
@@ -157,8 +157,8 @@ class InitialFetchState:
 
 # --------------------------------------------------------------------- requests and results
 #
-# The server translates these to and from Kafka's wire messages; local_cluster.py
-# hands them to a leader's ReplicaManager directly.
+# The server translates these to and from Kafka's wire messages; the simulator
+# hands them to a leader's ReplicaManager as message bodies.
 
 
 @dataclass(frozen=True)
@@ -504,9 +504,9 @@ class FetcherState:
             return "failed"
         log = partition.log
         try:
-            if state.fetch_offset != log.log_end_offset:
-                raise AssertionError(f"{tp}: fetch offset {state.fetch_offset} != log end offset "
-                                     f"{log.log_end_offset}")
+            # An invariant, not an input check: a violation stops the broker.
+            assert state.fetch_offset == log.log_end_offset, (
+                f"{tp}: fetch offset {state.fetch_offset} != log end offset {log.log_end_offset}")
             appended = 0
             if result.records:
                 appended = partition.append_records_as_follower(result.records).valid_bytes
@@ -520,10 +520,6 @@ class FetcherState:
             logger.error("%s: invalid records at offset %d from broker %d: %s", tp, state.fetch_offset,
                          self.source_broker_id, e)
             return "retry"
-        except Exception as e:
-            logger.exception("%s: unexpected error processing fetched data", tp)
-            self._mark_failed(tp, e, f"unexpected error: {e}")
-            return "failed"
         next_offset = log.log_end_offset
         lag = max(0, result.high_watermark - next_offset)
         if appended > 0 or next_offset != state.fetch_offset:

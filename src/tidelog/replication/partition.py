@@ -34,11 +34,14 @@ import logging
 from dataclasses import dataclass
 
 from tidelog.core.errors import ErrorCode, KafkaError
+from tidelog.storage.log import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 logger = logging.getLogger("tidelog.partition")
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
+NO_TIMESTAMP = -1
+LATEST_TIERED_TIMESTAMP = -5       # ListOffsets: the last tiered offset (no tiered storage: the latest)
 
 
 class Isolation(enum.IntEnum):
@@ -338,6 +341,37 @@ class Partition:
             return error, UNDEFINED_OFFSET, UNDEFINED_OFFSET, UNDEFINED_OFFSET
         log = self.log
         return ErrorCode.NONE, log.log_start_offset, log.high_watermark, log.log_end_offset
+
+    def fetch_offset_for_timestamp(self, timestamp: int, isolation: Isolation | None,
+                                   current_leader_epoch: int | None = None,
+                                   fetch_only_from_leader: bool = True) -> tuple[ErrorCode, int, int, int]:
+        """ListOffsets, as Kafka's ``Partition.fetchOffsetForTimestamp``: ``(error,
+        timestamp, offset, leader epoch)``. ``isolation`` is None for a replica or a
+        debugging request (bound: the log end offset), else the client's isolation
+        (bound: the high watermark). A client asking for the latest offset of a new
+        leader whose high watermark is still below the start of its epoch gets
+        OFFSET_NOT_AVAILABLE and retries (KIP-207), rather than an offset that could
+        go backwards."""
+        error = self._check_epoch_and_role(current_leader_epoch, fetch_only_from_leader)
+        if error != ErrorCode.NONE:
+            return error, NO_TIMESTAMP, UNDEFINED_OFFSET, UNDEFINED_EPOCH
+        log = self.log
+        bound = log.log_end_offset if isolation in (None, Isolation.LOG_END) else log.high_watermark
+        not_available = (isolation is not None and self.leader_epoch_start_offset is not None
+                         and self.leader_epoch_start_offset > log.high_watermark)
+        if timestamp in (LATEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP):
+            if not_available:
+                return ErrorCode.OFFSET_NOT_AVAILABLE, NO_TIMESTAMP, UNDEFINED_OFFSET, UNDEFINED_EPOCH
+            return ErrorCode.NONE, NO_TIMESTAMP, bound, self.leader_epoch
+        if timestamp < 0 and timestamp not in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP, MAX_TIMESTAMP):
+            return ErrorCode.INVALID_REQUEST, NO_TIMESTAMP, UNDEFINED_OFFSET, UNDEFINED_EPOCH
+        found = log.fetch_offset_by_timestamp(timestamp)
+        if found is not None and (found.offset < bound or timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP)):
+            epoch = UNDEFINED_EPOCH if found.leader_epoch is None else found.leader_epoch
+            return ErrorCode.NONE, found.timestamp_ms, found.offset, epoch
+        if not_available:
+            return ErrorCode.OFFSET_NOT_AVAILABLE, NO_TIMESTAMP, UNDEFINED_OFFSET, UNDEFINED_EPOCH
+        return ErrorCode.NONE, NO_TIMESTAMP, UNDEFINED_OFFSET, UNDEFINED_EPOCH
 
     def last_offset_for_leader_epoch(self, current_leader_epoch: int | None, leader_epoch: int,
                                      fetch_only_from_leader: bool = True) -> tuple[ErrorCode, int, int]:

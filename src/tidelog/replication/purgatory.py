@@ -80,8 +80,14 @@ class Purgatory:
         return False
 
     def check_and_complete(self, key: Hashable) -> int:
-        """Try every operation watching ``key``; return how many completed."""
-        watchers = self._watchers.get(key)
+        """Try every operation watching ``key``; return how many completed.
+
+        Completing an operation can re-enter for the same key (a delayed follower
+        fetch re-reads, which can move the high watermark, which wakes the key
+        again): the list is taken out while it is walked, and whatever was watched
+        meanwhile is kept (found by the simulator: a KeyError, or watchers lost).
+        """
+        watchers = self._watchers.pop(key, None)
         if not watchers:
             return 0
         completed = 0
@@ -93,10 +99,9 @@ class Purgatory:
                 completed += 1
             else:
                 remaining.append(operation)
+        remaining += self._watchers.pop(key, [])
         if remaining:
             self._watchers[key] = remaining
-        else:
-            del self._watchers[key]
         return completed
 
     def expire(self, now_ms: int) -> int:

@@ -57,6 +57,7 @@ from tidelog.replication.purgatory import Purgatory, PurgatoryFullError
 log = logging.getLogger("tidelog.replica_manager")
 
 OFFLINE = "offline"
+CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID = -1, -2
 
 
 class ReplicaManager:
@@ -360,6 +361,20 @@ class ReplicaManager:
             error, log_start_offset, _, log_end_offset = partition.fetch_offset_snapshot(current_leader_epoch)
             out[topic_partition] = LeaderOffsets(error, log_start_offset, log_end_offset)
         return out
+
+    def fetch_offset_for_timestamp(self, topic_partition: TopicPartition, timestamp: int, replica_id: int,
+                                   isolation: Isolation, current_leader_epoch: int = -1
+                                   ) -> tuple[ErrorCode, int, int, int]:
+        """ListOffsets for anyone (Kafka's ``ReplicaManager.fetchOffsetForTimestamp``):
+        a consumer reads up to its isolation's bound, a replica up to the log end; only
+        the debugging replica id (-2) may ask a follower. Returns ``(error, timestamp,
+        offset, leader epoch)``."""
+        partition = self._partition_or_error(topic_partition)
+        if isinstance(partition, ErrorCode):
+            return partition, -1, -1, -1
+        return partition.fetch_offset_for_timestamp(
+            timestamp, isolation if replica_id == CONSUMER_REPLICA_ID else None, current_leader_epoch,
+            fetch_only_from_leader=replica_id != DEBUGGING_REPLICA_ID)
 
     # ------------------------------------------------------ follower callbacks
 

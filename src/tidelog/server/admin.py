@@ -11,24 +11,24 @@ decision that is not written changes nothing).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 
 from tidelog.controller.messages import (
     AlterConfigsResource,
     CreatableTopic,
     CreatePartitionsTopic,
 )
+from tidelog.controller.topics import validate_topic_name
 from tidelog.core.errors import ErrorCode
 from tidelog.metadata.records import ConfigResourceType
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import ZERO_UUID
 
 if TYPE_CHECKING:
-    from tidelog.server.broker import Broker
+    from tidelog.controller.quorum_controller import QuorumController
+    from tidelog.metadata.image import MetadataImage
 
 log = logging.getLogger("tidelog.admin")
-
-CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
-DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
@@ -36,17 +36,54 @@ _CONFIG_SOURCES = {"DYNAMIC_TOPIC_CONFIG": 1, "DYNAMIC_BROKER_CONFIG": 2,
                    "DYNAMIC_DEFAULT_BROKER_CONFIG": 3, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
 
 
+class NodeConfig(Protocol):
+    """The node's settings (a ``BrokerConfig``): typed values by Kafka's names."""
+
+    originals: Mapping[str, str]
+
+    def __getitem__(self, name: str) -> Any: ...
+
+
+class ControllerChannel(Protocol):
+    def forward(self, api_key: int, version: int, request: Any) -> Awaitable[Any]: ...
+
+
+class AdminHost(Protocol):
+    """What the admin APIs need from the node that serves them: a broker, or the
+    controller itself (``ControllerServer``). A protocol rather than either class,
+    so that they can import this module without it importing them back."""
+
+    node_id: int
+    config: NodeConfig
+
+    @property
+    def image(self) -> MetadataImage: ...
+
+    @property
+    def controller(self) -> QuorumController: ...  # nodes with the controller role only
+
+    @property
+    def channel(self) -> ControllerChannel: ...  # brokers that forward to a remote controller
+
+    def publish(self) -> None: ...
+
+    def topic_config_values(self, topic: str) -> dict[str, tuple[str, str]]: ...
+
+    def wait_for_metadata(self, predicate: Callable[[MetadataImage], bool],
+                          timeout_s: float = ...) -> Awaitable[bool]: ...
+
+
 class AdminApis:
-    def __init__(self, broker: "Broker"):
+    def __init__(self, broker: AdminHost):
         self.broker = broker
 
     def register(self, dispatcher) -> None:
-        dispatcher.register(CREATE_TOPICS, self.handle_create_topics, 2, 7)
-        dispatcher.register(DELETE_TOPICS, self.handle_delete_topics, 1, 6)
-        dispatcher.register(CREATE_PARTITIONS, self.handle_create_partitions, 0, 3)
-        dispatcher.register(DESCRIBE_CONFIGS, self.handle_describe_configs, 1, 4)
-        dispatcher.register(INCREMENTAL_ALTER_CONFIGS, self.handle_incremental_alter_configs, 0, 1)
-        dispatcher.register(ALTER_CONFIGS, self.handle_alter_configs, 0, 2)
+        dispatcher.register(ApiKey.CREATE_TOPICS, self.handle_create_topics, 2, 7)
+        dispatcher.register(ApiKey.DELETE_TOPICS, self.handle_delete_topics, 1, 6)
+        dispatcher.register(ApiKey.CREATE_PARTITIONS, self.handle_create_partitions, 0, 3)
+        dispatcher.register(ApiKey.DESCRIBE_CONFIGS, self.handle_describe_configs, 1, 4)
+        dispatcher.register(ApiKey.INCREMENTAL_ALTER_CONFIGS, self.handle_incremental_alter_configs, 0, 1)
+        dispatcher.register(ApiKey.ALTER_CONFIGS, self.handle_alter_configs, 0, 2)
 
     @property
     def controller(self):
@@ -151,7 +188,7 @@ class AdminApis:
         return {"throttle_time": 0, "results": results}
 
     def _broker_values(self) -> dict[str, tuple[str, str]]:
-        from tidelog.server.config import CONFIG_DEFS
+        from tidelog.broker.config import CONFIG_DEFS
         from tidelog.metadata.image import ConfigResource
         dynamic = self.broker.image.configs.get(ConfigResource(int(ConfigResourceType.BROKER), ""), {})
         out = {}
@@ -275,10 +312,22 @@ class ForwardingAdminApis(AdminApis):
         return self._forward(header, request)
 
     def auto_create(self, names: list[str]) -> dict[str, ErrorCode]:
-        """Ask the controller in the background; the client retries on LEADER_NOT_AVAILABLE."""
+        """Ask the controller in the background; the client retries on LEADER_NOT_AVAILABLE.
+        A name the controller would refuse is answered INVALID_TOPIC_EXCEPTION at once
+        (Kafka's KafkaApis checks ``Topic.isValid`` before auto-creating), so the
+        client does not retry it forever."""
+        out: dict[str, ErrorCode] = {}
+        for name in names:
+            invalid = validate_topic_name(name)
+            if not invalid.is_success:
+                out[name] = invalid.error_code
+        names = [name for name in names if name not in out]
+        if not names:
+            return out
+
         async def create():
             try:
-                await self.broker.channel.forward(CREATE_TOPICS, 7, {
+                await self.broker.channel.forward(ApiKey.CREATE_TOPICS, 7, {
                     "topics": [{"name": n, "num_partitions": -1, "replication_factor": -1,
                                 "assignments": [], "configs": []} for n in names],
                     "timeout": 30_000, "validate_only": False})
@@ -286,4 +335,4 @@ class ForwardingAdminApis(AdminApis):
                 log.warning("auto-creating %s failed: %s", names, e)
         import asyncio
         asyncio.get_running_loop().create_task(create())
-        return {name: ErrorCode.LEADER_NOT_AVAILABLE for name in names}
+        return {**out, **{name: ErrorCode.LEADER_NOT_AVAILABLE for name in names}}

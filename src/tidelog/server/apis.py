@@ -15,49 +15,64 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Awaitable, Callable
 
+from tidelog.broker.node import BrokerNode
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.metadata.log import METADATA_TOPIC
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import ZERO_UUID, millis
 from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
+from tidelog.replication.fetcher import OffsetsForLeaderEpochPartition
 from tidelog.replication.partition import Isolation
+from tidelog.replication.replica_manager import DEBUGGING_REPLICA_ID
 
-if TYPE_CHECKING:
-    from tidelog.server.broker import Broker
-
-PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
-DELETE_RECORDS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_CLUSTER = 21, 22, 23, 60
-
-EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP = -2, -1, -3
-EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP = -4, -5
-CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID = -1, -2
+LATEST_TIMESTAMP = -1
 
 
 def _uuid(value) -> uuid.UUID | None:
     return None if value in (None, ZERO_UUID) else value
 
 
+@dataclass
+class ApiContext:
+    """What the client APIs may see of the process that serves them."""
+
+    node: BrokerNode                                     # the image and the replica manager
+    cluster_id: str
+    controller_id: int                                   # named in Metadata / DescribeCluster
+    listener_name: str
+    auto_create_topics: Callable[[list[str]], dict]      # name → error code (auto.create.topics.enable)
+    next_producer_id: Callable[[], Awaitable[int]]
+    # Combined mode: a Fetch of __cluster_metadata goes to the controller in this process.
+    metadata_fetch: Callable | None = None
+
+
 class KafkaApis:
-    def __init__(self, broker: "Broker"):
-        self.broker = broker
+    def __init__(self, context: ApiContext):
+        self.context = context
 
     def register(self, dispatcher) -> None:
-        dispatcher.register(PRODUCE, self.handle_produce, 3, 13)
-        dispatcher.register(FETCH, self.handle_fetch, 4, 18)
-        dispatcher.register(LIST_OFFSETS, self.handle_list_offsets, 1, 11)
-        dispatcher.register(METADATA, self.handle_metadata, 0, 13)
-        dispatcher.register(DELETE_RECORDS, self.handle_delete_records, 0, 2)
-        dispatcher.register(OFFSET_FOR_LEADER_EPOCH, self.handle_offset_for_leader_epoch, 2, 4)
-        dispatcher.register(DESCRIBE_CLUSTER, self.handle_describe_cluster, 0, 2)
-        dispatcher.register(INIT_PRODUCER_ID, self.handle_init_producer_id, 0, 5)
+        dispatcher.register(ApiKey.PRODUCE, self.handle_produce, 3, 13)
+        dispatcher.register(ApiKey.FETCH, self.handle_fetch, 4, 18)
+        dispatcher.register(ApiKey.LIST_OFFSETS, self.handle_list_offsets, 1, 11)
+        dispatcher.register(ApiKey.METADATA, self.handle_metadata, 0, 13)
+        dispatcher.register(ApiKey.DELETE_RECORDS, self.handle_delete_records, 0, 2)
+        dispatcher.register(ApiKey.OFFSET_FOR_LEADER_EPOCH, self.handle_offset_for_leader_epoch, 2, 4)
+        dispatcher.register(ApiKey.DESCRIBE_CLUSTER, self.handle_describe_cluster, 0, 2)
+        dispatcher.register(ApiKey.INIT_PRODUCER_ID, self.handle_init_producer_id, 0, 5)
 
     # ---------------------------------------------------------------- helpers
 
     @property
     def image(self):
-        return self.broker.image
+        return self.context.node.image
+
+    @property
+    def replica_manager(self):
+        return self.context.node.replica_manager
 
     def _topic_name(self, topic) -> tuple[str | None, uuid.UUID | None]:
         """(name, id) of a request's topic entry, whichever it carries."""
@@ -100,7 +115,7 @@ class KafkaApis:
                 else:
                     entries[tp] = data.records
         future, resolve = self._future()
-        self.broker.replica_manager.append_records(acks, millis(request.timeout), entries, resolve)
+        self.replica_manager.append_records(acks, millis(request.timeout), entries, resolve)
 
         def build(responses: dict) -> dict | None:
             if acks == 0:
@@ -129,10 +144,9 @@ class KafkaApis:
     # ------------------------------------------------------------------ fetch
 
     def handle_fetch(self, header, request):
-        controller_server = getattr(self.broker, "controller_server", None)
-        if controller_server is not None and any(
+        if self.context.metadata_fetch is not None and any(
                 getattr(t, "topic", None) == METADATA_TOPIC for t in request.topics):
-            return controller_server.handle_metadata_fetch(header, request)
+            return self.context.metadata_fetch(header, request)
         replica_state = getattr(request, "replica_state", None)
         replica_id = int(replica_state.replica_id if replica_state is not None
                          else getattr(request, "replica_id", -1))
@@ -164,19 +178,19 @@ class KafkaApis:
                     last_fetched_epoch=int(getattr(p, "last_fetched_epoch", -1)),
                     log_start_offset=int(getattr(p, "log_start_offset", -1)))
         future, resolve = self._future()
-        self.broker.replica_manager.fetch_messages(params, resolve)
+        self.replica_manager.fetch_messages(params, resolve)
 
         def build(results: dict) -> dict:
             responses: dict[tuple, list] = {}
             for tp, topic_id in order:
                 result = results[tp]
-                partition = self.broker.replica_manager.get_partition(tp)
+                partition = self.replica_manager.get_partition(tp)
                 entry = {
                     "partition_index": tp.partition, "error_code": int(result.error),
                     "high_watermark": result.high_watermark, "last_stable_offset": result.last_stable_offset,
                     "log_start_offset": result.log_start_offset, "preferred_read_replica": -1,
                     "aborted_transactions": None if params.isolation != Isolation.TXN_COMMITTED else [],
-                    "records": self.broker.read_bytes(result.records),
+                    "records": b"" if result.records is None else result.records.read_bytes(),
                     "diverging_epoch": {"epoch": -1, "end_offset": -1},
                     "current_leader": {"leader_id": -1, "leader_epoch": -1},
                     "snapshot_id": {"end_offset": -1, "epoch": -1},
@@ -232,60 +246,37 @@ class KafkaApis:
 
     def _list_offset(self, tp: TopicPartition, timestamp: int, current_leader_epoch: int,
                      replica_id: int, read_committed: bool) -> dict:
-        partition = self.broker.replica_manager.get_partition(tp)
-        if partition is None:
-            return {"error_code": int(self.broker.replica_manager.partition_error(tp))}
-        if current_leader_epoch >= 0 and current_leader_epoch != partition.leader_epoch:
-            code = (ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < partition.leader_epoch
-                    else ErrorCode.UNKNOWN_LEADER_EPOCH)
-            return {"error_code": int(code)}
-        if replica_id != DEBUGGING_REPLICA_ID and not partition.is_leader:
-            return {"error_code": int(ErrorCode.NOT_LEADER_OR_FOLLOWER)}
-        log = partition.log
-        is_client = replica_id == CONSUMER_REPLICA_ID
-        bound = log.high_watermark if is_client else log.log_end_offset
         if replica_id == DEBUGGING_REPLICA_ID and read_committed and timestamp == LATEST_TIMESTAMP:
             # tidelog's debugging view (tidelog topics describe): this replica's own
             # high watermark, leader or follower. Kafka ignores isolation for -2.
-            return {"timestamp": -1, "offset": log.high_watermark, "leader_epoch": partition.leader_epoch}
-        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-            offset = log.log_start_offset
-        elif timestamp in (LATEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP):
-            offset = bound
-        else:
-            found = log.fetch_offset_by_timestamp(timestamp)
-            if found is None or found[0] >= bound:
-                return {"timestamp": -1, "offset": -1, "leader_epoch": -1}
-            offset, ts, epoch = found
-            return {"timestamp": ts, "offset": offset, "leader_epoch": epoch}
-        epoch = log.leader_epoch_cache.epoch_for_offset(offset) if offset < log.log_end_offset else partition.leader_epoch
-        return {"timestamp": -1, "offset": offset, "leader_epoch": -1 if epoch is None else epoch}
+            partition = self.replica_manager.get_partition(tp)
+            if partition is None:
+                return {"error_code": int(self.replica_manager.partition_error(tp))}
+            return {"timestamp": -1, "offset": partition.log.high_watermark, "leader_epoch": partition.leader_epoch}
+        isolation = Isolation.TXN_COMMITTED if read_committed else Isolation.HIGH_WATERMARK
+        error, found_timestamp, offset, epoch = self.replica_manager.fetch_offset_for_timestamp(
+            tp, timestamp, replica_id, isolation, current_leader_epoch)
+        if error != ErrorCode.NONE:
+            return {"error_code": int(error)}
+        return {"timestamp": found_timestamp, "offset": offset, "leader_epoch": epoch}
 
     # ------------------------------------------------- offset for leader epoch
 
     def handle_offset_for_leader_epoch(self, header, request):
-        topics = []
+        """Where each asked epoch ends on this leader — the same rules a simulated
+        follower's request meets (ReplicaManager.last_offset_for_leader_epoch)."""
+        asked = {TopicPartition(topic.topic, int(p.partition)): OffsetsForLeaderEpochPartition(
+                     int(getattr(p, "current_leader_epoch", -1)), int(p.leader_epoch))
+                 for topic in request.topics for p in topic.partitions}
+        answers = self.replica_manager.last_offset_for_leader_epoch(asked)
+        topics: dict[str, list] = {}
         for topic in request.topics:
-            partitions = []
+            partitions = topics.setdefault(topic.topic, [])
             for p in topic.partitions:
-                tp = TopicPartition(topic.topic, int(p.partition))
-                entry = {"partition": tp.partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
-                partition = self.broker.replica_manager.get_partition(tp)
-                current = int(getattr(p, "current_leader_epoch", -1))
-                if partition is None:
-                    entry["error_code"] = int(self.broker.replica_manager.partition_error(tp))
-                elif current >= 0 and current < partition.leader_epoch:
-                    entry["error_code"] = int(ErrorCode.FENCED_LEADER_EPOCH)
-                elif current > partition.leader_epoch:
-                    entry["error_code"] = int(ErrorCode.UNKNOWN_LEADER_EPOCH)
-                elif not partition.is_leader:
-                    entry["error_code"] = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                else:
-                    epoch, end_offset = partition.log.end_offset_for_epoch(int(p.leader_epoch))
-                    entry.update(leader_epoch=epoch, end_offset=end_offset)
-                partitions.append(entry)
-            topics.append({"topic": topic.topic, "partitions": partitions})
-        return {"throttle_time": 0, "topics": topics}
+                answer = answers[TopicPartition(topic.topic, int(p.partition))]
+                partitions.append({"partition": int(p.partition), "error_code": int(answer.error),
+                                   "leader_epoch": answer.leader_epoch, "end_offset": answer.end_offset})
+        return {"throttle_time": 0, "topics": [{"topic": name, "partitions": parts} for name, parts in topics.items()]}
 
     # --------------------------------------------------------- delete records
 
@@ -295,7 +286,7 @@ class KafkaApis:
             partitions = []
             for p in topic.partitions:
                 tp = TopicPartition(topic.name, int(p.partition_index))
-                code, low_watermark = self.broker.replica_manager.delete_records(tp, int(p.offset))
+                code, low_watermark = self.replica_manager.delete_records(tp, int(p.offset))
                 partitions.append({"partition_index": tp.partition, "low_watermark": low_watermark,
                                    "error_code": int(code)})
             topics.append({"name": topic.name, "partitions": partitions})
@@ -316,14 +307,14 @@ class KafkaApis:
         created_errors = {}
         missing = [n for n in names if isinstance(n, str) and not self.image.contains_topic(n)]
         if missing and allow_auto_create and requested is not None:
-            created_errors = self.broker.auto_create_topics(missing)
+            created_errors = self.context.auto_create_topics(missing)
         topics = [self._topic_metadata(name, created_errors) for name in names]
-        return {"throttle_time": 0, "brokers": self._broker_list(), "cluster_id": self.broker.cluster_id,
-                "controller_id": self.broker.controller_id, "topics": topics,
+        return {"throttle_time": 0, "brokers": self._broker_list(), "cluster_id": self.context.cluster_id,
+                "controller_id": self.context.controller_id, "topics": topics,
                 "cluster_authorized_operations": -2147483648}
 
     def _broker_list(self) -> list[dict]:
-        listener = self.broker.listener_name
+        listener = self.context.listener_name
         out = []
         for registration in self.image.alive_brokers():
             for endpoint in registration.endpoints:
@@ -369,7 +360,7 @@ class KafkaApis:
                     "producer_id": -1, "producer_epoch": -1}
         async def allocate():
             try:
-                producer_id = await self.broker.next_producer_id()
+                producer_id = await self.context.next_producer_id()
             except (RuntimeError, OSError, ConnectionError, asyncio.TimeoutError):
                 return {"throttle_time": 0, "error_code": int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                         "producer_id": -1, "producer_epoch": -1}
@@ -379,7 +370,7 @@ class KafkaApis:
     # -------------------------------------------------------- describe cluster
 
     def handle_describe_cluster(self, header, request):
-        listener = self.broker.listener_name
+        listener = self.context.listener_name
         brokers = []
         for broker_id in sorted(self.image.brokers):
             registration = self.image.brokers[broker_id]
@@ -390,5 +381,5 @@ class KafkaApis:
                     brokers.append({"broker_id": broker_id, "host": endpoint.host, "port": endpoint.port,
                                     "rack": registration.rack, "is_fenced": registration.fenced})
         return {"throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
-                "cluster_id": self.broker.cluster_id, "controller_id": self.broker.controller_id,
+                "cluster_id": self.context.cluster_id, "controller_id": self.context.controller_id,
                 "brokers": brokers, "cluster_authorized_operations": -2147483648}

@@ -1,11 +1,16 @@
 """How a broker reaches the controller: in-process (combined mode) or over the wire.
 
-Both channels offer the same async operations, so the broker's lifecycle,
-metadata-following and ISR-change code is one mechanism whatever the roles:
+Both channels offer the same async operations on the controller's own request
+objects (``controller.messages``), so the broker's lifecycle and ISR changes are
+one mechanism whatever the roles:
 
-* ``register`` / ``heartbeat`` / ``alter_partition`` — SPEC §8.2–8.3;
+* ``register`` / ``heartbeat`` / ``alter_partition`` — the broker lifecycle
+  (Kafka's BrokerRegistration, BrokerHeartbeat, AlterPartition);
 * ``fetch_metadata(offset, max_wait_ms)`` — committed ``__cluster_metadata`` batches;
 * ``forward(api_key, version, request)`` — client admin requests (CreateTopics…).
+
+``RemoteController`` translates to and from the wire; ``InProcessController``
+calls the ``ControllerServer`` in this process directly.
 """
 
 from __future__ import annotations
@@ -13,12 +18,26 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from tidelog.controller.messages import (
+    AllocateProducerIdsReply,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    AlterPartitionResult,
+    BrokerHeartbeatReply,
+    BrokerHeartbeatRequest,
+    BrokerRegistrationReply,
+    BrokerRegistrationRequest,
+)
+from tidelog.core.errors import ErrorCode
 from tidelog.metadata.log import METADATA_TOPIC
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 
 log = logging.getLogger("tidelog.controller_channel")
 
-FETCH, ALTER_PARTITION, BROKER_REGISTRATION, BROKER_HEARTBEAT, ALLOCATE_PRODUCER_IDS = 1, 56, 62, 63, 67
+
+def _code(value) -> ErrorCode:
+    return ErrorCode(int(getattr(value, "value", value)))
 
 
 def parse_quorum_voters(voters: list[str]) -> list[tuple[int, str, int]]:
@@ -56,20 +75,51 @@ class RemoteController:
             connection.close()
             raise
 
-    async def register(self, body: dict):
-        return await self.request(BROKER_REGISTRATION, body)
+    async def register(self, request: BrokerRegistrationRequest) -> BrokerRegistrationReply:
+        reply = await self.request(ApiKey.BROKER_REGISTRATION, {
+            "broker_id": request.broker_id, "cluster_id": request.cluster_id,
+            "incarnation_id": request.incarnation_id,
+            "listeners": [{"name": e.name, "host": e.host, "port": e.port, "security_protocol": e.security_protocol}
+                          for e in request.listeners],
+            "features": [{"name": f.name, "min_supported_version": f.min_supported_version,
+                          "max_supported_version": f.max_supported_version} for f in request.features],
+            "rack": request.rack, "is_migrating_zk_broker": False, "log_dirs": [], "previous_broker_epoch": -1})
+        return BrokerRegistrationReply(_code(reply.error_code), None, int(reply.broker_epoch))
 
-    async def heartbeat(self, body: dict):
-        return await self.request(BROKER_HEARTBEAT, body)
+    async def heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatReply:
+        reply = await self.request(ApiKey.BROKER_HEARTBEAT, {
+            "broker_id": request.broker_id, "broker_epoch": request.broker_epoch,
+            "current_metadata_offset": request.current_metadata_offset, "want_fence": request.want_fence,
+            "want_shut_down": request.want_shut_down, "offline_log_dirs": []})
+        return BrokerHeartbeatReply(_code(reply.error_code), None, bool(reply.is_caught_up), bool(reply.is_fenced),
+                                    False, bool(reply.should_shut_down))
 
-    async def alter_partition(self, body: dict):
-        return await self.request(ALTER_PARTITION, body)
+    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        by_topic: dict = {}
+        for item in request.partitions:
+            epochs = item.new_isr_broker_epochs or (-1,) * len(item.new_isr)
+            by_topic.setdefault(item.topic_id, []).append({
+                "partition_index": item.partition_id, "leader_epoch": item.leader_epoch,
+                "new_isr_with_epochs": [{"broker_id": b, "broker_epoch": e} for b, e in zip(item.new_isr, epochs)],
+                "leader_recovery_state": item.leader_recovery_state, "partition_epoch": item.partition_epoch})
+        reply = await self.request(ApiKey.ALTER_PARTITION, {
+            "broker_id": request.broker_id, "broker_epoch": request.broker_epoch,
+            "topics": [{"topic_id": tid, "partitions": parts} for tid, parts in by_topic.items()]})
+        results = tuple(
+            AlterPartitionResult(topic.topic_id, int(p.partition_index), _code(p.error_code), None,
+                                 int(p.leader_id), int(p.leader_epoch), tuple(int(b) for b in p.isr),
+                                 int(p.partition_epoch), int(p.leader_recovery_state))
+            for topic in reply.topics for p in topic.partitions)
+        return AlterPartitionResponse(_code(reply.error_code), None, results)
 
-    async def allocate_producer_ids(self, body: dict):
-        return await self.request(ALLOCATE_PRODUCER_IDS, body)
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> AllocateProducerIdsReply:
+        reply = await self.request(ApiKey.ALLOCATE_PRODUCER_IDS, {"broker_id": broker_id,
+                                                                  "broker_epoch": broker_epoch})
+        return AllocateProducerIdsReply(_code(reply.error_code), None, int(reply.producer_id_start),
+                                        int(reply.producer_id_len))
 
     async def fetch_metadata(self, broker_id: int, broker_epoch: int, fetch_offset: int, max_wait_ms: int):
-        response = await self.request(FETCH, {
+        response = await self.request(ApiKey.FETCH, {
             "replica_id": broker_id, "replica_state": {"replica_id": broker_id, "replica_epoch": broker_epoch},
             "max_wait": max_wait_ms, "min_bytes": 1, "max_bytes": 8 * 1024 * 1024, "isolation_level": 0,
             "topics": [{"topic": METADATA_TOPIC, "partitions": [{
@@ -89,31 +139,22 @@ class RemoteController:
 
 class InProcessController:
     """Combined mode: the same operations, answered by the ``ControllerServer`` in
-    this process through the very handlers remote brokers reach over the wire."""
+    this process."""
 
     def __init__(self, controller_server):
         self.server = controller_server
 
-    async def _call(self, api_key: int, handler, body: dict):
-        from tidelog.protocol.codec import _request_class, _response_class, kio_versions, to_entity
-        version = kio_versions(api_key)[1]
-        request = to_entity(_request_class(api_key, version), body)
-        result = handler(None, request)
-        if not isinstance(result, dict):
-            result = await result
-        return to_entity(_response_class(api_key, version), result)
+    async def register(self, request: BrokerRegistrationRequest) -> BrokerRegistrationReply:
+        return self.server.register_broker(request)
 
-    async def register(self, body: dict):
-        return await self._call(BROKER_REGISTRATION, self.server.handle_broker_registration, body)
+    async def heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatReply:
+        return self.server.broker_heartbeat(request)
 
-    async def heartbeat(self, body: dict):
-        return await self._call(BROKER_HEARTBEAT, self.server.handle_broker_heartbeat, body)
+    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        return self.server.alter_partition(request)
 
-    async def alter_partition(self, body: dict):
-        return await self._call(ALTER_PARTITION, self.server.handle_alter_partition, body)
-
-    async def allocate_producer_ids(self, body: dict):
-        return await self._call(ALLOCATE_PRODUCER_IDS, self.server.handle_allocate_producer_ids, body)
+    async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> AllocateProducerIdsReply:
+        return self.server.allocate_producer_ids(broker_id, broker_epoch)
 
     def close(self) -> None:
         pass

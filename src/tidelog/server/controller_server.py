@@ -5,7 +5,7 @@ on-disk metadata log, and answers on its own listener (the one named by
 ``controller.listener.names``; in combined mode it also shares the broker's):
 
 * BrokerRegistration, BrokerHeartbeat, AlterPartition — the broker lifecycle
-  (SPEC §8.2–8.3), translated to the controller's own request objects;
+  (docs/controller.md), translated to the controller's own request objects;
 * Fetch of ``__cluster_metadata-0`` — brokers follow the committed metadata log
   exactly as followers fetch a partition (long-polling until something new is
   committed or ``max_wait`` passes);
@@ -24,9 +24,13 @@ import logging
 import random
 
 from tidelog.controller.messages import (
+    AllocateProducerIdsReply,
     AlterPartitionItem,
     AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerHeartbeatReply,
     BrokerHeartbeatRequest,
+    BrokerRegistrationReply,
     BrokerRegistrationRequest,
 )
 from tidelog.controller.quorum_controller import QuorumController
@@ -35,28 +39,27 @@ from tidelog.core.errors import ErrorCode
 from tidelog.metadata.file_log import FileMetadataLog
 from tidelog.metadata.log import METADATA_TOPIC
 from tidelog.metadata.records import BrokerFeature, Endpoint
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import ZERO_UUID, millis
 from tidelog.server.admin import AdminApis
-from tidelog.server.config import BrokerConfig
-from tidelog.server.topic_configs import topic_config_values
+from tidelog.broker.config import BrokerConfig
+from tidelog.broker.topic_configs import topic_config_values
 
 log = logging.getLogger("tidelog.controller_server")
 
-FETCH, METADATA, DESCRIBE_CLUSTER = 1, 3, 60
-ALTER_PARTITION, BROKER_REGISTRATION, BROKER_HEARTBEAT, ALLOCATE_PRODUCER_IDS = 56, 62, 63, 67
 METADATA_FETCH_BYTES_MAX = 8 * 1024 * 1024
 
 
 class ControllerServer:
     def __init__(self, config: BrokerConfig, clock: Clock, cluster_id: str,
-                 co_located_broker_id: int | None = None):
+                 co_located_broker_id: int | None = None, rng: random.Random | None = None):
         self.config = config
         self.clock = clock
         self.cluster_id = cluster_id
         self.node_id = config["node.id"]
         self.metadata_log = FileMetadataLog(config["log.dirs"][0], clock)
         self.controller = QuorumController(
-            clock=clock, log=self.metadata_log, cluster_id=cluster_id, rng=random.Random(),
+            clock=clock, log=self.metadata_log, cluster_id=cluster_id, rng=rng or random.Random(),
             session_timeout_ms=config["broker.session.timeout.ms"],
             default_num_partitions=config["num.partitions"],
             default_replication_factor=config["default.replication.factor"],
@@ -86,18 +89,38 @@ class ControllerServer:
     # --------------------------------------------------------------- handlers
 
     def register(self, dispatcher, include_admin: bool = True, include_fetch: bool = True) -> None:
-        dispatcher.register(BROKER_REGISTRATION, self.handle_broker_registration, 0, 4)
-        dispatcher.register(BROKER_HEARTBEAT, self.handle_broker_heartbeat, 0, 1)
-        dispatcher.register(ALTER_PARTITION, self.handle_alter_partition, 2, 3)
-        dispatcher.register(ALLOCATE_PRODUCER_IDS, self.handle_allocate_producer_ids, 0, 0)
+        dispatcher.register(ApiKey.BROKER_REGISTRATION, self.handle_broker_registration, 0, 4)
+        dispatcher.register(ApiKey.BROKER_HEARTBEAT, self.handle_broker_heartbeat, 0, 1)
+        dispatcher.register(ApiKey.ALTER_PARTITION, self.handle_alter_partition, 2, 3)
+        dispatcher.register(ApiKey.ALLOCATE_PRODUCER_IDS, self.handle_allocate_producer_ids, 0, 0)
         if include_fetch:
-            dispatcher.register(FETCH, self.handle_metadata_fetch, 4, 18)
+            dispatcher.register(ApiKey.FETCH, self.handle_metadata_fetch, 4, 18)
         if include_admin:
             AdminApis(self).register(dispatcher)
-            dispatcher.register(DESCRIBE_CLUSTER, self.handle_describe_cluster, 0, 2)
+            dispatcher.register(ApiKey.DESCRIBE_CLUSTER, self.handle_describe_cluster, 0, 2)
+
+    # The broker lifecycle, as the controller's own request objects (an in-process
+    # broker calls these directly; the wire handlers below translate to them).
+
+    def register_broker(self, request: BrokerRegistrationRequest) -> BrokerRegistrationReply:
+        reply = self.controller.register_broker(request)
+        self.publish()
+        if reply.error_code == ErrorCode.NONE:
+            log.info("registered broker %d at epoch %d", request.broker_id, reply.broker_epoch)
+        return reply
+
+    def broker_heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatReply:
+        reply = self.controller.process_broker_heartbeat(request)
+        self.publish()
+        return reply
+
+    def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        response = self.controller.alter_partition(request)
+        self.publish()
+        return response
 
     def handle_broker_registration(self, header, request):
-        reply = self.controller.register_broker(BrokerRegistrationRequest(
+        reply = self.register_broker(BrokerRegistrationRequest(
             broker_id=int(request.broker_id), incarnation_id=request.incarnation_id,
             cluster_id=request.cluster_id,
             listeners=tuple(Endpoint(l.name, l.host, int(l.port), int(l.security_protocol))
@@ -105,17 +128,13 @@ class ControllerServer:
             features=tuple(BrokerFeature(f.name, int(f.min_supported_version), int(f.max_supported_version))
                            for f in request.features),
             rack=request.rack))
-        self.publish()
-        if reply.error_code == ErrorCode.NONE:
-            log.info("registered broker %d at epoch %d", request.broker_id, reply.broker_epoch)
         return {"throttle_time": 0, "error_code": int(reply.error_code), "broker_epoch": reply.broker_epoch}
 
     def handle_broker_heartbeat(self, header, request):
-        reply = self.controller.process_broker_heartbeat(BrokerHeartbeatRequest(
+        reply = self.broker_heartbeat(BrokerHeartbeatRequest(
             broker_id=int(request.broker_id), broker_epoch=int(request.broker_epoch),
             current_metadata_offset=int(request.current_metadata_offset),
             want_fence=bool(request.want_fence), want_shut_down=bool(request.want_shut_down)))
-        self.publish()
         return {"throttle_time": 0, "error_code": int(reply.error_code), "is_caught_up": reply.is_caught_up,
                 "is_fenced": reply.is_fenced, "should_shut_down": reply.should_shut_down}
 
@@ -138,9 +157,8 @@ class ControllerServer:
                     partition_epoch=int(p.partition_epoch), new_isr=isr,
                     leader_recovery_state=int(getattr(p, "leader_recovery_state", 0)),
                     new_isr_broker_epochs=epochs))
-        response = self.controller.alter_partition(AlterPartitionRequest(
+        response = self.alter_partition(AlterPartitionRequest(
             int(request.broker_id), int(request.broker_epoch), tuple(items)))
-        self.publish()
         topics: dict = {}
         for r in response.partitions:
             topics.setdefault(r.topic_id, []).append({
@@ -150,9 +168,13 @@ class ControllerServer:
         return {"throttle_time": 0, "error_code": int(response.error_code),
                 "topics": [{"topic_id": tid, "partitions": parts} for tid, parts in topics.items()]}
 
-    def handle_allocate_producer_ids(self, header, request):
-        reply = self.controller.allocate_producer_ids(int(request.broker_id), int(request.broker_epoch))
+    def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> AllocateProducerIdsReply:
+        reply = self.controller.allocate_producer_ids(broker_id, broker_epoch)
         self.publish()
+        return reply
+
+    def handle_allocate_producer_ids(self, header, request):
+        reply = self.allocate_producer_ids(int(request.broker_id), int(request.broker_epoch))
         return {"throttle_time": 0, "error_code": int(reply.error_code),
                 "producer_id_start": reply.producer_id_start, "producer_id_len": reply.producer_id_len}
 

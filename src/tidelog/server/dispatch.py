@@ -21,8 +21,8 @@ import logging
 from typing import Callable
 
 from tidelog.core.errors import ErrorCode
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import (
-    API_VERSIONS_KEY,
     ProtocolError,
     RequestHeader,
     decode_request,
@@ -39,7 +39,7 @@ Handler = Callable[[RequestHeader, object], object]
 class Dispatcher:
     def __init__(self):
         self.handlers: dict[int, tuple[Handler, int, int]] = {}
-        self.register(API_VERSIONS_KEY, self._api_versions, 0, 4)
+        self.register(ApiKey.API_VERSIONS, self._api_versions, 0, 4)
 
     def register(self, api_key: int, handler: Handler, min_version: int, max_version: int) -> None:
         available = kio_versions(api_key)
@@ -68,7 +68,7 @@ class Dispatcher:
     def _unsupported(self, header: RequestHeader, entry) -> bytes:
         log.info("unsupported API key %d version %d from %s", header.api_key, header.api_version,
                  header.client_id)
-        if header.api_key == API_VERSIONS_KEY:
+        if header.api_key == ApiKey.API_VERSIONS:
             v0 = header._replace(api_version=0)
             return encode_response(v0, {"error_code": int(ErrorCode.UNSUPPORTED_VERSION),
                                         "api_keys": self.supported_versions()})

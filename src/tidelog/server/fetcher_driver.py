@@ -1,23 +1,31 @@
-"""Runs the sans-IO follower fetchers over real connections (SPEC §7).
+"""Runs the sans-IO follower fetchers over real connections (Kafka's ``ReplicaFetcherThread``).
 
 Theory of operation. ``ReplicaFetcherManager`` (replication/fetcher.py) decides
-which fetchers exist; it calls ``on_fetcher_added`` / ``on_fetcher_removed`` and
-this driver starts or cancels one asyncio task per fetcher. The task is Kafka's
+which fetchers exist; the ``BrokerNode`` reports each as a ``FetcherAdded`` /
+``FetcherRemoved`` effect and the runtime calls ``start`` / ``stop`` here, which
+start or cancel one asyncio task per fetcher. The task is Kafka's
 fetcher thread loop: ``poll`` a plan, send it to the source broker as a Kafka
 request, feed the answer back with ``on_response`` (or ``on_request_failed`` on a
 connection error or timeout), and sleep until ``next_wakeup_ms`` — or until
 ``wake`` is called because partitions were added. One request is in flight per
 fetcher; connections are per source broker, found through the metadata image's
 endpoints for this broker's listener.
+
+A connection error, a timeout or a malformed answer is an expected condition:
+the fetcher backs off and asks again. An exception while applying an answer is a
+bug: it goes to the fault handler, which stops the broker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import Callable
 
+from tidelog.broker.node import BrokerNode
 from tidelog.core.errors import ErrorCode, KafkaError
+from tidelog.core.ids import TopicPartition
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 from tidelog.protocol.codec import ZERO_UUID, ProtocolError
 from tidelog.replication.fetcher import (
@@ -28,14 +36,9 @@ from tidelog.replication.fetcher import (
     ListOffsetsPlan,
     OffsetsForLeaderEpochPlan,
 )
-from tidelog.core.ids import TopicPartition
-
-if TYPE_CHECKING:
-    from tidelog.server.broker import Broker
 
 log = logging.getLogger("tidelog.fetcher_driver")
 
-FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 1, 2, 23
 REPLICA_SOCKET_TIMEOUT_S = 30.0  # replica.socket.timeout.ms
 
 
@@ -44,23 +47,23 @@ def _code(value) -> ErrorCode:
 
 
 class FetcherDriver:
-    def __init__(self, broker: "Broker"):
-        self.broker = broker
+    def __init__(self, node: BrokerNode, listener_name: str, fault_handler: Callable[[BaseException], None]):
+        self.node = node
+        self.listener_name = listener_name
+        self.fault_handler = fault_handler
         self.tasks: dict[tuple[int, int], asyncio.Task] = {}
         self.wakeups: dict[tuple[int, int], asyncio.Event] = {}
         self.connections: dict[int, KafkaConnection] = {}
-        manager = broker.replica_manager.fetcher_manager
-        manager.on_fetcher_added = self._start
-        manager.on_fetcher_removed = self._stop
 
     # ------------------------------------------------------------ tasks
 
-    def _start(self, fetcher) -> None:
+    def start(self, fetcher) -> None:
         key = (fetcher.source_broker_id, fetcher.fetcher_id)
-        self.wakeups[key] = asyncio.Event()
+        wakeup = self.wakeups[key] = asyncio.Event()
+        fetcher.wakeup = wakeup.set
         self.tasks[key] = asyncio.get_running_loop().create_task(self._run(fetcher, key))
 
-    def _stop(self, fetcher) -> None:
+    def stop(self, fetcher) -> None:
         key = (fetcher.source_broker_id, fetcher.fetcher_id)
         task = self.tasks.pop(key, None)
         self.wakeups.pop(key, None)
@@ -80,7 +83,15 @@ class FetcherDriver:
         self.connections.clear()
 
     async def _run(self, fetcher, key) -> None:
-        clock = self.broker.clock
+        try:
+            await self._loop(fetcher, key)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:       # a bug in the fetcher's rules: stop the broker
+            self.fault_handler(e)
+
+    async def _loop(self, fetcher, key) -> None:
+        clock = self.node.clock
         wakeup = self.wakeups[key]
         while True:
             now = clock.monotonic_ms()
@@ -101,13 +112,7 @@ class FetcherDriver:
                 self._drop_connection(fetcher.source_broker_id)
                 fetcher.on_request_failed(plan, clock.monotonic_ms())
                 continue
-            try:
-                fetcher.on_response(plan, results, clock.monotonic_ms())
-            except Exception:
-                # A bug, logged loudly; the fetcher backs off and carries on rather
-                # than leave its partitions unreplicated for the life of the process.
-                log.exception("fetcher %s failed applying a response", key)
-                fetcher.on_request_failed(plan, clock.monotonic_ms())
+            fetcher.on_response(plan, results, clock.monotonic_ms())
 
     # ------------------------------------------------------------ connections
 
@@ -115,14 +120,14 @@ class FetcherDriver:
         connection = self.connections.get(broker_id)
         if connection is not None and not connection.closed:
             return connection
-        registration = self.broker.image.brokers.get(broker_id)
+        registration = self.node.image.brokers.get(broker_id)
         endpoint = None
         if registration is not None:
-            endpoint = next((e for e in registration.endpoints if e.name == self.broker.listener_name), None)
+            endpoint = next((e for e in registration.endpoints if e.name == self.listener_name), None)
         if endpoint is None:
-            raise ConnectionError(f"broker {broker_id} has no {self.broker.listener_name} endpoint")
+            raise ConnectionError(f"broker {broker_id} has no {self.listener_name} endpoint")
         connection = await KafkaConnection.connect(endpoint.host, endpoint.port,
-                                                   client_id=f"replica-fetcher-{self.broker.node_id}", timeout_s=5)
+                                                   client_id=f"replica-fetcher-{self.node.node_id}", timeout_s=5)
         self.connections[broker_id] = connection
         return connection
 
@@ -144,7 +149,7 @@ class FetcherDriver:
         raise AssertionError(f"unknown plan {plan!r}")
 
     async def _fetch(self, connection: KafkaConnection, plan: FetchRequestPlan) -> dict:
-        image = self.broker.image
+        image = self.node.image
         topics: dict[str, list] = {}
         for tp, p in plan.partitions.items():
             topics.setdefault(tp.topic, []).append({
@@ -159,7 +164,7 @@ class FetcherDriver:
             "session_epoch": plan.session_epoch, "forgotten_topics_data": [], "rack_id": "",
             "topics": [{"topic": name, "topic_id": (image.topic(name).topic_id if image.topic(name) else ZERO_UUID),
                         "partitions": parts} for name, parts in topics.items()]}
-        response = await connection.request(FETCH, body, timeout_s=plan.max_wait_ms / 1000 + REPLICA_SOCKET_TIMEOUT_S)
+        response = await connection.request(ApiKey.FETCH, body, timeout_s=plan.max_wait_ms / 1000 + REPLICA_SOCKET_TIMEOUT_S)
         if _code(response.error_code) != ErrorCode.NONE:
             raise KafkaError(f"fetch failed: {_code(response.error_code).name}", _code(response.error_code))
         results = {}
@@ -181,7 +186,7 @@ class FetcherDriver:
             topics.setdefault(tp.topic, []).append({
                 "partition": tp.partition, "current_leader_epoch": p.current_leader_epoch,
                 "leader_epoch": p.leader_epoch})
-        response = await connection.request(OFFSET_FOR_LEADER_EPOCH, {
+        response = await connection.request(ApiKey.OFFSET_FOR_LEADER_EPOCH, {
             "replica_id": plan.replica_id,
             "topics": [{"topic": name, "partitions": parts} for name, parts in topics.items()]},
             timeout_s=REPLICA_SOCKET_TIMEOUT_S)
@@ -196,7 +201,7 @@ class FetcherDriver:
             for tp, epoch in plan.partitions.items():
                 topics.setdefault(tp.topic, []).append({
                     "partition_index": tp.partition, "current_leader_epoch": epoch, "timestamp": timestamp})
-            response = await connection.request(LIST_OFFSETS, {
+            response = await connection.request(ApiKey.LIST_OFFSETS, {
                 "replica_id": plan.replica_id, "isolation_level": 0, "timeout": 30_000,
                 "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]},
                 timeout_s=REPLICA_SOCKET_TIMEOUT_S)

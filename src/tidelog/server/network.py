@@ -1,4 +1,4 @@
-"""Kafka listener: framing, per-connection ordering, limits (SPEC §9).
+"""Kafka listener: framing, per-connection ordering, limits.
 
 Theory of operation. Each connection has a reader loop and a writer loop joined
 by a bounded queue of pending responses, one slot per request in arrival order.
@@ -13,6 +13,11 @@ Limits: a frame over ``request_size_max_bytes`` or a malformed header closes the
 connection (logged); a full in-flight queue stops reading (backpressure); a
 connection idle for ``idle_timeout_ms`` is closed. One connection's failure
 never touches another.
+
+Errors: a malformed request closes that connection; a handler that raises
+anything else is a bug — the connection is closed and logged, and an
+``AssertionError`` (a broken invariant) goes to ``fault_handler``, which stops
+the process rather than let it serve on from an impossible state.
 """
 
 from __future__ import annotations
@@ -97,6 +102,9 @@ class Connection:
                 return
             try:
                 data = item if isinstance(item, bytes) else await item
+            except AssertionError:
+                self.close()                   # the reader stops; serve() re-raises this
+                raise
             except Exception:
                 log.exception("request from %s failed; closing its connection", self.peer)
                 self.close()
@@ -123,8 +131,10 @@ class Listener:
     def __init__(self, dispatch: Dispatcher, host: str, port: int,
                  request_size_max_bytes: int = REQUEST_SIZE_MAX_BYTES,
                  idle_timeout_ms: int = CONNECTIONS_MAX_IDLE_MS,
-                 in_flight_max: int = CONNECTION_IN_FLIGHT_REQUESTS_MAX):
+                 in_flight_max: int = CONNECTION_IN_FLIGHT_REQUESTS_MAX,
+                 fault_handler: Callable[[BaseException], None] | None = None):
         self._dispatch = dispatch
+        self._fault_handler = fault_handler
         self.host = host
         self.port = port
         self._request_size_max_bytes = request_size_max_bytes
@@ -161,6 +171,11 @@ class Listener:
             await connection.serve()
         except asyncio.CancelledError:
             pass  # the listener is shutting down
+        except AssertionError as e:
+            log.critical("broken invariant serving %s", connection.peer, exc_info=True)
+            if self._fault_handler is None:
+                raise
+            self._fault_handler(e)
         except Exception:
             log.exception("connection from %s failed", connection.peer)
         finally:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 RETRY_BACKOFF_MS = 100
 DELIVERY_TIMEOUT_MS = 10_000
+METADATA_MAX_AGE_MS = 2000     # refresh the leader now and then, as metadata.max.age.ms does
 
 
 class _Client(NetworkNode):
@@ -45,7 +46,7 @@ class _Client(NetworkNode):
         self.topic = topic
         spec = sim.config.topic(topic)
         self.partitions = [TopicPartition(topic, p) for p in range(spec.partitions)]
-        self.leaders: dict[TopicPartition, int] = {}
+        self.leaders: dict[TopicPartition, tuple[int, int]] = {}   # tp -> (leader, when learned)
         self.active = False
 
     def start(self) -> None:
@@ -54,9 +55,9 @@ class _Client(NetworkNode):
 
     def _with_leader(self, tp: TopicPartition, then) -> None:
         """Call ``then(leader)`` once some broker names a leader (retrying meanwhile)."""
-        leader = self.leaders.get(tp)
-        if leader is not None:
-            then(leader)
+        cached = self.leaders.get(tp)
+        if cached is not None and self.loop.now_ms - cached[1] <= METADATA_MAX_AGE_MS:
+            then(cached[0])
             return
         brokers = [b for b in self.sim.broker_ids]
         broker = self.sim.rng.choice(brokers)
@@ -66,7 +67,7 @@ class _Client(NetworkNode):
             if leader is None or leader < 0:
                 self.after(RETRY_BACKOFF_MS, lambda: self._with_leader(tp, then))
             else:
-                self.leaders[tp] = leader
+                self.leaders[tp] = (leader, self.loop.now_ms)
                 then(leader)
 
         self.rpc.request(f"b{broker}", "Metadata", {"topic_partitions": [tp]}, self.sim.config.request_timeout_ms,

@@ -80,9 +80,6 @@ class SimConfig:
     healed_phase_ms: int = 40_000           # the longest convergence may take
     produce_interval_ms: int = 60
     defect: str | None = None
-    # server/broker.py applies its local metadata copy before registering; the SPEC
-    # (§8.2) applies it once caught up past its own registration. False = the SPEC.
-    publish_before_registration: bool = False
 
     # ------------------------------------------------------------------ swarm
 

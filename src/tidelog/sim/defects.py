@@ -18,6 +18,11 @@ assert that some seed fails with the invariant named in ``EXPECTED``.
     caught-up follower outside it — including one whose addition to the ISR is
     in flight (Kafka's maximal-ISR rule, KAFKA_RULES §2.1–2.3). The follower
     then enters the ISR below the HW.
+``publish-before-registration``
+    A broker applies its local copy of the metadata log at start, before it has
+    registered and caught up past its own registration: restarted with an empty
+    disk, it leads its old epoch and the followers truncate to it (scenario
+    ``stale-metadata-restart``; the simulator's fixed seeds rarely reach it).
 ``unclean-election-when-disabled``
     The controller elects a leader from outside the ISR although
     ``unclean.leader.election.enable`` is false (SPEC §8.3).
@@ -33,7 +38,10 @@ EXPECTED = {
                                    "10.6-consumer-below-hw"},
     "hw-ignores-caught-up-follower": {"10.3-isr-holds-committed", "10.4-acknowledged-write-kept"},
     "unclean-election-when-disabled": {"10.4-acknowledged-write-kept"},
+    "publish-before-registration": {"10.4-acknowledged-write-kept"},
 }
+# Defects that only a named scenario reaches (tests/sim/test_scenarios.py), not the fixed seeds.
+SCENARIO_ONLY = {"publish-before-registration"}
 
 
 def _truncate_to_high_watermark():
@@ -75,7 +83,19 @@ def _unclean_election_when_disabled():
     return [(ReplicationControlManager, "_election_for", lambda self, topic: Election.UNCLEAN)]
 
 
+def _publish_before_registration():
+    from tidelog.broker.node import BrokerNode
+    original_start = BrokerNode.start
+
+    def start(self, now_ms):
+        self._publish()               # DEFECT: the local metadata copy is applied before registering
+        return original_start(self, now_ms)
+
+    return [(BrokerNode, "_may_publish", lambda self: True), (BrokerNode, "start", start)]
+
+
 PATCHES = {
+    "publish-before-registration": _publish_before_registration,
     "truncate-to-high-watermark": _truncate_to_high_watermark,
     "hw-ignores-caught-up-follower": _hw_ignores_caught_up_follower,
     "unclean-election-when-disabled": _unclean_election_when_disabled,

@@ -12,25 +12,35 @@ the expected outcome; ``tests/sim/test_scenarios.py`` asserts it, and asserts
 that planted defects (``defects.py``) turn the outcome around where the
 scenario exists to catch them.
 
+Scripts record what they see with ``Script.expect``/``check`` (the outcome is as
+expected when every expectation holds), and every message is recorded on its
+way into the network, so a script can read a follower's exact Fetch and the
+leader's exact answer. The replication scenarios (one fetch round step by step,
+ISR shrink and rejoin, min ISR, acks=all across a leader crash, DeleteRecords,
+long-poll fetches) are asserted by ``tests/sim/test_replication_scenarios.py``,
+the truncation scenarios there in both fetcher modes (``fetcher_mode``).
+
 ``python -m tidelog.sim --scenario list`` prints them; ``--scenario NAME
 [--defect D] [--trace]`` runs one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.records.batch import build_batch, iter_batches, iter_records
-from tidelog.sim.broker import RUNNING
+from tidelog.replication.fetcher import FetcherState, FetchRequestPlan, ListOffsetsPlan, OffsetsForLeaderEpochPlan
 from tidelog.sim.checker import InvariantViolation
 from tidelog.sim.config import SimConfig, TopicSpec
 from tidelog.sim.defects import planted
 from tidelog.sim.loop import NodeClock, Trace
-from tidelog.sim.network import NetworkNode
+from tidelog.sim.network import Message, NetworkNode
 from tidelog.sim.simulation import Simulation
 
 TP = TopicPartition("t0", 0)
@@ -82,9 +92,13 @@ class ScriptClient(NetworkNode):
     def on_request(self, message) -> None:
         raise AssertionError("the scenario client serves nothing")
 
-    def produce(self, broker: int, tp: TopicPartition, values: list[bytes], acks: int) -> dict:
+    def produce(self, broker: int, tp: TopicPartition, values: list[bytes], acks: int,
+                timeout_ms: int = 2000) -> dict:
+        """Send one produce request (``timeout_ms`` is the request's own, as
+        ``request.timeout.ms`` in a Kafka ProduceRequest); the answer lands in the
+        returned dict when it arrives."""
         box: dict = {}
-        body = {"tp": tp, "acks": acks, "timeout_ms": 2000, "values": values,
+        body = {"tp": tp, "acks": acks, "timeout_ms": timeout_ms, "values": values,
                 "batch": build_batch(values, timestamp_ms=self.clock.now_ms())}
         view = _ProducerView("client", acks)
         self.sim.checker.on_produce_started(view, tp, values)
@@ -94,16 +108,85 @@ class ScriptClient(NetworkNode):
             self.sim.checker.on_produce_done(view, tp, values, ErrorCode(response["error_code"]),
                                              response["base_offset"])
 
-        self.rpc.request(f"b{broker}", "Produce", body, 3000, on_reply,
+        self.rpc.request(f"b{broker}", "Produce", body, timeout_ms + 1000, on_reply,
                          lambda error: box.update(error_code=int(ErrorCode.NETWORK_EXCEPTION), why=error))
         return box
 
 
+@dataclass(frozen=True, eq=False)
+class Sent:
+    """One message a node handed to the network, when, and whether the link was open."""
+
+    at_ms: int
+    message: Message
+    reachable: bool
+
+
 class Script:
-    def __init__(self, sim: Simulation):
+    """What a scenario script works with: the simulation, a client, looking helpers,
+    and ``expect``/``check``, which record an observation and whether it is the
+    expected one (a scenario is as expected when every expectation was met).
+
+    Every message a node sends is recorded (``sent``), so a script can wait for a
+    follower's next Fetch and read exactly what it asked and what the leader answered."""
+
+    def __init__(self, sim: Simulation, truncate_on_fetch: bool = True):
         self.sim = sim
+        self.truncate_on_fetch = truncate_on_fetch
         self.client = ScriptClient(sim)
         self.written = 0
+        self.observed: dict = {}
+        self.unmet: list[str] = []
+        self.sent: list[Sent] = []
+        self.replies: dict[int, Sent] = {}       # correlation id -> the (non-refused) reply
+        self._watches: list[Callable[[], None]] = []
+        self._record_messages()
+        self._run_watches()
+
+    def _record_messages(self) -> None:
+        network = self.sim.network
+        send = network.send
+
+        def recording(message: Message) -> None:
+            entry = Sent(self.sim.loop.now_ms, message, network.reachable(message.src, message.dst))
+            self.sent.append(entry)
+            if message.is_reply and not message.refused and entry.reachable:
+                self.replies.setdefault(message.correlation_id, entry)
+            send(message)
+
+        network.send = recording
+
+    def _run_watches(self) -> None:
+        loop, checker = self.sim.loop, self.sim.loop.after_event
+
+        def after_event(event) -> None:
+            if checker is not None:
+                checker(event)
+            for watch in self._watches:
+                watch()
+
+        loop.after_event = after_event
+
+    def watch(self, action: Callable[[], None]) -> None:
+        """Call ``action`` after every event from now on (with the invariant checker)."""
+        self._watches.append(action)
+
+    # ------------------------------------------------------------ expectations
+
+    def expect(self, what: str, observed, expected) -> None:
+        self.observed[what] = observed
+        if observed != expected:
+            self.unmet.append(f"{what}: {observed!r}, expected {expected!r}")
+
+    def check(self, what: str, observed, ok: bool) -> None:
+        self.observed[what] = observed
+        if not ok:
+            self.unmet.append(f"{what}: {observed!r}")
+
+    def outcome(self) -> tuple[bool, dict]:
+        if self.unmet:
+            self.observed["unmet expectations"] = list(self.unmet)
+        return not self.unmet, self.observed
 
     # ------------------------------------------------------------ looking
 
@@ -136,17 +219,77 @@ class Script:
                 and partition.leader_epoch == registration.leader_epoch)
 
     def running(self, broker: int) -> bool:
-        return self.sim.brokers[broker].up and self.sim.brokers[broker].state == RUNNING
+        state = self.sim.brokers[broker].state
+        return self.sim.brokers[broker].up and getattr(state, "name", state) == "RUNNING"
+
+    @property
+    def now(self) -> int:
+        return self.sim.loop.now_ms
+
+    def monotonic(self, broker: int) -> int:
+        """The broker's own monotonic clock, the one its replica states are kept in."""
+        return self.sim.brokers[broker].replica_manager.clock.monotonic_ms()
+
+    def records(self, broker: int, tp: TopicPartition = TP) -> list[tuple[int, int, bytes]]:
+        """(offset, batch leader epoch, value) of every record in the replica's log."""
+        return _records(self.sim.log_bytes(broker, tp))
+
+    def leader_epoch(self, tp: TopicPartition = TP) -> int:
+        return self.sim.controller.image.partition(tp).leader_epoch
+
+    def failed_partitions(self) -> dict[int, set]:
+        """Partitions some running broker's fetchers gave up on (waiting for new metadata)."""
+        return {b: failed for b in self.sim.broker_ids if self.sim.brokers[b].up
+                and (failed := self.sim.brokers[b].replica_manager.fetcher_manager.failed_partitions)}
+
+    def mark(self) -> int:
+        """A position in ``sent``: ``wait_request(..., after=mark)`` looks only past it."""
+        return len(self.sent)
+
+    def requests(self, kind: type | tuple[type, ...], src: str | None = None, dst: str | None = None,
+                 after: int = 0) -> list[Sent]:
+        return [e for e in self.sent[after:] if not e.message.is_reply and isinstance(e.message.body, kind)
+                and src in (None, e.message.src) and dst in (None, e.message.dst)]
+
+    def reply_to(self, request: Sent) -> Sent | None:
+        return self.replies.get(request.message.correlation_id)
 
     # ------------------------------------------------------------ doing
 
     def wait(self, predicate, what: str, timeout_ms: int = 20_000) -> None:
         self.sim.run_until(predicate, timeout_ms, what)
 
+    def wait_request(self, kind: type, src: str, dst: str, what: str, after: int,
+                     timeout_ms: int = 20_000) -> Sent:
+        """The first request of type ``kind`` from ``src`` to ``dst`` sent (over an
+        open link) past the mark ``after``; runs the simulation until there is one.
+        Returns right after the event that sent it, before it is delivered."""
+        position, found = [after], []
+
+        def seen() -> bool:
+            while position[0] < len(self.sent):
+                entry = self.sent[position[0]]
+                position[0] += 1
+                message = entry.message
+                if (entry.reachable and not message.is_reply and isinstance(message.body, kind)
+                        and (message.src, message.dst) == (src, dst)):
+                    found.append(entry)
+                    return True
+            return False
+
+        self.wait(seen, what, timeout_ms)
+        return found[0]
+
+    def wait_reply(self, request: Sent, what: str, timeout_ms: int = 20_000) -> Sent:
+        """Runs until ``request`` is answered; returns right after the event that sent
+        the answer (the answerer's state is as it was when it answered)."""
+        self.wait(lambda: self.reply_to(request) is not None, what, timeout_ms)
+        return self.reply_to(request)
+
     def produce(self, values: list[str], acks: int, broker: int | None = None,
-                tp: TopicPartition = TP) -> dict:
+                tp: TopicPartition = TP, timeout_ms: int = 2000) -> dict:
         broker = self.leader(tp) if broker is None else broker
-        box = self.client.produce(broker, tp, [v.encode() for v in values], acks)
+        box = self.client.produce(broker, tp, [v.encode() for v in values], acks, timeout_ms)
         if acks == 0:
             return {"error_code": 0}
         self.wait(lambda: "error_code" in box, f"an answer to producing {values}")
@@ -163,22 +306,30 @@ class Script:
         return values
 
     def shrink(self, isr: tuple[int, ...], what: str) -> None:
-        """Wait for the ISR to become ``isr``, writing acks=1 records meanwhile: a
-        follower that has everything is never out of sync, however long it is silent."""
+        """Wait for the ISR to become ``isr``, writing an acks=1 record every 300 ms
+        meanwhile: a follower that has everything is never out of sync, however long
+        it is silent (KAFKA_RULES §2.4)."""
         leader = self.leader()
-        probes = 0
+        probes = [0]
 
-        def done() -> bool:
-            nonlocal probes
-            if self.isr() == isr:
-                return True
-            if self.sim.loop.now_ms % 500 == 0 and self.leo(leader) == self.hw(leader):
-                probes += 1
-                self.client.produce(leader, TP, [f"probe-{probes}".encode()], 1)
-            return False
+        def probe() -> None:
+            if self.isr() != isr:
+                probes[0] += 1
+                self.client.produce(leader, TP, [f"probe-{probes[0]}".encode()], 1)
+                self.sim.loop.after(300, probe)
 
-        self.client.produce(leader, TP, [b"probe-0"], 1)
-        self.wait(done, what)
+        probe()
+        self.wait(lambda: self.isr() == isr, what)
+
+    def expect_fetcher_mode(self) -> None:
+        """The followers really ran in the scenario's mode: with truncate-on-fetch no
+        OffsetsForLeaderEpoch is ever sent; without it, some were sent and answered."""
+        asked = self.requests(OffsetsForLeaderEpochPlan)
+        if self.truncate_on_fetch:
+            self.expect("OffsetsForLeaderEpoch requests sent", len(asked), 0)
+        else:
+            answered = sum(1 for request in asked if self.reply_to(request) is not None)
+            self.check("OffsetsForLeaderEpoch requests answered", answered, answered > 0)
 
     def converge(self, brokers: list[int], tp: TopicPartition = TP) -> None:
         def same() -> bool:
@@ -189,12 +340,18 @@ class Script:
         self.wait(same, f"replicas {brokers} byte-identical", 30_000)
 
 
+def _records(data: bytes) -> list[tuple[int, int, bytes]]:
+    return [(r.offset, header.partition_leader_epoch, r.value)
+            for position, header in iter_batches(data) for r in iter_records(data, position)]
+
+
 def _config(brokers: int, replicas: tuple[int, ...], min_isr: int, unclean: bool, *, flush_messages=1,
-            flush_ms=None, lag_ms: int = 2000, session_ms: int = 3000, **options) -> SimConfig:
+            flush_ms=None, lag_ms: int = 2000, session_ms: int = 3000, fetch_wait_ms: int = 200,
+            **options) -> SimConfig:
     topic = TopicSpec("t0", 1, len(replicas), min_isr, unclean, flush_messages, 1 << 20, flush_ms, (replicas,))
     return SimConfig(seed=0, brokers=brokers, topics=(topic,), clients=(), session_timeout_ms=session_ms,
                      heartbeat_interval_ms=session_ms // 6, replica_lag_time_max_ms=lag_ms,
-                     replica_fetch_wait_max_ms=200, replica_fetch_backoff_ms=200, request_timeout_ms=1000,
+                     replica_fetch_wait_max_ms=fetch_wait_ms, replica_fetch_backoff_ms=200, request_timeout_ms=1000,
                      hw_checkpoint_interval_ms=5000, net_delay_ms=1, net_jitter_ms=0, fault_kinds=(),
                      **options)
 
@@ -204,41 +361,58 @@ def _config(brokers: int, replicas: tuple[int, ...], min_isr: int, unclean: bool
 
 def kip_101_1(s: Script) -> tuple[bool, dict]:
     """A (1) holds [m1 m2] with HW 1 — the HW that commits m2 reaches a follower one
-    fetch later — and restarts; B (2) dies before A can fetch again; A leads."""
+    fetch later — and restarts; B (2) dies before A can fetch again; A leads.
+
+    The restarted A must not truncate to its HW: it asks B where its latest epoch
+    ends (a Fetch with ``last_fetched_epoch``, or OffsetsForLeaderEpoch without
+    truncate-on-fetch) and keeps m2, which it still holds when elected."""
     a, b = 1, 2
     s.write(1)
     s.wait(lambda: s.hw(a) == 1, "A has m1 and HW 1")
     s.write(1)
     s.wait(lambda: s.leo(a) == 2, "A fetched m2")
-    a_high_watermark = s.hw(a)
+    s.expect("A's HW when it had m2", s.hw(a), 1)
     s.sim.network.cut("b2", "b1")                       # B's answers to A are lost from now on
     s.wait(lambda: s.hw(b) == 2, "A's next fetch commits m2 on B")
+    s.expect("A's (LEO, HW) when B committed m2", (s.leo(a), s.hw(a)), (2, 1))
     s.sim.stop(a)                                       # clean: the HW checkpoint says 1
     s.wait(lambda: not s.sim.brokers[a].up, "A stopped")
     s.sim.network.heal()
     s.sim.network.partition("b1", "b2")                 # A cannot fetch again after its restart
+    restarted = s.mark()
     s.sim.start(a)
     s.wait(lambda: s.running(a) and s.partition(a) is not None, "A back")
+    s.expect("A's (LEO, HW) after its restart", (s.leo(a), s.hw(a)), (2, 1))
+    kinds = (FetchRequestPlan, OffsetsForLeaderEpochPlan)
+    s.wait(lambda: s.requests(kinds, "b1", "b2", restarted), "A's first request to B after its restart")
+    first = _describe(s.requests(kinds, "b1", "b2", restarted)[0].message.body)
+    s.expect("A's first request after its restart", first,
+             ("Fetch", 2, 0) if s.truncate_on_fetch else ("OffsetsForLeaderEpoch", 0))
+    s.expect("A's log when it asked", s.values(a), [b"m0", b"m1"])
     s.sim.run_for(1000)
     s.sim.kill(b)                                       # the unclean election picks A
     s.wait(lambda: s.leads(a), "A leads")
-    after_election = s.values(a)
+    s.expect("A's log when elected", s.values(a), [b"m0", b"m1"])
     s.sim.network.heal()
     s.sim.start(b)
     s.converge([a, b])
-    observed = {"A's HW when it had m2": a_high_watermark, "A's log when elected": after_election,
-                "both logs at the end": s.values(b)}
-    return after_election == [b"m0", b"m1"] and s.values(b) == [b"m0", b"m1"], observed
+    s.expect("both logs at the end", (s.values(a), s.values(b)), ([b"m0", b"m1"], [b"m0", b"m1"]))
+    s.expect_fetcher_mode()
+    return s.outcome()
 
 
 def kip_101_2(s: Script) -> tuple[bool, dict]:
     """A (1) [m1 m2], B (2) [m1]; both crash; B returns first, leads, writes m3 at
-    offset 1; A returns as follower."""
+    offset 1; A returns as follower, learns that its epoch ends at 1 on B (a
+    diverging epoch in a Fetch answer, or OffsetsForLeaderEpoch), truncates to 1
+    and fetches m3."""
     a, b = 1, 2
     s.write(1)
     s.wait(lambda: s.leo(b) == 1, "B has m1")
     s.sim.network.partition("b1", "b2")
     s.write(1, broker=a)                                # m1 at offset 1 on A only
+    s.expect("A's log before the crashes", _offsets_and_values(s.records(a)), [(0, b"m0"), (1, b"m1")])
+    s.expect("B's log before the crashes", _offsets_and_values(s.records(b)), [(0, b"m0")])
     s.sim.kill(a)
     s.wait(lambda: s.leader() == b, "A fenced, B elected")
     s.sim.kill(b)
@@ -247,15 +421,33 @@ def kip_101_2(s: Script) -> tuple[bool, dict]:
     s.sim.start(b)
     s.wait(lambda: s.leads(b), "B leads again")
     s.write(1, broker=b)                                # m2 at offset 1 on B
+    s.expect("B's log after its write", _offsets_and_values(s.records(b)), [(0, b"m0"), (1, b"m2")])
+    restarted = s.mark()
     s.sim.start(a)
     s.converge([a, b])
-    observed = {"A": s.values(a), "B": s.values(b)}
-    return s.values(a) == [b"m0", b"m2"] == s.values(b), observed
+    s.expect("A's log at the end", _offsets_and_values(s.records(a)), [(0, b"m0"), (1, b"m2")])
+    s.expect("B's log at the end", _offsets_and_values(s.records(b)), [(0, b"m0"), (1, b"m2")])
+    learned = None
+    for request in s.requests((FetchRequestPlan, OffsetsForLeaderEpochPlan), "b1", "b2", restarted):
+        reply = s.reply_to(request)
+        answer = None if reply is None else reply.message.body.get(TP)
+        if isinstance(request.message.body, FetchRequestPlan) and answer is not None and answer.diverging_epoch:
+            learned = ("Fetch", tuple(answer.diverging_epoch))
+        elif isinstance(request.message.body, OffsetsForLeaderEpochPlan) and answer is not None:
+            learned = ("OffsetsForLeaderEpoch", (answer.leader_epoch, answer.end_offset))
+        if learned is not None:
+            break
+    expected_kind = "Fetch" if s.truncate_on_fetch else "OffsetsForLeaderEpoch"
+    s.expect("how A learned where epoch 0 ends on B (answer, (epoch, end offset))", learned, (expected_kind, (0, 1)))
+    s.expect_fetcher_mode()
+    return s.outcome()
 
 
 def kip_279(s: Script) -> tuple[bool, dict]:
     """Kafka's logsShouldNotDivergeOnUncleanLeaderElections: stop one, (re)start the
-    other, writing 1, 1, 3, 1, 2 records; each log holds epochs the other never saw."""
+    other, writing 1, 1, 3, 1, 2 records; each log holds epochs the other never saw
+    (the leader epochs interleave: y wrote in e1, x in e3 > e1, y in e2 > e3, x in
+    e4 > e2), and the logs still end byte-identical, epoch caches included."""
     x, y = 1, 2
 
     def switch(stop: int, start: int | None) -> None:
@@ -274,21 +466,39 @@ def kip_279(s: Script) -> tuple[bool, dict]:
     s.write(3)
     switch(x, y)
     s.write(1)
-    y_epochs = sorted({e for e in _epochs(s, y)})
+    y_epochs = [epoch for _, epoch, _ in s.records(y)]
     switch(y, x)
     s.write(2)
-    x_epochs = sorted({e for e in _epochs(s, x)})
+    x_epochs = [epoch for _, epoch, _ in s.records(x)]
+    s.observed["epochs of y's records when it stopped the last time"] = y_epochs
+    s.observed["epochs of x's records before y returned"] = x_epochs
+    interleaved = (len(y_epochs) == 3 and len(x_epochs) == 6 and y_epochs[0] == x_epochs[0] == 0
+                   and x_epochs[1] == x_epochs[2] == x_epochs[3] and x_epochs[4] == x_epochs[5]
+                   and 0 < y_epochs[1] < x_epochs[1] < y_epochs[2] < x_epochs[4])
+    s.check("epochs interleave: y e1 < x e3 < y e2 < x e4", (y_epochs, x_epochs), interleaved)
     s.sim.start(y)
     s.converge([x, y])
-    observed = {"epochs y wrote": y_epochs, "epochs x wrote": x_epochs, "final log": s.values(x)}
-    identical = s.sim.log_bytes(x, TP) == s.sim.log_bytes(y, TP)
-    expected = [b"m0", b"m2", b"m3", b"m4", b"m6", b"m7"]   # as Kafka's test (and tests/replication)
-    return identical and set(y_epochs) != set(x_epochs) and s.values(x) == expected, observed
+    expected = [b"m0", b"m2", b"m3", b"m4", b"m6", b"m7"]   # as Kafka's test
+    s.expect("final log (x, y)", (s.values(x), s.values(y)), (expected, expected))
+    s.expect("epochs of the final log's records", [epoch for _, epoch, _ in s.records(y)], x_epochs)
+    caches = [list(s.partition(b).log.leader_epoch_cache.entries) for b in (x, y)]
+    s.check("leader epoch caches (x, y) equal", caches, caches[0] == caches[1])
+    s.expect_fetcher_mode()
+    return s.outcome()
 
 
-def _epochs(s: Script, broker: int) -> list[int]:
-    data = s.sim.log_bytes(broker, TP)
-    return [header.partition_leader_epoch for _, header in iter_batches(data)]
+def _offsets_and_values(records: list[tuple[int, int, bytes]]) -> list[tuple[int, bytes]]:
+    return [(offset, value) for offset, _, value in records]
+
+
+def _describe(plan) -> tuple:
+    """A follower's request as Kafka would name it: ("Fetch", fetch offset, last
+    fetched epoch), ("OffsetsForLeaderEpoch", epoch asked about) or ("ListOffsets",)."""
+    if isinstance(plan, FetchRequestPlan):
+        return "Fetch", plan.partitions[TP].fetch_offset, plan.partitions[TP].last_fetched_epoch
+    if isinstance(plan, OffsetsForLeaderEpochPlan):
+        return "OffsetsForLeaderEpoch", plan.partitions[TP].leader_epoch
+    return (type(plan).__name__,)
 
 
 def kip_966(s: Script, flushed: bool) -> tuple[bool, dict]:
@@ -359,29 +569,48 @@ def jepsen_2013(s: Script, safe: bool) -> tuple[bool, dict]:
 
 
 def stale_leader_write(s: Script) -> tuple[bool, dict]:
-    """SPEC §11.7: a leader cut off from the cluster (not from the client) accepts an
-    acks=1 write after a new leader was elected; it truncates it away later."""
+    """A leader cut off from the cluster (not from the client) that has not heard of
+    its successor still takes an acks=1 write and acknowledges it; its acks=all write
+    is never acknowledged (no follower fetches from it), and fails with
+    NOT_LEADER_OR_FOLLOWER once it learns of the new leader. Both are truncated away
+    when it follows again; the logs converge and it rejoins the ISR."""
     old = s.leader()
+    old_epoch = s.leader_epoch()
     s.write(2, acks=-1)
     for other in ["ctl"] + [f"b{b}" for b in (1, 2, 3) if b != old]:
         s.sim.network.partition(f"b{old}", other)
-    s.wait(lambda: s.leader() not in (old, -1), "a new leader")
+    s.wait(lambda: s.leader() not in (old, -1) and s.leads(s.leader()), "a new leader")
+    stale_partition = s.partition(old)
+    s.expect("the old leader when its successor leads (leads?, its epoch, the new epoch > it?)",
+             (stale_partition.is_leader, stale_partition.leader_epoch, s.leader_epoch() > old_epoch),
+             (True, old_epoch, True))
     stale = s.produce(["stale"], acks=1, broker=old)
+    stale_all = s.client.produce(old, TP, [b"stale-all"], -1, timeout_ms=30_000)
+    fresh = s.produce(["fresh"], acks=-1)
+    s.expect("answers (stale acks=1, fresh acks=all)", (ErrorCode(stale["error_code"]).name,
+             ErrorCode(fresh["error_code"]).name), ("NONE", "NONE"))
+    s.expect("the old leader's log before healing", s.values(old), [b"m0", b"m1", b"stale", b"stale-all"])
+    s.expect("stale acks=all answered before healing", "error_code" in stale_all, False)
     s.sim.network.heal()
+    s.wait(lambda: "error_code" in stale_all, "an answer to the stale acks=all write")
+    s.expect("stale acks=all answer", ErrorCode(stale_all["error_code"]).name, "NOT_LEADER_OR_FOLLOWER")
     s.converge([1, 2, 3])
+    s.wait(lambda: set(s.isr()) == {1, 2, 3}, "the old leader back in the ISR")
     everywhere = [s.values(b) for b in (1, 2, 3)]
-    observed = {"stale write answered": ErrorCode(stale["error_code"]).name,
-                "stale write in any log at the end": any(b"stale" in v for v in everywhere)}
-    return stale["error_code"] == 0 and not observed["stale write in any log at the end"], observed
+    s.expect("logs at the end", everywhere, [[b"m0", b"m1", b"fresh"]] * 3)
+    s.expect("stale writes in any log at the end", any(b"stale" in v or b"stale-all" in v for v in everywhere),
+             False)
+    s.expect_fetcher_mode()
+    return s.outcome()
 
 
 def stale_metadata_restart(s: Script) -> tuple[bool, dict]:
     """The leader's disk is replaced (it restarts empty) while its followers still
     follow it at the same epoch. Applying its local metadata copy before registering
-    (server/broker.py's order) makes it lead, empty, at the old epoch: followers
-    truncate to it and committed records are lost. SPEC §8.2's order (the default
-    here) applies the image only past its own registration, whose incarnation change
-    moves leadership away first."""
+    (the planted defect ``publish-before-registration``) makes it lead, empty, at the
+    old epoch: followers truncate to it and committed records are lost. BrokerNode
+    applies the image only past its own registration, whose incarnation change moves
+    leadership away first."""
     leader = s.leader()
     committed = s.write(4, acks=-1)
     disk = s.sim.brokers[leader].log_dirs[0]
@@ -392,6 +621,263 @@ def stale_metadata_restart(s: Script) -> tuple[bool, dict]:
     final = s.values(s.leader())
     lost = [v for v in committed if v.encode() not in final]
     return not lost, {"new leader": s.leader(), "committed records lost": lost}
+
+
+# ---------------------------------------------------------------------- replication, step by step
+
+
+def replication_steps(s: Script) -> tuple[bool, dict]:
+    """One follower's fetch round, step by step (Kafka's ReplicaFetcherThread on one
+    side, ``ReplicaManager.fetchMessages`` / ``Partition.updateFollowerFetchState`` on
+    the other), then its return to the ISR and an acks=all write.
+
+    The follower (2) is first cut off until it leaves the ISR, so that the leader (1)
+    holds m0–m4 with HW 5 and the follower nothing. Then: 1–2 the leader appends and
+    its LEO moves; 3 the follower fetches from its LEO with its current leader epoch,
+    last fetched epoch and log start; 4 the leader records the follower's LEO (= the
+    fetch offset) and fetch time; 5–6 not caught up: no ISR change, the HW stays;
+    7 the answer carries the records from the fetch offset, the HW and the log start;
+    8–9 the follower appends and its HW becomes min(its LEO, the leader's HW). At
+    the leader's LEO the follower is caught up and the leader proposes it back into
+    the ISR (AlterPartition). An acks=all write is acknowledged once the follower
+    has fetched past it; the follower learns that HW one round trip later."""
+    leader, follower = 1, 2
+    epoch = s.leader_epoch()
+    s.sim.network.partition("b1", "b2")
+    s.write(3)
+    s.wait(lambda: s.isr() == (leader,) and s.partition(leader).isr == (leader,), "the follower out of the ISR")
+    s.write(2)
+    s.expect("1-2. the leader's (LEO, HW) after appending m0-m4", (s.leo(leader), s.hw(leader)), (5, 5))
+    healed = s.mark()
+    s.sim.network.heal()
+
+    fetch = s.wait_request(FetchRequestPlan, "b2", "b1", "the follower's first fetch after healing", healed)
+    asked = fetch.message.body.partitions[TP]
+    s.expect("3. fetch (offset, current leader epoch, last fetched epoch, log start)",
+             (asked.fetch_offset, asked.current_leader_epoch, asked.last_fetched_epoch, asked.log_start_offset),
+             (0, epoch, -1, 0))
+    answer = s.wait_reply(fetch, "the leader's answer")
+    answered = s.mark()
+    partition = s.partition(leader)
+    remote = partition.replica_states[follower]
+    s.expect("4. the leader's record of the follower (LEO, fetch time is now)",
+             (remote.log_end_offset, remote.last_fetch_time_ms == s.monotonic(leader)), (0, True))
+    s.expect("5-6. ISR change proposed, leader HW", (partition.pending_proposal, s.hw(leader)), (None, 5))
+    result = answer.message.body[TP]
+    records = _offsets_and_values(_records(result.records))
+    s.expect("7. answer (error, HW, log start, records)",
+             (result.error, result.high_watermark, result.log_start_offset, records),
+             (ErrorCode.NONE, 5, 0, [(i, f"m{i}".encode()) for i in range(5)]))
+    s.wait(lambda: s.leo(follower) == 5, "the follower appended the answer")
+    s.expect("8-9. the follower's (LEO, HW)", (s.leo(follower), s.hw(follower)), (5, 5))
+
+    fetch = s.wait_request(FetchRequestPlan, "b2", "b1", "the follower's next fetch", answered)
+    asked = fetch.message.body.partitions[TP]
+    s.expect("next fetch (offset, last fetched epoch)", (asked.fetch_offset, asked.last_fetched_epoch), (5, epoch))
+    s.wait(lambda: s.partition(leader).replica_states[follower].log_end_offset == 5, "the leader saw the fetch at 5")
+    partition = s.partition(leader)
+    remote = partition.replica_states[follower]
+    proposal = partition.pending_proposal
+    s.expect("caught up: (last caught-up time is now, proposed ISR)",
+             (remote.last_caught_up_time_ms == s.monotonic(leader), None if proposal is None else proposal.new_isr),
+             (True, (leader, follower)))
+    s.wait(lambda: s.isr() == (leader, follower) and s.partition(leader).isr == (leader, follower),
+           "AlterPartition committed")
+    s.expect("ISR (controller, leader)", (s.isr(), s.partition(leader).isr), ((1, 2), (1, 2)))
+
+    box = s.client.produce(leader, TP, [b"m5"], -1)
+    s.wait(lambda: s.leo(leader) == 6, "the leader appended m5")
+    s.expect("acks=all: (answered, leader HW) right after the append", ("error_code" in box, s.hw(leader)), (False, 5))
+    s.wait(lambda: s.leo(follower) == 6, "the follower fetched m5")
+    s.expect("acks=all: the follower's (LEO, HW) after fetching m5", (s.leo(follower), s.hw(follower)), (6, 5))
+    s.wait(lambda: s.hw(leader) == 6, "the follower's next fetch moves the leader's HW")
+    s.expect("acks=all: (answered, follower HW) when the leader's HW moved to 6", ("error_code" in box, s.hw(follower)),
+             (False, 5))
+    s.wait(lambda: "error_code" in box, "the acks=all answer")
+    s.expect("acks=all answer", ErrorCode(box["error_code"]).name, "NONE")
+    s.wait(lambda: s.hw(follower) == 6, "the follower learns HW 6")
+    s.converge([leader, follower])
+    return s.outcome()
+
+
+# ---------------------------------------------------------------------- DeleteRecords
+
+
+def delete_records_race(s: Script) -> tuple[bool, dict]:
+    """KIP-107 DeleteRecords while followers lag (``ReplicaManager.deleteRecords`` on
+    the leader, as an operator's request would arrive). Broker 3 is cut off at
+    LEO 5 and leaves the ISR; broker 2 holds m0–m9 but its HW is still 5 when the
+    leader's log start moves to 8 — past the follower's HW, between its append and
+    its log-start update. Broker 2 takes log start 8 from its next fetch answer;
+    broker 3, healed, fetches at 5 < 8, is out of range, asks the leader's offsets
+    (ListOffsets) and restarts its log at 8. No fetcher ever gives a partition up."""
+    leader, caught_up, behind = 1, 2, 3
+    gave_up: list = []
+
+    def fetchers_ok() -> None:
+        failed = s.failed_partitions()
+        if failed and not gave_up:
+            gave_up.append((s.now, failed))
+
+    s.watch(fetchers_ok)
+    s.write(5, acks=-1)
+    s.converge([1, 2, 3])
+    s.sim.network.partition("b1", "b3")
+    s.write(5)
+    s.expect("leader HW while 3 is still in the ISR", s.hw(leader), 5)
+    s.wait(lambda: s.hw(leader) == 10, "3 out of the ISR: the HW moves to 10")
+    s.expect("ISR when the leader's HW moved to 10", s.isr(), (1, 2))
+    s.expect("2's (HW, LEO) when the leader's log start moves", (s.hw(caught_up), s.leo(caught_up)), (5, 10))
+    answer = s.sim.brokers[leader].replica_manager.delete_records(TP, 8)
+    s.expect("DeleteRecords(8) on the leader", (answer[0].name, answer[1]), ("NONE", 8))
+    s.wait(lambda: s.partition(caught_up).log.log_start_offset == 8, "2 learns the new log start")
+    log = s.partition(caught_up).log
+    s.expect("2's (log start, HW, LEO) once it learned", (log.log_start_offset, log.high_watermark,
+                                                         log.log_end_offset), (8, 10, 10))
+    healed = s.mark()
+    s.sim.network.heal()
+    s.converge([1, 2, 3])
+    s.wait(lambda: s.isr() == (1, 2, 3), "3 back in the ISR")
+    offsets = {b: (s.partition(b).log.log_start_offset, s.partition(b).log.log_end_offset) for b in (1, 2, 3)}
+    s.expect("(log start, LEO) per broker", offsets, {1: (8, 10), 2: (8, 10), 3: (8, 10)})
+    s.expect("logs at the end", [s.values(b) for b in (1, 2, 3)], [[b"m8", b"m9"]] * 3)
+    out_of_range = [r for r in s.requests(FetchRequestPlan, "b3", "b1", healed) if s.reply_to(r) is not None
+                    and s.reply_to(r).message.body[TP].error == ErrorCode.OFFSET_OUT_OF_RANGE]
+    s.expect("3's fetch at 5 answered OFFSET_OUT_OF_RANGE", [r.message.body.partitions[TP].fetch_offset
+                                                               for r in out_of_range][:1], [5])
+    asked = [r for r in s.requests(ListOffsetsPlan, "b3", "b1", healed) if s.reply_to(r) is not None]
+    s.check("3 asked the leader's offsets (ListOffsets)", len(asked), len(asked) > 0)
+    s.expect("fetchers that gave a partition up (when, which)", gave_up, [])
+    return s.outcome()
+
+
+# ---------------------------------------------------------------------- ISR, min ISR, acks=all
+
+
+def lagging_follower(s: Script) -> tuple[bool, dict]:
+    """``replica.lag.time.max.ms`` (Kafka's ``Partition.maybeShrinkIsr``, checked every
+    half lag time): a follower cut off from the leader leaves the ISR once it has not
+    been caught up for longer than the lag time, not before; an acks=all write
+    waiting for it is acknowledged once the shrink is committed; healed, it catches
+    up and rejoins the ISR."""
+    leader, cut_off = 1, 3
+    lag = s.sim.config.replica_lag_time_max_ms
+    s.sim.network.partition("b1", "b3")
+    box = s.client.produce(leader, TP, [b"a"], -1, timeout_ms=4 * lag)
+    s.wait(lambda: s.leo(leader) == 1, "the leader appended the acks=all write")
+    caught_up_at = s.partition(leader).replica_states[cut_off].last_caught_up_time_ms
+    s.wait(lambda: s.partition(leader).pending_proposal is not None, "the leader proposes an ISR change", 3 * lag)
+    proposal = s.partition(leader).pending_proposal
+    out_of_sync_ms = s.monotonic(leader) - caught_up_at
+    s.expect("proposed ISR", proposal.new_isr, (1, 2))
+    s.check("3 not caught up for (ms) when the shrink was proposed: more than the lag time, at most one check "
+            "interval more", out_of_sync_ms, lag < out_of_sync_ms <= lag + lag // 2 + s.sim.config.tick_ms)
+    s.expect("ISR (committed) and acks=all answered when the shrink was proposed", (s.isr(), "error_code" in box),
+             ((1, 2, 3), False))
+    s.wait(lambda: s.isr() == (1, 2), "the shrink committed")
+    s.expect("acks=all answered when the shrink committed", "error_code" in box, False)
+    s.wait(lambda: "error_code" in box, "the acks=all answer")
+    s.expect("acks=all answer once 3 was out", ErrorCode(box["error_code"]).name, "NONE")
+    s.expect("acks=all with ISR {1,2}", ErrorCode(s.produce(["b"], acks=-1)["error_code"]).name, "NONE")
+    healed_at = s.now
+    s.sim.network.heal()
+    s.wait(lambda: s.isr() == (1, 2, 3), "3 back in the ISR")
+    s.check("ms from healing to 3 back in the ISR", s.now - healed_at, s.now - healed_at <= 3000)
+    s.converge([1, 2, 3])
+    s.expect("logs at the end", [s.values(b) for b in (1, 2, 3)], [[b"a", b"b"]] * 3)
+    return s.outcome()
+
+
+def below_min_isr(s: Script) -> tuple[bool, dict]:
+    """``min.insync.replicas`` 2 with the ISR down to the leader: acks=all is refused
+    with NOT_ENOUGH_REPLICAS, acks=1 is taken, and the HW does not advance while the
+    ISR is below min ISR (KIP-966's strict min ISR). A follower back in the ISR
+    commits the acks=1 record."""
+    leader = 1
+    s.expect("acks=all with the full ISR", ErrorCode(s.produce(["a"], acks=-1)["error_code"]).name, "NONE")
+    s.sim.stop(2)
+    s.sim.stop(3)
+    s.wait(lambda: not s.sim.brokers[2].up and not s.sim.brokers[3].up, "2 and 3 stopped")
+    s.wait(lambda: s.isr() == (leader,) and s.partition(leader).isr == (leader,), "ISR {1}")
+    s.expect("acks=all with ISR {1}", ErrorCode(s.produce(["b"], acks=-1)["error_code"]).name, "NOT_ENOUGH_REPLICAS")
+    s.expect("acks=1 with ISR {1}", ErrorCode(s.produce(["c"], acks=1)["error_code"]).name, "NONE")
+    s.sim.run_for(1000)
+    s.expect("the leader's (LEO, HW) a second later", (s.leo(leader), s.hw(leader)), (2, 1))
+    s.expect("the leader's log", s.values(leader), [b"a", b"c"])
+    started = s.now
+    s.sim.start(2)
+    s.wait(lambda: s.isr() == (1, 2) and s.hw(leader) == 2, "2 back in the ISR, c committed")
+    s.check("ms from restarting 2 to c committed", s.now - started, s.now - started <= 5000)
+    s.converge([1, 2])
+    return s.outcome()
+
+
+def acks_all_leader_crash(s: Script) -> tuple[bool, dict]:
+    """RF 3, min ISR 2, nothing fsynced: 30 acks=all writes, pipelined; the leader
+    loses power after the 16th and takes its unsynced tail with it. Every write
+    that was acknowledged is on the new leader exactly once, in order; the old
+    leader returns, truncates to the new leader and rejoins the ISR."""
+    old = s.leader()
+    boxes: list[tuple[bytes, dict]] = []
+    for i in range(30):
+        value = f"r{i}".encode()
+        boxes.append((value, s.client.produce(s.leader(), TP, [value], -1)))
+        s.sim.run_for(2)
+        if i == 15:
+            s.sim.power_cut(old)
+            s.wait(lambda: s.leader() not in (old, -1) and s.leads(s.leader()), "a new leader")
+    s.wait(lambda: all("error_code" in box for _, box in boxes), "an answer to every write", 30_000)
+    acknowledged = [value for value, box in boxes if box["error_code"] == 0]
+    s.check("writes acknowledged (of 30)", len(acknowledged), len(acknowledged) >= 20)
+    new = s.leader()
+    on_leader = s.values(new)
+    s.expect("acknowledged writes on the new leader, in log order", [v for v in on_leader if v in acknowledged],
+             acknowledged)
+    s.sim.start(old)
+    s.converge([1, 2, 3])
+    s.wait(lambda: set(s.isr()) == {1, 2, 3}, "the old leader back in the ISR")
+    s.expect("the old leader's log equals the new leader's", s.values(old) == s.values(new), True)
+    s.expect("losses the checker had to excuse", [r for h in s.sim.checker.histories.values() for r in h.resets], [])
+    return s.outcome()
+
+
+def long_poll(s: Script) -> tuple[bool, dict]:
+    """``replica.fetch.wait.max.ms`` 500: an idle follower's Fetch waits in the
+    leader's fetch purgatory (Kafka's DelayedFetch) and completes as soon as a
+    produce appends, well before the max wait; the leader then acknowledges an
+    acks=all write within a few network delays. The followers learn the new HW from
+    their next fetch, at most one max wait later."""
+    leader = s.leader()
+    followers = [b for b in (1, 2, 3) if b != leader]
+    max_wait = s.sim.config.replica_fetch_wait_max_ms
+    idle = s.mark()
+    s.wait(lambda: all(s.requests(FetchRequestPlan, f"b{f}", f"b{leader}", idle) for f in followers),
+           "a new fetch from each follower")
+    s.sim.run_for(max_wait // 2)                        # half way through their wait
+    parked = {f: s.requests(FetchRequestPlan, f"b{f}", f"b{leader}", idle)[-1] for f in followers}
+    s.expect("the followers' last fetches before the produce: (max wait, answered)",
+             [(p.message.body.max_wait_ms, s.reply_to(p) is not None) for p in parked.values()],
+             [(max_wait, False)] * len(followers))
+    produced_at = s.now
+    box = s.client.produce(leader, TP, [b"a"], -1)
+    s.wait(lambda: all(s.leo(f) == 1 for f in followers), "both followers fetched the record")
+    answered = [s.reply_to(p) for p in parked.values()]
+    s.check("ms from the produce to the parked fetches' answers",
+            [None if a is None else a.at_ms - produced_at for a in answered],
+            all(a is not None and a.at_ms - produced_at <= 5 for a in answered))
+    s.check("ms the parked fetches waited (well below the max wait)",
+            [None if a is None else a.at_ms - p.at_ms for a, p in zip(answered, parked.values())],
+            all(a is not None and a.at_ms - p.at_ms <= max_wait - 100 for a, p in zip(answered, parked.values())))
+    s.wait(lambda: s.hw(leader) == 1, "the leader's HW moves to 1")
+    s.expect("the followers' (LEO, HW) when the leader's HW moved", [(s.leo(f), s.hw(f)) for f in followers],
+             [(1, 0)] * len(followers))
+    s.wait(lambda: "error_code" in box, "the acks=all answer")
+    s.expect("acks=all answer", ErrorCode(box["error_code"]).name, "NONE")
+    s.check("ms from the produce to its acknowledgement", s.now - produced_at, s.now - produced_at <= 10)
+    s.wait(lambda: all(s.hw(f) == 1 for f in followers), "the followers learn HW 1")
+    s.check("ms from the produce to the followers' HW 1 (at most one max wait)", s.now - produced_at,
+            s.now - produced_at <= max_wait + 10)
+    return s.outcome()
 
 
 SCENARIOS = {scenario.name: scenario for scenario in [
@@ -412,15 +898,59 @@ SCENARIOS = {scenario.name: scenario for scenario in [
     Scenario("jepsen-2013-safe", "SPEC §11.1", "min ISR 2, clean election: acks=all refused with "
              "NOT_ENOUGH_REPLICAS, no leader rather than an unclean one, nothing acknowledged is lost",
              _config(3, (1, 2, 3), 2, False), lambda s: jepsen_2013(s, True)),
-    Scenario("stale-leader-write", "SPEC §11.7", "the stale leader's acks=1 write is truncated away; logs converge",
-             _config(3, (1, 2, 3), 1, False), stale_leader_write),
+    Scenario("stale-leader-write", "SPEC §11.7", "the stale leader's acks=1 write is acknowledged and truncated "
+             "away, its acks=all write never acknowledged; logs converge", _config(3, (1, 2, 3), 2, False),
+             stale_leader_write),
     Scenario("stale-metadata-restart", "SPEC §8.2", "a leader restarting with an empty disk does not lead its "
              "old epoch: no committed record is lost", _config(3, (1, 2, 3), 2, False), stale_metadata_restart),
+    Scenario("replication-steps", "Kafka ReplicaFetcherThread / ReplicaManager.fetchMessages", "one fetch round "
+             "step by step: the follower's request, the leader's record of it, the answer, the follower's HW; "
+             "back into the ISR; acks=all", _config(2, (1, 2), 1, False), replication_steps),
+    Scenario("delete-records-race", "KIP-107 DeleteRecords", "the leader's log start moves past a follower's HW and "
+             "past a cut-off follower's LEO: both follow it, no fetcher fails, logs converge at [8, 10)",
+             _config(3, (1, 2, 3), 2, False), delete_records_race),
+    Scenario("lagging-follower", "replica.lag.time.max.ms", "a cut-off follower leaves the ISR after the lag time, "
+             "not before; the waiting acks=all write is then acknowledged; healed, it rejoins",
+             _config(3, (1, 2, 3), 2, False), lagging_follower),
+    Scenario("below-min-isr", "min.insync.replicas, KIP-966", "ISR {1} of min 2: acks=all refused with "
+             "NOT_ENOUGH_REPLICAS, the acks=1 record uncommitted until a follower is back",
+             _config(3, (1, 2, 3), 2, False), below_min_isr),
+    Scenario("acks-all-leader-crash", "acks=all, min.insync.replicas 2", "the leader loses power mid-stream: every "
+             "acknowledged write on the new leader exactly once, in order; logs converge",
+             _config(3, (1, 2, 3), 2, False, flush_messages=None), acks_all_leader_crash),
+    Scenario("long-poll-fetch", "replica.fetch.wait.max.ms (DelayedFetch)", "a follower fetch waiting in the "
+             "leader's purgatory completes on append, well before the max wait",
+             _config(3, (1, 2, 3), 2, False, fetch_wait_ms=500), long_poll),
 ]}
 
 
+@contextmanager
+def fetcher_mode(truncate_on_fetch: bool):
+    """Run every follower fetcher created in the block with ``truncate_on_fetch`` as
+    given. True is Kafka's normal mode since IBP 2.7 (KIP-595's diverging epochs:
+    Fetch carries ``last_fetched_epoch`` and the leader answers a divergence);
+    False is the older one, where a follower that (re)starts following first asks
+    OffsetsForLeaderEpoch where its latest epoch ends (KIP-101, KIP-279)."""
+    if truncate_on_fetch:
+        yield
+        return
+    original = FetcherState.__init__
+
+    def init(self, source_broker_id, fetcher_id, replica_id, config, *args, **kwargs):
+        original(self, source_broker_id, fetcher_id, replica_id,
+                 dataclasses.replace(config, truncate_on_fetch=False), *args, **kwargs)
+
+    FetcherState.__init__ = init
+    try:
+        yield
+    finally:
+        FetcherState.__init__ = original
+
+
 def run_scenario(name: str, directory: str, *, defect: str | None = None, trace: Trace | None = None,
-                 **config_changes) -> ScenarioOutcome:
+                 truncate_on_fetch: bool = True, **config_changes) -> ScenarioOutcome:
+    """Run one named scenario. ``truncate_on_fetch=False`` runs the followers in the
+    OffsetsForLeaderEpoch mode (see ``fetcher_mode``)."""
     scenario = SCENARIOS[name]
     outcome = ScenarioOutcome(name, scenario.expected)
     config = scenario.config.with_options(defect=defect, **config_changes)
@@ -429,14 +959,18 @@ def run_scenario(name: str, directory: str, *, defect: str | None = None, trace:
     quiet.setLevel(logging.CRITICAL)
     sim = None
     try:
-        with planted(defect):
+        with planted(defect), fetcher_mode(truncate_on_fetch):
             sim = Simulation(config, directory, trace)
+            script = None
             try:
                 sim.setup()
-                outcome.as_expected, outcome.observed = scenario.script(Script(sim))
+                script = Script(sim, truncate_on_fetch)
+                outcome.as_expected, outcome.observed = scenario.script(script)
             except InvariantViolation as e:
                 outcome.violation = f"{e.invariant}: {e.detail}"
+                outcome.observed = dict(script.observed) if script is not None else {}
             except (TimeoutError, AssertionError) as e:
+                outcome.observed = dict(script.observed) if script is not None else {}
                 outcome.observed["stopped"] = f"{type(e).__name__}: {e}"
             finally:
                 outcome.trace_tail = list(sim.loop.trace.recent)

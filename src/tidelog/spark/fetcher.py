@@ -28,12 +28,12 @@ from typing import Iterator
 import pyarrow as pa
 
 from tidelog.core.errors import ErrorCode
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.records import iter_batches, iter_records
 from tidelog.spark.arrow_records import decode_fetched
 from tidelog.spark.options import ReadOptions
 from tidelog.spark.wire import (
     EARLIEST,
-    FETCH,
     LATEST,
     READ_COMMITTED,
     BrokerError,
@@ -73,7 +73,7 @@ class _Fetcher:
         try:
             node = self.cluster.leader(self.topic, self.partition)
             connection = self.cluster.connection(node)
-            correlation_id = connection.send(FETCH, self._body(offset))
+            correlation_id = connection.send(ApiKey.FETCH, self._body(offset))
             self._inflight = (offset, node, connection, correlation_id)
         except (BrokerUnreachable, BrokerError) as e:
             self._inflight = (offset, None, None, e)

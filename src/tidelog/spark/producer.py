@@ -26,9 +26,10 @@ import logging
 import time
 
 from tidelog.core.errors import ErrorCode
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.records import Compression, SimpleRecord, build_batch
 from tidelog.spark.options import SinkOptions
-from tidelog.spark.wire import PRODUCE, BrokerError, BrokerUnreachable, Cluster, error_of
+from tidelog.spark.wire import BrokerError, BrokerUnreachable, Cluster, error_of
 
 log = logging.getLogger("tidelog.spark")
 TopicPartition = tuple[str, int]
@@ -138,9 +139,9 @@ class Producer:
                 continue  # nothing was sent
             try:
                 if self.options.acks == 0:
-                    connection.send(PRODUCE, body, expect_response=False)
+                    connection.send(ApiKey.PRODUCE, body, expect_response=False)
                     continue
-                response = connection.request(PRODUCE, body)
+                response = connection.request(ApiKey.PRODUCE, body)
             except BrokerUnreachable as e:
                 self.cluster.forget(leader)
                 self._ambiguous(tps, f"connection to broker {leader} failed: {e}")

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 from tidelog.core.errors import ErrorCode
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import (
-    API_VERSIONS_KEY,
     ProtocolError,
     decode_response,
     encode_request,
@@ -40,13 +40,11 @@ from tidelog.protocol.codec import (
 
 log = logging.getLogger("tidelog.spark")
 
-PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
-CREATE_TOPICS, DELETE_RECORDS = 19, 21
 EARLIEST, LATEST = -2, -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 # Highest versions at which these APIs still name topics (v13 switched to topic ids).
-NAME_VERSION_MAX = {PRODUCE: 12, FETCH: 12}
+NAME_VERSION_MAX = {ApiKey.PRODUCE: 12, ApiKey.FETCH: 12}
 RESPONSE_SIZE_MAX_BYTES = 256 * 1024 * 1024
 
 # Errors after which the same request may succeed once metadata is refreshed or
@@ -120,10 +118,10 @@ class Connection:
         self._pending: dict[int, tuple[int, int]] = {}
         self.api_versions: dict[int, tuple[int, int]] = {}
         try:
-            response = self.request(API_VERSIONS_KEY, {"client_software_name": "tidelog-spark",
-                                                       "client_software_version": "0.1.0"}, version=3)
+            response = self.request(ApiKey.API_VERSIONS, {"client_software_name": "tidelog-spark",
+                                                          "client_software_version": "0.1.0"}, version=3)
             if error_of(response.error_code) == ErrorCode.UNSUPPORTED_VERSION:
-                response = self.request(API_VERSIONS_KEY, {}, version=0)
+                response = self.request(ApiKey.API_VERSIONS, {}, version=0)
         except BaseException:
             self.close()
             raise
@@ -287,7 +285,7 @@ class Cluster:
         body = {"topics": None if topics is None else [{"name": t} for t in topics],
                 "allow_auto_topic_creation": allow_auto_create,
                 "include_topic_authorized_operations": False}
-        response = connection.request(METADATA, body)
+        response = connection.request(ApiKey.METADATA, body)
         self.brokers = {int(b.node_id): (b.host, int(b.port)) for b in response.brokers}
         if topics is None:
             self.topics = {}
@@ -385,7 +383,7 @@ class Cluster:
                     {"partition_index": partition, "current_leader_epoch": -1, "timestamp": spec,
                      "max_num_offsets": 1})
             try:
-                response = self.connection(leader).request(LIST_OFFSETS, {
+                response = self.connection(leader).request(ApiKey.LIST_OFFSETS, {
                     "replica_id": -1, "isolation_level": isolation_level, "timeout": self.config.request_timeout_ms,
                     "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
             except BrokerUnreachable:
@@ -405,7 +403,7 @@ class Cluster:
                      configs: dict[str, str] | None = None) -> bool:
         """Create a topic; False if it already existed."""
         def once():
-            response = self.any_connection().request(CREATE_TOPICS, {
+            response = self.any_connection().request(ApiKey.CREATE_TOPICS, {
                 "topics": [{"name": name, "num_partitions": partitions, "replication_factor": replication_factor,
                             "assignments": [], "configs": [{"name": k, "value": v}
                                                            for k, v in (configs or {}).items()]}],

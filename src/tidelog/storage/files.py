@@ -10,14 +10,15 @@ Two implementations share that API:
 
 * ``RealFileSystem``: raw file descriptors, no Python buffering. A handle caches
   the file size so appends and size checks cost no system call beyond the write.
-* ``CrashableFileSystem`` (``crashable.py``): the same over real files, plus
-  ``crash()`` and ``tear_last_write()`` so tests (and later the simulator) can
-  lose exactly what a power cut would lose, then reopen the directory.
+* ``CrashableFileSystem`` (in ``tidelog.storage.crashable``, built on this
+  module): the same over real files, plus ``crash()`` and ``tear_last_write()``
+  so tests (and later the simulator) can lose exactly what a power cut would
+  lose, then reopen the directory.
 
-Durability contract the rest of storage relies on (SPEC §2 "Durability"): bytes
-are durable once their file is fsynced; a directory entry (a new file, a rename,
-a removal) is durable once its directory is fsynced. ``write_file_atomically``
-packages the temp-file / fsync / rename / fsync-dir dance for checkpoints.
+Durability contract the rest of storage relies on: bytes are durable once their
+file is fsynced; a directory entry (a new file, a rename, a removal) is durable
+once its directory is fsynced. ``write_file_atomically`` packages the temp-file /
+fsync / rename / fsync-dir dance for checkpoints.
 
 I/O failures surface as ``OSError``; the log layer turns them into
 ``StorageError`` and takes the directory offline. Using a closed handle is a bug
@@ -214,7 +215,7 @@ class RealFileSystem:
 def write_file_atomically(fs: FileSystem, path: str, data: bytes) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old or the new file.
 
-    Temp file, fsync, rename over the target, fsync the directory (SPEC §2).
+    Temp file, fsync, rename over the target, fsync the directory.
     """
     temp_path = path + ".tmp"
     handle = fs.open(temp_path)
@@ -239,11 +240,3 @@ def read_whole_file(fs: FileSystem, path: str, size_max_bytes: int) -> bytes:
     finally:
         handle.close()
 
-
-def __getattr__(name: str):
-    # ``CrashableFileSystem`` lives in its own module (it is test machinery) but is
-    # part of this layer's API: ``from tidelog.storage.files import CrashableFileSystem``.
-    if name == "CrashableFileSystem":
-        from tidelog.storage.crashable import CrashableFileSystem
-        return CrashableFileSystem
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""The logs of one broker across its log directories (SPEC §2, §5.1; Kafka's ``LogManager``).
+"""The logs of one broker across its log directories (Kafka's ``LogManager``).
 
 Theory of operation. Each log directory (JBOD: one per disk) holds partition
 directories ``<topic>-<partition>`` and, at its root::
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
 from typing import Mapping
 
 from tidelog.core.clock import Clock
@@ -67,6 +66,7 @@ class LogManager:
         self._offline_dirs: set[str] = set()
         self._offline_partitions: set[TopicPartition] = set()
         self._locks: dict[str, FileLock] = {}
+        self._deletions = 0
         for log_dir in self.log_dirs:
             self._load_dir(log_dir)
 
@@ -177,8 +177,8 @@ class LogManager:
             return
         log_dir = self._dir_of.pop(tp)
         log.close()
-        doomed = os.path.join(log_dir, f"{tp}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         try:
+            doomed = self._delete_dir_name(log_dir, tp)
             self.fs.rename(log.directory, doomed)
             self.fs.fsync_dir(log_dir)
             self.fs.rmtree(doomed)
@@ -187,6 +187,21 @@ class LogManager:
             self._mark_dir_offline(log_dir, e)
             raise StorageError(f"{tp}: cannot delete its log in {log_dir}: {e}") from e
         logger.info("deleted log %s from %s", tp, log_dir)
+
+    def _delete_dir_name(self, log_dir: str, tp: TopicPartition) -> str:
+        """``<tp>.<32 hex digits>-delete``, a name no directory in ``log_dir`` has.
+
+        Kafka fills the digits with a random UUID; any unused name does, so they
+        come from the injected clock and a counter (a simulated run names the
+        same directories every time) and are checked against what is on disk (a
+        leftover of an earlier process, or a clock that went back, is skipped).
+        """
+        while True:
+            self._deletions += 1
+            unique = f"{self.clock.now_ms() % (1 << 64):016x}{self._deletions:016x}"
+            doomed = os.path.join(log_dir, f"{tp}.{unique}{DELETE_DIR_SUFFIX}")
+            if not self.fs.exists(doomed):
+                return doomed
 
     def all_logs(self) -> list[Log]:
         return list(self._logs.values())

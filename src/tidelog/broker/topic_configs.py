@@ -12,7 +12,7 @@ from __future__ import annotations
 from tidelog.controller.config_defs import TOPIC_CONFIGS
 from tidelog.metadata.image import ConfigResource, MetadataImage
 from tidelog.metadata.records import ConfigResourceType
-from tidelog.server.config import BrokerConfig
+from tidelog.broker.config import BrokerConfig
 from tidelog.storage.config import TOPIC_CONFIGS_OWNED_ELSEWHERE, LogConfig
 
 

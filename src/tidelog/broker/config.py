@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 from tidelog.core.errors import InvalidConfigError
@@ -147,14 +146,12 @@ class BrokerConfig:
             self._values[key] = _coerce(definition, raw)
 
     @classmethod
-    def load(cls, path: str | Path | None = None, overrides: list[str] | None = None) -> "BrokerConfig":
+    def from_text(cls, properties_text: str | None = None, source: str = "server.properties",
+                  overrides: list[str] | None = None) -> "BrokerConfig":
+        """``server.properties`` text (read by the caller) plus ``--override KEY=VALUE``s."""
         props: dict[str, str] = {}
-        if path is not None:
-            try:
-                text = Path(path).read_text()
-            except OSError as e:
-                raise InvalidConfigError(f"cannot read {path}: {e.strerror}") from None
-            props.update(parse_properties(text, str(path)))
+        if properties_text is not None:
+            props.update(parse_properties(properties_text, source))
         for override in overrides or []:
             if "=" not in override:
                 raise InvalidConfigError(f"--override expects KEY=VALUE, got {override!r}")

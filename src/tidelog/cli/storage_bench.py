@@ -9,11 +9,15 @@ Theory of operation. One run, one directory, the same sizes for both sides:
   ``--read-kib`` per fetch (default 1 MiB, Kafka's ``max.partition.fetch.bytes``)
   vs ``os.pread`` of the raw file with the same read size.
 
-Neither side fsyncs (the log's default, SPEC §2 "Durability"); both read from the
-page cache. Each measurement is repeated ``--rounds`` times and the best kept.
+Neither side fsyncs (the log's default, as Kafka's ``flush.messages``: durability
+comes from replication); both read from the page cache. Each measurement is
+repeated ``--rounds`` times and the best kept.
 Targets (issue 2): log append >= 60% of raw write, log read >= 60% of raw read.
 
 Run: ``python benchmarks/storage_bench.py [--mb 256]`` or ``tidelog bench storage``.
+It lives with the command-line tools, not in tidelog.storage, because it times
+itself with the real clock, which the storage engine never reads (it is handed a
+``Clock``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,526 @@
+"""The broker, sans I/O: one ``BrokerNode`` that ``tidelog serve`` and the simulator both run.
+
+Theory of operation. A ``BrokerNode`` owns what a broker process is made of — the
+``LogManager`` (logs recovered at construction), a ``MetadataLoader`` over the
+broker's copy of the committed metadata log, the ``ReplicaManager`` with its
+purgatories and fetchers — and the broker lifecycle of Kafka's
+``BrokerLifecycleManager`` (``lifecycle.py``). It never touches a socket, a timer
+or the wall clock: the driver (``server/runtime.py`` over asyncio,
+``sim/broker.py`` over the simulator) feeds it inputs and carries out what comes
+back, as etcd raft's ``Step``/``Ready`` or h11's events do.
+
+Inputs, each a method that returns the effects to carry out, in order:
+
+    start(now_ms)                          → SendRegistration
+    on_registration_reply / _failed        → SendHeartbeat soon, or retry with backoff
+    on_heartbeat_reply / _failed           → lifecycle moves; StopNow when allowed
+    on_metadata_committed()                → apply the new image: become leader /
+                                             follower, FetcherAdded / FetcherRemoved,
+                                             MetadataPublished
+    on_alter_partition_reply / _failed     → ISR changes applied or queued again
+    on_tick(now_ms)                        → due work: purgatory expiry, offline log
+                                             dirs, ISR shrink, checkpoints, flush,
+                                             retention, heartbeat, AlterPartition
+    on_stop_requested(now_ms)              → controlled shutdown, or StopNow
+    shutdown()                             → final checkpoints; logs closed
+
+``next_wakeup_ms()`` says when ``on_tick`` is next due. Requests from clients and
+other brokers are answered by ``replica_manager`` (produce, fetch, the follower's
+OffsetsForLeaderEpoch and ListOffsets), so one set of rules serves every world.
+
+The image is applied only once this incarnation is registered and its copy of
+the metadata log has reached its own registration record: by then the
+controller has fenced the previous incarnation and moved its leaderships, so a
+broker that restarts with less data than before never leads at its old epoch.
+
+Errors come in three tiers: expected conditions are Kafka error codes inside the
+replica manager; a storage failure takes the affected log directory's partitions
+offline; anything else escaping a method here (an ``AssertionError``, an
+``IllegalTransition``) is a bug, and the driver stops the broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from tidelog.broker.config import BrokerConfig
+from tidelog.broker.lifecycle import BrokerState, LifecycleEvent, next_state
+from tidelog.broker.topic_configs import log_config, static_log_config, topic_config_values
+from tidelog.controller.messages import (
+    AlterPartitionItem,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerHeartbeatReply,
+    BrokerHeartbeatRequest,
+    BrokerRegistrationReply,
+    BrokerRegistrationRequest,
+)
+from tidelog.core.clock import Clock
+from tidelog.core.errors import ErrorCode, StorageError
+from tidelog.core.ids import TopicPartition
+from tidelog.metadata.loader import MetadataLoader
+from tidelog.metadata.records import Endpoint
+from tidelog.replication.fetcher import FetcherConfig, FetcherState
+from tidelog.replication.metadata_changes import apply_local_changes
+from tidelog.replication.partition import IsrProposal, Partition, ReplicationSettings
+from tidelog.replication.replica_manager import OFFLINE, ReplicaManager
+from tidelog.storage.config import LogConfig
+from tidelog.storage.log_manager import LogManager
+
+log = logging.getLogger("tidelog.broker")
+
+REGISTRATION_BACKOFF_MS_MIN = 50
+REGISTRATION_BACKOFF_MS_MAX = 2_000
+HEARTBEAT_RETRY_MS_MAX = 500             # after a failed heartbeat (Kafka's failure backoff)
+HEARTBEAT_CATCH_UP_MS = 10               # while catching up or waiting to be unfenced
+HEARTBEAT_SHUTDOWN_MS = 50               # while waiting for leaderships to move away
+RECOVERY_CHECKPOINT_INTERVAL_MS = 60_000  # Kafka's log.flush.offset.checkpoint.interval.ms
+TICK_INTERVAL_MS = 50
+CONTROLLED_SHUTDOWN_TIMEOUT_MS = 30_000
+
+FETCHER_PROPERTIES = ("num.replica.fetchers", "replica.fetch.max.bytes", "replica.fetch.response.max.bytes",
+                      "replica.fetch.wait.max.ms", "replica.fetch.min.bytes", "replica.fetch.backoff.ms")
+
+
+# ---------------------------------------------------------------- effects
+
+@dataclass(frozen=True)
+class SendRegistration:
+    request: BrokerRegistrationRequest
+
+
+@dataclass(frozen=True)
+class SendHeartbeat:
+    request: BrokerHeartbeatRequest
+
+
+@dataclass(frozen=True)
+class SendAlterPartition:
+    request: AlterPartitionRequest
+    # (topic id, partition) → (topic partition, the proposal sent), to route the answer
+    sent: dict[tuple[Any, int], tuple[TopicPartition, IsrProposal]]
+
+
+@dataclass(frozen=True)
+class FetcherAdded:
+    fetcher: FetcherState
+
+
+@dataclass(frozen=True)
+class FetcherRemoved:
+    fetcher: FetcherState
+
+
+@dataclass(frozen=True)
+class StateChanged:
+    old: BrokerState
+    new: BrokerState
+    reason: str
+
+
+@dataclass(frozen=True)
+class MetadataPublished:
+    offset: int
+
+
+@dataclass(frozen=True)
+class StopNow:
+    reason: str
+
+
+Effect = (SendRegistration | SendHeartbeat | SendAlterPartition | FetcherAdded | FetcherRemoved
+          | StateChanged | MetadataPublished | StopNow)
+
+
+class BrokerNode:
+    def __init__(self, config: BrokerConfig, clock: Clock, metadata_log, cluster_id: str,
+                 incarnation_id: uuid.UUID, listeners: tuple[Endpoint, ...], fs=None,
+                 rack: str | None = None, tick_interval_ms: int = TICK_INTERVAL_MS,
+                 controlled_shutdown_timeout_ms: int = CONTROLLED_SHUTDOWN_TIMEOUT_MS):
+        self.config = config
+        self.clock = clock
+        self.node_id: int = config["node.id"]
+        self.cluster_id = cluster_id
+        self.incarnation_id = incarnation_id
+        self.listeners = listeners
+        self.rack = rack
+        self.tick_interval_ms = tick_interval_ms
+        self.controlled_shutdown_timeout_ms = controlled_shutdown_timeout_ms
+        self.state = BrokerState.NOT_RUNNING
+        self.broker_epoch = -1
+        self._effects: list[Effect] = []
+        self.metadata_log = metadata_log
+        self.loader = MetadataLoader(metadata_log)
+        self.log_manager = LogManager(config["log.dirs"], clock, fs, default_config=static_log_config(config))
+        self.replica_manager = ReplicaManager(
+            self.node_id, self.log_manager, clock, self.replication_settings, self.log_config,
+            self._alive_broker_epoch,
+            fetcher_config=FetcherConfig.from_properties({k: config[k] for k in FETCHER_PROPERTIES}),
+            is_broker_alive=self._is_fetchable)
+        fetchers = self.replica_manager.fetcher_manager
+        fetchers.on_fetcher_added = lambda fetcher: self._effects.append(FetcherAdded(fetcher))
+        fetchers.on_fetcher_removed = lambda fetcher: self._effects.append(FetcherRemoved(fetcher))
+        self._restore_high_watermarks = self.log_manager.read_high_watermarks()
+        # Timers, in this node's monotonic milliseconds; None = not armed.
+        self._registration_backoff_ms = REGISTRATION_BACKOFF_MS_MIN
+        self._registration_in_flight = False
+        self._next_registration_ms: int | None = None
+        self._heartbeat_in_flight = False
+        self._next_heartbeat_ms: int | None = None
+        self._shutdown_deadline_ms: int | None = None
+        self._isr_in_flight = False
+        self._next_tick_ms = 0
+        self._next_isr_check_ms = 0
+        self._next_high_watermark_checkpoint_ms = 0
+        self._next_recovery_checkpoint_ms = 0
+        self._next_retention_ms = 0
+
+    # ============================================================ inputs
+
+    def start(self, now_ms: int) -> list[Effect]:
+        self._transition(LifecycleEvent.START, "process started")
+        self._next_isr_check_ms = now_ms + self.config["replica.lag.time.max.ms"] // 2
+        self._next_high_watermark_checkpoint_ms = now_ms + self.config["replica.high.watermark.checkpoint.interval.ms"]
+        self._next_recovery_checkpoint_ms = now_ms + RECOVERY_CHECKPOINT_INTERVAL_MS
+        self._next_retention_ms = now_ms + self.config["log.retention.check.interval.ms"]
+        self._next_tick_ms = now_ms + self.tick_interval_ms
+        self._send_registration()
+        return self._drain()
+
+    def on_registration_reply(self, reply: BrokerRegistrationReply, now_ms: int) -> list[Effect]:
+        self._registration_in_flight = False
+        if not self._running_process():
+            return self._drain()
+        if reply.error_code == ErrorCode.NONE:
+            self.broker_epoch = reply.broker_epoch
+            self.replica_manager.broker_epoch = reply.broker_epoch
+            self._registration_backoff_ms = REGISTRATION_BACKOFF_MS_MIN
+            log.info("broker %d registered with the controller: broker epoch %d", self.node_id, self.broker_epoch)
+            self._publish()
+            self._next_heartbeat_ms = now_ms
+            self._maybe_send_heartbeat(now_ms)
+        else:
+            log.warning("registration refused: %s%s; retrying", reply.error_code.name,
+                        f" ({reply.error_message})" if reply.error_message else "")
+            self._retry_registration(now_ms)
+        return self._drain()
+
+    def on_registration_failed(self, now_ms: int, error: str = "") -> list[Effect]:
+        self._registration_in_flight = False
+        if self._running_process():
+            log.info("controller not reachable for registration (%s); retrying", error)
+            self._retry_registration(now_ms)
+        return self._drain()
+
+    def on_heartbeat_reply(self, reply: BrokerHeartbeatReply, now_ms: int) -> list[Effect]:
+        """Kafka's BrokerLifecycleManager response handling, state by state."""
+        self._heartbeat_in_flight = False
+        if self.broker_epoch < 0 or not self._running_process():
+            return self._drain()
+        interval_ms = self.config["broker.heartbeat.interval.ms"]
+        next_ms = interval_ms
+        state = self.state
+        if reply.error_code == ErrorCode.STALE_BROKER_EPOCH:
+            self._on_registration_lost(reply, now_ms)
+            return self._drain()
+        if reply.error_code != ErrorCode.NONE:
+            log.warning("heartbeat answered %s", reply.error_code.name)
+            next_ms = min(interval_ms, HEARTBEAT_RETRY_MS_MAX)
+        elif state == BrokerState.STARTING:
+            if reply.is_caught_up:
+                self._transition(LifecycleEvent.CAUGHT_UP, "the controller says the metadata is caught up")
+            next_ms = HEARTBEAT_CATCH_UP_MS
+        elif state == BrokerState.RECOVERY:
+            if not reply.is_fenced:
+                self._transition(LifecycleEvent.UNFENCED, "the controller unfenced this broker")
+            else:
+                next_ms = HEARTBEAT_CATCH_UP_MS
+        elif state == BrokerState.PENDING_CONTROLLED_SHUTDOWN:
+            if reply.should_shut_down:
+                self._shut_down("controlled shutdown complete: this broker leads no partition")
+                return self._drain()
+            next_ms = HEARTBEAT_SHUTDOWN_MS
+        self._next_heartbeat_ms = now_ms + next_ms
+        return self._drain()
+
+    def on_heartbeat_failed(self, now_ms: int, error: str = "") -> list[Effect]:
+        self._heartbeat_in_flight = False
+        if self.broker_epoch >= 0 and self._running_process():
+            log.warning("heartbeat failed: %s", error)
+            self._next_heartbeat_ms = now_ms + min(self.config["broker.heartbeat.interval.ms"],
+                                                   HEARTBEAT_RETRY_MS_MAX)
+        return self._drain()
+
+    def on_metadata_committed(self) -> list[Effect]:
+        """The broker's copy of the metadata log has new committed records."""
+        if self._running_process():
+            self._publish()
+        return self._drain()
+
+    def on_alter_partition_reply(self, response: AlterPartitionResponse, sent, now_ms: int) -> list[Effect]:
+        self._isr_in_flight = False
+        manager = self.replica_manager
+        answered = {(r.topic_id, r.partition_id): r for r in response.partitions}
+        for key, (tp, proposal) in sent.items():
+            result = answered.get(key)
+            if result is None:
+                manager.on_alter_partition_response(tp, response.error_code, proposal=proposal)
+            else:
+                manager.on_alter_partition_response(tp, result.error_code, result.leader_epoch,
+                                                    result.partition_epoch, result.isr, proposal)
+        return self._drain()
+
+    def on_alter_partition_failed(self, sent, now_ms: int, error: str = "") -> list[Effect]:
+        """No answer: queue each proposal again unless a newer one replaced it."""
+        self._isr_in_flight = False
+        log.warning("AlterPartition failed (%s); will retry", error)
+        for tp, proposal in sent.values():
+            partition = self.replica_manager.get_partition(tp)
+            if partition is not None and partition.pending_proposal is proposal:
+                self.replica_manager.pending_isr_proposals.setdefault(tp, proposal)
+        return self._drain()
+
+    def on_tick(self, now_ms: int) -> list[Effect]:
+        if not self._running_process():
+            return self._drain()
+        manager = self.replica_manager
+        manager.on_tick(now_ms)
+        self._mark_failed_log_dirs_offline()
+        if now_ms >= self._next_tick_ms:
+            self._next_tick_ms = now_ms + self.tick_interval_ms
+            self._periodic_work(now_ms)
+        if self._next_registration_ms is not None and now_ms >= self._next_registration_ms:
+            self._next_registration_ms = None
+            self._send_registration()
+        self._maybe_send_heartbeat(now_ms)
+        if self._shutdown_deadline_ms is not None and now_ms >= self._shutdown_deadline_ms:
+            self._shut_down(f"controlled shutdown did not complete within "
+                            f"{self.controlled_shutdown_timeout_ms} ms; stopping anyway")
+            return self._drain()
+        self._maybe_send_alter_partition()
+        return self._drain()
+
+    def on_stop_requested(self, now_ms: int) -> list[Effect]:
+        """SIGTERM: a controlled shutdown when other brokers can take over, else stop now."""
+        state = self.state
+        if state in (BrokerState.PENDING_CONTROLLED_SHUTDOWN, BrokerState.SHUTTING_DOWN):
+            return self._drain()
+        if state == BrokerState.NOT_RUNNING:
+            self._effects.append(StopNow("stop requested before start"))
+            return self._drain()
+        others = [b for b in self.image.brokers.values() if b.broker_id != self.node_id and not b.fenced]
+        if state == BrokerState.RUNNING and others and self.broker_epoch >= 0:
+            self._transition(LifecycleEvent.CONTROLLED_SHUTDOWN, "stop requested: moving leaderships away")
+            self._shutdown_deadline_ms = now_ms + self.controlled_shutdown_timeout_ms
+            self._next_heartbeat_ms = now_ms
+            self._maybe_send_heartbeat(now_ms)
+        else:
+            self._shut_down("stop requested" + ("" if others else ": no other broker to hand leadership to"))
+        return self._drain()
+
+    def shutdown(self) -> None:
+        """The clean end of the process: waiting requests answered, checkpoints written,
+        logs flushed and closed, the clean-shutdown marker written."""
+        if self.state not in (BrokerState.SHUTTING_DOWN, BrokerState.NOT_RUNNING):
+            self._transition(LifecycleEvent.SHUT_DOWN, "shutdown")
+        self.replica_manager.shutdown()
+        try:
+            self.log_manager.write_high_watermarks(self.replica_manager.high_watermarks())
+        except (OSError, StorageError) as e:    # that directory is offline now; the rest close cleanly
+            log.warning("cannot write high watermarks at shutdown: %s", e)
+        self.log_manager.shutdown()
+        if self.state == BrokerState.SHUTTING_DOWN:
+            self._transition(LifecycleEvent.STOPPED, "logs closed")
+        self._effects.clear()
+
+    # ============================================================ queries
+
+    @property
+    def image(self):
+        return self.loader.image
+
+    def next_wakeup_ms(self) -> int:
+        """When ``on_tick`` is next due."""
+        heartbeat_ms = None if self._heartbeat_in_flight or self.broker_epoch < 0 else self._next_heartbeat_ms
+        candidates = [self._next_tick_ms, self._next_registration_ms, heartbeat_ms,
+                      self._shutdown_deadline_ms, self.replica_manager.next_deadline_ms()]
+        return min(c for c in candidates if c is not None)
+
+    def replication_settings(self, topic: str) -> ReplicationSettings:
+        values = topic_config_values(self.image, self.config, topic)
+        return ReplicationSettings(min_insync_replicas=int(values["min.insync.replicas"][0]),
+                                   replica_lag_time_max_ms=self.config["replica.lag.time.max.ms"])
+
+    def log_config(self, topic: str) -> LogConfig:
+        return log_config(self.image, self.config, topic)
+
+    def topic_config_values(self, topic: str) -> dict[str, tuple[str, str]]:
+        return topic_config_values(self.image, self.config, topic)
+
+    def _alive_broker_epoch(self, broker_id: int) -> int | None:
+        """The epoch of a broker that may join an ISR: registered, unfenced, not shutting down."""
+        registration = self.image.brokers.get(broker_id)
+        if registration is None or registration.fenced or registration.in_controlled_shutdown:
+            return None
+        return registration.broker_epoch
+
+    def _is_fetchable(self, broker_id: int) -> bool:
+        """A leader is fetched from while registered and unfenced — also while it is in
+        controlled shutdown (it serves until its leaderships move)."""
+        registration = self.image.brokers.get(broker_id)
+        return registration is not None and not registration.fenced
+
+    # ============================================================ lifecycle
+
+    def _running_process(self) -> bool:
+        return self.state not in (BrokerState.NOT_RUNNING, BrokerState.SHUTTING_DOWN)
+
+    def _transition(self, event: LifecycleEvent, reason: str) -> None:
+        old = self.state
+        self.state = next_state(old, event)
+        if self.state != old:
+            log.info("broker %d: %s → %s (%s)", self.node_id, old.name, self.state.name, reason)
+            self._effects.append(StateChanged(old, self.state, reason))
+
+    def _shut_down(self, reason: str) -> None:
+        self._transition(LifecycleEvent.SHUT_DOWN, reason)
+        self._shutdown_deadline_ms = None
+        self._next_heartbeat_ms = None
+        self._next_registration_ms = None
+        self._effects.append(StopNow(reason))
+
+    def _send_registration(self) -> None:
+        self._registration_in_flight = True
+        self._effects.append(SendRegistration(BrokerRegistrationRequest(
+            self.node_id, self.incarnation_id, self.cluster_id, self.listeners, rack=self.rack)))
+
+    def _retry_registration(self, now_ms: int) -> None:
+        self._next_registration_ms = now_ms + self._registration_backoff_ms
+        self._registration_backoff_ms = min(self._registration_backoff_ms * 2, REGISTRATION_BACKOFF_MS_MAX)
+
+    def _on_registration_lost(self, reply: BrokerHeartbeatReply, now_ms: int) -> None:
+        """STALE_BROKER_EPOCH: the registration we heartbeat for was replaced. Register
+        again (same incarnation); stop applying metadata until the new registration is
+        in our copy of the log, as at start."""
+        reason = f"registration replaced ({reply.error_message or 'STALE_BROKER_EPOCH'})"
+        if self.state == BrokerState.PENDING_CONTROLLED_SHUTDOWN:
+            self._transition(LifecycleEvent.REGISTRATION_LOST, reason + "; stopping")
+            self._shutdown_deadline_ms = None
+            self._next_heartbeat_ms = None
+            self._effects.append(StopNow(reason))
+            return
+        self._transition(LifecycleEvent.REGISTRATION_LOST, reason + "; registering again")
+        self.broker_epoch = -1
+        self.replica_manager.broker_epoch = -1
+        self._next_heartbeat_ms = None
+        self._send_registration()
+
+    def _maybe_send_heartbeat(self, now_ms: int) -> None:
+        if (self._heartbeat_in_flight or self.broker_epoch < 0 or self._next_heartbeat_ms is None
+                or now_ms < self._next_heartbeat_ms):
+            return
+        self._heartbeat_in_flight = True
+        self._next_heartbeat_ms = None
+        self._effects.append(SendHeartbeat(BrokerHeartbeatRequest(
+            self.node_id, self.broker_epoch, self.image.offset,
+            want_fence=self.state == BrokerState.STARTING,
+            want_shut_down=self.state == BrokerState.PENDING_CONTROLLED_SHUTDOWN)))
+
+    # ============================================================ metadata
+
+    def _publish(self) -> None:
+        """Replay newly committed metadata and become leader/follower as it says —
+        only past this incarnation's own registration record."""
+        if not self._may_publish():
+            return
+        delta = self.loader.catch_up()
+        if delta is None:
+            return
+        states = apply_local_changes(self.replica_manager, delta, self.node_id)
+        for tp in states:
+            restored = self._restore_high_watermarks.pop(tp, None)
+            partition = self.replica_manager.get_partition(tp)
+            if restored is not None and partition is not None and partition.is_leader:
+                partition.log.update_high_watermark(min(restored, partition.log.log_end_offset))
+        self._apply_config_changes()
+        self._effects.append(MetadataPublished(self.image.offset))
+
+    def _may_publish(self) -> bool:
+        return self.broker_epoch >= 0 and self.metadata_log.committed_offset >= self.broker_epoch
+
+    def _apply_config_changes(self) -> None:
+        for tp, partition in list(self.replica_manager.partitions.items()):
+            if isinstance(partition, Partition):
+                new_config = self.log_config(tp.topic)
+                if partition.log.config != new_config:
+                    partition.log.update_config(new_config)
+                partition.settings = self.replication_settings(tp.topic)
+
+    # ============================================================ periodic work
+
+    def _periodic_work(self, now_ms: int) -> None:
+        manager, logs = self.replica_manager, self.log_manager
+        if now_ms >= self._next_isr_check_ms:
+            manager.maybe_shrink_isr()
+            self._next_isr_check_ms = now_ms + self.config["replica.lag.time.max.ms"] // 2
+        try:
+            if now_ms >= self._next_high_watermark_checkpoint_ms:
+                self._next_high_watermark_checkpoint_ms = (
+                    now_ms + self.config["replica.high.watermark.checkpoint.interval.ms"])
+                logs.write_high_watermarks(manager.high_watermarks())
+            logs.flush_dirty_logs()
+            if now_ms >= self._next_recovery_checkpoint_ms:
+                self._next_recovery_checkpoint_ms = now_ms + RECOVERY_CHECKPOINT_INTERVAL_MS
+                logs.checkpoint_recovery_points()
+                logs.checkpoint_log_start_offsets()
+            if now_ms >= self._next_retention_ms:
+                self._next_retention_ms = now_ms + self.config["log.retention.check.interval.ms"]
+                deleted = logs.delete_old_segments()
+                if deleted:
+                    log.info("retention deleted %d segments", deleted)
+        except (OSError, StorageError) as e:
+            # The failing directory is offline now (LogManager marked it); its
+            # partitions go Offline below, the other directories keep serving.
+            log.error("periodic log work failed: %s", e)
+        self._mark_failed_log_dirs_offline()
+
+    def _mark_failed_log_dirs_offline(self) -> None:
+        """Partitions of a failed log directory go Offline (KAFKA_STORAGE_ERROR);
+        partitions on other directories keep serving."""
+        for tp in sorted(self.log_manager.offline_partitions):
+            if self.replica_manager.partitions.get(tp) not in (None, OFFLINE):
+                log.error("partition %s is offline: its log directory %s failed", tp,
+                          self.log_manager.log_dir_of(tp))
+                self.replica_manager.mark_offline(tp)
+
+    def _maybe_send_alter_partition(self) -> None:
+        """Batch every pending ISR change into one AlterPartition, one request in flight.
+        Each ISR member carries the broker epoch it fetched with (KIP-903); the leader
+        its own."""
+        manager = self.replica_manager
+        if self._isr_in_flight or not manager.pending_isr_proposals or self.broker_epoch < 0:
+            return
+        proposals = manager.drain_isr_proposals()
+        items, sent = [], {}
+        for tp, proposal in sorted(proposals.items()):
+            topic = self.image.topic(tp.topic)
+            if topic is None:
+                continue
+            epochs = proposal.new_isr_broker_epochs or (-1,) * len(proposal.new_isr)
+            epochs = tuple(self.broker_epoch if b == self.node_id else e for b, e in zip(proposal.new_isr, epochs))
+            items.append(AlterPartitionItem(topic.topic_id, tp.partition, proposal.leader_epoch,
+                                            proposal.partition_epoch, proposal.new_isr, 0, epochs))
+            sent[(topic.topic_id, tp.partition)] = (tp, proposal)
+        if items:
+            self._isr_in_flight = True
+            self._effects.append(SendAlterPartition(
+                AlterPartitionRequest(self.node_id, self.broker_epoch, tuple(items)), sent))
+
+    # ============================================================ plumbing
+
+    def _drain(self) -> list[Effect]:
+        effects, self._effects = self._effects, []
+        return effects

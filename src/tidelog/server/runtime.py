@@ -1,0 +1,416 @@
+"""``tidelog serve``: a broker, a controller, or both in one process (``process.roles``).
+
+Theory of operation. This is the asyncio driver of the sans-I/O core: it moves
+bytes, fires timers and carries out what the core asks for, and decides nothing.
+
+    start:  meta.properties (cluster id, node id) in every log dir
+            the listener binds (its port goes into the broker's registration)
+            controller role → ControllerServer (QuorumController + metadata log)
+            broker role     → a BrokerNode (broker/node.py) over the logs, with the
+                              broker's copy of the committed metadata log (the
+                              controller's own in combined mode, fetched from it
+                              otherwise); KafkaApis and AdminApis on the listener
+            → node.start(): register, catch up, heartbeat until unfenced →
+              RUNNING; one "ready" line
+    run:    requests → Dispatcher → KafkaApis / AdminApis / controller APIs;
+            one task wakes the node at ``next_wakeup_ms()``; effects become
+            controller requests, fetcher tasks (FetcherDriver) and wake-ups
+    stop:   (SIGTERM/SIGINT) ``on_stop_requested`` (a controlled shutdown when
+            others can lead) until the node says StopNow; then the listener
+            closes, waiting requests complete, ``BrokerNode.shutdown()`` writes
+            checkpoints and the clean-shutdown marker
+
+The simulator drives the same BrokerNode (sim/broker.py); the two drivers differ
+only in how bytes and time move. A broken invariant anywhere (an AssertionError
+out of the node, a fetcher or a request handler) goes to ``_fault`` and stops
+the process with exit status 1 — it is never logged and carried on from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import uuid
+
+from tidelog.broker.config import BrokerConfig
+from tidelog.broker.lifecycle import BrokerState
+from tidelog.broker.node import (
+    BrokerNode,
+    FetcherAdded,
+    FetcherRemoved,
+    MetadataPublished,
+    SendAlterPartition,
+    SendHeartbeat,
+    SendRegistration,
+    StateChanged,
+    StopNow,
+)
+from tidelog.core.clock import Clock, SystemClock
+from tidelog.core.errors import ErrorCode, InvalidConfigError
+from tidelog.metadata.file_log import FileMetadataLog
+from tidelog.metadata.records import Endpoint
+from tidelog.protocol.api_keys import ApiKey
+from tidelog.server.admin import AdminApis, ForwardingAdminApis
+from tidelog.server.apis import ApiContext, KafkaApis
+from tidelog.server.controller_channel import InProcessController, RemoteController, parse_quorum_voters
+from tidelog.server.controller_server import ControllerServer
+from tidelog.server.dispatch import Dispatcher
+from tidelog.server.fetcher_driver import FetcherDriver
+from tidelog.server.network import Listener
+from tidelog.server.storage_format import META_PROPERTIES, StorageFormatError, format_log_dirs
+
+log = logging.getLogger("tidelog.broker")
+
+TICK_MS = 50
+INITIAL_REGISTRATION_TIMEOUT_MS = 60_000
+CONTROLLER_REQUEST_TIMEOUT_S = 30.0
+CONTROLLER_ERRORS = (OSError, ConnectionError, asyncio.TimeoutError)
+
+
+class BrokerStartupError(Exception):
+    pass
+
+
+class Server:
+    def __init__(self, config: BrokerConfig, clock: Clock | None = None):
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.node_id: int = config["node.id"]
+        roles = set(config["process.roles"])
+        if not roles or not roles <= {"broker", "controller"}:
+            raise InvalidConfigError(f"process.roles must be broker, controller or both, got {sorted(roles)}")
+        self.is_broker = "broker" in roles
+        self.is_controller = "controller" in roles
+        if not self.is_controller and not config["controller.quorum.voters"]:
+            raise InvalidConfigError("a broker-only node needs controller.quorum.voters (id@host:port)")
+        endpoints = config.listener_endpoints()
+        self.listener_name, self.bind_host, self.bind_port = endpoints[0]
+        advertised = config.listener_endpoints(advertised=True)[0]
+        self.advertised_host = advertised[1] if advertised[1] not in ("0.0.0.0", "") else "127.0.0.1"
+        self.advertised_port = advertised[2] if config["advertised.listeners"] else 0
+        # What Metadata/DescribeCluster call the "controller": as in KRaft, a broker
+        # names an alive broker (itself) and forwards admin requests to the real
+        # controller, which clients cannot reach on their listener.
+        self.controller_id = self.node_id
+        self.cluster_id = ""
+        self.node: BrokerNode | None = None
+        self.listener: Listener | None = None
+        self.controller_server: ControllerServer | None = None
+        self.exit_status = 0
+        self._tasks: list[asyncio.Task] = []
+        self._running = asyncio.Event()
+        self._stop_now = asyncio.Event()        # the node said StopNow, or a fault
+        self._wake = asyncio.Event()            # the node's next wake-up may have moved
+        self._metadata_changed = asyncio.Event()
+        self._producer_ids: list[int] | None = None
+
+    # ------------------------------------------------------------------ start
+
+    async def _discover_cluster_id(self) -> str | None:
+        """A broker-only node with an unformatted dir learns the cluster id from its controller."""
+        if self.is_controller or self.config["cluster.id"]:
+            return self.config["cluster.id"]
+        if any(os.path.exists(os.path.join(d, META_PROPERTIES)) for d in self.config["log.dirs"]):
+            return None
+        deadline = self.clock.monotonic_ms() + INITIAL_REGISTRATION_TIMEOUT_MS
+        while True:
+            try:
+                response = await self.channel.request(ApiKey.DESCRIBE_CLUSTER,
+                                                      {"include_cluster_authorized_operations": False})
+                return response.cluster_id
+            except CONTROLLER_ERRORS as e:
+                if self.clock.monotonic_ms() > deadline:
+                    raise BrokerStartupError(f"cannot reach the controller: {e}") from None
+                await asyncio.sleep(0.2)
+
+    async def start(self) -> None:
+        config = self.config
+        if not self.is_controller:
+            _, host, port = parse_quorum_voters(config["controller.quorum.voters"])[0]
+            self.channel = RemoteController(host, port, client_id=f"broker-{self.node_id}")
+        self.cluster_id = format_log_dirs(config["log.dirs"], self.node_id, await self._discover_cluster_id())
+        self.dispatcher = Dispatcher()
+        self.listener = Listener(self.dispatcher, self.bind_host, self.bind_port,
+                                 request_size_max_bytes=config["socket.request.max.bytes"],
+                                 idle_timeout_ms=config["connections.max.idle.ms"],
+                                 fault_handler=self._fault)
+        self.bind_port = self.listener.bind()
+        if self.is_controller:
+            self.controller_server = ControllerServer(
+                config, self.clock, self.cluster_id,
+                co_located_broker_id=self.node_id if self.is_broker else None)
+            self.controller = self.controller_server.controller
+            self.controller_server.register(self.dispatcher, include_admin=not self.is_broker,
+                                            include_fetch=not self.is_broker)
+        if self.is_broker:
+            self._start_broker_role()
+        await self.listener.start()
+        self._tasks.append(asyncio.create_task(self._guarded(self._tick_loop())))
+        if self.is_broker:
+            if not self.is_controller:
+                self._tasks.append(asyncio.create_task(self._guarded(self._metadata_loop())))
+            self._carry_out(lambda node: node.start(self.clock.monotonic_ms()))
+            waiting = [asyncio.create_task(self._running.wait()), asyncio.create_task(self._stop_now.wait())]
+            done, pending = await asyncio.wait(waiting, timeout=INITIAL_REGISTRATION_TIMEOUT_MS / 1000,
+                                               return_when=asyncio.FIRST_COMPLETED)
+            for task in pending:
+                task.cancel()
+            if not self._running.is_set():
+                raise BrokerStartupError("the broker did not become RUNNING within "
+                                         f"{INITIAL_REGISTRATION_TIMEOUT_MS} ms (is the controller up?)")
+        roles = "broker+controller" if self.is_broker and self.is_controller else (
+            "broker" if self.is_broker else "controller")
+        log.info("tidelog node %d (%s) ready: listening on %s://%s:%d (cluster %s, data in %s)",
+                 self.node_id, roles, self.listener_name, self.bind_host, self.listener.port,
+                 self.cluster_id, ",".join(config["log.dirs"]))
+
+    def _start_broker_role(self) -> None:
+        config = self.config
+        if self.is_controller:
+            metadata_log = self.controller_server.metadata_log
+            self.channel = InProcessController(self.controller_server)
+            self.controller_server.on_publish(self.publish)
+            self.admin = AdminApis(self)
+        else:
+            metadata_log = FileMetadataLog(config["log.dirs"][0], self.clock, follower=True)
+            self.admin = ForwardingAdminApis(self)
+        endpoint = Endpoint(self.listener_name, self.advertised_host, self.advertised_port or self.bind_port)
+        self.node = BrokerNode(config, self.clock, metadata_log, self.cluster_id, uuid.uuid4(), (endpoint,),
+                               tick_interval_ms=TICK_MS)
+        self.fetcher_driver = FetcherDriver(self.node, self.listener_name, self._fault)
+        KafkaApis(ApiContext(
+            node=self.node, cluster_id=self.cluster_id, controller_id=self.controller_id,
+            listener_name=self.listener_name, auto_create_topics=self.auto_create_topics,
+            next_producer_id=self.next_producer_id,
+            metadata_fetch=self.controller_server.handle_metadata_fetch if self.controller_server else None,
+        )).register(self.dispatcher)
+        self.admin.register(self.dispatcher)
+
+    # -------------------------------------------------------------- the node
+
+    def _carry_out(self, step) -> None:
+        """Feed the node one input (``step(node)`` returns its effects) and do what it asks."""
+        if self.node is None or self._stop_now.is_set():
+            return
+        try:
+            effects = step(self.node)
+        except BaseException as e:
+            self._fault(e)
+            return
+        for effect in effects:
+            if isinstance(effect, SendRegistration):
+                self._spawn(self._ask_controller(self.channel.register, effect.request,
+                                                 lambda node, reply, now: node.on_registration_reply(reply, now),
+                                                 lambda node, now, error: node.on_registration_failed(now, error)))
+            elif isinstance(effect, SendHeartbeat):
+                self._spawn(self._ask_controller(self.channel.heartbeat, effect.request,
+                                                 lambda node, reply, now: node.on_heartbeat_reply(reply, now),
+                                                 lambda node, now, error: node.on_heartbeat_failed(now, error)))
+            elif isinstance(effect, SendAlterPartition):
+                sent = effect.sent
+                self._spawn(self._ask_controller(
+                    self.channel.alter_partition, effect.request,
+                    lambda node, reply, now: node.on_alter_partition_reply(reply, sent, now),
+                    lambda node, now, error: node.on_alter_partition_failed(sent, now, error)))
+            elif isinstance(effect, FetcherAdded):
+                self.fetcher_driver.start(effect.fetcher)
+            elif isinstance(effect, FetcherRemoved):
+                self.fetcher_driver.stop(effect.fetcher)
+            elif isinstance(effect, MetadataPublished):
+                self.fetcher_driver.wake_all()
+                self._metadata_changed.set()
+                self._metadata_changed = asyncio.Event()
+            elif isinstance(effect, StateChanged):
+                if effect.new == BrokerState.RUNNING:
+                    self._running.set()
+            elif isinstance(effect, StopNow):
+                log.info("stopping: %s", effect.reason)
+                self._stop_now.set()
+        self._wake.set()
+
+    async def _ask_controller(self, call, request, on_reply, on_failed) -> None:
+        try:
+            reply = await asyncio.wait_for(call(request), CONTROLLER_REQUEST_TIMEOUT_S)
+        except CONTROLLER_ERRORS as e:
+            error = f"{type(e).__name__}: {e}"
+            self._carry_out(lambda node: on_failed(node, self.clock.monotonic_ms(), error))
+            return
+        self._carry_out(lambda node: on_reply(node, reply, self.clock.monotonic_ms()))
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.get_running_loop().create_task(self._guarded(coroutine))
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    async def _guarded(self, coroutine) -> None:
+        try:
+            await coroutine
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:
+            self._fault(e)
+
+    def _fault(self, error: BaseException) -> None:
+        """Kafka's fault handler: a broken invariant stops the process (exit status 1)."""
+        log.critical("fatal error, stopping node %d: %s: %s", self.node_id, type(error).__name__, error,
+                     exc_info=(type(error), error, error.__traceback__))
+        self.exit_status = 1
+        self._stop_now.set()
+
+    async def _tick_loop(self) -> None:
+        """The controller's deadlines every tick; the broker node at its next wake-up."""
+        while True:
+            now = self.clock.monotonic_ms()
+            delay_ms = TICK_MS
+            if self.node is not None:
+                delay_ms = min(delay_ms, max(0, self.node.next_wakeup_ms() - now))
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay_ms / 1000)
+                continue                          # an input moved the wake-up: recompute
+            except asyncio.TimeoutError:
+                pass
+            if self.controller_server is not None:
+                self.controller_server.on_tick()
+            if self.node is not None:
+                self._carry_out(lambda node: node.on_tick(self.clock.monotonic_ms()))
+
+    async def _metadata_loop(self) -> None:
+        """A broker-only node follows the controller's committed metadata log."""
+        metadata_log = self.node.metadata_log
+        while True:
+            try:
+                error, records, high_watermark = await self.channel.fetch_metadata(
+                    self.node_id, self.node.broker_epoch, metadata_log.end_offset, 500)
+            except CONTROLLER_ERRORS as e:
+                log.debug("metadata fetch failed: %s", e)
+                await asyncio.sleep(0.2)
+                continue
+            if error != 0:
+                log.error("metadata fetch at offset %d answered error %d", metadata_log.end_offset, error)
+                await asyncio.sleep(1)
+                continue
+            metadata_log.append_fetched(records, high_watermark)
+            self.publish()
+
+    # ------------------------------------------------ what the APIs see of us
+
+    @property
+    def image(self):
+        return self.node.image if self.node is not None else self.controller_server.image
+
+    def publish(self) -> None:
+        """New committed metadata (the controller wrote, or a fetch brought it)."""
+        self._carry_out(lambda node: node.on_metadata_committed())
+
+    async def wait_for_metadata(self, predicate, timeout_s: float = 5.0) -> bool:
+        """Wait until ``predicate(image)`` holds (after forwarding an admin request)."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not predicate(self.image):
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._metadata_changed.wait(), remaining)
+            except asyncio.TimeoutError:
+                return False
+        return True
+
+    def topic_config_values(self, topic: str) -> dict[str, tuple[str, str]]:
+        return self.node.topic_config_values(topic)
+
+    def auto_create_topics(self, names: list[str]) -> dict[str, ErrorCode]:
+        """Metadata's auto-creation (``auto.create.topics.enable``)."""
+        if not self.config["auto.create.topics.enable"]:
+            return {}
+        return self.admin.auto_create(names)
+
+    async def next_producer_id(self) -> int:
+        """Producer ids from blocks the controller allocates (Kafka's ProducerIdManager)."""
+        block = self._producer_ids
+        if block is None or block[0] >= block[1]:
+            reply = await self.channel.allocate_producer_ids(self.node_id, self.node.broker_epoch)
+            if reply.error_code != ErrorCode.NONE:
+                raise RuntimeError(f"producer id allocation failed: {reply.error_code.name}")
+            block = [reply.producer_id_start, reply.producer_id_start + reply.producer_id_len]
+        self._producer_ids = [block[0] + 1, block[1]]
+        return block[0]
+
+    # ------------------------------------------------------------------- stop
+
+    async def wait_stopped_by_node(self) -> None:
+        await self._stop_now.wait()
+
+    async def stop(self) -> None:
+        log.info("shutting down node %d", self.node_id)
+        if self.node is not None and not self._stop_now.is_set():
+            self._carry_out(lambda node: node.on_stop_requested(self.clock.monotonic_ms()))
+            try:
+                await asyncio.wait_for(self._stop_now.wait(),
+                                       self.node.controlled_shutdown_timeout_ms / 1000 + 5)
+            except asyncio.TimeoutError:
+                log.warning("the broker did not finish its controlled shutdown; stopping anyway")
+        for task in list(self._tasks):
+            task.cancel()
+        if self.listener is not None:
+            await self.listener.stop()
+        if self.node is not None:
+            self.fetcher_driver.shutdown()
+            self.node.shutdown()
+            if not self.is_controller:
+                self.node.metadata_log.close()
+                self.channel.close()
+        if self.controller_server is not None:
+            self.controller_server.close()
+        log.info("node %d stopped%s", self.node_id, " cleanly" if self.exit_status == 0 else " after a fatal error")
+
+
+def load_config(path: str | None, overrides: list[str] | None = None) -> BrokerConfig:
+    """``server.properties`` at ``path`` (if any) plus ``--override KEY=VALUE``s."""
+    text = None
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise InvalidConfigError(f"cannot read {path}: {e.strerror}") from None
+    return BrokerConfig.from_text(text, str(path), overrides)
+
+
+def run_server(properties: str | None, overrides: list[str]) -> int:
+    try:
+        config = load_config(properties, overrides)
+    except InvalidConfigError as e:
+        log.error("%s", e)
+        return 2
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+
+    async def main() -> int:
+        server = Server(config)
+        try:
+            await server.start()
+        except (BrokerStartupError, StorageFormatError, InvalidConfigError, OSError) as e:
+            log.error("cannot start: %s", e)
+            await server.stop()
+            return 1
+        print(f"tidelog ready: node {server.node_id} listening on "
+              f"{server.listener_name}://{server.bind_host}:{server.bind_port}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        signalled = asyncio.create_task(stop.wait())
+        stopped_by_node = asyncio.create_task(server.wait_stopped_by_node())
+        await asyncio.wait([signalled, stopped_by_node], return_when=asyncio.FIRST_COMPLETED)
+        signalled.cancel()
+        stopped_by_node.cancel()
+        await server.stop()
+        return server.exit_status
+
+    return asyncio.run(main())

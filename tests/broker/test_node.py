@@ -1,0 +1,254 @@
+"""BrokerNode without I/O: inputs in, effects out, against a real QuorumController.
+
+Each test plays the driver's part by hand — it hands every SendRegistration /
+SendHeartbeat / SendAlterPartition to the controller and feeds the reply back —
+so the lifecycle, the metadata gate and the shutdown paths are checked exactly,
+with a ManualClock and no sockets, tasks or sleeps."""
+
+import random
+import uuid
+
+import pytest
+
+from tidelog.broker.config import BrokerConfig
+from tidelog.broker.lifecycle import BrokerState
+from tidelog.broker.node import (
+    BrokerNode,
+    MetadataPublished,
+    SendAlterPartition,
+    SendHeartbeat,
+    SendRegistration,
+    StateChanged,
+    StopNow,
+)
+from tidelog.controller.messages import BrokerHeartbeatReply, CreatableTopic
+from tidelog.controller.quorum_controller import QuorumController
+from tidelog.core.clock import ManualClock
+from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
+from tidelog.metadata.log import InMemoryMetadataLog
+from tidelog.metadata.records import Endpoint
+from tidelog.replication.partition import IsrProposal
+
+
+class LaggingCopy:
+    """A broker's copy of the metadata log that holds only what was 'fetched'."""
+
+    def __init__(self, source):
+        self.source, self.fetched = source, -1
+
+    @property
+    def committed_offset(self):
+        return self.fetched
+
+    @property
+    def end_offset(self):
+        return self.fetched + 1
+
+    @property
+    def log_start_offset(self):
+        return self.source.log_start_offset
+
+    def read(self, start_offset):
+        for offset, record in self.source.read(start_offset):
+            if offset > self.fetched:
+                return
+            yield offset, record
+
+    def latest_snapshot(self):
+        return None
+
+    def catch_up(self):
+        self.fetched = self.source.committed_offset
+
+
+class World:
+    def __init__(self, tmp_path, controlled_shutdown_timeout_ms=5000):
+        self.clock = ManualClock()
+        self.log = InMemoryMetadataLog()
+        self.controller = QuorumController(clock=self.clock, log=self.log, cluster_id="c1",
+                                           rng=random.Random(0), session_timeout_ms=9000)
+        self.tmp_path = tmp_path
+        self.nodes = {}
+        self.timeout_ms = controlled_shutdown_timeout_ms
+
+    def node(self, node_id, metadata_log=None):
+        config = BrokerConfig({"node.id": str(node_id), "process.roles": "broker",
+                               "log.dirs": str(self.tmp_path / f"b{node_id}")})
+        node = BrokerNode(config, self.clock, metadata_log or self.log, "c1", uuid.uuid4(),
+                          (Endpoint("PLAINTEXT", "localhost", 9000 + node_id),),
+                          controlled_shutdown_timeout_ms=self.timeout_ms)
+        self.nodes[node_id] = node
+        return node
+
+    def run(self, node, effects, steps=400, until=None, others=()):
+        """Carry out effects (the driver's job) and tick — ``node`` and any ``others``,
+        which keep heartbeating — until ``until(node)``."""
+        seen = list(effects)
+        pending = [(node, e) for e in effects]
+        everyone = [node, *others]
+        for _ in range(steps):
+            if until is not None and until(node):
+                return seen
+            while pending:
+                target, effect = pending.pop(0)
+                now = self.clock.monotonic_ms()
+                if isinstance(effect, SendRegistration):
+                    more = target.on_registration_reply(self.controller.register_broker(effect.request), now)
+                elif isinstance(effect, SendHeartbeat):
+                    more = target.on_heartbeat_reply(self.controller.process_broker_heartbeat(effect.request), now)
+                elif isinstance(effect, SendAlterPartition):
+                    more = target.on_alter_partition_reply(self.controller.alter_partition(effect.request),
+                                                           effect.sent, now)
+                else:
+                    more = []
+                for each in everyone:
+                    update = each.on_metadata_committed()
+                    pending += [(each, e) for e in update]
+                    if each is node:
+                        seen += update
+                if target is node:
+                    seen += more
+                pending += [(target, e) for e in more]
+                if until is not None and until(node):
+                    return seen
+            wake = min(each.next_wakeup_ms() for each in everyone)
+            self.clock.advance(max(1, wake - self.clock.monotonic_ms()))
+            for each in everyone:
+                more = each.on_tick(self.clock.monotonic_ms())
+                if each is node:
+                    seen += more
+                pending += [(each, e) for e in more]
+        assert until is None or until(node), f"{until} never held; node is {node.state.name}"
+        return seen
+
+
+def running(node):
+    return node.state == BrokerState.RUNNING
+
+
+def test_start_registers_catches_up_and_runs(tmp_path):
+    world = World(tmp_path)
+    node = world.node(1)
+    effects = node.start(world.clock.monotonic_ms())
+    assert [type(e) for e in effects] == [StateChanged, SendRegistration]
+    assert node.state == BrokerState.STARTING
+    seen = world.run(node, effects, until=running)
+    changes = [(e.old, e.new) for e in seen if isinstance(e, StateChanged)]
+    assert changes[-3:] == [(BrokerState.NOT_RUNNING, BrokerState.STARTING),
+                            (BrokerState.STARTING, BrokerState.RECOVERY),
+                            (BrokerState.RECOVERY, BrokerState.RUNNING)]
+    heartbeats = [e.request for e in seen if isinstance(e, SendHeartbeat)]
+    assert heartbeats[0].want_fence and not heartbeats[-1].want_fence
+    assert not world.controller.image.brokers[1].fenced
+
+
+def test_metadata_is_applied_only_past_the_brokers_own_registration(tmp_path):
+    world = World(tmp_path)
+    other = world.node(2)
+    world.run(other, other.start(world.clock.monotonic_ms()), until=running)
+    world.controller.create_topics([CreatableTopic("t", assignments=((2,),))])
+    copy = LaggingCopy(world.log)
+    copy.catch_up()                              # everything before broker 1 registers: topic t
+    node = world.node(1, copy)
+    effects = node.start(world.clock.monotonic_ms())
+    assert node.on_metadata_committed() == []    # not registered: nothing applied
+    assert node.image.offset == -1
+    registration = [e for e in effects if isinstance(e, SendRegistration)][0]
+    reply = world.controller.register_broker(registration.request)
+    effects = node.on_registration_reply(reply, world.clock.monotonic_ms())
+    assert not any(isinstance(e, MetadataPublished) for e in effects), "the copy lacks the registration"
+    assert node.image.offset == -1
+    copy.catch_up()
+    effects = node.on_metadata_committed()
+    assert [e for e in effects if isinstance(e, MetadataPublished)] == [MetadataPublished(copy.fetched)]
+    assert node.image.topic("t") is not None
+
+
+def test_stale_broker_epoch_registers_again_and_returns_to_running(tmp_path):
+    world = World(tmp_path)
+    node = world.node(1)
+    world.run(node, node.start(world.clock.monotonic_ms()), until=running)
+    old_epoch = node.broker_epoch
+    effects = node.on_heartbeat_reply(BrokerHeartbeatReply(ErrorCode.STALE_BROKER_EPOCH, "replaced"),
+                                      world.clock.monotonic_ms())
+    assert node.state == BrokerState.STARTING and node.broker_epoch == -1
+    assert any(isinstance(e, SendRegistration) for e in effects)
+    world.run(node, effects, until=running)
+    assert node.broker_epoch == world.controller.image.brokers[1].broker_epoch >= old_epoch
+
+
+def test_stopping_alone_stops_at_once(tmp_path):
+    world = World(tmp_path)
+    node = world.node(1)
+    world.run(node, node.start(world.clock.monotonic_ms()), until=running)
+    effects = node.on_stop_requested(world.clock.monotonic_ms())
+    assert isinstance(effects[-1], StopNow) and node.state == BrokerState.SHUTTING_DOWN
+    node.shutdown()
+    assert node.state == BrokerState.NOT_RUNNING
+
+
+def test_controlled_shutdown_waits_for_the_controller_to_move_leaderships(tmp_path):
+    world = World(tmp_path)
+    first, second = world.node(1), world.node(2)
+    world.run(first, first.start(world.clock.monotonic_ms()), until=running)
+    world.run(second, second.start(world.clock.monotonic_ms()), until=running)
+    world.controller.create_topics([CreatableTopic("t", assignments=((1, 2),))])
+    world.run(first, first.on_metadata_committed(), until=lambda n: n.replica_manager.get_partition(
+        TopicPartition("t", 0)) is not None)
+    effects = first.on_stop_requested(world.clock.monotonic_ms())
+    assert first.state == BrokerState.PENDING_CONTROLLED_SHUTDOWN
+    assert [e.request.want_shut_down for e in effects if isinstance(e, SendHeartbeat)] == [True]
+    seen = world.run(first, effects, until=lambda n: n.state == BrokerState.SHUTTING_DOWN, others=[second])
+    assert any(isinstance(e, StopNow) for e in seen)
+    assert world.controller.image.partition(TopicPartition("t", 0)).leader == 2
+
+
+def test_a_controlled_shutdown_that_never_completes_stops_at_its_deadline(tmp_path):
+    world = World(tmp_path, controlled_shutdown_timeout_ms=3000)
+    first, second = world.node(1), world.node(2)
+    world.run(first, first.start(world.clock.monotonic_ms()), until=running)
+    world.run(second, second.start(world.clock.monotonic_ms()), until=running)
+    first.on_metadata_committed()                # it knows broker 2 can take over
+    start = world.clock.monotonic_ms()
+    first.on_stop_requested(start)               # the heartbeat is "lost": never answered
+    assert first.state == BrokerState.PENDING_CONTROLLED_SHUTDOWN
+    effects = []
+    for _ in range(1000):
+        if effects:
+            break
+        world.clock.advance(max(1, first.next_wakeup_ms() - world.clock.monotonic_ms()))
+        effects = [e for e in first.on_tick(world.clock.monotonic_ms()) if isinstance(e, StopNow)]
+    assert world.clock.monotonic_ms() - start == 3000
+
+
+def test_alter_partition_carries_the_leaders_own_broker_epoch(tmp_path):
+    world = World(tmp_path)
+    node = world.node(1)
+    world.run(node, node.start(world.clock.monotonic_ms()), until=running)
+    world.controller.create_topics([CreatableTopic("t", assignments=((1,),))])
+    world.run(node, node.on_metadata_committed(), until=lambda n: n.image.topic("t") is not None)
+    tp = TopicPartition("t", 0)
+    partition = node.replica_manager.get_partition(tp)
+    node.replica_manager.pending_isr_proposals[tp] = IsrProposal(partition.leader_epoch,
+                                                                 partition.partition_epoch, (1,), (-1,))
+    world.clock.advance(100)
+    sends = [e for e in node.on_tick(world.clock.monotonic_ms()) if isinstance(e, SendAlterPartition)]
+    assert len(sends) == 1
+    assert sends[0].request.partitions[0].new_isr_broker_epochs == (node.broker_epoch,)
+
+
+def test_a_broken_invariant_escapes_to_the_driver(tmp_path):
+    """The node never swallows an AssertionError: the driver's fault handler stops
+    the broker (the runtime) or fails the seed (the simulator)."""
+    world = World(tmp_path)
+    node = world.node(1)
+    world.run(node, node.start(world.clock.monotonic_ms()), until=running)
+
+    def broken(now_ms):
+        raise AssertionError("high_watermark > log_end_offset")
+
+    node.replica_manager.on_tick = broken
+    world.clock.advance(100)
+    with pytest.raises(AssertionError):
+        node.on_tick(world.clock.monotonic_ms())
