@@ -5,7 +5,8 @@ six states (``BrokerState``). Here every move between them is one entry in
 ``TRANSITIONS``; ``next_state(state, event)`` is the only way to change state and
 raises ``IllegalTransition`` (a programming error, which stops the broker) for an
 event that has no entry. docs/broker.md's lifecycle diagram is generated from this
-table (``mermaid()``) and a test checks the page against it.
+table (``mermaid()``) and a test checks the page against it. The mechanism is
+shared with every other state machine (``tidelog.core.states``).
 
     NOT_RUNNING ─start─▶ STARTING ─caught up─▶ RECOVERY ─unfenced─▶ RUNNING
     RUNNING ─controlled shutdown─▶ PENDING_CONTROLLED_SHUTDOWN ─shut down─▶ SHUTTING_DOWN
@@ -22,6 +23,10 @@ counts it as a leader.
 from __future__ import annotations
 
 import enum
+
+from tidelog.core.states import IllegalTransition, mermaid as draw, transition
+
+__all__ = ["BrokerState", "LifecycleEvent", "TRANSITIONS", "IllegalTransition", "next_state", "can", "mermaid"]
 
 
 class BrokerState(enum.Enum):
@@ -58,15 +63,8 @@ TRANSITIONS: dict[BrokerState, dict[LifecycleEvent, BrokerState]] = {
 del S, E
 
 
-class IllegalTransition(AssertionError):
-    """An event arrived in a state that has no transition for it: a bug."""
-
-
 def next_state(state: BrokerState, event: LifecycleEvent) -> BrokerState:
-    try:
-        return TRANSITIONS[state][event]
-    except KeyError:
-        raise IllegalTransition(f"broker lifecycle: no transition from {state.name} on {event.name}") from None
+    return transition(TRANSITIONS, state, event, "broker lifecycle")
 
 
 def can(state: BrokerState, event: LifecycleEvent) -> bool:
@@ -75,8 +73,4 @@ def can(state: BrokerState, event: LifecycleEvent) -> bool:
 
 def mermaid() -> str:
     """The table as a Mermaid state diagram (docs/broker.md embeds this text)."""
-    lines = ["stateDiagram-v2", "    [*] --> NOT_RUNNING"]
-    for state, moves in TRANSITIONS.items():
-        for event, target in moves.items():
-            lines.append(f"    {state.name} --> {target.name}: {event.value}")
-    return "\n".join(lines)
+    return draw(TRANSITIONS, initial=BrokerState.NOT_RUNNING)

@@ -1,24 +1,28 @@
-"""One partition's replication state on one broker (SPEC §3–§5, KAFKA_RULES §2.1–2.7, 2.13).
+"""One partition's replication state on one broker (Kafka's ``Partition``; docs/replication.md).
 
 Theory of operation. A ``Partition`` wraps the local ``Log`` and knows the
 partition's assignment, leader, leader epoch, partition epoch and ISR as the
-metadata log last said (``make_leader`` / ``make_follower``, §2.13).
+metadata log last said (``make_leader`` / ``make_follower``, as Kafka's
+``Partition.makeLeader`` / ``makeFollower``).
 
 Leader side. It keeps a ``ReplicaState`` per follower, fed by follower fetches
-(§2.2), from which it decides the high watermark (§2.1) and ISR changes
-(§2.3–2.4). ISR changes are *proposed* (``pending_isr`` / ``pending_proposal``,
-one in flight at a time) and only committed when the controller accepts them
-(§2.5); until then the leader uses the *maximal* ISR (committed ∪ proposed) for
-the high watermark, but the committed ISR for the min-ISR checks. Reads are
-validated in the order of §2.7 (``read_records``, and the same epoch/role checks
-for ``fetch_offset_snapshot`` and ``last_offset_for_leader_epoch``, which serve a
-follower's ListOffsets and OffsetsForLeaderEpoch).
+(Kafka's ``Replica.updateFetchStateOrThrow``), from which it decides the high
+watermark (``Partition.maybeIncrementLeaderHW``) and ISR changes
+(``maybeExpandIsr`` / ``maybeShrinkIsr``). ISR changes are *proposed*
+(``pending_isr`` / ``pending_proposal``, one in flight at a time) and only
+committed when the controller accepts them (KIP-497's AlterPartition); until
+then the leader uses the *maximal* ISR (committed ∪ proposed) for the high
+watermark, but the committed ISR for the min-ISR checks. Reads are validated in
+the order of Kafka's ``Partition.fetchRecords`` (``read_records``, and the same
+epoch/role checks for ``fetch_offset_snapshot`` and ``last_offset_for_leader_epoch``,
+which serve a follower's ListOffsets and OffsetsForLeaderEpoch).
 
-Follower side (driven by ``fetcher.py``): ``append_records_as_follower`` (SPEC §3
-step 8), ``update_follower_high_watermark`` = clamp(leader HW, log start, LEO)
-(§2.1.5, it may move back), ``update_follower_log_start_offset`` (step 9, with
-the DeleteRecords race of SPEC §5.6: a leader log start offset above our high
-watermark is not an error), and the truncation helpers.
+Follower side (driven by ``fetcher.py``): ``append_records_as_follower`` (step 8
+of the nine steps in docs/replication.md), ``update_follower_high_watermark`` =
+clamp(leader HW, log start, LEO) (it may move back),
+``update_follower_log_start_offset`` (step 9, with the DeleteRecords race: a
+leader log start offset above our high watermark is not an error), and the
+truncation helpers.
 
 Sans-IO: every input carries ``now_ms``; outputs are return values (e.g. the
 AlterPartition proposal to send). Invariants: ``log_start_offset <=
@@ -34,6 +38,7 @@ import logging
 from dataclasses import dataclass
 
 from tidelog.core.errors import ErrorCode, KafkaError
+from tidelog.core.states import transition
 from tidelog.storage.log import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 logger = logging.getLogger("tidelog.partition")
@@ -64,7 +69,7 @@ class ReplicaState:
 
     def update_fetch_state(self, fetch_offset: int, log_start_offset: int, fetch_time_ms: int,
                            leader_log_end_offset: int, broker_epoch: int) -> None:
-        """KAFKA_RULES §2.2."""
+        """Kafka's ``Replica.updateFetchStateOrThrow``."""
         if fetch_offset >= leader_log_end_offset:
             self.last_caught_up_time_ms = max(self.last_caught_up_time_ms, fetch_time_ms)
         elif fetch_offset >= self.last_fetch_leader_log_end_offset:
@@ -77,7 +82,7 @@ class ReplicaState:
         self.broker_epoch = broker_epoch
 
     def reset(self, in_isr: bool, now_ms: int, was_leader: bool) -> None:
-        """On a leader-epoch bump (KAFKA_RULES §2.2, last bullets)."""
+        """On a leader-epoch bump (Kafka's ``Replica.resetReplicaState``)."""
         self.last_caught_up_time_ms = now_ms if in_isr else 0
         if not was_leader:
             self.log_end_offset = UNDEFINED_OFFSET
@@ -96,6 +101,35 @@ class PartitionState:
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
     partition_epoch: int
+
+
+
+class IsrState(enum.Enum):
+    """A leader partition's ISR, as Kafka's ``Partition`` tracks it
+    (CommittedPartitionState / PendingExpandIsr / PendingShrinkIsr)."""
+
+    COMMITTED = "committed"              # the ISR the controller accepted
+    PENDING_EXPAND = "pending expand"    # an AlterPartition adding a follower is in flight
+    PENDING_SHRINK = "pending shrink"    # an AlterPartition removing followers is in flight
+
+
+class IsrEvent(enum.Enum):
+    PROPOSE_EXPAND = "propose expand"            # a caught-up follower may join
+    PROPOSE_SHRINK = "propose shrink"            # followers fell behind
+    ACCEPTED = "accepted"                        # the controller's answer applied
+    REJECTED = "rejected"                        # INELIGIBLE_REPLICA / OPERATION_NOT_ATTEMPTED
+    NEW_METADATA = "new metadata"                # become leader / follower replaced the state
+
+
+ISR_TRANSITIONS = {
+    IsrState.COMMITTED: {IsrEvent.PROPOSE_EXPAND: IsrState.PENDING_EXPAND,
+                         IsrEvent.PROPOSE_SHRINK: IsrState.PENDING_SHRINK,
+                         IsrEvent.NEW_METADATA: IsrState.COMMITTED},
+    IsrState.PENDING_EXPAND: {IsrEvent.ACCEPTED: IsrState.COMMITTED, IsrEvent.REJECTED: IsrState.COMMITTED,
+                              IsrEvent.NEW_METADATA: IsrState.COMMITTED},
+    IsrState.PENDING_SHRINK: {IsrEvent.ACCEPTED: IsrState.COMMITTED, IsrEvent.REJECTED: IsrState.COMMITTED,
+                              IsrEvent.NEW_METADATA: IsrState.COMMITTED},
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -150,6 +184,7 @@ class Partition:
         self.partition_epoch: int = -1
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()          # committed: the controller accepted it
+        self.isr_state = IsrState.COMMITTED               # moves only through ISR_TRANSITIONS
         self.pending_isr: tuple[int, ...] | None = None  # in flight to the controller
         self.pending_proposal: IsrProposal | None = None  # the proposal carrying pending_isr
         self.leader_epoch_start_offset: int | None = None
@@ -167,7 +202,7 @@ class Partition:
 
     @property
     def maximal_isr(self) -> tuple[int, ...]:
-        """Committed ISR ∪ proposed ISR, committed members first (KAFKA_RULES §2.3)."""
+        """Committed ISR ∪ proposed ISR, committed members first (Kafka's ``maximalIsr``)."""
         if self.pending_isr is None:
             return self.isr
         return self.isr + tuple(r for r in self.pending_isr if r not in self.isr)
@@ -177,7 +212,7 @@ class Partition:
         return min(self.settings.min_insync_replicas, max(1, len(self.replicas)))
 
     def make_leader(self, state: PartitionState, now_ms: int) -> bool:
-        """KAFKA_RULES §2.13. Returns True iff this broker was not leader before."""
+        """Kafka's ``Partition.makeLeader``. Returns True iff this broker was not leader before."""
         if state.partition_epoch < self.partition_epoch:
             logger.info("%s: ignoring leader state %s older than partition epoch %d",
                         self.topic_partition, state, self.partition_epoch)
@@ -186,7 +221,7 @@ class Partition:
         followers = [r for r in state.replicas if r != self.local_broker_id]
         if state.leader_epoch > self.leader_epoch:
             # The new epoch starts at our log end offset: followers holding epochs we
-            # never saw can find their truncation point from it (§2.6, last bullet).
+            # never saw can find their truncation point from it (KIP-279).
             self.leader_epoch_start_offset = self.log.log_end_offset
             self.log.assign_leader_epoch(state.leader_epoch, self.log.log_end_offset)
             self.replica_states = {
@@ -201,14 +236,13 @@ class Partition:
         self.leader = state.leader
         self.replicas = tuple(state.replicas)
         self.isr = tuple(state.isr)
-        self.pending_isr = None
-        self.pending_proposal = None
+        self._isr_step(IsrEvent.NEW_METADATA)
         self.partition_epoch = state.partition_epoch
         self.maybe_increment_leader_high_watermark(now_ms)
         return not was_leader
 
     def make_follower(self, state: PartitionState) -> bool:
-        """KAFKA_RULES §2.13. Returns True iff the leader epoch moved (restart fetching)."""
+        """Kafka's ``Partition.makeFollower``. Returns True iff the leader epoch moved (restart fetching)."""
         if state.partition_epoch < self.partition_epoch:
             logger.info("%s: ignoring follower state %s older than partition epoch %d",
                         self.topic_partition, state, self.partition_epoch)
@@ -218,8 +252,7 @@ class Partition:
         self.leader_epoch = state.leader_epoch
         self.replicas = tuple(state.replicas)
         self.isr = ()
-        self.pending_isr = None
-        self.pending_proposal = None
+        self._isr_step(IsrEvent.NEW_METADATA)
         self.replica_states = {}
         self.leader_epoch_start_offset = None
         self.partition_epoch = state.partition_epoch
@@ -228,7 +261,7 @@ class Partition:
     # ------------------------------------------------------ high watermark
 
     def maybe_increment_leader_high_watermark(self, now_ms: int) -> bool:
-        """KAFKA_RULES §2.1. Returns whether the high watermark moved."""
+        """Kafka's ``Partition.maybeIncrementLeaderHW``. Returns whether the high watermark moved."""
         if not self.is_leader:
             return False
         if self.settings.strict_min_isr and len(self.isr) < self.effective_min_isr:
@@ -247,7 +280,7 @@ class Partition:
         return False
 
     def _is_isr_eligible(self, replica_id: int, state: ReplicaState) -> bool:
-        """KRaft eligibility (KAFKA_RULES §2.3): alive (not fenced, not shutting down)
+        """KRaft eligibility (Kafka's ``Partition.isReplicaIsrEligible``): alive (not fenced, not shutting down)
         and the broker epoch it fetched with is known: -1 (an old fetch version) or
         the one the metadata image holds. A replica that has not fetched since this
         leader epoch began has no stored epoch and is not eligible."""
@@ -268,12 +301,12 @@ class Partition:
                              f"min.insync.replicas {self.effective_min_isr}",
                              ErrorCode.NOT_ENOUGH_REPLICAS)
         info = self.log.append_as_leader(records, self.leader_epoch)
-        # The LEO moved: with an ISR of one the HW follows at once (§2.1.4).
+        # The LEO moved: with an ISR of one the HW follows at once.
         self.maybe_increment_leader_high_watermark(self.log.clock.monotonic_ms() if now_ms is None else now_ms)
         return info
 
     def check_enough_replicas_reached(self, required_offset: int) -> tuple[bool, ErrorCode]:
-        """The delayed-produce condition (KAFKA_RULES §2.11)."""
+        """The delayed-produce condition (Kafka's ``Partition.checkEnoughReplicasReachOffset``)."""
         if not self.is_leader:
             return True, ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self.log.high_watermark >= required_offset:
@@ -286,7 +319,8 @@ class Partition:
 
     def _check_epoch_and_role(self, current_leader_epoch: int | None,
                               fetch_only_from_leader: bool) -> ErrorCode:
-        """Steps 1–2 of KAFKA_RULES §2.7, shared by every read a follower makes."""
+        """Steps 1–2 of the fetch validation (docs/replication.md), shared by every read a
+        follower makes."""
         if current_leader_epoch is not None and current_leader_epoch >= 0:
             if current_leader_epoch < self.leader_epoch:
                 return ErrorCode.FENCED_LEADER_EPOCH
@@ -300,7 +334,7 @@ class Partition:
                      current_leader_epoch: int | None = None, last_fetched_epoch: int | None = None,
                      fetch_only_from_leader: bool = True, min_one_batch: bool = True,
                      replica_id: int = -1) -> ReadResult:
-        """Validate and read, in the order of KAFKA_RULES §2.7."""
+        """Validate and read, in the order of Kafka's ``Partition.fetchRecords``."""
         error = self._check_epoch_and_role(current_leader_epoch, fetch_only_from_leader)
         if error != ErrorCode.NONE:
             return ReadResult(error)
@@ -335,7 +369,8 @@ class Partition:
     def fetch_offset_snapshot(self, current_leader_epoch: int | None = None,
                               fetch_only_from_leader: bool = True) -> tuple[ErrorCode, int, int, int]:
         """``(error, log_start_offset, high_watermark, log_end_offset)`` after the epoch and
-        role checks of §2.7: what a follower's ListOffsets (earliest / latest) reads (§2.9)."""
+        role checks of ``read_records``: what a follower's ListOffsets (earliest / latest)
+        reads when it is out of range."""
         error = self._check_epoch_and_role(current_leader_epoch, fetch_only_from_leader)
         if error != ErrorCode.NONE:
             return error, UNDEFINED_OFFSET, UNDEFINED_OFFSET, UNDEFINED_OFFSET
@@ -376,7 +411,7 @@ class Partition:
     def last_offset_for_leader_epoch(self, current_leader_epoch: int | None, leader_epoch: int,
                                      fetch_only_from_leader: bool = True) -> tuple[ErrorCode, int, int]:
         """OffsetsForLeaderEpoch on the leader: ``(error, epoch, end offset)`` where the
-        pair is ``end_offset_for_epoch(leader_epoch)`` (KAFKA_RULES §2.6), (-1, -1) if unknown."""
+        pair is ``end_offset_for_epoch(leader_epoch)``, (-1, -1) if unknown."""
         error = self._check_epoch_and_role(current_leader_epoch, fetch_only_from_leader)
         if error != ErrorCode.NONE:
             return error, UNDEFINED_EPOCH, UNDEFINED_OFFSET
@@ -385,7 +420,8 @@ class Partition:
 
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, log_start_offset: int,
                                     now_ms: int, leader_log_end_offset: int, broker_epoch: int) -> bool:
-        """Steps 4–6 of SPEC §3. Returns whether the high watermark moved."""
+        """Steps 4–6 of the nine steps (docs/replication.md). Returns whether the high
+        watermark moved."""
         state = self.replica_states.get(replica_id)
         if state is None:
             return False
@@ -400,16 +436,22 @@ class Partition:
 
     # ------------------------------------------------------------- ISR change
 
-    def _propose(self, new_isr: tuple[int, ...]) -> IsrProposal:
-        assert self.pending_proposal is None, "one ISR change in flight at a time"
+    def _isr_step(self, event: IsrEvent, new_isr: tuple[int, ...] | None = None,
+                  proposal: IsrProposal | None = None) -> None:
+        """The one place the ISR-change state moves; a proposal is in flight exactly
+        while the state is pending."""
+        self.isr_state = transition(ISR_TRANSITIONS, self.isr_state, event, f"{self.topic_partition} ISR")
+        self.pending_isr, self.pending_proposal = new_isr, proposal
+        assert (self.isr_state == IsrState.COMMITTED) == (self.pending_proposal is None)
+
+    def _propose(self, new_isr: tuple[int, ...], event: IsrEvent) -> IsrProposal:
         epochs = tuple(-1 if r == self.local_broker_id or r not in self.replica_states
                        else _epoch_or_unknown(self.replica_states[r].broker_epoch) for r in new_isr)
-        self.pending_isr = new_isr
-        self.pending_proposal = IsrProposal(self.leader_epoch, self.partition_epoch, new_isr, epochs)
+        self._isr_step(event, new_isr, IsrProposal(self.leader_epoch, self.partition_epoch, new_isr, epochs))
         return self.pending_proposal
 
     def maybe_expand_isr(self, replica_id: int) -> IsrProposal | None:
-        """KAFKA_RULES §2.3: propose adding a caught-up follower."""
+        """Kafka's ``Partition.maybeExpandIsr``: propose adding a caught-up follower."""
         if not self.is_leader or self.pending_isr is not None or replica_id in self.isr:
             return None
         state = self.replica_states.get(replica_id)
@@ -420,7 +462,7 @@ class Partition:
                 and state.log_end_offset >= self.leader_epoch_start_offset):
             logger.info("%s: proposing to add broker %d to ISR %s (its LEO %d, HW %d)", self.topic_partition,
                         replica_id, list(self.isr), state.log_end_offset, self.log.high_watermark)
-            return self._propose(self.isr + (replica_id,))
+            return self._propose(self.isr + (replica_id,), IsrEvent.PROPOSE_EXPAND)
         return None
 
     def out_of_sync_replicas(self, now_ms: int) -> list[int]:
@@ -436,7 +478,7 @@ class Partition:
         return out
 
     def maybe_shrink_isr(self, now_ms: int) -> IsrProposal | None:
-        """KAFKA_RULES §2.4: propose removing followers that fell behind."""
+        """Kafka's ``Partition.maybeShrinkIsr``: propose removing followers that fell behind."""
         if not self.is_leader or self.pending_isr is not None:
             return None
         out = self.out_of_sync_replicas(now_ms)
@@ -444,12 +486,13 @@ class Partition:
             return None
         logger.info("%s: proposing to remove out-of-sync brokers %s from ISR %s", self.topic_partition,
                     out, list(self.isr))
-        return self._propose(tuple(r for r in self.isr if r not in out))
+        return self._propose(tuple(r for r in self.isr if r not in out), IsrEvent.PROPOSE_SHRINK)
 
     def on_alter_partition_response(self, error: ErrorCode, leader_epoch: int = -1,
                                     partition_epoch: int = -1, isr: tuple[int, ...] = (),
                                     now_ms: int = 0, proposal: IsrProposal | None = None) -> bool:
-        """KAFKA_RULES §2.5. Returns whether the request should be retried.
+        """Kafka's ``Partition.handleAlterPartitionError`` / ``handleAlterPartitionUpdate``.
+        Returns whether the request should be retried.
 
         With ``proposal`` given, a response to any other proposal than the one in
         flight (the state was replaced by metadata meanwhile) is ignored.
@@ -462,14 +505,12 @@ class Partition:
             if leader_epoch != self.leader_epoch or partition_epoch < self.partition_epoch:
                 return False  # stays pending until new metadata arrives
             self.isr = tuple(isr)
-            self.pending_isr = None
-            self.pending_proposal = None
+            self._isr_step(IsrEvent.ACCEPTED)
             self.partition_epoch = partition_epoch
             self.maybe_increment_leader_high_watermark(now_ms)
             return False
         if error in (ErrorCode.INELIGIBLE_REPLICA, ErrorCode.OPERATION_NOT_ATTEMPTED):
-            self.pending_isr = None
-            self.pending_proposal = None
+            self._isr_step(IsrEvent.REJECTED)
             return False
         if error in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
                      ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.INVALID_UPDATE_VERSION,
@@ -480,22 +521,23 @@ class Partition:
     # -------------------------------------------------------------- follower
 
     def append_records_as_follower(self, records):
-        """SPEC §3 step 8: write batches the leader already numbered (``Log.append_as_follower``)."""
+        """Step 8 of the nine steps: write batches the leader already numbered
+        (``Log.append_as_follower``)."""
         if self.is_leader:
             raise KafkaError(f"broker {self.local_broker_id} leads {self.topic_partition}; it does not "
                              f"append as a follower", ErrorCode.NOT_LEADER_OR_FOLLOWER)
         return self.log.append_as_follower(records)
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> bool:
-        """KAFKA_RULES §2.1.5: HW = clamp(leader HW, log start, LEO); it may move back.
-        Returns whether it changed."""
+        """HW = clamp(leader HW, log start, LEO), as Kafka's ``UnifiedLog.updateHighWatermark``;
+        it may move back. Returns whether it changed."""
         if self.is_leader or leader_high_watermark < 0:
             return False
         before = self.log.high_watermark
         return self.log.update_high_watermark(leader_high_watermark) != before
 
     def update_follower_log_start_offset(self, leader_log_start_offset: int) -> bool:
-        """SPEC §3 step 9 with the DeleteRecords race of §5.6. Returns whether it moved.
+        """Step 9 of the nine steps, safe in the DeleteRecords race. Returns whether it moved.
 
         The leader's log start offset may be above our high watermark (DeleteRecords
         ran on the leader between the read of our records and the read of its log
@@ -514,14 +556,16 @@ class Partition:
         return log.maybe_increment_log_start_offset(min(leader_log_start_offset, log.high_watermark))
 
     def truncate_to(self, offset: int) -> bool:
-        """Drop everything at and after ``offset`` (SPEC §7.2). Returns whether anything went."""
+        """Drop everything at and after ``offset`` (Kafka's ``Partition.truncateTo``). Returns
+        whether anything went."""
         if offset < self.log.high_watermark:
             logger.warning("%s: truncating to offset %d, below the high watermark %d",
                            self.topic_partition, offset, self.log.high_watermark)
         return self.log.truncate_to(offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Empty the log and restart it at ``offset`` (a follower out of range, §2.9)."""
+        """Empty the log and restart it at ``offset`` (a follower out of range, Kafka's
+        ``Partition.truncateFullyAndStartAt``)."""
         logger.info("%s: truncating fully and restarting at offset %d", self.topic_partition, offset)
         self.log.truncate_fully_and_start_at(offset)
 

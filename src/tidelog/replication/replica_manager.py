@@ -1,11 +1,11 @@
-"""The partitions a broker hosts and the produce/fetch paths (SPEC §5).
+"""The partitions a broker hosts and the produce/fetch paths (Kafka's ``ReplicaManager``).
 
 Theory of operation. ``partitions`` maps a TopicPartition to its hosted state:
 a ``Partition`` (online) or ``OFFLINE`` (its log directory failed). Metadata
 changes arrive as become-leader / become-follower calls (``apply_partition_states``,
-SPEC §5.2). ``append_records`` and ``fetch_messages`` validate, act on the local
+Kafka's ``applyDelta``). ``append_records`` and ``fetch_messages`` validate, act on the local
 logs, and either answer at once or park a delayed operation in a purgatory
-(SPEC §6); events that can satisfy waiters call ``check_and_complete``. Results
+(``purgatory.py``); events that can satisfy waiters call ``check_and_complete``. Results
 are delivered through callbacks so this stays free of asyncio; the shell turns
 them into futures and calls ``on_tick(now_ms)`` for expiry and periodic work.
 
@@ -24,12 +24,14 @@ requests and routes each answer to ``on_alter_partition_response``.
 
 from __future__ import annotations
 
+import enum
 import logging
 from typing import Callable
 
 from tidelog.core.clock import Clock
 from tidelog.core.errors import ErrorCode, KafkaError, StorageError
 from tidelog.core.ids import TopicPartition
+from tidelog.core.states import transition
 from tidelog.replication.delayed import (
     DelayedFetch,
     DelayedProduce,
@@ -57,6 +59,30 @@ from tidelog.replication.purgatory import Purgatory, PurgatoryFullError
 log = logging.getLogger("tidelog.replica_manager")
 
 OFFLINE = "offline"
+
+
+class Hosting(enum.Enum):
+    """How this broker holds a partition (Kafka's HostedPartition: None / Online / Offline)."""
+
+    NONE = "none"
+    ONLINE = "online"
+    OFFLINE = "offline"
+
+
+class HostingEvent(enum.Enum):
+    CREATE = "create"                    # become leader / follower: the log is opened or created
+    STORAGE_FAILURE = "storage failure"  # its log directory failed (Kafka's markPartitionOffline)
+    STOP = "stop"                        # no longer a replica (deleted, reassigned away)
+
+
+HOSTING_TRANSITIONS = {
+    Hosting.NONE: {HostingEvent.CREATE: Hosting.ONLINE, HostingEvent.STORAGE_FAILURE: Hosting.OFFLINE,
+                   HostingEvent.STOP: Hosting.NONE},
+    Hosting.ONLINE: {HostingEvent.STORAGE_FAILURE: Hosting.OFFLINE, HostingEvent.STOP: Hosting.NONE},
+    # An offline partition stays offline until the process restarts (the directory
+    # is not re-read while running, as in Kafka); it can still be deleted.
+    Hosting.OFFLINE: {HostingEvent.STORAGE_FAILURE: Hosting.OFFLINE, HostingEvent.STOP: Hosting.NONE},
+}
 CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID = -1, -2
 
 
@@ -107,7 +133,8 @@ class ReplicaManager:
         return hosted if isinstance(hosted, ErrorCode) else ErrorCode.NONE
 
     def apply_partition_states(self, states: dict[TopicPartition, PartitionState]) -> None:
-        """Become leader or follower for each partition (SPEC §5.2, KAFKA_RULES §2.13)."""
+        """Become leader or follower for each partition (Kafka's ``Partition.makeLeader`` /
+        ``makeFollower``)."""
         now_ms = self.clock.monotonic_ms()
         leaders: dict[TopicPartition, PartitionState] = {}
         followers: dict[TopicPartition, PartitionState] = {}
@@ -168,7 +195,7 @@ class ReplicaManager:
                 return None
             hosted = Partition(topic_partition, self.broker_id, log_,
                                self._settings_for(topic_partition.topic), self._alive_broker_epoch)
-            self.partitions[topic_partition] = hosted
+            self._host(topic_partition, HostingEvent.CREATE, hosted)
         else:
             hosted.settings = self._settings_for(topic_partition.topic)
         return hosted
@@ -176,7 +203,7 @@ class ReplicaManager:
     def initial_fetch_offset(self, log_) -> int:
         """Where a new follower starts (Kafka's initialFetchOffset): its log end offset
         when truncate-on-fetch can check it (the log holds a leader epoch), else its
-        high watermark, from which a TRUNCATING partition truncates (SPEC §5.2, §7.2)."""
+        high watermark, from which a TRUNCATING partition truncates."""
         if self.fetcher_config.truncate_on_fetch and log_.latest_epoch is not None:
             return log_.log_end_offset
         return log_.high_watermark
@@ -185,7 +212,8 @@ class ReplicaManager:
         topic_partitions = list(topic_partitions)
         self.fetcher_manager.remove_fetcher_for_partitions(topic_partitions)
         for topic_partition in topic_partitions:
-            hosted = self.partitions.pop(topic_partition, None)
+            hosted = self.partitions.get(topic_partition)
+            self._host(topic_partition, HostingEvent.STOP, None)
             self.pending_isr_proposals.pop(topic_partition, None)
             self._wake(topic_partition)
             if delete and isinstance(hosted, Partition):
@@ -194,9 +222,22 @@ class ReplicaManager:
 
     def mark_offline(self, topic_partition: TopicPartition) -> None:
         self.fetcher_manager.remove_fetcher_for_partitions([topic_partition])
-        self.partitions[topic_partition] = OFFLINE
+        self._host(topic_partition, HostingEvent.STORAGE_FAILURE, OFFLINE)
         self.pending_isr_proposals.pop(topic_partition, None)
         self._wake(topic_partition)
+
+    def hosting(self, topic_partition: TopicPartition) -> Hosting:
+        hosted = self.partitions.get(topic_partition)
+        return Hosting.NONE if hosted is None else Hosting.OFFLINE if hosted == OFFLINE else Hosting.ONLINE
+
+    def _host(self, topic_partition: TopicPartition, event: HostingEvent, hosted: "Partition | str | None") -> None:
+        """The one place hosting changes (``HOSTING_TRANSITIONS``)."""
+        target = transition(HOSTING_TRANSITIONS, self.hosting(topic_partition), event, f"{topic_partition} hosting")
+        assert (target == Hosting.NONE) == (hosted is None) and (target == Hosting.OFFLINE) == (hosted == OFFLINE)
+        if hosted is None:
+            self.partitions.pop(topic_partition, None)
+        else:
+            self.partitions[topic_partition] = hosted
 
     def wake(self, topic_partition: TopicPartition) -> None:
         """Let delayed produce and fetch operations on the partition look again
@@ -212,7 +253,8 @@ class ReplicaManager:
     def append_records(self, required_acks: int, timeout_ms: int,
                        entries: dict[TopicPartition, bytes],
                        on_done: Callable[[dict], None], internal: bool = False) -> None:
-        """SPEC §5.3. ``on_done({tp: response dict})`` is called once (maybe later)."""
+        """Kafka's ``ReplicaManager.appendRecords``. ``on_done({tp: response dict})`` is called
+        once (maybe later)."""
         if required_acks not in (-1, 0, 1):
             on_done({tp: _produce_response(ErrorCode.INVALID_REQUIRED_ACKS) for tp in entries})
             return
@@ -258,7 +300,8 @@ class ReplicaManager:
     # -------------------------------------------------------------- fetch
 
     def fetch_messages(self, params: FetchParams, on_done: Callable[[dict], None]) -> None:
-        """SPEC §5.4. ``on_done({tp: ReadResult})`` is called once (maybe later)."""
+        """Kafka's ``ReplicaManager.fetchMessages``. ``on_done({tp: ReadResult})`` is called
+        once (maybe later)."""
         results = self._read(params)
         bytes_readable = sum(r.records.length for r in results.values() if r.records is not None)
         errored = any(r.error != ErrorCode.NONE or r.diverging_epoch for r in results.values())
@@ -328,7 +371,7 @@ class ReplicaManager:
         try:
             data = log_.read(request.fetch_offset, request.max_bytes,
                              max_offset=None if params.replica_id >= 0 else end_offset, min_one_batch=True)
-        except KafkaError:   # the log directory failed (KAFKA_RULES §2.12 case D): answer now
+        except KafkaError:   # the log directory failed (as in Kafka's DelayedFetch): answer now
             return None
         return data.records.length
 
@@ -336,7 +379,7 @@ class ReplicaManager:
 
     def last_offset_for_leader_epoch(self, requests: dict[TopicPartition, OffsetsForLeaderEpochPartition]
                                      ) -> dict[TopicPartition, EpochEndOffset]:
-        """OffsetsForLeaderEpoch from a follower (KAFKA_RULES §2.6–2.8): where each
+        """OffsetsForLeaderEpoch from a follower (KIP-101): where each
         requested epoch ends in the leader's log."""
         out = {}
         for topic_partition, request in requests.items():
@@ -350,7 +393,7 @@ class ReplicaManager:
         return out
 
     def fetch_leader_offsets(self, requests: dict[TopicPartition, int]) -> dict[TopicPartition, LeaderOffsets]:
-        """A follower's ListOffsets earliest + latest (KAFKA_RULES §2.9): the leader's
+        """A follower's ListOffsets earliest + latest (when it is out of range): the leader's
         log start and log end offsets, after the epoch and role checks."""
         out = {}
         for topic_partition, current_leader_epoch in requests.items():
@@ -396,7 +439,7 @@ class ReplicaManager:
     def on_alter_partition_response(self, topic_partition: TopicPartition, error: ErrorCode,
                                     leader_epoch: int = -1, partition_epoch: int = -1,
                                     isr: tuple[int, ...] = (), proposal: IsrProposal | None = None) -> bool:
-        """Route one partition's AlterPartition answer (KAFKA_RULES §2.5). A retriable
+        """Route one partition's AlterPartition answer to its ``Partition``. A retriable
         error queues the same proposal again; returns whether it did."""
         partition = self.get_partition(topic_partition)
         if partition is None:
@@ -413,7 +456,7 @@ class ReplicaManager:
     # ------------------------------------------------------ delete records
 
     def delete_records(self, topic_partition: TopicPartition, offset: int) -> tuple[ErrorCode, int]:
-        """Raise the log start offset on the leader (SPEC §5.6): ``offset`` -1
+        """Raise the log start offset on the leader (KIP-107 DeleteRecords): ``offset`` -1
         means the high watermark; above the high watermark is out of range.
         Returns (error, new low watermark)."""
         partition = self._partition_or_error(topic_partition)
