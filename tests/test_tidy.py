@@ -202,16 +202,7 @@ def test_core_packages_do_not_reach_for_clocks_randomness_threads_or_sockets():
 # Import edges (importer, imported) known to close a cycle, in modules being
 # rewritten elsewhere. Each is removed from the graph before looking for
 # cycles; an entry whose edge no longer closes a cycle must be deleted.
-CYCLE_EDGES_ALLOWED: set[tuple[str, str]] = {
-    # sim.simulation builds every simulated component, and each takes the whole
-    # Simulation (imported back under TYPE_CHECKING) instead of the parts it
-    # uses. simulation.py is being rewritten; the cycle is listed at its edges.
-    ("tidelog.sim.simulation", "tidelog.sim.broker"),
-    ("tidelog.sim.simulation", "tidelog.sim.checker"),
-    ("tidelog.sim.simulation", "tidelog.sim.clients"),
-    ("tidelog.sim.simulation", "tidelog.sim.controller"),
-    ("tidelog.sim.simulation", "tidelog.sim.nemesis"),
-}
+CYCLE_EDGES_ALLOWED: set[tuple[str, str]] = set()
 
 
 @functools.cache

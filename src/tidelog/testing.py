@@ -30,6 +30,16 @@ import time
 _READY = re.compile(r"tidelog ready: (?:node|broker) \d+ listening on \w+://([^:]+):(\d+)")
 
 
+def wait_until(predicate, timeout_s: float = 20.0, what: str = "condition", interval_s: float = 0.1) -> None:
+    """Poll ``predicate()`` until it is true; AssertionError naming ``what`` after
+    ``timeout_s`` (for tests that wait on a cluster's state)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(interval_s)
+
+
 class BrokerStartError(RuntimeError):
     pass
 

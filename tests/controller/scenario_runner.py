@@ -1,4 +1,4 @@
-"""Data-driven controller scenarios (STYLE.md §5, etcd's datadriven tests).
+"""Data-driven controller scenarios (in the style of etcd's datadriven tests).
 
 A scenario file is a sequence of blocks separated by blank lines::
 

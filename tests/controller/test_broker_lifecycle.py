@@ -1,4 +1,4 @@
-"""Broker registration, heartbeats, sessions and fencing (SPEC §8.3, KAFKA_RULES §2.14)."""
+"""Broker registration, heartbeats, sessions and fencing."""
 
 import uuid
 

@@ -1,4 +1,4 @@
-"""PartitionChangeBuilder: the election and epoch rules of KAFKA_RULES §2.14."""
+"""PartitionChangeBuilder: Kafka's election and epoch rules."""
 
 import uuid
 

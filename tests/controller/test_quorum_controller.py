@@ -106,7 +106,8 @@ def test_producer_id_blocks_never_overlap_and_survive_restarts():
 
 @pytest.mark.parametrize("seed", range(6))
 def test_random_workloads_keep_the_controller_invariants(seed):
-    """SPEC §10.1, §10.7, §10.8 after every operation of a random workload."""
+    """Invariants 10.1, 10.7 and 10.8 (docs/simulation.md) after every operation of a
+    random workload."""
     env = ControllerTestEnv(seed=seed)
     broker = MetadataLoader(env.log)
     rng = random.Random(seed)

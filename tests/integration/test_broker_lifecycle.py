@@ -5,7 +5,6 @@ auto-create path of a broker that forwards to its controller."""
 import os
 import subprocess
 import sys
-import time
 
 from confluent_kafka.admin import AdminClient
 
@@ -14,6 +13,7 @@ from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 from tidelog.testing import Cluster
+from tidelog.testing import wait_until as _wait
 
 import asyncio
 
@@ -21,13 +21,6 @@ FAST = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "50
         "replica.lag.time.max.ms": "2000"}
 
 
-def _wait(predicate, timeout_s=30.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _alive_brokers(bootstrap: str) -> set[int]:
@@ -54,7 +47,7 @@ def _start_impostor(cluster, node_id: int, directory: str) -> subprocess.Popen:
     process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                start_new_session=True)
     log_path = os.path.join(directory, "impostor.log")
-    _wait(lambda: b"tidelog ready" in open(log_path, "rb").read() or process.poll() is not None,
+    _wait(lambda: b"tidelog ready" in open(log_path, "rb").read() or process.poll() is not None, 30,
           what="the impostor to start")
     assert process.poll() is None, open(log_path, "rb").read().decode()[-2000:]
     return process

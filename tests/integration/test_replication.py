@@ -17,6 +17,7 @@ from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 from tidelog.records import build_batch
 from tidelog.testing import Cluster
+from tidelog.testing import wait_until as _wait
 
 FAST = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
 
@@ -26,13 +27,6 @@ def _partition(bootstrap, topic, partition=0):
     return admin.list_topics(topic, timeout=10).topics[topic].partitions[partition]
 
 
-def _wait(predicate, timeout_s=20, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _create(cluster, topic, partitions=1, rf=3, configs=None):

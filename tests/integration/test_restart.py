@@ -1,4 +1,4 @@
-"""Durability across restarts of a real broker process (SPEC §2)."""
+"""Durability across restarts of a real broker process."""
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 

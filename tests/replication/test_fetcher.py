@@ -1,4 +1,6 @@
-"""The follower fetcher state machine: SPEC §7, KAFKA_RULES §2.8–2.10."""
+"""The follower fetcher state machine (Kafka's ``AbstractFetcherThread``): truncation
+(``getOffsetTruncationState``), out of range (``fetchOffsetAndTruncate``), errors
+(``processFetchRequest``), and the DeleteRecords race."""
 
 import pytest
 
@@ -84,7 +86,7 @@ def test_add_partitions_with_same_leader_epoch_keeps_state(make, clock):
     f.fetcher.on_fetch_response(f.fetcher.poll(f.now), {TP: result(leader_batch(0, 3, "a"),
                                                                            high_watermark=1)}, f.now)
     kept = f.state()
-    f.add(epoch=3, offset=0)                # same epoch: no reset, no truncation (§2.10)
+    f.add(epoch=3, offset=0)                # same epoch: no reset, no truncation
     assert f.state() is kept and f.log().log_end_offset == 1
     f.add(epoch=4)
     assert f.state().current_leader_epoch == 4
@@ -214,7 +216,7 @@ def test_fetch_offset_not_at_log_end_is_a_broken_invariant(make, clock):
         f.fetcher.on_fetch_response(plan, {TP: result(leader_batch(0, 0, "a"), high_watermark=1)}, f.now)
 
 
-# ------------------------------------------------------------------ truncation (§2.8)
+# ------------------------------------------------------------------ truncation
 
 
 def test_diverging_epoch_truncates_only(make, clock):
@@ -335,7 +337,7 @@ def test_offsets_for_leader_epoch_errors(make, clock):
     assert f.state(B).is_delayed(f.now) and f.state(B).state == FetchState.TRUNCATING
 
 
-# ------------------------------------------------------------------ out of range (§2.9)
+# ------------------------------------------------------------------ out of range
 
 
 def _out_of_range(f):
@@ -390,7 +392,7 @@ def test_out_of_range_lookup_errors(make, clock):
     assert f.state() is None and TP in f.fetcher.failed_partitions
 
 
-# ------------------------------------------------------------------ errors (§2.10)
+# ------------------------------------------------------------------ errors
 
 
 def test_fenced_leader_epoch_removes_partition(make, clock):
@@ -433,12 +435,12 @@ def test_failed_request_backs_off_every_partition(make, clock):
     assert list(f.fetcher.poll(f.now).partitions) == [A, B]
 
 
-# ------------------------------------------------------------------ log start offset race (§11.6)
+# ------------------------------------------------------------------ log start offset race
 
 
 def test_log_start_offset_above_follower_hw_in_fetch_response_is_not_an_error(make, clock):
-    """SPEC §11.6: the leader read our records, then DeleteRecords moved its log start
-    offset, then it read the log start offset for the response."""
+    """The DeleteRecords race: the leader read our records, then DeleteRecords moved
+    its log start offset, then it read the log start offset for the response."""
     f = Follower(make, clock)
     f.log().append_as_follower(leader_batch(0, 0, "a", "b", "c", "d", "e"))
     f.log().update_high_watermark(5)

@@ -1,4 +1,5 @@
-"""Follower-side Partition rules: SPEC §3 steps 8–9, KAFKA_RULES §2.1.5, SPEC §5.6."""
+"""Follower-side Partition rules: steps 8–9 of replication (docs/replication.md), the
+follower HW clamp, and the DeleteRecords race."""
 
 import pytest
 
@@ -42,7 +43,7 @@ def test_follower_log_start_offset_follows_leader(make):
 
 
 def test_delete_records_race_log_start_above_follower_hw_is_not_an_error(make):
-    """SPEC §5.6 / §11.6: the seed's "Cannot increment the log start offset to X since
+    """The DeleteRecords race: Kafka's "Cannot increment the log start offset to X since
     it is larger than the high watermark Y" must not happen."""
     follower = make.follower(1)
     follower.append_records_as_follower(leader_batch(0, 0, "a") + leader_batch(1, 0, "b") + leader_batch(2, 0, "c"))

@@ -1,5 +1,8 @@
-"""Leader-side Partition rules: HW (§2.1), fetch state (§2.2), ISR (§2.3–2.5),
-validation (§2.7), produce (§2.11), make_leader / make_follower (§2.13) — KAFKA_RULES."""
+"""Leader-side Partition rules, as Kafka's ``Partition`` keeps them: HW
+(``maybeIncrementLeaderHW``), fetch state (``Replica.updateFetchStateOrThrow``), ISR
+expansion and shrink (``maybeExpandIsr``, ``maybeShrinkIsr``), AlterPartition answers
+(``handleAlterPartitionError``), validation order (``fetchRecords``), produce
+(``checkEnoughReplicasReachOffset``), roles (``makeLeader`` / ``makeFollower``)."""
 
 import pytest
 
@@ -9,7 +12,7 @@ from tidelog.replication.partition import Isolation, PartitionState
 from .conftest import ALIVE, LAG_MS, fetch, leader_batch, record_values, values
 
 
-# ------------------------------------------------------------------ high watermark (§2.1)
+# ------------------------------------------------------------------ high watermark
 
 
 def test_hw_is_min_leo_of_isr(make, clock):
@@ -91,7 +94,7 @@ def test_hw_never_decreases_on_leader(make, clock):
     assert leader.log.high_watermark == 2
 
 
-# ------------------------------------------------------------------ fetch state (§2.2)
+# ------------------------------------------------------------------ fetch state
 
 
 def test_last_caught_up_time_rules(make, clock):
@@ -124,7 +127,7 @@ def test_stale_broker_epoch_fetch_is_refused_and_not_recorded(make, clock):
     assert leader.replica_states[1].log_end_offset == -1
 
 
-# ------------------------------------------------------------------ ISR expansion (§2.3)
+# ------------------------------------------------------------------ ISR expansion
 
 
 def test_isr_expansion_requires_offset_in_current_leader_epoch(make, clock):
@@ -200,7 +203,7 @@ def test_min_isr_check_uses_committed_isr_while_expansion_pending(make, clock):
     assert leader.log.high_watermark == 1           # recomputed on commit
 
 
-# ------------------------------------------------------------------ ISR shrink (§2.4)
+# ------------------------------------------------------------------ ISR shrink
 
 
 def test_shrink_removes_follower_after_lag_time(make, clock):
@@ -245,7 +248,7 @@ def test_one_alter_partition_in_flight(make, clock):
     assert shrink is not None and shrink.new_isr == (0, 2)
 
 
-# ------------------------------------------------------------------ AlterPartition answers (§2.5)
+# ------------------------------------------------------------------ AlterPartition answers
 
 
 def _pending_expansion(make, clock):
@@ -303,7 +306,7 @@ def test_alter_partition_answer_after_metadata_replaced_the_state_is_ignored(mak
     assert leader.isr == (0, 1) and leader.pending_proposal is newer
 
 
-# ------------------------------------------------------------------ validation order (§2.7)
+# ------------------------------------------------------------------ validation order
 
 
 def test_fetch_validation_order(make, clock):
@@ -370,7 +373,7 @@ def test_leader_answers_offsets_for_leader_epoch_and_offset_snapshot(make, clock
     assert follower.fetch_offset_snapshot(3)[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
-# ------------------------------------------------------------------ produce (§2.11)
+# ------------------------------------------------------------------ produce
 
 
 def test_delayed_produce_condition(make, clock):
@@ -401,7 +404,7 @@ def test_delayed_produce_not_enough_replicas_after_append(make, clock):
     assert leader.check_enough_replicas_reached(1) == (True, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
 
 
-# ------------------------------------------------------------------ roles (§2.13)
+# ------------------------------------------------------------------ roles
 
 
 def test_make_leader_returns_whether_newly_leader_and_assigns_epoch(make, clock):

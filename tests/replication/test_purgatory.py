@@ -1,4 +1,4 @@
-"""The purgatory's completion rules (SPEC §6)."""
+"""The purgatory's completion rules."""
 
 import pytest
 

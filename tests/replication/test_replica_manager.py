@@ -1,4 +1,4 @@
-"""ReplicaManager: become leader / follower and the fetchers (SPEC §5.2), delayed
+"""ReplicaManager: become leader / follower and the fetchers, delayed
 operations on a role change, AlterPartition routing, answers to other fetchers."""
 
 import os

@@ -6,7 +6,7 @@ import pytest
 
 from tidelog.sim.simulation import run_seed
 
-# The fixed seed set the normal test command runs (issue 6: at least 50). Each seed
+# The fixed seed set the normal test command runs (at least 50 seeds). Each seed
 # draws its own cluster, topics, timeouts and faults; see tidelog/sim/config.py.
 FIXED_SEEDS = tuple(range(50))
 

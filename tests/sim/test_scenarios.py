@@ -1,4 +1,4 @@
-"""SPEC §11's named scenarios on the simulator, each with its expected outcome; and
+"""The named fault scenarios on the simulator, each with its expected outcome; and
 the planted defects turn the outcome around where a scenario exists to catch them."""
 
 import pytest

@@ -1,6 +1,7 @@
-"""The fixed seed set: every seed must pass (SPEC §10 after every event, convergence
-after healing). A failure prints ``seed=<n> config=<…> invariant=<name>``, the last
-events, and the command that replays it."""
+"""The fixed seed set: every seed must pass (the invariants of docs/simulation.md
+after every event, convergence after healing). A failure prints
+``seed=<n> config=<…> invariant=<name>``, the last events, and the command that
+replays it."""
 
 import pytest
 

@@ -20,15 +20,15 @@ from tidelog.storage.checkpoint import (
 from tidelog.storage.crashable import CrashableFileSystem
 from tidelog.storage.errors import CheckpointFormatError
 
-SPEC_EXAMPLE = b"0\n3\norders 0 7143\norders 1 5594\nclicks 0 55\n"
+EXAMPLE = b"0\n3\norders 0 7143\norders 1 5594\nclicks 0 55\n"
 
 
-def test_spec_example_round_trips_byte_for_byte():
-    entries = parse_offsets(SPEC_EXAMPLE, "replication-offset-checkpoint")
+def test_example_round_trips_byte_for_byte():
+    entries = parse_offsets(EXAMPLE, "replication-offset-checkpoint")
     assert entries == {TopicPartition("orders", 0): 7143, TopicPartition("orders", 1): 5594,
                        TopicPartition("clicks", 0): 55}
     assert list(entries) == [("orders", 0), ("orders", 1), ("clicks", 0)]  # order kept
-    assert format_offsets(entries) == SPEC_EXAMPLE
+    assert format_offsets(entries) == EXAMPLE
 
 
 def test_empty_checkpoints():
@@ -104,7 +104,7 @@ def test_files_are_written_atomically_and_survive_a_crash(tmp_path):
 def test_reading_a_file_bigger_than_the_limit_fails_clearly(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint, "CHECKPOINT_FILE_SIZE_MAX_BYTES", 8)
     path = tmp_path / "log-start-offset-checkpoint"
-    path.write_bytes(SPEC_EXAMPLE)
+    path.write_bytes(EXAMPLE)
     fs = CrashableFileSystem(str(tmp_path))
     with pytest.raises(CheckpointFormatError, match="more than the limit"):
         OffsetCheckpointFile(fs, str(path)).read()

@@ -1,4 +1,4 @@
-"""The leader-epoch cache: every rule of KAFKA_RULES §2.6, with Kafka's edge cases."""
+"""The leader-epoch cache: every rule of Kafka's ``LeaderEpochFileCache``, with its edge cases."""
 
 from __future__ import annotations
 

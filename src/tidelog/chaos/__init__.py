@@ -1,4 +1,4 @@
-"""tidelog.chaos — fault injection on real broker processes (issue 6).
+"""tidelog.chaos — fault injection on real broker processes.
 
 ``proxy.py`` puts a loopback TCP proxy in front of every node so any link can be
 cut; ``nemesis.py`` kills, pauses, restarts and partitions on a schedule;

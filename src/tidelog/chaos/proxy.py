@@ -1,4 +1,4 @@
-"""A loopback TCP proxy in front of every node, so any link can be cut (issue 6).
+"""A loopback TCP proxy in front of every node, so any link can be cut.
 
 Theory of operation. ``LinkProxy`` listens on one loopback port per node (the
 controller and each broker). Brokers *advertise* their proxy port (their

@@ -12,7 +12,7 @@ Theory of operation. One run, one directory, the same sizes for both sides:
 Neither side fsyncs (the log's default, as Kafka's ``flush.messages``: durability
 comes from replication); both read from the page cache. Each measurement is
 repeated ``--rounds`` times and the best kept.
-Targets (issue 2): log append >= 60% of raw write, log read >= 60% of raw read.
+Targets: log append >= 60% of raw write, log read >= 60% of raw read.
 
 Run: ``python benchmarks/storage_bench.py [--mb 256]`` or ``tidelog bench storage``.
 It lives with the command-line tools, not in tidelog.storage, because it times

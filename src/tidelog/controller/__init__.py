@@ -1,4 +1,4 @@
-"""The controller: metadata decisions, records out (SPEC §8.3, KAFKA_RULES §2.14).
+"""The controller: metadata decisions, records out (Kafka's KRaft controller, KIP-631).
 
 ``QuorumController`` is the front; behind it each manager owns one kind of hard
 state and changes it only in ``replay``: ``ClusterControlManager`` (brokers),

@@ -1,15 +1,15 @@
-"""AlterPartition validation: KAFKA_RULES §2.14's order, one check per line.
+"""AlterPartition validation in Kafka's order, one check per line.
 
 A partition leader asks the controller to commit a new ISR. The request carries
 the leader epoch and partition epoch the leader believes current; the partition
 epoch is a compare-and-set version, so a leader that missed a change is refused
 and must wait for new metadata. The checks run in Kafka's order — the first that
 fails decides the error — because the leader reacts differently to each
-(KAFKA_RULES §2.5): an epoch *ahead* of the controller's means this controller is
-stale (``NOT_CONTROLLER``); an old leader epoch means the sender was deposed
-(``FENCED_LEADER_EPOCH``); an old partition epoch means a concurrent change won
-(``INVALID_UPDATE_VERSION``); ineligible members are reverted
-(``INELIGIBLE_REPLICA``).
+(Kafka's ``Partition.handleAlterPartitionError``): an epoch *ahead* of the
+controller's means this controller is stale (``NOT_CONTROLLER``); an old leader
+epoch means the sender was deposed (``FENCED_LEADER_EPOCH``); an old partition
+epoch means a concurrent change won (``INVALID_UPDATE_VERSION``); ineligible
+members are reverted (``INELIGIBLE_REPLICA``).
 
 The sender's own broker epoch is checked before any of this, for the whole request
 (``STALE_BROKER_EPOCH``).

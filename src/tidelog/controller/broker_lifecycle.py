@@ -1,4 +1,4 @@
-"""Broker lifecycle decisions: heartbeats, stale sessions, unregistration (SPEC §8.3).
+"""Broker lifecycle decisions: heartbeats, stale sessions, unregistration.
 
 Theory of operation. These operations need both the registrations
 (``ClusterControlManager``) and the partitions (``ReplicationControlManager``), so

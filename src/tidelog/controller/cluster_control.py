@@ -1,11 +1,11 @@
-"""ClusterControlManager: broker registrations and their sessions (SPEC §8.3).
+"""ClusterControlManager: broker registrations and their sessions.
 
 Theory of operation. Hard state — one ``BrokerRegistration`` per broker id, and
 the offset of the record that last registered it — changes only in ``replay``.
 Soft state — heartbeat sessions — lives in the ``BrokerHeartbeatManager`` and is
 touched while deciding, as Kafka does.
 
-Registration rules (KAFKA_RULES §2.14):
+Registration rules (Kafka's ``ClusterControlManager.registerBroker``):
 
 * a wrong cluster id → ``INCONSISTENT_CLUSTER_ID``;
 * a registration for the id with a *valid session* and a different incarnation

@@ -1,4 +1,4 @@
-"""ConfigurationControlManager: topic and cluster configs (SPEC §8.3, KAFKA_RULES §1).
+"""ConfigurationControlManager: topic and cluster configs, with Kafka's names and defaults.
 
 Theory of operation. Hard state is the set of explicitly configured keys per
 resource — a topic (``ConfigResourceType.TOPIC``, its name) or the cluster-wide

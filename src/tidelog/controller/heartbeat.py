@@ -1,15 +1,15 @@
-"""Broker heartbeats: soft session state and the broker state table (SPEC §8.3).
+"""Broker heartbeats: soft session state and the broker state table.
 
 Theory of operation. Only the active controller keeps this state and it is never
 written to the metadata log: after a failover the new active controller starts
 every registered broker with a fresh session (``touch`` at activation). Time comes
 from the injected clock.
 
-Sessions (KAFKA_RULES §2.14): a session is valid iff the broker is unfenced and
-``last_contact_ms + session_timeout_ms >= now`` — so a broker is *stale* strictly
-after that instant. Unfenced brokers are kept in order of last contact (a touch
-moves a broker to the end), so ``find_one_stale_broker`` looks only at the first
-one: if the oldest is fresh, all are. ``next_check_time_ms`` is the first instant
+Sessions (Kafka's ``BrokerHeartbeatManager``): a session is valid iff the broker
+is unfenced and ``last_contact_ms + session_timeout_ms >= now`` — so a broker is
+*stale* strictly after that instant. Unfenced brokers are kept in order of last
+contact (a touch moves a broker to the end), so ``find_one_stale_broker`` looks
+only at the first one: if the oldest is fresh, all are. ``next_check_time_ms`` is the first instant
 the oldest session can be stale (``last_contact_ms + session_timeout_ms + 1``: with
 millisecond time, firing at exactly ``+ timeout`` would find nothing and reschedule
 for the same instant).
@@ -59,7 +59,7 @@ def next_broker_state(current: BrokerControlState, *, want_fence: bool, want_shu
                       has_leaderships: Callable[[], bool],
                       controlled_shutdown_offset: int, lowest_active_offset: int
                       ) -> BrokerControlState:
-    """KAFKA_RULES §2.14 "Broker state machine on heartbeat", row by row."""
+    """Kafka's ``BrokerHeartbeatManager.calculateNextBrokerState``, row by row."""
     S = BrokerControlState
     if current == S.FENCED:
         if want_shut_down:

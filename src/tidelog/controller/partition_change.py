@@ -1,7 +1,7 @@
 """PartitionChangeBuilder: the pure function behind every leader and ISR change.
 
-Theory of operation (KAFKA_RULES §2.14, SPEC §8.3). Given a partition's current
-registration, a *target* ISR (and optionally target replicas and leader recovery
+Theory of operation (Kafka's ``PartitionChangeBuilder``; docs/controller.md).
+Given a partition's current registration, a *target* ISR (and optionally target replicas and leader recovery
 state), a predicate saying which brokers are acceptable leaders (unfenced, not in
 controlled shutdown, not the broker being removed) and an election type,
 ``build()`` returns the ``PartitionChangeRecord`` carrying only what changes, or

@@ -1,7 +1,7 @@
 """Replica placement for new partitions: round-robin, random start, rack aware.
 
-Theory of operation (SPEC §8.3 "Topic creation"). Brokers are first laid out in a
-*rack-alternated* order (the first broker of each rack, then the second of each
+Theory of operation (Kafka's ``AdminUtils.assignReplicasToBrokers``). Brokers are
+first laid out in a *rack-alternated* order (the first broker of each rack, then the second of each
 rack, ...), so neighbours in the list sit in different racks. Partition ``p``'s
 first replica (its preferred leader) is broker ``(start + p) mod n`` of that list,
 so preferred leaders spread evenly; the followers are taken at a distance from the

@@ -12,7 +12,7 @@ event*:
     4. the committed image is published: ``image`` and ``committed_offset`` come
        from the records the *log* says are committed, never from what was merely
        appended. With today's single-node quorum the log commits on append; with
-       Raft (ROADMAP step 7) the server must hold a write's response until
+       a Raft quorum (not built yet) the server must hold a write's response until
        ``committed_offset >= last_write_offset``, and a controller that loses
        leadership must call ``renounce()`` to drop uncommitted state.
 

@@ -1,4 +1,4 @@
-"""ReplicationControlManager: topics, partitions, leaders and ISRs (SPEC §8.3).
+"""ReplicationControlManager: topics, partitions, leaders and ISRs.
 
 Theory of operation. Hard state is every topic with its partitions'
 ``PartitionRegistration``s, plus two indexes kept in step at replay: the
@@ -7,7 +7,7 @@ It changes only in ``replay``. Every leader or ISR change is produced by the pur
 ``PartitionChangeBuilder`` (``partition_change.py``), so all election and epoch
 rules live in one place.
 
-Broker events (KAFKA_RULES §2.14):
+Broker events (as Kafka's ``ReplicationControlManager`` handles them):
 
 * fenced / shutdown-now / unregistered / unclean restart: for every partition
   with the broker in its ISR, target ISR = ISR − {broker}, the broker is not an

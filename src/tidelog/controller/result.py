@@ -2,9 +2,9 @@
 
 Controller managers never change their hard state while deciding; they return
 ``ControllerResult(records, response)``. The ``QuorumController`` appends the
-records to the metadata log and replays them; only replay changes state
-(STYLE.md §1, SPEC §8.1). Expected failures are replies carrying an ``ErrorCode``
-(``ApiError``), never exceptions.
+records to the metadata log and replays them; only replay changes state (as in
+Kafka's ``QuorumController``). Expected failures are replies carrying an
+``ErrorCode`` (``ApiError``), never exceptions.
 """
 
 from __future__ import annotations

@@ -227,7 +227,8 @@ def random_operation(env: ControllerTestEnv, rng: random.Random) -> str:
 
 
 def check_invariants(image: MetadataImage, previous: MetadataImage | None = None) -> None:
-    """SPEC §10.1 and §10.8 on a controller image (AssertionError if broken).
+    """Invariants 10.1 and 10.8 (docs/simulation.md) on a controller image (AssertionError
+    if broken).
 
     * a leader is an ISR member and an active broker (unfenced, not shutting down);
     * a fenced or shutting-down broker is in no ISR, unless it is the last member

@@ -1,4 +1,4 @@
-"""Pure checks for topic creation: names, counts, manual assignments (SPEC §8.3).
+"""Pure checks for topic creation: names, counts, manual assignments.
 
 Kafka's rules, each answered with its error code and a message a human can act on:
 

@@ -1,6 +1,6 @@
 """Kafka error codes and the typed exceptions that carry them.
 
-Errors come in three tiers (STYLE.md §3):
+Errors come in three tiers:
 
 * expected conditions are answered with an ``ErrorCode`` in a response and are
   returned, not raised, across layers;

@@ -1,4 +1,4 @@
-"""Every bound in tidelog, named in one place (STYLE.md §3: put a limit on everything).
+"""Every bound in tidelog, named in one place: there is a limit on everything.
 
 Kafka's configurable defaults live with their configs; these are the hard limits
 that protect the process from bad input or unbounded growth.

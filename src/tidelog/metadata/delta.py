@@ -10,8 +10,9 @@ which is fatal for the process.
 
 ``local_changes(broker_id)`` is the pure function of the delta that tells one
 broker's replica manager what to do (Kafka's ``TopicsDelta.localChanges``): the
-partitions it must now lead, follow, or delete, each with its new state. The replica manager applies the
-deletes first (a topic can be deleted and re-created under a new id in one delta).
+partitions it must now lead, follow, or delete, each with its new state. The
+replica manager applies the deletes first (a topic can be deleted and re-created
+under a new id in one delta).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Theory of operation. The controller never writes storage itself; it hands each
 write's records to a ``MetadataLog`` and treats them as *committed* only once the
 log's ``committed_offset`` has reached them. Today the only quorum is a single node,
-so the in-memory log (and later the on-disk one) commits on append; the Raft
-quorum of ROADMAP step 7 will implement this same protocol and advance
+so the in-memory log (and later the on-disk one) commits on append; a future Raft
+quorum will implement this same protocol and advance
 ``committed_offset`` as a majority acknowledges (KRaft's high watermark).
 
 Offsets are Kafka offsets: each record gets the next one, consecutively from 0.

@@ -1,1 +1,1 @@
-"""Partition state (HW, ISR), fetchers, purgatory, replica manager (SPEC §3–§7)."""
+"""Partition state (HW, ISR), fetchers, purgatory, replica manager (docs/replication.md)."""

@@ -1,4 +1,4 @@
-"""Delayed produce and delayed fetch (SPEC §5.3–5.4, KAFKA_RULES §2.11–2.12).
+"""Delayed produce and delayed fetch (Kafka's ``DelayedProduce`` and ``DelayedFetch``).
 
 Both are purgatory operations; their completion rules are pure functions of
 the partitions they watch. ``on_complete`` hands the final per-partition results
@@ -75,7 +75,8 @@ class FetchParams:
 
 
 class DelayedFetch(DelayedOperation):
-    """Completes when enough bytes are readable or something changed (§2.12)."""
+    """Completes when enough bytes are readable or something changed (Kafka's
+    ``DelayedFetch.tryComplete``)."""
 
     def __init__(self, deadline_ms: int, params: FetchParams, bytes_available: Callable,
                  on_done: Callable[[], None]):

@@ -1,4 +1,4 @@
-"""Follower fetchers, sans-IO (SPEC §7, KAFKA_RULES §2.8–2.10; Kafka's ``AbstractFetcherThread``).
+"""Follower fetchers, sans-IO (Kafka's ``AbstractFetcherThread``; docs/replication.md).
 
 Theory of operation. A broker follows partitions by pulling from their leaders.
 For every (source broker, fetcher id) there is one ``FetcherState``; it owns the
@@ -32,14 +32,16 @@ every change; its ``state`` is one of
   ``diverging_epoch`` instead of data; the follower truncates and goes on;
 * ``OUT_OF_RANGE`` — the leader said the fetch offset is outside its log; the
   fetcher asks the leader for its log start and end offsets (ListOffsets
-  earliest/latest as a replica) and picks a new fetch offset (§2.9). Kafka does
+  earliest/latest as a replica) and picks a new fetch offset (Kafka's
+  ``fetchOffsetAndTruncate``). Kafka does
   this with blocking calls inside its thread; here it is a state, so that
   every exchange with the leader is a request the driver sends.
 
 and a partition may be *delayed* (a deadline; errors back off by
-``replica.fetch.backoff.ms``). Fairness (§7.1): whenever a partition's data is
-processed it moves to the end of the order, and the leader fills a response in
-request order, so every partition gets its turn at the response size budget.
+``replica.fetch.backoff.ms``). Fairness (as in Kafka's ``PartitionStates``):
+whenever a partition's data is processed it moves to the end of the order, and
+the leader fills a response in request order, so every partition gets its turn at
+the response size budget.
 
 Invariants: at most one request is in flight per fetcher; a response is applied
 to a partition only if it still has the state the request was built from (same
@@ -79,7 +81,7 @@ logger = logging.getLogger("tidelog.fetcher")
 
 @dataclass(frozen=True)
 class FetcherConfig:
-    """The broker settings a follower fetcher obeys (Kafka's names; KAFKA_RULES §1)."""
+    """The broker settings a follower fetcher obeys (Kafka's config names and defaults)."""
 
     num_replica_fetchers: int = 1                   # num.replica.fetchers
     replica_fetch_max_bytes: int = 1_048_576        # replica.fetch.max.bytes (per partition)
@@ -124,7 +126,8 @@ class FetchState(enum.Enum):
 
 @dataclass(frozen=True)
 class PartitionFetchState:
-    """One partition's place in a fetcher (SPEC §7.1). Immutable: replaced on change."""
+    """One partition's place in a fetcher (Kafka's ``PartitionFetchState``). Immutable:
+    replaced on change."""
 
     fetch_offset: int
     current_leader_epoch: int
@@ -148,7 +151,7 @@ class PartitionFetchState:
 
 @dataclass(frozen=True)
 class InitialFetchState:
-    """Where a partition starts fetching when it is added (SPEC §5.2)."""
+    """Where a partition starts fetching when it is added (Kafka's ``InitialFetchState``)."""
 
     leader_id: int
     current_leader_epoch: int
@@ -244,7 +247,7 @@ class EpochEndOffset:
 
 @dataclass(frozen=True, eq=False)
 class ListOffsetsPlan:
-    """The leader's log start and end offsets for partitions out of range (§2.9): a
+    """The leader's log start and end offsets for partitions out of range: a
     ListOffsets as a replica (``replica_id`` >= 0, so "latest" is the LEO), once with
     timestamp -2 (earliest) and once with -1 (latest) — Kafka refuses a partition
     twice in one request. ``partitions`` maps to the current leader epoch."""
@@ -299,7 +302,8 @@ class FetcherState:
 
     def add_partitions(self, initial_states: Mapping[TopicPartition, InitialFetchState]) -> None:
         """Start (or keep) fetching these partitions. The same current leader epoch as
-        the existing state keeps that state: no reset, no truncation (§2.10)."""
+        the existing state keeps that state: no reset, no truncation (as Kafka's
+        ``AbstractFetcherThread.addPartitions``)."""
         for tp, initial in initial_states.items():
             assert initial.leader_id == self.source_broker_id, (tp, initial, self)
             self.failed_partitions.discard(tp)
@@ -363,7 +367,8 @@ class FetcherState:
 
     def maybe_truncate_to_high_watermark(self, now_ms: int) -> list[TopicPartition]:
         """TRUNCATING partitions whose log holds no leader epoch truncate to their
-        initial fetch offset (the high watermark) and start fetching (§7.2)."""
+        initial fetch offset (the high watermark) and start fetching (Kafka's
+        ``AbstractFetcherThread.truncateToHighWatermark``)."""
         done = []
         for tp, state in list(self.partition_states.items()):
             if not state.is_truncating(now_ms) or self._latest_epoch(tp) is not None:
@@ -400,7 +405,7 @@ class FetcherState:
         return self.in_flight
 
     def build_fetch(self, now_ms: int) -> FetchRequestPlan | None:
-        """One Fetch with every partition ready for it, in fetch order (SPEC §7.3)."""
+        """One Fetch with every partition ready for it, in fetch order."""
         if self.in_flight is not None:
             return None
         config = self.config
@@ -455,7 +460,8 @@ class FetcherState:
 
     def on_fetch_response(self, plan: FetchRequestPlan, results: Mapping[TopicPartition, FetchPartitionResult],
                           now_ms: int) -> None:
-        """Apply a Fetch response per partition (KAFKA_RULES §2.10)."""
+        """Apply a Fetch response per partition (Kafka's
+        ``AbstractFetcherThread.processFetchRequest``)."""
         self._done(plan)
         diverging: dict[TopicPartition, tuple[int, int]] = {}
         retry: list[TopicPartition] = []
@@ -497,7 +503,8 @@ class FetcherState:
 
     def _process_partition_data(self, tp: TopicPartition, state: PartitionFetchState,
                                 result: FetchPartitionResult) -> str:
-        """Steps 8–9 of SPEC §3. Returns "moved" (HW changed), "ok", "retry" or "failed"."""
+        """Steps 8–9 of the nine steps (docs/replication.md). Returns "moved" (HW changed),
+        "ok", "retry" or "failed"."""
         partition = self._get_partition(tp)
         if partition is None:
             self._mark_failed(tp, None, "the partition is gone")
@@ -533,7 +540,7 @@ class FetcherState:
     def on_offsets_for_leader_epoch_response(self, plan: OffsetsForLeaderEpochPlan,
                                              results: Mapping[TopicPartition, EpochEndOffset],
                                              now_ms: int) -> None:
-        """Truncate to where the leader's epoch ends (KAFKA_RULES §2.8); if the leader
+        """Truncate to where the leader's epoch ends (KIP-101); if the leader
         named an epoch we never had, truncate part way and ask again (KIP-279)."""
         self._done(plan)
         retry = []
@@ -541,7 +548,7 @@ class FetcherState:
             state = self.partition_states.get(tp)
             if (state is None or state.current_leader_epoch != request.current_leader_epoch
                     or state.state != FetchState.TRUNCATING):
-                continue   # the leader epoch changed while in flight (§2.10): ignore
+                continue   # the leader epoch changed while in flight: ignore
             result = results.get(tp, EpochEndOffset(ErrorCode.UNKNOWN_SERVER_ERROR))
             if result.error == ErrorCode.NONE:
                 self._truncate_on_epoch(tp, result.leader_epoch, result.end_offset)
@@ -555,7 +562,8 @@ class FetcherState:
 
     def on_list_offsets_response(self, plan: ListOffsetsPlan, results: Mapping[TopicPartition, LeaderOffsets],
                                  now_ms: int) -> None:
-        """Pick a new fetch offset for partitions out of range (KAFKA_RULES §2.9)."""
+        """Pick a new fetch offset for partitions out of range (Kafka's
+        ``fetchOffsetAndTruncate``)."""
         self._done(plan)
         retry = []
         for tp, current_leader_epoch in plan.partitions.items():
@@ -576,7 +584,8 @@ class FetcherState:
 
     def truncation_offset(self, tp: TopicPartition, leader_epoch: int, leader_end_offset: int) -> tuple[int, bool]:
         """``(offset to truncate to, truncation complete)`` for the leader's answer
-        ``(leader_epoch, leader_end_offset)`` — KAFKA_RULES §2.8, rule by rule."""
+        ``(leader_epoch, leader_end_offset)`` — Kafka's
+        ``AbstractFetcherThread.getOffsetTruncationState``, rule by rule."""
         partition = self._get_partition(tp)
         log_end_offset = partition.log.log_end_offset
         if leader_end_offset == UNDEFINED_OFFSET:
@@ -713,7 +722,8 @@ def _utf16_units(text: str):
 
 @dataclass(eq=False)
 class ReplicaFetcherManager:
-    """The fetchers of one broker, by (source broker, fetcher id) (SPEC §7.1).
+    """The fetchers of one broker, by (source broker, fetcher id) (Kafka's
+    ``ReplicaFetcherManager``).
 
     ``on_fetcher_added`` / ``on_fetcher_removed`` let the driver start and stop the
     task that runs a fetcher.

@@ -1,4 +1,4 @@
-"""From a metadata delta to what a broker must do (SPEC §5.2, §8.4).
+"""From a metadata delta to what a broker must do (Kafka's ``ReplicaManager.applyDelta``).
 
 The one place where replayed metadata becomes become-leader / become-follower /
 delete calls on a ReplicaManager — shared by the broker process, the

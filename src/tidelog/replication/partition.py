@@ -242,7 +242,8 @@ class Partition:
         return not was_leader
 
     def make_follower(self, state: PartitionState) -> bool:
-        """Kafka's ``Partition.makeFollower``. Returns True iff the leader epoch moved (restart fetching)."""
+        """Kafka's ``Partition.makeFollower``. Returns True iff the leader epoch moved
+        (restart fetching)."""
         if state.partition_epoch < self.partition_epoch:
             logger.info("%s: ignoring follower state %s older than partition epoch %d",
                         self.topic_partition, state, self.partition_epoch)
@@ -280,9 +281,9 @@ class Partition:
         return False
 
     def _is_isr_eligible(self, replica_id: int, state: ReplicaState) -> bool:
-        """KRaft eligibility (Kafka's ``Partition.isReplicaIsrEligible``): alive (not fenced, not shutting down)
-        and the broker epoch it fetched with is known: -1 (an old fetch version) or
-        the one the metadata image holds. A replica that has not fetched since this
+        """KRaft eligibility (Kafka's ``Partition.isReplicaIsrEligible``): alive (not
+        fenced, not shutting down) and the broker epoch it fetched with is known: -1
+        (an old fetch version) or the one the metadata image holds. A replica that has not fetched since this
         leader epoch began has no stored epoch and is not eligible."""
         alive_epoch = self._alive_broker_epoch(replica_id)
         if alive_epoch is None or state.broker_epoch is None:

@@ -1,4 +1,4 @@
-"""Delayed operations waiting on a condition (SPEC §6, Kafka's purgatory).
+"""Delayed operations waiting on a condition (Kafka's ``DelayedOperationPurgatory``).
 
 Theory of operation. An operation is *watched* under keys (topic-partitions).
 Events that may satisfy a waiter — an append, a high-watermark move, a leader or

@@ -10,6 +10,7 @@ decision that is not written changes nothing).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 
@@ -22,7 +23,7 @@ from tidelog.controller.topics import validate_topic_name
 from tidelog.core.errors import ErrorCode
 from tidelog.metadata.records import ConfigResourceType
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.codec import ZERO_UUID
+from tidelog.protocol.codec import ZERO_UUID, ProtocolError
 
 if TYPE_CHECKING:
     from tidelog.controller.quorum_controller import QuorumController
@@ -331,8 +332,7 @@ class ForwardingAdminApis(AdminApis):
                     "topics": [{"name": n, "num_partitions": -1, "replication_factor": -1,
                                 "assignments": [], "configs": []} for n in names],
                     "timeout": 30_000, "validate_only": False})
-            except Exception as e:  # the client will ask again
+            except (OSError, ConnectionError, asyncio.TimeoutError, ProtocolError) as e:  # the client asks again
                 log.warning("auto-creating %s failed: %s", names, e)
-        import asyncio
         asyncio.get_running_loop().create_task(create())
         return {**out, **{name: ErrorCode.LEADER_NOT_AVAILABLE for name in names}}

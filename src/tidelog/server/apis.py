@@ -353,7 +353,7 @@ class KafkaApis:
     def handle_init_producer_id(self, header, request):
         """A fresh producer id for an idempotent, non-transactional producer.
 
-        tidelog does not yet check sequence numbers (ROADMAP step 8), so a retried
+        tidelog does not yet check sequence numbers, so a retried
         batch may still be written twice; transactions are refused."""
         if getattr(request, "transactional_id", None):
             return {"throttle_time": 0, "error_code": int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),

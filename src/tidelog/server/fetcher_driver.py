@@ -87,7 +87,7 @@ class FetcherDriver:
             await self._loop(fetcher, key)
         except asyncio.CancelledError:
             raise
-        except BaseException as e:       # a bug in the fetcher's rules: stop the broker
+        except Exception as e:           # a bug in the fetcher's rules: stop the broker
             self.fault_handler(e)
 
     async def _loop(self, fetcher, key) -> None:

@@ -196,7 +196,7 @@ class Server:
             return
         try:
             effects = step(self.node)
-        except BaseException as e:
+        except Exception as e:
             self._fault(e)
             return
         for effect in effects:
@@ -249,7 +249,7 @@ class Server:
             await coroutine
         except asyncio.CancelledError:
             raise
-        except BaseException as e:
+        except Exception as e:
             self._fault(e)
 
     def _fault(self, error: BaseException) -> None:

@@ -1,13 +1,13 @@
-"""tidelog.sim — a deterministic simulator of a whole tidelog cluster (issue 6).
+"""tidelog.sim — a deterministic simulator of a whole tidelog cluster.
 
 One seed decides everything: the cluster's shape and settings (``config.py``),
 every network delay and loss (``network.py``), every fault (``nemesis.py``) and
 every client request (``clients.py``). The brokers and the controller are the
 production replication core (``tidelog.replication``, ``tidelog.controller``,
 ``tidelog.metadata``, ``tidelog.storage``) glued by events (``broker.py``,
-``controller.py``) on a discrete-event loop (``loop.py``); the SPEC §10
-invariants are checked after every event (``checker.py``). ``python -m
-tidelog.sim --seed N`` replays seed N exactly. docs/simulation.md draws it.
+``controller.py``) on a discrete-event loop (``loop.py``); the invariants
+listed in docs/simulation.md are checked after every event (``checker.py``).
+``python -m tidelog.sim --seed N`` replays seed N exactly. docs/simulation.md draws it.
 """
 
 from tidelog.sim.config import SimConfig

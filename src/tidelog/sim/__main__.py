@@ -5,7 +5,7 @@
     python -m tidelog.sim --seeds 0-999 --jobs 4    # many seeds, in 4 processes
     python -m tidelog.sim --seeds 0-99 --long       # longer fault phases (make sim-long runs both)
     python -m tidelog.sim --seed 17 --defect truncate-to-high-watermark
-    python -m tidelog.sim --scenario kip-101-1      # a named scenario (SPEC §11); --scenario list
+    python -m tidelog.sim --scenario kip-101-1      # a named fault scenario; --scenario list
 
 A failure prints ``seed=<n> config=<…> invariant=<name>`` and exits 1. A run
 does not depend on Python's per-process string hashing (tested), so a replay in
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--defect", help="plant a defect (see tidelog/sim/defects.py)")
     parser.add_argument("--trace", action="store_true", help="print every event")
     parser.add_argument("--tail", type=int, default=60, help="trace lines shown on failure (default 60)")
-    parser.add_argument("--scenario", help="run a named scenario (SPEC §11); 'list' lists them")
+    parser.add_argument("--scenario", help="run a named fault scenario; 'list' lists them")
     parser.add_argument("--digest", action="store_true", help="print the trace digest")
     parser.add_argument("--keep-going", action="store_true", help="with --seeds: do not stop at a failure")
     parser.add_argument("--jobs", type=int, default=1, help="run seeds in this many processes")

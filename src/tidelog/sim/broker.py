@@ -69,7 +69,7 @@ from tidelog.sim.loop import NodeClock
 from tidelog.sim.network import NetworkNode
 
 if TYPE_CHECKING:
-    from tidelog.sim.simulation import Simulation
+    from tidelog.sim.world import World
 
 log = logging.getLogger("tidelog.sim.broker")
 
@@ -116,7 +116,7 @@ class FollowerMetadataLog:
 
 
 class SimBroker(NetworkNode):
-    def __init__(self, sim: "Simulation", broker_id: int, drift_ppm: int = 0):
+    def __init__(self, sim: "World", broker_id: int, drift_ppm: int = 0):
         super().__init__(f"b{broker_id}", sim.loop, sim.network)
         self.sim = sim
         self.broker_id = broker_id

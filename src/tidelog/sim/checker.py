@@ -1,4 +1,4 @@
-"""SPEC §10 invariants, checked after every simulated event (and at the end).
+"""The cluster invariants, checked after every simulated event (and at the end).
 
 Theory of operation. The checker reads real state — every running broker's
 ``Partition`` objects and logs, the controller's and brokers' metadata images,
@@ -14,8 +14,9 @@ what clients were told — and keeps three pieces of its own:
 * client records: acknowledged writes per acks level, what producers sent,
   what consumers read.
 
-Checks, named by SPEC §10 item (a failure raises ``InvariantViolation`` with
-the name; the simulation prints ``seed=… config=… invariant=<name>``):
+Checks, each named by its number and what it keeps (a failure raises
+``InvariantViolation`` with the name; the simulation prints
+``seed=… config=… invariant=<name>``):
 
 ``10.1-one-leader-per-epoch``   two brokers lead one partition in one leader epoch,
                                 or a broker's leader epoch goes back
@@ -36,8 +37,9 @@ the name; the simulation prints ``seed=… config=… invariant=<name>``):
 ``10.8-fenced-broker-out-of-isr`` (and epochs monotonic on the controller) —
                                 ``controller.testing.check_invariants``
 
-What invariant 4 may not promise (its precondition, SPEC §10.4) is excused and
-counted, never silently ignored: an *unclean* election (topic config) and the
+Invariant 10.4 holds only without unclean election and while no more than
+``min.insync.replicas - 1`` replicas lose data. What it may not promise is excused
+and counted, never silently ignored: an *unclean* election (topic config) and the
 *last replica standing* (KIP-966 without Eligible Leader Replicas: a broker that
 lost unsynced bytes in a power cut returns as the only ISR member and leads).
 Either resets the partition's history at that leader epoch; acknowledged writes
@@ -55,7 +57,7 @@ from tidelog.records.batch import iter_batches, iter_records
 from tidelog.replication.partition import Partition
 
 if TYPE_CHECKING:
-    from tidelog.sim.simulation import Simulation
+    from tidelog.sim.world import World
 
 
 class InvariantViolation(AssertionError):
@@ -127,7 +129,7 @@ class Seen:
 
 
 class Checker:
-    def __init__(self, sim: "Simulation"):
+    def __init__(self, sim: "World"):
         self.sim = sim
         self.histories: dict[TopicPartition, History] = {}
         self.mirrors: dict[tuple[int, TopicPartition], LogMirror] = {}
@@ -208,7 +210,7 @@ class Checker:
 
     def _on_leader_activated(self, broker_id: int, tp: TopicPartition, partition: Partition,
                              mirror: LogMirror) -> None:
-        """SPEC §10.4: a leader at epoch e holds every record committed before e."""
+        """Invariant 10.4: a leader at epoch e holds every record committed before e."""
         history = self.history(tp)
         epoch = partition.leader_epoch
         if epoch < history.reset_epoch:
@@ -268,7 +270,8 @@ class Checker:
         mirror.committed_upto = (mirror.generation, max(start, high_watermark))
 
     def _check_isr(self, tp: TopicPartition) -> None:
-        """SPEC §10.3 for the legitimate leader (the controller's, at its epoch)."""
+        """Invariant 10.3 (ISR members hold every committed record) for the legitimate
+        leader (the controller's, at its epoch)."""
         sim = self.sim
         if not sim.controller.up:
             return

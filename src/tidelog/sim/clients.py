@@ -16,7 +16,7 @@ offset), failed, or sent (acks=0).
 
 Consumer: reads each partition of its topic from the leader with
 ``read_uncommitted`` isolation (up to the high watermark), from offset 0,
-checking every answer through the checker (SPEC §10.6).
+checking every answer through the checker (invariant ``10.6-consumer-below-hw``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from tidelog.sim.loop import NodeClock
 from tidelog.sim.network import NetworkNode
 
 if TYPE_CHECKING:
-    from tidelog.sim.simulation import Simulation
+    from tidelog.sim.world import World
 
 RETRY_BACKOFF_MS = 100
 DELIVERY_TIMEOUT_MS = 10_000
@@ -39,7 +39,7 @@ METADATA_MAX_AGE_MS = 2000     # refresh the leader now and then, as metadata.ma
 
 
 class _Client(NetworkNode):
-    def __init__(self, sim: "Simulation", name: str, topic: str):
+    def __init__(self, sim: "World", name: str, topic: str):
         super().__init__(name, sim.loop, sim.network)
         self.sim = sim
         self.clock = NodeClock(sim.loop)
@@ -85,7 +85,7 @@ class _Batch:
 
 
 class SimProducer(_Client):
-    def __init__(self, sim: "Simulation", name: str, topic: str, acks: int):
+    def __init__(self, sim: "World", name: str, topic: str, acks: int):
         super().__init__(sim, name, topic)
         self.acks = acks
         self.sequence = 0
@@ -153,7 +153,7 @@ class SimProducer(_Client):
 
 
 class SimConsumer(_Client):
-    def __init__(self, sim: "Simulation", name: str, topic: str):
+    def __init__(self, sim: "World", name: str, topic: str):
         super().__init__(sim, name, topic)
         self.positions: dict[TopicPartition, int] = {tp: 0 for tp in self.partitions}
 

@@ -1,4 +1,4 @@
-"""Swarm options: everything about a run that the seed decides (issue 6, STYLE §5).
+"""Swarm options: everything about a run that the seed decides (swarm testing).
 
 Theory of operation. ``SimConfig.from_seed(seed)`` draws, from one
 ``random.Random(seed)``, the cluster (brokers, log directories per broker), the

@@ -27,13 +27,13 @@ from tidelog.sim.loop import NodeClock
 from tidelog.sim.network import NetworkNode
 
 if TYPE_CHECKING:
-    from tidelog.sim.simulation import Simulation
+    from tidelog.sim.world import World
 
 CLUSTER_ID = "tidelog-sim"
 
 
 class SimController(NetworkNode):
-    def __init__(self, sim: "Simulation", drift_ppm: int = 0):
+    def __init__(self, sim: "World", drift_ppm: int = 0):
         super().__init__("ctl", sim.loop, sim.network)
         self.sim = sim
         self.clock = NodeClock(sim.loop, drift_ppm=drift_ppm)

@@ -12,11 +12,11 @@ assert that some seed fails with the invariant named in ``EXPECTED``.
     its high watermark and never asks the leader where its epoch ends (no
     OffsetsForLeaderEpoch, no diverging epochs in Fetch). A follower's HW lags
     the leader's, so committed records are cut from a replica that stays in the
-    ISR; a second leader change then loses them (SPEC §11.2).
+    ISR; a second leader change then loses them (KIP-101, scenario 1).
 ``hw-ignores-caught-up-follower``
     The leader computes the HW over its *committed* ISR only, ignoring a
     caught-up follower outside it — including one whose addition to the ISR is
-    in flight (Kafka's maximal-ISR rule, KAFKA_RULES §2.1–2.3). The follower
+    in flight (the maximal ISR of Kafka's ``Partition.maybeIncrementLeaderHW``). The follower
     then enters the ISR below the HW.
 ``publish-before-registration``
     A broker applies its local copy of the metadata log at start, before it has
@@ -25,7 +25,7 @@ assert that some seed fails with the invariant named in ``EXPECTED``.
     ``stale-metadata-restart``; the simulator's fixed seeds rarely reach it).
 ``unclean-election-when-disabled``
     The controller elects a leader from outside the ISR although
-    ``unclean.leader.election.enable`` is false (SPEC §8.3).
+    ``unclean.leader.election.enable`` is false.
 """
 
 from __future__ import annotations

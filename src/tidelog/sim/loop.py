@@ -1,4 +1,4 @@
-"""The simulator's event loop, node clocks and trace (issue 6, STYLE §1).
+"""The simulator's event loop, node clocks and trace.
 
 Theory of operation. Simulated time is one integer, ``EventLoop.now_ms``; it
 moves only when the loop pops the next event from a heap of ``(time, seq,

@@ -37,11 +37,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from tidelog.sim.simulation import Simulation
+    from tidelog.sim.world import World
 
 
 class Nemesis:
-    def __init__(self, sim: "Simulation"):
+    def __init__(self, sim: "World"):
         self.sim = sim
         self.rng = sim.rng
         self.undos: list[tuple[object, Callable[[], None], str]] = []

@@ -1,4 +1,4 @@
-"""Named fault scenarios (SPEC §11), scripted on the simulator, with expected outcomes.
+"""Named fault scenarios, scripted on the simulator, with expected outcomes.
 
 Theory of operation. A scenario is a script over one ``Simulation`` with a fixed
 configuration and no nemesis: it creates its topic with explicit replicas,
@@ -6,11 +6,11 @@ writes through a scripted client (``ScriptClient``), and injects exactly the
 faults the scenario names at exactly the moments it names them — "when A has
 fetched m2 but not yet the high watermark that commits it" is a
 ``wait(lambda: …)`` on real replica state, evaluated after every event. The
-checker still runs after every event, so a scenario also proves the SPEC §10
-invariants along its path. Each returns what it observed and whether that is
-the expected outcome; ``tests/sim/test_scenarios.py`` asserts it, and asserts
-that planted defects (``defects.py``) turn the outcome around where the
-scenario exists to catch them.
+checker still runs after every event, so a scenario also proves the simulator's
+invariants (docs/simulation.md, "Checks") along its path. Each returns what it
+observed and whether that is the expected outcome; ``tests/sim/test_scenarios.py``
+asserts it, and asserts that planted defects (``defects.py``) turn the outcome
+around where the scenario exists to catch them.
 
 Scripts record what they see with ``Script.expect``/``check`` (the outcome is as
 expected when every expectation holds), and every message is recorded on its
@@ -308,7 +308,7 @@ class Script:
     def shrink(self, isr: tuple[int, ...], what: str) -> None:
         """Wait for the ISR to become ``isr``, writing an acks=1 record every 300 ms
         meanwhile: a follower that has everything is never out of sync, however long
-        it is silent (KAFKA_RULES §2.4)."""
+        it is silent (Kafka's ``Partition.maybeShrinkIsr``)."""
         leader = self.leader()
         probes = [0]
 
@@ -881,28 +881,29 @@ def long_poll(s: Script) -> tuple[bool, dict]:
 
 
 SCENARIOS = {scenario.name: scenario for scenario in [
-    Scenario("kip-101-1", "SPEC §11.2", "m2 survives: A asks where epoch 0 ends instead of truncating to its HW",
+    Scenario("kip-101-1", "KIP-101 scenario 1", "m2 survives: A asks where epoch 0 ends instead of truncating to its HW",
              _config(2, (2, 1), 1, True), kip_101_1),
-    Scenario("kip-101-2", "SPEC §11.3", "A truncates to 1 and fetches m3: no offset holds m2 on one replica and "
+    Scenario("kip-101-2", "KIP-101 scenario 2", "A truncates to 1 and fetches m3: no offset holds m2 on one replica and "
              "m3 on another", _config(2, (1, 2), 1, False), kip_101_2),
-    Scenario("kip-279", "SPEC §11.4", "five restarts with unclean election: both logs byte-identical",
+    Scenario("kip-279", "KIP-279", "five restarts with unclean election: both logs byte-identical",
              _config(2, (1, 2), 1, True), kip_279),
-    Scenario("kip-966-strict-min-isr", "SPEC §11.5", "with ISR {3}: acks=all refused, HW still; 3 returns as "
+    Scenario("kip-966-strict-min-isr", "KIP-966", "with ISR {3}: acks=all refused, HW still; 3 returns as "
              "the only ISR member and no committed record is lost (the lost tail was never committed)",
              _config(3, (3, 2, 1), 2, False, flush_messages=None, flush_ms=500), lambda s: kip_966(s, True)),
-    Scenario("kip-966-last-replica-standing", "SPEC §11.5", "without ELR, a last ISR member that lost unflushed "
+    Scenario("kip-966-last-replica-standing", "KIP-966", "without ELR, a last ISR member that lost unflushed "
              "committed records in a power cut leads without them (excused by the checker as KIP-966's case)",
              _config(3, (3, 2, 1), 2, False, flush_messages=None), lambda s: kip_966(s, False)),
-    Scenario("jepsen-2013-unclean", "SPEC §11.1", "ISR of one, min ISR 1, unclean election: the acknowledged "
-             "writes vanish", _config(3, (1, 2, 3), 1, True), lambda s: jepsen_2013(s, False)),
-    Scenario("jepsen-2013-safe", "SPEC §11.1", "min ISR 2, clean election: acks=all refused with "
+    Scenario("jepsen-2013-unclean", "Jepsen 2013 Kafka analysis", "ISR of one, min ISR 1, unclean election: "
+             "the acknowledged writes vanish", _config(3, (1, 2, 3), 1, True), lambda s: jepsen_2013(s, False)),
+    Scenario("jepsen-2013-safe", "Jepsen 2013 Kafka analysis", "min ISR 2, clean election: acks=all refused with "
              "NOT_ENOUGH_REPLICAS, no leader rather than an unclean one, nothing acknowledged is lost",
              _config(3, (1, 2, 3), 2, False), lambda s: jepsen_2013(s, True)),
-    Scenario("stale-leader-write", "SPEC §11.7", "the stale leader's acks=1 write is acknowledged and truncated "
-             "away, its acks=all write never acknowledged; logs converge", _config(3, (1, 2, 3), 2, False),
-             stale_leader_write),
-    Scenario("stale-metadata-restart", "SPEC §8.2", "a leader restarting with an empty disk does not lead its "
-             "old epoch: no committed record is lost", _config(3, (1, 2, 3), 2, False), stale_metadata_restart),
+    Scenario("stale-leader-write", "Kafka: stale leader write", "the stale leader's acks=1 write is acknowledged "
+             "and truncated away, its acks=all write never acknowledged; logs converge",
+             _config(3, (1, 2, 3), 2, False), stale_leader_write),
+    Scenario("stale-metadata-restart", "broker start-up order (docs/broker.md)", "a leader restarting with an "
+             "empty disk does not lead its old epoch: no committed record is lost",
+             _config(3, (1, 2, 3), 2, False), stale_metadata_restart),
     Scenario("replication-steps", "Kafka ReplicaFetcherThread / ReplicaManager.fetchMessages", "one fetch round "
              "step by step: the follower's request, the leader's record of it, the answer, the follower's HW; "
              "back into the ISR; acks=all", _config(2, (1, 2), 1, False), replication_steps),

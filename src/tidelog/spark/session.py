@@ -1,8 +1,9 @@
 """A local SparkSession set up the way tidelog's tests, examples and benchmark need.
 
-SPARK_NOTES §2.2: Python workers must run this interpreter (``PYSPARK_PYTHON``),
-the UI and its port are off, everything binds to loopback, and small jobs use
-few shuffle partitions. The ``tidelog`` format is registered.
+What a local PySpark needs (docs/spark.md, "Running it"): Python workers must run
+this interpreter (``PYSPARK_PYTHON``), the UI and its port are off, everything
+binds to loopback, and small jobs use few shuffle partitions. The ``tidelog``
+format is registered.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The ``tidelog`` source: Spark batch and streaming reads of tidelog topics.
 
 Theory of operation. Spark calls a Python data source from three kinds of
-process (SPARK_NOTES §1.3), and each piece lives where Spark calls it:
+process (docs/spark.md, "How it works"), and each piece lives where Spark calls it:
 
 * planning, on the driver side: ``TidelogBatchReader.partitions`` and the
   long-lived ``TidelogStreamReader`` (``initialOffset``, ``latestOffset``,

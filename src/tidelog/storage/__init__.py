@@ -1,4 +1,4 @@
-"""The storage engine: segments, indexes, epoch cache, checkpoints, recovery (SPEC §2).
+"""The storage engine: segments, indexes, epoch cache, checkpoints, recovery.
 
 Layers, bottom up: ``files`` (every byte goes through a ``FileSystem``; tests crash
 it), ``checkpoint`` (Kafka's text files), ``index`` and ``segment`` (one

@@ -1,4 +1,4 @@
-"""Kafka's checkpoint text files (SPEC §2 "Checkpoint files").
+"""Kafka's checkpoint text files (docs/storage.md, "File formats").
 
 Theory of operation. Two shapes of one format, both byte-for-byte Kafka's::
 

@@ -1,4 +1,4 @@
-"""Per-log configuration: Kafka's topic-level storage configs (SPEC §2).
+"""Per-log configuration: the topic-level storage configs of Kafka's ``LogConfig``.
 
 Theory of operation. ``LogConfig`` is an immutable value with one field per
 Kafka config, named in snake case with the unit last (``segment.bytes`` →

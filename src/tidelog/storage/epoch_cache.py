@@ -1,4 +1,4 @@
-"""The leader-epoch cache (Kafka's ``LeaderEpochFileCache``; KAFKA_RULES §2.6, SPEC §2).
+"""The leader-epoch cache (Kafka's ``LeaderEpochFileCache``; KIP-101, KIP-279).
 
 Theory of operation. A partition remembers, for every leader epoch its log has
 seen, the first offset written in that epoch: an ordered list of

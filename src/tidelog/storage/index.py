@@ -1,4 +1,4 @@
-"""Offset and time indexes of one segment (SPEC §2; Kafka's ``.index``/``.timeindex``).
+"""Offset and time indexes of one segment (Kafka's ``.index``/``.timeindex``).
 
 Theory of operation. Both indexes are sparse: the segment adds an entry after
 every ``index.interval.bytes`` of appended batches, so a lookup lands within a

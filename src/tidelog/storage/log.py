@@ -1,4 +1,4 @@
-"""A partition's log: ordered segments, offsets, leader epochs (SPEC §2; Kafka's ``UnifiedLog``).
+"""A partition's log: ordered segments, offsets, leader epochs (Kafka's ``UnifiedLog``).
 
 Theory of operation. A ``Log`` owns one partition directory ``<topic>-<partition>``:
 a list of ``LogSegment`` sorted by base offset (the last one is *active* and
@@ -192,8 +192,8 @@ class Log:
              on_io_error: Callable[[str, OSError], None] | None = None) -> "Log":
         """Load (or create) the log in ``directory``, recovering what needs it.
 
-        ``high_watermark`` is clamped to ``[log_start_offset, log_end_offset]`` (SPEC §2:
-        a restarted partition's HW is ``min(checkpointed HW, LEO)``).
+        ``high_watermark`` is clamped to ``[log_start_offset, log_end_offset]`` (as in
+        Kafka, a restarted partition's HW is ``min(checkpointed HW, LEO)``).
         """
         fs = fs or RealFileSystem()
         TopicPartition.parse(os.path.basename(directory))  # fail before touching the disk
@@ -456,14 +456,16 @@ class Log:
         return None
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
-        """``(epoch, end offset)`` per KAFKA_RULES §2.6; ``(-1, -1)`` when undefined."""
+        """``(epoch, end offset)`` as Kafka's ``LeaderEpochFileCache.endOffsetFor`` gives it;
+        ``(-1, -1)`` when undefined."""
         return self._leader_epoch_cache.end_offset_for(leader_epoch, self._log_end_offset)
 
     @_io_guard
     def assign_leader_epoch(self, leader_epoch: int, start_offset: int) -> bool:
         """Record that ``leader_epoch`` starts at ``start_offset`` (a new leader's first act,
-        KAFKA_RULES §2.6). The cache's checkpoint write is I/O like any other: a failure
-        takes the log offline and raises ``StorageError`` (found by the simulator, seed 24)."""
+        as in Kafka's ``Partition.makeLeader``). The cache's checkpoint write is I/O like
+        any other: a failure takes the log offline and raises ``StorageError`` (found by
+        the simulator, seed 24)."""
         return self._leader_epoch_cache.assign(leader_epoch, start_offset)
 
     # -- offsets moved by replication ---------------------------------------------------

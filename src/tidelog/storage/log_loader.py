@@ -1,6 +1,6 @@
 """Opening a partition directory: find the segments, recover, compute the offsets.
 
-Theory of operation (SPEC §2 "Recovery on start"; Kafka's ``LogLoader``). The
+Theory of operation (docs/storage.md, "Recovery"; Kafka's ``LogLoader``). The
 directory holds ``<base_offset:020d>.log`` files and their indexes. Loading:
 
 1. Remove leftovers: ``*.tmp`` / ``*.deleted`` / ``*.cleaned`` / ``*.swap`` files

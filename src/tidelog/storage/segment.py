@@ -1,4 +1,4 @@
-"""One segment of a partition's log: ``<base_offset:020d>.log`` plus its indexes (SPEC §2).
+"""One segment of a partition's log: ``<base_offset:020d>.log`` plus its indexes.
 
 Theory of operation. A segment is a file of record batches, stored byte for byte
 as the wire carries them, whose offsets are all ``>= base_offset``; an
