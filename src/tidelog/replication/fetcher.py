@@ -70,6 +70,7 @@ from typing import Callable, Iterable, Mapping
 
 from tidelog.core.errors import ErrorCode, KafkaError, StorageError
 from tidelog.core.ids import TopicPartition
+from tidelog.core.states import transition
 from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
 from tidelog.replication.partition import UNDEFINED_EPOCH, UNDEFINED_OFFSET, Isolation, ReadResult
 
@@ -122,6 +123,26 @@ class FetchState(enum.Enum):
     TRUNCATING = "truncating"
     FETCHING = "fetching"
     OUT_OF_RANGE = "out_of_range"
+
+
+class FetchEvent(enum.Enum):
+    FETCHED = "fetched"                              # records (or none) appended from a fetch
+    OUT_OF_RANGE = "offset out of range"             # the leader answered OFFSET_OUT_OF_RANGE
+    TRUNCATED = "truncated"                          # truncation done (or continues on fetch)
+    TRUNCATION_INCOMPLETE = "truncation incomplete"  # the leader's answer needs another round
+    RESET = "reset from leader offsets"              # ListOffsets answered: restart in range
+
+
+# The one table a partition's fetch state moves by (a new partition starts in the
+# state ``FetcherState._initial_state`` picks; delays and lag do not change it).
+FETCH_TRANSITIONS = {
+    FetchState.TRUNCATING: {FetchEvent.TRUNCATED: FetchState.FETCHING,
+                            FetchEvent.TRUNCATION_INCOMPLETE: FetchState.TRUNCATING},
+    FetchState.FETCHING: {FetchEvent.FETCHED: FetchState.FETCHING,
+                          FetchEvent.OUT_OF_RANGE: FetchState.OUT_OF_RANGE,
+                          FetchEvent.TRUNCATED: FetchState.FETCHING},      # a diverging epoch, KIP-320
+    FetchState.OUT_OF_RANGE: {FetchEvent.RESET: FetchState.FETCHING},
+}
 
 
 @dataclass(frozen=True)
@@ -486,7 +507,7 @@ class FetcherState:
             elif error == ErrorCode.OFFSET_OUT_OF_RANGE:
                 logger.info("%s: fetch offset %d is out of range on broker %d; asking for its offsets",
                             tp, state.fetch_offset, self.source_broker_id)
-                self._update_and_move_to_end(tp, dataclasses.replace(state, state=FetchState.OUT_OF_RANGE))
+                self._update_and_move_to_end(tp, self._moved(tp, state, FetchEvent.OUT_OF_RANGE))
             elif error == ErrorCode.FENCED_LEADER_EPOCH:
                 # The request carried the current epoch (checked above): our metadata is
                 # stale. Stop until a new leader epoch arrives.
@@ -531,8 +552,9 @@ class FetcherState:
         lag = max(0, result.high_watermark - next_offset)
         if appended > 0 or next_offset != state.fetch_offset:
             # The epoch of the last batch we hold (the append recorded it in the cache).
-            self._update_and_move_to_end(tp, PartitionFetchState(
-                next_offset, state.current_leader_epoch, FetchState.FETCHING, lag, None, log.latest_epoch))
+            self._update_and_move_to_end(tp, self._moved(
+                tp, state, FetchEvent.FETCHED, fetch_offset=next_offset, lag=lag, delay_until_ms=None,
+                last_fetched_epoch=log.latest_epoch))
         else:
             self.partition_states[tp] = dataclasses.replace(state, lag=lag)
         return "moved" if moved else "ok"
@@ -621,10 +643,9 @@ class FetcherState:
         fetched epoch), else stay TRUNCATING until the truncation is complete."""
         log = self._get_partition(tp).log
         fetching = self.config.truncate_on_fetch or completed
-        self.partition_states[tp] = dataclasses.replace(
-            state, fetch_offset=log.log_end_offset,
-            state=FetchState.FETCHING if fetching else FetchState.TRUNCATING,
-            last_fetched_epoch=log.latest_epoch)
+        self.partition_states[tp] = self._moved(
+            tp, state, FetchEvent.TRUNCATED if fetching else FetchEvent.TRUNCATION_INCOMPLETE,
+            fetch_offset=log.log_end_offset, last_fetched_epoch=log.latest_epoch)
 
     def _reset_out_of_range(self, tp: TopicPartition, state: PartitionFetchState, leader: LeaderOffsets) -> None:
         partition = self._get_partition(tp)
@@ -646,9 +667,10 @@ class FetcherState:
             self._mark_failed(tp, e, f"storage error: {e}")
             return
         log = partition.log
-        self._update_and_move_to_end(tp, PartitionFetchState(
-            log.log_end_offset, state.current_leader_epoch, FetchState.FETCHING,
-            max(0, leader.log_end_offset - log.log_end_offset), None, log.latest_epoch))
+        self._update_and_move_to_end(tp, self._moved(
+            tp, state, FetchEvent.RESET, fetch_offset=log.log_end_offset,
+            lag=max(0, leader.log_end_offset - log.log_end_offset), delay_until_ms=None,
+            last_fetched_epoch=log.latest_epoch))
 
     def _truncate(self, tp: TopicPartition, offset: int) -> bool:
         partition = self._get_partition(tp)
@@ -672,6 +694,12 @@ class FetcherState:
         if self.in_flight is plan:
             self.in_flight = None
         self.failed_requests_in_a_row = 0
+
+    @staticmethod
+    def _moved(tp: TopicPartition, state: PartitionFetchState, event: FetchEvent, **changes) -> PartitionFetchState:
+        """``state`` after ``event`` (``FETCH_TRANSITIONS``), with ``changes`` applied."""
+        target = transition(FETCH_TRANSITIONS, state.state, event, f"{tp} fetch state")
+        return dataclasses.replace(state, state=target, **changes)
 
     def _update_and_move_to_end(self, tp: TopicPartition, state: PartitionFetchState) -> None:
         self.partition_states.pop(tp, None)
