@@ -53,3 +53,13 @@ def test_tables_draw_as_mermaid():
     text = mermaid(ISR_TRANSITIONS, IsrState.COMMITTED)
     assert text.splitlines()[:3] == ["stateDiagram-v2", "    [*] --> COMMITTED",
                                      "    COMMITTED --> PENDING_EXPAND: propose expand"]
+
+
+def test_the_diagrams_in_docs_replication_md_are_the_tables():
+    import os
+    import re
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "replication.md")
+    with open(path, encoding="utf-8") as f:
+        diagrams = re.findall(r"```mermaid\n(.*?)\n```", f.read(), re.S)
+    assert diagrams == [mermaid(ISR_TRANSITIONS, IsrState.COMMITTED), mermaid(HOSTING_TRANSITIONS, Hosting.NONE),
+                        mermaid(FETCH_TRANSITIONS)]
