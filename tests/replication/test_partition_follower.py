@@ -84,3 +84,25 @@ def test_truncate_fully_and_start_at(make):
     follower.truncate_fully_and_start_at(10)
     log = follower.log
     assert (log.log_start_offset, log.high_watermark, log.log_end_offset) == (10, 10, 10)
+
+
+def test_a_first_batch_straddling_the_empty_logs_start_restarts_the_log_at_its_base(make):
+    """DeleteRecords moved the leader's log start to 3, inside the batch [2..4]; a new
+    follower starts empty at 3 and is sent that whole batch (Kafka's
+    Partition.appendRecordsToFollowerOrFutureReplica, UnexpectedAppendOffsetException)."""
+    follower = make.follower(1)
+    follower.truncate_fully_and_start_at(3)
+    info = follower.append_records_as_follower(leader_batch(2, 0, "c", "d", "e"))
+    log = follower.log
+    assert (info.first_offset, log.log_start_offset, log.log_end_offset) == (2, 2, 5)
+    follower.update_follower_high_watermark(5)
+    assert follower.update_follower_log_start_offset(3)        # the leader's log start follows
+    assert log.log_start_offset == 3
+
+
+def test_a_batch_below_a_non_empty_logs_end_is_still_refused(make):
+    follower = make.follower(1)
+    follower.append_records_as_follower(leader_batch(0, 0, "a", "b"))
+    with pytest.raises(KafkaError):
+        follower.append_records_as_follower(leader_batch(1, 0, "b", "c"))
+    assert follower.log.log_end_offset == 2

@@ -169,6 +169,15 @@ class InvalidRecordError(KafkaError):
     error_code = ErrorCode.INVALID_RECORD
 
 
+class UnexpectedAppendOffsetError(InvalidRecordError):
+    """A follower's first batch starts below its log end offset (Kafka's
+    UnexpectedAppendOffsetException); carries the batch's offsets."""
+
+    def __init__(self, message: str, first_offset: int, last_offset: int):
+        super().__init__(message)
+        self.first_offset, self.last_offset = first_offset, last_offset
+
+
 class UnsupportedCompressionError(KafkaError):
     error_code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
 

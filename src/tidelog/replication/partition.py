@@ -37,7 +37,7 @@ import enum
 import logging
 from dataclasses import dataclass
 
-from tidelog.core.errors import ErrorCode, KafkaError
+from tidelog.core.errors import ErrorCode, KafkaError, UnexpectedAppendOffsetError
 from tidelog.core.states import transition
 from tidelog.storage.log import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
@@ -527,7 +527,22 @@ class Partition:
         if self.is_leader:
             raise KafkaError(f"broker {self.local_broker_id} leads {self.topic_partition}; it does not "
                              f"append as a follower", ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        return self.log.append_as_follower(records)
+        try:
+            return self.log.append_as_follower(records)
+        except UnexpectedAppendOffsetError as e:
+            # DeleteRecords moved the leader's log start into the middle of a batch, and
+            # this follower's log is empty at that start: the first batch it is sent
+            # begins below it. Restart the log at the batch's base offset and append,
+            # as Kafka's Partition.appendRecordsToFollowerOrFutureReplica does; else
+            # the follower would refetch the same batch forever.
+            log = self.log
+            end = log.log_end_offset
+            if not (end == log.log_start_offset and e.first_offset < end <= e.last_offset):
+                raise
+            logger.info("%s: first batch at %d is below the empty log's start %d; restarting the log at %d",
+                        self.topic_partition, e.first_offset, end, e.first_offset)
+            self.truncate_fully_and_start_at(e.first_offset)
+            return self.log.append_as_follower(records)
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> bool:
         """HW = clamp(leader HW, log start, LEO), as Kafka's ``UnifiedLog.updateHighWatermark``;

@@ -43,6 +43,7 @@ from tidelog.core.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
     StorageError,
+    UnexpectedAppendOffsetError,
 )
 from tidelog.core.ids import TopicPartition
 from tidelog.records.batch import (
@@ -314,8 +315,11 @@ class Log:
             header = validate_batch(records, position, strict=False)
             if header.base_offset < expected_offset:
                 where = "the previous batch's end" if batches else "the log end offset"
-                raise InvalidRecordError(f"{self.topic_partition}: follower batch at offset "
-                                         f"{header.base_offset} is below {where} {expected_offset}")
+                message = (f"{self.topic_partition}: follower batch at offset {header.base_offset} "
+                           f"is below {where} {expected_offset}")
+                if not batches:
+                    raise UnexpectedAppendOffsetError(message, header.base_offset, header.last_offset)
+                raise InvalidRecordError(message)
             if not batches:
                 first_offset = header.base_offset
             if header.partition_leader_epoch >= 0:
