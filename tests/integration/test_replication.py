@@ -6,6 +6,7 @@ asserts exact offsets, epochs and ISR."""
 import asyncio
 import glob
 import os
+import shutil
 import time
 
 import pytest
@@ -170,3 +171,40 @@ def test_controlled_shutdown_moves_every_leadership_before_the_process_exits():
         after = {p: _partition(cluster.bootstrap, "cs", p).leader for p in range(6)}
         assert victim not in after.values()
         assert -1 not in after.values()
+
+
+def test_a_wiped_follower_catches_up_after_delete_records_moved_the_log_start_into_a_batch():
+    """DeleteRecords to offset 55, inside the batch [50..59]; then follower 2 loses its
+    copy. It starts empty at 55 (ListOffsets), is sent the whole batch from 50, and
+    must restart its log at 50 and rejoin the ISR — not refetch the batch forever."""
+    with Cluster(brokers=2, overrides=FAST) as cluster:
+        _create(cluster, "trim", rf=2)
+        leader = _partition(cluster.bootstrap, "trim").leader
+        follower = 2 if leader == 1 else 1
+        leader_port = cluster.port(leader)
+
+        async def leader_requests():
+            connection = await KafkaConnection.connect("127.0.0.1", leader_port)
+            try:
+                for base in range(0, 100, 10):       # ten batches of ten records
+                    response = await connection.request(ApiKey.PRODUCE, {"acks": -1, "timeout": 5000, "topic_data": [
+                        {"name": "trim", "partition_data": [{"index": 0, "records": build_batch(
+                            [f"v{base + i}".encode() for i in range(10)])}]}]}, version=9)
+                    assert response.responses[0].partition_responses[0].error_code.value == 0
+                response = await connection.request(ApiKey.DELETE_RECORDS, {"topics": [
+                    {"name": "trim", "partitions": [{"partition_index": 0, "offset": 55}]}], "timeout": 5000},
+                    version=2)
+                return int(response.topics[0].partitions[0].low_watermark)
+            finally:
+                connection.close()
+
+        assert asyncio.run(leader_requests()) == 55
+        cluster.kill(follower)
+        node = cluster.processes.layout.node(follower)
+        shutil.rmtree(os.path.join(cluster.directory, node.name, "data", "trim-0"))
+        cluster.start_node(follower)
+        _wait(lambda: sorted(_partition(f"127.0.0.1:{leader_port}", "trim").isrs) == [1, 2], timeout_s=30,
+              what="the wiped follower to rejoin the ISR")
+        # The follower holds the leader's last five batches, byte for byte.
+        copy = _log_bytes(cluster, follower, "trim-0")
+        assert copy and _log_bytes(cluster, leader, "trim-0").endswith(copy)
