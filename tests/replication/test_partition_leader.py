@@ -463,3 +463,23 @@ def test_make_follower_returns_whether_epoch_moved_and_clears_leader_state(make,
     assert (leader.leader, leader.isr, leader.replica_states, leader.leader_epoch_start_offset) == (1, (), {}, None)
     assert not leader.make_follower(PartitionState(1, 1, (1, 0), (0, 1), 2))   # same epoch
     assert leader.partition_epoch == 2
+
+
+def test_list_offsets_on_a_new_leader_whose_hw_is_below_its_epoch_start_is_not_available(make, clock):
+    """KIP-207 (Kafka's Partition.fetchOffsetForTimestamp): until the high watermark
+    reaches the start of the leader's epoch, a client's latest offset could go
+    backwards, so it gets OFFSET_NOT_AVAILABLE and retries; replicas read the LEO."""
+    from tidelog.replication.partition import PartitionState as State
+    leader = make.leader(replicas=(0, 1), isr=(0, 1))
+    leader.append_records_to_leader(values("a", "b", "c"), 1)          # HW still 0: 1 has not fetched
+    assert leader.make_leader(State(0, 1, (0, 1), (0, 1), 1), clock.monotonic_ms()) is False
+    assert leader.leader_epoch_start_offset == 3
+    latest, earliest = -1, -2
+    assert leader.fetch_offset_for_timestamp(latest, Isolation.HIGH_WATERMARK)[0] == ErrorCode.OFFSET_NOT_AVAILABLE
+    assert leader.fetch_offset_for_timestamp(0, Isolation.HIGH_WATERMARK)[0] == ErrorCode.OFFSET_NOT_AVAILABLE
+    assert leader.fetch_offset_for_timestamp(latest, None) == (ErrorCode.NONE, -1, 3, 1)
+    assert leader.fetch_offset_for_timestamp(earliest, Isolation.HIGH_WATERMARK)[:3] == (ErrorCode.NONE, -1, 0)
+    fetch(leader, 1, 3, clock)
+    assert leader.log.high_watermark == 3
+    assert leader.fetch_offset_for_timestamp(latest, Isolation.HIGH_WATERMARK) == (ErrorCode.NONE, -1, 3, 1)
+    assert leader.fetch_offset_for_timestamp(0, Isolation.HIGH_WATERMARK)[:3:2] == (ErrorCode.NONE, 0)
