@@ -58,6 +58,13 @@ from tidelog.storage.epoch_cache import LeaderEpochCache
 from tidelog.storage.errors import CorruptSegmentError, OfflineLogDirError
 from tidelog.storage.files import FileHandle, FileSystem, RealFileSystem
 from tidelog.storage.log_loader import load_log
+from tidelog.storage.producer_state import (
+    SEQUENCE_MAX,
+    DuplicateSequenceError,
+    OutOfOrderSequenceError,
+    ProducerStateManager,
+    is_idempotent,
+)
 from tidelog.storage.segment import RELATIVE_OFFSET_MAX, BatchInfo, LogSegment, OffsetAndTimestamp
 
 logger = logging.getLogger(__name__)
@@ -185,6 +192,8 @@ class Log:
         self._on_io_error = on_io_error
         self._offline = False
         self._check_segments()
+        self._producer_state = ProducerStateManager()
+        self._rebuild_producer_state()
 
     @classmethod
     def open(cls, directory: str, config: LogConfig, clock: Clock, fs: FileSystem | None = None,
@@ -274,6 +283,8 @@ class Log:
         log_append_time = now_ms if config.uses_log_append_time else -1
         first_offset = next_offset = self._log_end_offset
         batches: list[BatchInfo] = []
+        appended_producers: list = []       # (header, first offset) of idempotent batches
+        in_request: dict[int, tuple[int, int]] = {}   # producer id → (epoch, last sequence) so far
         max_timestamp, offset_of_max_timestamp, record_count = -1, first_offset, 0
         position, end = 0, len(buffer)
         while position < end:
@@ -282,6 +293,16 @@ class Log:
             if size_bytes > config.max_message_bytes:
                 raise RecordTooLargeError(f"{self.topic_partition}: batch of {size_bytes} bytes is above "
                                           f"max.message.bytes {config.max_message_bytes}")
+            if is_idempotent(header):
+                duplicate = self._check_producer(header, in_request)
+                if duplicate is not None:
+                    if position == 0 and size_bytes == end:     # the whole request is a retry
+                        return LogAppendInfo(duplicate.first_offset, duplicate.last_offset,
+                                             duplicate.max_timestamp, duplicate.last_offset, -1, 0, 0, 0,
+                                             self._log_start_offset)
+                    raise DuplicateSequenceError(f"{self.topic_partition}: producer {header.producer_id} "
+                                                 f"batch at sequence {header.base_sequence} was written before")
+                appended_producers.append((header, next_offset))
             set_base_offset(buffer, position, next_offset)
             set_partition_leader_epoch(buffer, position, leader_epoch)
             batch_max_timestamp = header.max_timestamp
@@ -299,8 +320,41 @@ class Log:
             self._check_append_size(end)
             self._leader_epoch_cache.assign(leader_epoch, first_offset)
             self._write(buffer, batches, first_offset, next_offset, max_timestamp, now_ms)
+            for header, batch_first_offset in appended_producers:
+                self._producer_state.update(header, batch_first_offset)
         return LogAppendInfo(first_offset, next_offset - 1, max_timestamp, offset_of_max_timestamp,
                              log_append_time, record_count, len(batches), end, self._log_start_offset)
+
+    def _check_producer(self, header, in_request: dict[int, tuple[int, int]]):
+        """An idempotent batch on the leader: the batch it duplicates, or None after
+        checking epoch and sequence (raises OUT_OF_ORDER_SEQUENCE_NUMBER /
+        INVALID_PRODUCER_EPOCH). Earlier batches of the same request count."""
+        earlier = in_request.get(header.producer_id)
+        if earlier is None:
+            duplicate = self._producer_state.find_duplicate(header)
+            if duplicate is not None:
+                return duplicate
+            self._producer_state.check(header, str(self.topic_partition))
+        elif header.producer_epoch != earlier[0] or header.base_sequence != (earlier[1] + 1) % (SEQUENCE_MAX + 1):
+            raise OutOfOrderSequenceError(f"{self.topic_partition}: producer {header.producer_id} batches out "
+                                          f"of order within one request")
+        in_request[header.producer_id] = (header.producer_epoch,
+                                          (header.base_sequence + header.last_offset_delta) % (SEQUENCE_MAX + 1))
+        return None
+
+    def _rebuild_producer_state(self) -> None:
+        """Derive the producer state from the batch headers in the log (at open and
+        after a truncation; no .snapshot files yet)."""
+        state = self._producer_state
+        state.clear()
+        for segment in self._segments:
+            try:
+                for _, header in segment.headers(0, segment.size_bytes):
+                    if is_idempotent(header):
+                        state.update(header, header.base_offset)
+            except CorruptRecordError as e:   # reads report it; the state stops where the damage starts
+                logger.warning("%s: producer state stops at damaged batch: %s", self.topic_partition, e)
+                return
 
     @_io_guard
     def append_as_follower(self, records) -> LogAppendInfo:
@@ -309,6 +363,7 @@ class Log:
         first_offset = expected_offset = self._log_end_offset
         batches: list[BatchInfo] = []
         epochs: list[tuple[int, int]] = []
+        follower_producers: list = []
         max_timestamp, offset_of_max_timestamp, record_count = -1, expected_offset, 0
         position, end = 0, len(records)
         while position < end:
@@ -324,6 +379,8 @@ class Log:
                 first_offset = header.base_offset
             if header.partition_leader_epoch >= 0:
                 epochs.append((header.partition_leader_epoch, header.base_offset))
+            if is_idempotent(header):
+                follower_producers.append(header)
             batches.append(BatchInfo(position, header.size_bytes, header.last_offset, header.max_timestamp))
             if header.max_timestamp > max_timestamp:
                 max_timestamp, offset_of_max_timestamp = header.max_timestamp, header.last_offset
@@ -335,6 +392,8 @@ class Log:
             for epoch, start_offset in epochs:
                 self._leader_epoch_cache.assign(epoch, start_offset)
             self._write(records, batches, first_offset, expected_offset, max_timestamp, now_ms)
+            for header in follower_producers:
+                self._producer_state.update(header, header.base_offset)
         return LogAppendInfo(first_offset, expected_offset - 1, max_timestamp, offset_of_max_timestamp,
                              -1, record_count, len(batches), end, self._log_start_offset)
 
@@ -616,6 +675,7 @@ class Log:
         self._high_watermark = min(self._high_watermark, new_end)
         self._recovery_point = min(self._recovery_point, new_end)
         self._check_segments()
+        self._rebuild_producer_state()       # truncation rolls the producer state back
         return True
 
     @_io_guard
@@ -633,6 +693,7 @@ class Log:
         self.fs.fsync_dir(self.directory)
         self._base_offsets = [offset]
         self._leader_epoch_cache.clear()
+        self._producer_state.clear()
         self._log_start_offset = self._log_end_offset = offset
         self._high_watermark = self._recovery_point = offset
         logger.info("%s: truncated fully, restarting at offset %d", self.topic_partition, offset)

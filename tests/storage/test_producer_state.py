@@ -1,0 +1,90 @@
+"""Idempotent producers on a Log (Kafka's ProducerStateManager rules): a retried
+batch is answered with its original offsets and written once; gaps and stale
+epochs are refused; the state survives a reopen, follows a follower's appends and
+rolls back with a truncation."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidelog.core.errors import ErrorCode, KafkaError
+from tidelog.records.batch import build_batch
+from tidelog.storage.log import Log
+
+from .conftest import T0_MS, read_all
+
+
+def idem(sequence: int, *values: str, producer_id: int = 7, epoch: int = 0, base_offset: int = 0) -> bytes:
+    return build_batch([v.encode() for v in values], producer_id=producer_id, producer_epoch=epoch,
+                       base_sequence=sequence, timestamp_ms=T0_MS, base_offset=base_offset)
+
+
+def code_of(call) -> ErrorCode:
+    with pytest.raises(KafkaError) as e:
+        call()
+    return e.value.error_code
+
+
+@pytest.fixture
+def log(log_dir, small_config, clock, fs) -> Log:
+    return Log.open(log_dir, small_config, clock, fs)
+
+
+def test_a_retried_batch_gets_its_original_offsets_and_is_not_written_twice(log):
+    first = log.append_as_leader(idem(0, "a", "b", "c"), 0)
+    assert (first.first_offset, first.last_offset) == (0, 2)
+    log.append_as_leader(idem(3, "d"), 0)
+    retry = log.append_as_leader(idem(0, "a", "b", "c"), 0)        # the answer to the first was lost
+    assert (retry.first_offset, retry.last_offset, retry.batch_count) == (0, 2, 0)
+    assert log.log_end_offset == 4
+
+
+def test_a_gap_in_the_sequence_is_refused_and_nothing_is_written(log):
+    log.append_as_leader(idem(0, "a"), 0)
+    assert code_of(lambda: log.append_as_leader(idem(5, "x"), 0)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert log.log_end_offset == 1
+    assert log.append_as_leader(idem(1, "b"), 0).first_offset == 1
+
+
+def test_a_stale_epoch_is_fenced_and_a_new_epoch_restarts_at_zero(log):
+    log.append_as_leader(idem(0, "a"), 0)
+    assert code_of(lambda: log.append_as_leader(idem(4, "x", epoch=1), 0)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    log.append_as_leader(idem(0, "b", epoch=1), 0)
+    assert code_of(lambda: log.append_as_leader(idem(1, "zombie", epoch=0), 0)) == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert log.log_end_offset == 2
+
+
+def test_an_unknown_producer_is_accepted_at_any_sequence(log):
+    """KIP-360: its earlier records may have been deleted; nothing to compare with."""
+    assert log.append_as_leader(idem(41, "a", producer_id=9), 0).first_offset == 0
+
+
+def test_sequences_in_one_request_must_follow_each_other(log):
+    log.append_as_leader(idem(0, "a") + idem(1, "b"), 0)
+    assert code_of(lambda: log.append_as_leader(idem(2, "c") + idem(9, "d"), 0)) == \
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert log.log_end_offset == 2
+
+
+def test_the_state_is_rebuilt_from_the_log_when_it_opens(log_dir, small_config, clock, fs, log):
+    log.append_as_leader(idem(0, "a", "b"), 0)
+    log.close()
+    reopened = Log.open(log_dir, small_config, clock, fs)
+    assert reopened.append_as_leader(idem(0, "a", "b"), 0).first_offset == 0    # still a duplicate
+    assert reopened.log_end_offset == 2
+    assert code_of(lambda: reopened.append_as_leader(idem(3, "x"), 0)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_a_follower_keeps_the_state_so_a_new_leader_deduplicates(log):
+    log.append_as_follower(idem(0, "a", "b", base_offset=0) + idem(2, "c", base_offset=2))
+    retry = log.append_as_leader(idem(2, "c"), 1)          # the producer retries against the new leader
+    assert (retry.first_offset, log.log_end_offset) == (2, 3)
+
+
+def test_truncation_rolls_the_state_back(log):
+    log.append_as_leader(idem(0, "a"), 0)
+    log.append_as_leader(idem(1, "b"), 0)
+    log.truncate_to(1)                                     # b was never committed
+    again = log.append_as_leader(idem(1, "b"), 1)          # not a duplicate any more: written
+    assert (again.first_offset, again.batch_count, log.log_end_offset) == (1, 1, 2)
+    assert [v for _, v in read_all(log)] == [b"a", b"b"]
