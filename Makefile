@@ -43,6 +43,7 @@ chaos-long: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/storage_bench.py
 	$(PY) benchmarks/produce_consume_bench.py
+	$(PY) benchmarks/idempotence_bench.py
 	$(PY) benchmarks/replication_bench.py
 	$(PY) benchmarks/spark_read_bench.py
 

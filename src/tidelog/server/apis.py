@@ -351,10 +351,9 @@ class KafkaApis:
     # -------------------------------------------------------- producer ids
 
     def handle_init_producer_id(self, header, request):
-        """A fresh producer id for an idempotent, non-transactional producer.
-
-        tidelog does not yet check sequence numbers, so a retried
-        batch may still be written twice; transactions are refused."""
+        """A fresh producer id for an idempotent, non-transactional producer (its
+        batches are deduplicated per partition: docs/storage.md, "Idempotent
+        producers"); transactional ids are refused until transactions exist."""
         if getattr(request, "transactional_id", None):
             return {"throttle_time": 0, "error_code": int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
                     "producer_id": -1, "producer_epoch": -1}
