@@ -18,7 +18,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
@@ -26,31 +25,14 @@ from confluent_kafka import Producer  # noqa: E402
 
 from tidelog.testing import Broker  # noqa: E402
 
-RECORD_BYTES = 1024
+sys.path.insert(0, os.path.dirname(__file__))
+from replication_bench import throughput  # noqa: E402
+
 PARTITIONS = 3
 
 
 def produce(bootstrap: str, topic: str, records: int, idempotent: bool) -> float:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": idempotent,
-                         "linger.ms": 5, "batch.size": 262_144, "queue.buffering.max.messages": 1_000_000,
-                         "queue.buffering.max.kbytes": 2_000_000})
-    value = os.urandom(RECORD_BYTES)
-    failures = []
-    start = time.perf_counter()
-    for i in range(records):
-        while True:
-            try:
-                producer.produce(topic, value=value, partition=i % PARTITIONS,
-                                 on_delivery=lambda err, msg: failures.append(err) if err else None)
-                break
-            except BufferError:
-                producer.poll(0.01)
-        if i % 1000 == 0:
-            producer.poll(0)
-    producer.flush(300)
-    elapsed = time.perf_counter() - start
-    assert not failures, failures[:3]
-    return records * RECORD_BYTES / elapsed / 1e6
+    return throughput(bootstrap, topic, "all", records, **{"enable.idempotence": idempotent, "batch.size": 262_144})
 
 
 def main() -> None:
