@@ -82,12 +82,24 @@ class _Batch:
     values: list[bytes]
     first_sent_ms: int
     attempts: int = 0
+    producer_epoch: int = -1        # idempotent producers: the batch keeps its epoch and
+    base_sequence: int = -1         # sequence across retries, as Kafka clients do
+
+
+SEQUENCE_MODULUS = 1 << 31
+# Errors an idempotent producer cannot retry past: it gives the batch up and bumps
+# its epoch, restarting the partition's sequence at 0 (KIP-360).
+FATAL_FOR_BATCH = (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.INVALID_PRODUCER_EPOCH,
+                   ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.DUPLICATE_SEQUENCE_NUMBER)
 
 
 class SimProducer(_Client):
-    def __init__(self, sim: "World", name: str, topic: str, acks: int):
+    def __init__(self, sim: "World", name: str, topic: str, acks: int, producer_id: int = -1):
         super().__init__(sim, name, topic)
         self.acks = acks
+        self.producer_id = producer_id                      # >= 0: an idempotent producer
+        self.producer_epochs = {tp: 0 for tp in self.partitions}
+        self.next_sequences = {tp: 0 for tp in self.partitions}
         self.sequence = 0
         self.in_flight: dict[TopicPartition, _Batch] = {}
         self.acked_since_heal = 0
@@ -105,7 +117,7 @@ class SimProducer(_Client):
         for _ in range(count):
             self.sequence += 1
             values.append(f"{self.name}-{tp}-{self.sequence}".encode())
-        self.in_flight[tp] = _Batch(values, self.loop.now_ms)
+        self.in_flight[tp] = _Batch(values, self.loop.now_ms, 0, self.producer_epochs[tp], self.next_sequences[tp])
         self.sim.checker.on_produce_started(self, tp, values)
         self._send(tp)
 
@@ -118,8 +130,12 @@ class SimProducer(_Client):
     def _send_to(self, tp: TopicPartition, batch: _Batch, leader: int) -> None:
         batch.attempts += 1
         self.sim.stats.produce_requests += 1
+        idempotence = {} if self.producer_id < 0 else {
+            "producer_id": self.producer_id, "producer_epoch": batch.producer_epoch,
+            "base_sequence": batch.base_sequence}
         body = {"tp": tp, "acks": self.acks, "timeout_ms": self.sim.config.request_timeout_ms,
-                "values": batch.values, "batch": build_batch(batch.values, timestamp_ms=self.clock.now_ms())}
+                "values": batch.values,
+                "batch": build_batch(batch.values, timestamp_ms=self.clock.now_ms(), **idempotence)}
         if self.acks == 0:
             self.rpc.send_one_way(f"b{leader}", "Produce", body)
             self.sim.checker.on_produce_done(self, tp, batch.values, ErrorCode.NONE, -1)
@@ -132,7 +148,10 @@ class SimProducer(_Client):
                 self.sim.checker.on_produce_done(self, tp, batch.values, error, response["base_offset"])
                 if self.sim.healed:
                     self.acked_since_heal += 1
+                self.next_sequences[tp] = (batch.base_sequence + len(batch.values)) % SEQUENCE_MODULUS
                 self._done(tp)
+            elif self.producer_id >= 0 and error in FATAL_FOR_BATCH:
+                self._give_up(tp, batch, error)
             else:
                 self._retry(tp, batch, error.name)
 
@@ -142,10 +161,18 @@ class SimProducer(_Client):
     def _retry(self, tp: TopicPartition, batch: _Batch, why: str) -> None:
         self.leaders.pop(tp, None)
         if self.loop.now_ms - batch.first_sent_ms > DELIVERY_TIMEOUT_MS:
-            self.sim.checker.on_produce_done(self, tp, batch.values, ErrorCode.REQUEST_TIMED_OUT, -1)
-            self._done(tp)
+            self._give_up(tp, batch, ErrorCode.REQUEST_TIMED_OUT)
             return
         self.after(RETRY_BACKOFF_MS, lambda: self._send(tp))
+
+    def _give_up(self, tp: TopicPartition, batch: _Batch, error: ErrorCode) -> None:
+        """Report the batch failed. An idempotent producer cannot know whether it was
+        written, so it moves to a new epoch whose sequences restart at 0."""
+        self.sim.checker.on_produce_done(self, tp, batch.values, error, -1)
+        if self.producer_id >= 0:
+            self.producer_epochs[tp] = batch.producer_epoch + 1
+            self.next_sequences[tp] = 0
+        self._done(tp)
 
     def _done(self, tp: TopicPartition) -> None:
         self.in_flight.pop(tp, None)
