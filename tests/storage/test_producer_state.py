@@ -88,3 +88,15 @@ def test_truncation_rolls_the_state_back(log):
     again = log.append_as_leader(idem(1, "b"), 1)          # not a duplicate any more: written
     assert (again.first_offset, again.batch_count, log.log_end_offset) == (1, 1, 2)
     assert [v for _, v in read_all(log)] == [b"a", b"b"]
+
+
+def test_a_producer_silent_for_the_expiration_time_is_forgotten(log, clock):
+    """producer.id.expiration.ms, from the timestamp of its last batch; afterwards it
+    is unknown, and unknown producers are accepted at any sequence (KIP-360)."""
+    log.append_as_leader(idem(0, "a"), 0)                     # batch timestamp T0_MS
+    clock.advance(T0_MS + 1000 - clock.now_ms())
+    assert log.remove_expired_producers(expiration_ms=2000) == 0
+    assert code_of(lambda: log.append_as_leader(idem(7, "x"), 0)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    clock.advance(1000)
+    assert log.remove_expired_producers(expiration_ms=2000) == 1
+    assert log.append_as_leader(idem(7, "b"), 0).first_offset == 1

@@ -55,6 +55,8 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("log.retention.hours", int, 168, lambda v: v >= -1),
     ConfigDef("log.retention.bytes", int, -1, lambda v: v >= -1),
     ConfigDef("log.retention.check.interval.ms", int, 300_000, _positive),
+    ConfigDef("producer.id.expiration.ms", int, 86_400_000, _positive),
+    ConfigDef("producer.id.expiration.check.interval.ms", int, 600_000, _positive),
     ConfigDef("log.index.size.max.bytes", int, 10 * 1024 * 1024, lambda v: v >= 8),
     ConfigDef("log.index.interval.bytes", int, 4096, _non_negative),
     ConfigDef("log.flush.interval.messages", int, None, _positive),

@@ -177,6 +177,7 @@ class BrokerNode:
         self._next_high_watermark_checkpoint_ms = 0
         self._next_recovery_checkpoint_ms = 0
         self._next_retention_ms = 0
+        self._next_producer_expiration_ms = 0
 
     # ============================================================ inputs
 
@@ -186,6 +187,7 @@ class BrokerNode:
         self._next_high_watermark_checkpoint_ms = now_ms + self.config["replica.high.watermark.checkpoint.interval.ms"]
         self._next_recovery_checkpoint_ms = now_ms + RECOVERY_CHECKPOINT_INTERVAL_MS
         self._next_retention_ms = now_ms + self.config["log.retention.check.interval.ms"]
+        self._next_producer_expiration_ms = now_ms + self.config["producer.id.expiration.check.interval.ms"]
         self._next_tick_ms = now_ms + self.tick_interval_ms
         self._send_registration()
         return self._drain()
@@ -476,6 +478,11 @@ class BrokerNode:
                 self._next_recovery_checkpoint_ms = now_ms + RECOVERY_CHECKPOINT_INTERVAL_MS
                 logs.checkpoint_recovery_points()
                 logs.checkpoint_log_start_offsets()
+            if now_ms >= self._next_producer_expiration_ms:
+                self._next_producer_expiration_ms = now_ms + self.config["producer.id.expiration.check.interval.ms"]
+                expired = logs.remove_expired_producers(self.config["producer.id.expiration.ms"])
+                if expired:
+                    log.info("forgot %d producer ids silent for producer.id.expiration.ms", expired)
             if now_ms >= self._next_retention_ms:
                 self._next_retention_ms = now_ms + self.config["log.retention.check.interval.ms"]
                 deleted = logs.delete_old_segments()

@@ -342,6 +342,10 @@ class Log:
                                           (header.base_sequence + header.last_offset_delta) % (SEQUENCE_MAX + 1))
         return None
 
+    def remove_expired_producers(self, expiration_ms: int) -> int:
+        """``producer.id.expiration.ms``: forget idempotent producers silent that long."""
+        return self._producer_state.remove_expired(self.clock.now_ms(), expiration_ms)
+
     def _rebuild_producer_state(self) -> None:
         """Derive the producer state from the batch headers in the log (at open and
         after a truncation; no .snapshot files yet)."""

@@ -222,6 +222,10 @@ class LogManager:
 
     # -- periodic work and checkpoints ------------------------------------------------------
 
+    def remove_expired_producers(self, expiration_ms: int) -> int:
+        """Kafka's producer-id expiration check over every log; returns producers forgotten."""
+        return sum(log.remove_expired_producers(expiration_ms) for log in self.all_logs() if not log.is_offline)
+
     def delete_old_segments(self) -> int:
         """Apply retention to every log (Kafka's cleanupLogs); returns segments deleted."""
         return sum(self._each_log(lambda log: log.delete_old_segments()))

@@ -134,5 +134,13 @@ class ProducerStateManager:
             first_offset, first_offset + header.last_offset_delta, header.max_timestamp))
         entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
 
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers silent for ``producer.id.expiration.ms`` (measured, as in
+        Kafka, from the largest timestamp of their last batch); returns how many."""
+        expired = [pid for pid, entry in self.producers.items() if now_ms - entry.last_timestamp >= expiration_ms]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
+
     def clear(self) -> None:
         self.producers.clear()
