@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from tidelog.controller.topics import TOPIC_NAME_LENGTH_MAX
@@ -100,3 +101,42 @@ def test_auto_creating_an_invalid_topic_name_through_a_forwarding_broker_is_refu
         for name in ("bad name!", "a" * (TOPIC_NAME_LENGTH_MAX + 1), "..", "ünicode"):
             assert asyncio.run(metadata(name)) == ErrorCode.INVALID_TOPIC_EXCEPTION, name
         assert asyncio.run(metadata("good-name")) in (ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NONE)
+
+
+def test_a_client_cannot_fence_or_shut_down_a_combined_node(tmp_path):
+    """A combined `tidelog serve` reaches its controller in-process; its client port
+    does not serve BrokerHeartbeat & co., so a client cannot send
+    want_shut_down / want_fence for its broker id (it did, and the partitions stayed
+    leaderless until a restart)."""
+    from tidelog.testing import Broker
+
+    with Broker() as broker:
+        async def attack():
+            connection = await KafkaConnection.connect("127.0.0.1", broker.port)
+            try:
+                versions = await connection.request(ApiKey.API_VERSIONS, {"client_software_name": "t",
+                                                                          "client_software_version": "1"})
+                listed = {int(k.api_key) for k in versions.api_keys}
+                codes = []
+                for fence, shut_down in ((False, True), (True, False)):
+                    try:
+                        reply = await connection.request(ApiKey.BROKER_HEARTBEAT, {
+                            "broker_id": 1, "broker_epoch": 0, "current_metadata_offset": 0, "want_fence": fence,
+                            "want_shut_down": shut_down, "offline_log_dirs": []}, version=1, timeout_s=5)
+                        codes.append(ErrorCode(reply.error_code.value))
+                    except (ConnectionError, OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+                        codes.append("closed")
+                        connection.close()
+                        connection = await KafkaConnection.connect("127.0.0.1", broker.port)
+                return listed, codes
+            finally:
+                connection.close()
+
+        listed, codes = asyncio.run(attack())
+        assert ApiKey.BROKER_HEARTBEAT not in listed and ApiKey.BROKER_REGISTRATION not in listed
+        assert all(code in (ErrorCode.UNSUPPORTED_VERSION, "closed") for code in codes), codes
+        # The broker still leads and serves: a produce and the broker list prove it.
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        producer.produce("after-attack", b"x")
+        assert producer.flush(15) == 0
+        assert set(AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10).brokers) == {1}

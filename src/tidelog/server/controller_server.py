@@ -88,11 +88,18 @@ class ControllerServer:
 
     # --------------------------------------------------------------- handlers
 
-    def register(self, dispatcher, include_admin: bool = True, include_fetch: bool = True) -> None:
-        dispatcher.register(ApiKey.BROKER_REGISTRATION, self.handle_broker_registration, 0, 4)
-        dispatcher.register(ApiKey.BROKER_HEARTBEAT, self.handle_broker_heartbeat, 0, 1)
-        dispatcher.register(ApiKey.ALTER_PARTITION, self.handle_alter_partition, 2, 3)
-        dispatcher.register(ApiKey.ALLOCATE_PRODUCER_IDS, self.handle_allocate_producer_ids, 0, 0)
+    def register(self, dispatcher, include_admin: bool = True, include_fetch: bool = True,
+                 include_lifecycle: bool = True) -> None:
+        """Put the controller's APIs on a listener. In combined mode the one listener is
+        the clients' and the co-located broker reaches the controller in-process, so the
+        broker-lifecycle APIs (BrokerRegistration, BrokerHeartbeat, AlterPartition,
+        AllocateProducerIds) are left off it: a client must not be able to fence or shut
+        down the broker (Kafka serves them only on controller listeners)."""
+        if include_lifecycle:
+            dispatcher.register(ApiKey.BROKER_REGISTRATION, self.handle_broker_registration, 0, 4)
+            dispatcher.register(ApiKey.BROKER_HEARTBEAT, self.handle_broker_heartbeat, 0, 1)
+            dispatcher.register(ApiKey.ALTER_PARTITION, self.handle_alter_partition, 2, 3)
+            dispatcher.register(ApiKey.ALLOCATE_PRODUCER_IDS, self.handle_allocate_producer_ids, 0, 0)
         if include_fetch:
             dispatcher.register(ApiKey.FETCH, self.handle_metadata_fetch, 4, 18)
         if include_admin:

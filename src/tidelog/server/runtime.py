@@ -143,6 +143,7 @@ class Server:
                 co_located_broker_id=self.node_id if self.is_broker else None)
             self.controller = self.controller_server.controller
             self.controller_server.register(self.dispatcher, include_admin=not self.is_broker,
+                                            include_lifecycle=not self.is_broker,
                                             include_fetch=not self.is_broker)
         if self.is_broker:
             self._start_broker_role()
