@@ -26,7 +26,7 @@ import enum
 
 from tidelog.core.states import IllegalTransition, mermaid as draw, transition
 
-__all__ = ["BrokerState", "LifecycleEvent", "TRANSITIONS", "IllegalTransition", "next_state", "can", "mermaid"]
+__all__ = ["BrokerState", "LifecycleEvent", "TRANSITIONS", "IllegalTransition", "next_state", "mermaid"]
 
 
 class BrokerState(enum.Enum):
@@ -65,10 +65,6 @@ del S, E
 
 def next_state(state: BrokerState, event: LifecycleEvent) -> BrokerState:
     return transition(TRANSITIONS, state, event, "broker lifecycle")
-
-
-def can(state: BrokerState, event: LifecycleEvent) -> bool:
-    return event in TRANSITIONS[state]
 
 
 def mermaid() -> str:

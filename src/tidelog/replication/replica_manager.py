@@ -32,6 +32,7 @@ from tidelog.core.clock import Clock
 from tidelog.core.errors import ErrorCode, KafkaError, StorageError
 from tidelog.core.ids import TopicPartition
 from tidelog.core.states import transition
+from tidelog.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from tidelog.replication.delayed import (
     DelayedFetch,
     DelayedProduce,
@@ -401,8 +402,15 @@ class ReplicaManager:
             if isinstance(partition, ErrorCode):
                 out[topic_partition] = LeaderOffsets(partition)
                 continue
-            error, log_start_offset, _, log_end_offset = partition.fetch_offset_snapshot(current_leader_epoch)
-            out[topic_partition] = LeaderOffsets(error, log_start_offset, log_end_offset)
+            # The same rule a follower's ListOffsets meets over the wire (isolation None: the LEO).
+            error, _, log_start_offset, _ = partition.fetch_offset_for_timestamp(
+                EARLIEST_TIMESTAMP, None, current_leader_epoch)
+            if error == ErrorCode.NONE:
+                error, _, log_end_offset, _ = partition.fetch_offset_for_timestamp(
+                    LATEST_TIMESTAMP, None, current_leader_epoch)
+                out[topic_partition] = LeaderOffsets(error, log_start_offset, log_end_offset)
+            else:
+                out[topic_partition] = LeaderOffsets(error)
         return out
 
     def fetch_offset_for_timestamp(self, topic_partition: TopicPartition, timestamp: int, replica_id: int,

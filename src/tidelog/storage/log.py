@@ -58,13 +58,7 @@ from tidelog.storage.epoch_cache import LeaderEpochCache
 from tidelog.storage.errors import CorruptSegmentError, OfflineLogDirError
 from tidelog.storage.files import FileHandle, FileSystem, RealFileSystem
 from tidelog.storage.log_loader import load_log
-from tidelog.storage.producer_state import (
-    SEQUENCE_MAX,
-    DuplicateSequenceError,
-    OutOfOrderSequenceError,
-    ProducerStateManager,
-    is_idempotent,
-)
+from tidelog.storage.producer_state import DuplicateSequenceError, ProducerStateManager, is_idempotent
 from tidelog.storage.segment import RELATIVE_OFFSET_MAX, BatchInfo, LogSegment, OffsetAndTimestamp
 
 logger = logging.getLogger(__name__)
@@ -294,7 +288,7 @@ class Log:
                 raise RecordTooLargeError(f"{self.topic_partition}: batch of {size_bytes} bytes is above "
                                           f"max.message.bytes {config.max_message_bytes}")
             if is_idempotent(header):
-                duplicate = self._check_producer(header, in_request)
+                duplicate = self._producer_state.check_leader_batch(header, in_request, str(self.topic_partition))
                 if duplicate is not None:
                     if position == 0 and size_bytes == end:     # the whole request is a retry
                         return LogAppendInfo(duplicate.first_offset, duplicate.last_offset,
@@ -324,23 +318,6 @@ class Log:
                 self._producer_state.update(header, batch_first_offset)
         return LogAppendInfo(first_offset, next_offset - 1, max_timestamp, offset_of_max_timestamp,
                              log_append_time, record_count, len(batches), end, self._log_start_offset)
-
-    def _check_producer(self, header, in_request: dict[int, tuple[int, int]]):
-        """An idempotent batch on the leader: the batch it duplicates, or None after
-        checking epoch and sequence (raises OUT_OF_ORDER_SEQUENCE_NUMBER /
-        INVALID_PRODUCER_EPOCH). Earlier batches of the same request count."""
-        earlier = in_request.get(header.producer_id)
-        if earlier is None:
-            duplicate = self._producer_state.find_duplicate(header)
-            if duplicate is not None:
-                return duplicate
-            self._producer_state.check(header, str(self.topic_partition))
-        elif header.producer_epoch != earlier[0] or header.base_sequence != (earlier[1] + 1) % (SEQUENCE_MAX + 1):
-            raise OutOfOrderSequenceError(f"{self.topic_partition}: producer {header.producer_id} batches out "
-                                          f"of order within one request")
-        in_request[header.producer_id] = (header.producer_epoch,
-                                          (header.base_sequence + header.last_offset_delta) % (SEQUENCE_MAX + 1))
-        return None
 
     def remove_expired_producers(self, expiration_ms: int) -> int:
         """``producer.id.expiration.ms``: forget idempotent producers silent that long."""

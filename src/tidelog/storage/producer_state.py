@@ -101,6 +101,25 @@ class ProducerStateManager:
                 return batch
         return None
 
+    def check_leader_batch(self, header, in_request: dict[int, tuple[int, int]],
+                           partition: str = "") -> BatchMetadata | None:
+        """A leader's look at one idempotent batch of a produce request: the batch it
+        duplicates, or None once epoch and sequence are checked (raises). Earlier
+        batches of the same request count: ``in_request`` maps producer id → (epoch,
+        last sequence) for them, and is updated."""
+        earlier = in_request.get(header.producer_id)
+        if earlier is None:
+            duplicate = self.find_duplicate(header)
+            if duplicate is not None:
+                return duplicate
+            self.check(header, partition)
+        elif header.producer_epoch != earlier[0] or not _in_sequence(earlier[1], header.base_sequence):
+            raise OutOfOrderSequenceError(f"{partition}: producer {header.producer_id} batches out of order "
+                                          f"within one request")
+        in_request[header.producer_id] = (header.producer_epoch,
+                                          _last_sequence(header.base_sequence, header.last_offset_delta))
+        return None
+
     def check(self, header, partition: str = "") -> None:
         """A leader's validation of a new (non-duplicate) idempotent batch; raises."""
         entry = self.producers.get(header.producer_id)
