@@ -290,10 +290,10 @@ class BrokerNode:
             return self._drain()
         manager = self.replica_manager
         manager.on_tick(now_ms)
-        self._mark_failed_log_dirs_offline()
         if now_ms >= self._next_tick_ms:
             self._next_tick_ms = now_ms + self.tick_interval_ms
             self._periodic_work(now_ms)
+        self._mark_failed_log_dirs_offline()       # failed by a request, a fetch or the work above
         if self._next_registration_ms is not None and now_ms >= self._next_registration_ms:
             self._next_registration_ms = None
             self._send_registration()
@@ -492,7 +492,6 @@ class BrokerNode:
             # The failing directory is offline now (LogManager marked it); its
             # partitions go Offline below, the other directories keep serving.
             log.error("periodic log work failed: %s", e)
-        self._mark_failed_log_dirs_offline()
 
     def _mark_failed_log_dirs_offline(self) -> None:
         """Partitions of a failed log directory go Offline (KAFKA_STORAGE_ERROR);
