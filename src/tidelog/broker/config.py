@@ -83,8 +83,19 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("controller.quorum.voters", list, None),
     ConfigDef("controller.listener.names", list, None),
     ConfigDef("inter.broker.listener.name", str, None),
+    # The group coordinator (docs/groups.md).
     ConfigDef("group.initial.rebalance.delay.ms", int, 3000, _non_negative),
-    ConfigDef("offsets.topic.replication.factor", int, 1, _positive),
+    ConfigDef("group.min.session.timeout.ms", int, 6000, _positive),
+    ConfigDef("group.max.session.timeout.ms", int, 1_800_000, _positive),
+    ConfigDef("group.max.size", int, 0x7FFFFFFF, _positive),
+    ConfigDef("offset.metadata.max.bytes", int, 4096, _non_negative),
+    ConfigDef("offsets.topic.num.partitions", int, 50, _positive),
+    ConfigDef("offsets.topic.replication.factor", int, 3, _positive,
+              "capped to the brokers alive when the topic is created"),
+    ConfigDef("offsets.topic.segment.bytes", int, 100 * 1024 * 1024, lambda v: 14 <= v <= (1 << 31) - 1),
+    ConfigDef("offsets.retention.minutes", int, 10080, _positive),
+    ConfigDef("offsets.retention.check.interval.ms", int, 600_000, _positive),
+    ConfigDef("offsets.commit.timeout.ms", int, 5000, _positive),
 ]}
 
 

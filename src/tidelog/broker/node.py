@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.lifecycle import BrokerState, LifecycleEvent, next_state
@@ -61,6 +61,8 @@ from tidelog.controller.messages import (
 from tidelog.core.clock import Clock
 from tidelog.core.errors import ErrorCode, StorageError
 from tidelog.core.ids import TopicPartition
+from tidelog.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from tidelog.group.shard import GroupConfig
 from tidelog.metadata.loader import MetadataLoader
 from tidelog.metadata.records import Endpoint
 from tidelog.replication.fetcher import FetcherConfig, FetcherState
@@ -139,7 +141,8 @@ class BrokerNode:
     def __init__(self, config: BrokerConfig, clock: Clock, metadata_log, cluster_id: str,
                  incarnation_id: uuid.UUID, listeners: tuple[Endpoint, ...], fs=None,
                  rack: str | None = None, tick_interval_ms: int = TICK_INTERVAL_MS,
-                 controlled_shutdown_timeout_ms: int = CONTROLLED_SHUTDOWN_TIMEOUT_MS):
+                 controlled_shutdown_timeout_ms: int = CONTROLLED_SHUTDOWN_TIMEOUT_MS,
+                 new_member_id: Callable[[str], str] | None = None):
         self.config = config
         self.clock = clock
         self.node_id: int = config["node.id"]
@@ -164,6 +167,9 @@ class BrokerNode:
         fetchers.on_fetcher_added = lambda fetcher: self._effects.append(FetcherAdded(fetcher))
         fetchers.on_fetcher_removed = lambda fetcher: self._effects.append(FetcherRemoved(fetcher))
         self._restore_high_watermarks = self.log_manager.read_high_watermarks()
+        self.group_coordinator = GroupCoordinator(
+            GroupConfig.from_settings(config), self.replica_manager, clock, self.offsets_topic_partition_count,
+            new_member_id)
         # Timers, in this node's monotonic milliseconds; None = not armed.
         self._registration_backoff_ms = REGISTRATION_BACKOFF_MS_MIN
         self._registration_in_flight = False
@@ -290,6 +296,7 @@ class BrokerNode:
             return self._drain()
         manager = self.replica_manager
         manager.on_tick(now_ms)
+        self.group_coordinator.on_tick(self.clock.now_ms())
         if now_ms >= self._next_tick_ms:
             self._next_tick_ms = now_ms + self.tick_interval_ms
             self._periodic_work(now_ms)
@@ -328,6 +335,7 @@ class BrokerNode:
         logs flushed and closed, the clean-shutdown marker written."""
         if self.state not in (BrokerState.SHUTTING_DOWN, BrokerState.NOT_RUNNING):
             self._transition(LifecycleEvent.SHUT_DOWN, "shutdown")
+        self.group_coordinator.unload_all()
         self.replica_manager.shutdown()
         try:
             self.log_manager.write_high_watermarks(self.replica_manager.high_watermarks())
@@ -349,7 +357,15 @@ class BrokerNode:
         heartbeat_ms = None if self._heartbeat_in_flight or self.broker_epoch < 0 else self._next_heartbeat_ms
         candidates = [self._next_tick_ms, self._next_registration_ms, heartbeat_ms,
                       self._shutdown_deadline_ms, self.replica_manager.next_deadline_ms()]
+        group_deadline = self.group_coordinator.next_wakeup_ms()   # wall-clock, as Kafka's group timers
+        if group_deadline is not None:
+            candidates.append(self.clock.monotonic_ms() + max(0, group_deadline - self.clock.now_ms()))
         return min(c for c in candidates if c is not None)
+
+    def offsets_topic_partition_count(self) -> int:
+        """Partitions of ``__consumer_offsets``: as created, or as it will be."""
+        topic = self.image.topic(OFFSETS_TOPIC)
+        return len(topic.partitions) if topic is not None else self.config["offsets.topic.num.partitions"]
 
     def replication_settings(self, topic: str) -> ReplicationSettings:
         values = topic_config_values(self.image, self.config, topic)
@@ -448,6 +464,7 @@ class BrokerNode:
             if restored is not None and partition is not None and partition.is_leader:
                 partition.log.update_high_watermark(min(restored, partition.log.log_end_offset))
         self._apply_config_changes()
+        self.group_coordinator.reconcile(self.clock.now_ms())
         self._effects.append(MetadataPublished(self.image.offset))
 
     def _may_publish(self) -> bool:

@@ -267,9 +267,10 @@ class AdminApis:
     def handle_alter_configs(self, header, request):
         return self._alter(request, incremental=False)
 
-    def auto_create(self, names: list[str]) -> dict[str, ErrorCode]:
-        """Create topics for Metadata's auto-creation; returns errors by name."""
-        results = self.controller.create_topics([CreatableTopic(name) for name in names])
+    def auto_create(self, topics: list[CreatableTopic]) -> dict[str, ErrorCode]:
+        """Create topics for Metadata's auto-creation (and the internal topics the
+        coordinators create on first use); returns errors by name."""
+        results = self.controller.create_topics(topics)
         self.broker.publish()
         out = {}
         for result in results:
@@ -312,27 +313,29 @@ class ForwardingAdminApis(AdminApis):
     def handle_alter_configs(self, header, request):
         return self._forward(header, request)
 
-    def auto_create(self, names: list[str]) -> dict[str, ErrorCode]:
+    def auto_create(self, topics: list[CreatableTopic]) -> dict[str, ErrorCode]:
         """Ask the controller in the background; the client retries on LEADER_NOT_AVAILABLE.
         A name the controller would refuse is answered INVALID_TOPIC_EXCEPTION at once
         (Kafka's KafkaApis checks ``Topic.isValid`` before auto-creating), so the
         client does not retry it forever."""
         out: dict[str, ErrorCode] = {}
-        for name in names:
-            invalid = validate_topic_name(name)
+        for topic in topics:
+            invalid = validate_topic_name(topic.name)
             if not invalid.is_success:
-                out[name] = invalid.error_code
-        names = [name for name in names if name not in out]
-        if not names:
+                out[topic.name] = invalid.error_code
+        topics = [topic for topic in topics if topic.name not in out]
+        if not topics:
             return out
 
         async def create():
             try:
                 await self.broker.channel.forward(ApiKey.CREATE_TOPICS, 7, {
-                    "topics": [{"name": n, "num_partitions": -1, "replication_factor": -1,
-                                "assignments": [], "configs": []} for n in names],
+                    "topics": [{"name": t.name, "num_partitions": t.num_partitions,
+                                "replication_factor": t.replication_factor, "assignments": [],
+                                "configs": [{"name": k, "value": v} for k, v in (t.configs or {}).items()]}
+                               for t in topics],
                     "timeout": 30_000, "validate_only": False})
             except (OSError, ConnectionError, asyncio.TimeoutError, ProtocolError) as e:  # the client asks again
-                log.warning("auto-creating %s failed: %s", names, e)
+                log.warning("auto-creating %s failed: %s", [t.name for t in topics], e)
         asyncio.get_running_loop().create_task(create())
-        return {**out, **{name: ErrorCode.LEADER_NOT_AVAILABLE for name in names}}
+        return {**out, **{t.name: ErrorCode.LEADER_NOT_AVAILABLE for t in topics}}

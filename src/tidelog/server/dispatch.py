@@ -16,6 +16,7 @@ an API is the handler's declared range intersected with what kio can encode.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 from typing import Callable
@@ -34,6 +35,10 @@ from tidelog.protocol.codec import (
 log = logging.getLogger("tidelog.dispatch")
 
 Handler = Callable[[RequestHeader, object], object]
+
+# The client address ("host") of the request being handled, for the handlers that
+# record it (a group member's client host); set around each synchronous call.
+client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
 
 
 class Dispatcher:
@@ -58,7 +63,11 @@ class Dispatcher:
             return self._unsupported(header, entry)
         handler = entry[0]
         request = decode_request(header, frame, body_offset)
-        result = handler(header, request)
+        token = client_host.set(getattr(connection, "host", ""))
+        try:
+            result = handler(header, request)
+        finally:
+            client_host.reset(token)
         if result is None:
             return None
         if isinstance(result, dict):

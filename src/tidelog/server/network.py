@@ -52,6 +52,7 @@ class Connection:
         self.writer = writer
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.host = f"/{peer[0]}" if peer else ""        # as Kafka names a member's client host
         self._dispatch = dispatch
         self._request_size_max_bytes = request_size_max_bytes
         self._idle_timeout_s = idle_timeout_ms / 1000

@@ -47,6 +47,7 @@ from tidelog.broker.node import (
     StateChanged,
     StopNow,
 )
+from tidelog.controller.messages import CreatableTopic
 from tidelog.core.clock import Clock, SystemClock
 from tidelog.core.errors import ErrorCode, InvalidConfigError
 from tidelog.metadata.file_log import FileMetadataLog
@@ -58,6 +59,7 @@ from tidelog.server.controller_channel import InProcessController, RemoteControl
 from tidelog.server.controller_server import ControllerServer
 from tidelog.server.dispatch import Dispatcher
 from tidelog.server.fetcher_driver import FetcherDriver
+from tidelog.server.group_apis import GroupApis
 from tidelog.server.network import Listener
 from tidelog.server.storage_format import META_PROPERTIES, StorageFormatError, format_log_dirs
 
@@ -187,6 +189,7 @@ class Server:
             next_producer_id=self.next_producer_id,
             metadata_fetch=self.controller_server.handle_metadata_fetch if self.controller_server else None,
         )).register(self.dispatcher)
+        GroupApis(self.node, self.listener_name, self.clock, self.create_internal_topic).register(self.dispatcher)
         self.admin.register(self.dispatcher)
 
     # -------------------------------------------------------------- the node
@@ -326,7 +329,11 @@ class Server:
         """Metadata's auto-creation (``auto.create.topics.enable``)."""
         if not self.config["auto.create.topics.enable"]:
             return {}
-        return self.admin.auto_create(names)
+        return self.admin.auto_create([CreatableTopic(name) for name in names])
+
+    def create_internal_topic(self, topic: CreatableTopic) -> ErrorCode:
+        """An internal topic a coordinator needs (``__consumer_offsets``), created on first use."""
+        return self.admin.auto_create([topic]).get(topic.name, ErrorCode.NONE)
 
     async def next_producer_id(self) -> int:
         """Producer ids from blocks the controller allocates (Kafka's ProducerIdManager)."""

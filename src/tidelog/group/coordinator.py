@@ -1,0 +1,165 @@
+"""The group coordinator of one broker: the shards of the ``__consumer_offsets`` partitions it leads.
+
+Theory of operation. A group lives on partition ``partition_for(group_id, N)``
+of ``__consumer_offsets`` and its coordinator is that partition's leader.
+``reconcile(now_ms)`` — called after every metadata change and every tick —
+compares the partitions this broker leads with the shards it has:
+
+    leads p, no shard (or one of an older leader epoch)  → a new shard, LOADING
+    a LOADING shard whose replay reached the log end at election → serving
+    no longer leads p                                    → unload (NOT_COORDINATOR
+                                                           to every waiting client)
+
+A shard's state is the replay of the partition's committed records
+(``_catch_up`` reads from where it stopped up to the high watermark). Loading
+ends when the replay reaches the log end offset the partition had when this
+broker became leader, so no offset acknowledged by an earlier leader is missing
+(and none goes backwards) when the shard starts answering; meanwhile requests
+get COORDINATOR_LOAD_IN_PROGRESS. A shard's writes are one record batch
+appended through the replica manager with acks=all; when it commits, the
+shard replays up to the new high watermark and only then is the client answered.
+
+Nothing here does I/O of its own: the log is the replica manager's, time is
+``now_ms`` from the caller, member ids come from an injected source.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Callable
+
+from tidelog.core.clock import Clock
+from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
+from tidelog.group.records import partition_for
+from tidelog.group.shard import GroupConfig, GroupShard, Record
+from tidelog.records.batch import SimpleRecord, build_batch, iter_batches, iter_records
+from tidelog.replication.partition import Partition
+from tidelog.replication.replica_manager import ReplicaManager
+
+log = logging.getLogger("tidelog.group")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+_READ_MAX_BYTES = 1 << 20
+
+
+class _Loaded:
+    """A shard and what it needs to know about its partition."""
+
+    def __init__(self, shard: GroupShard, leader_epoch: int, load_end_offset: int, next_offset: int):
+        self.shard = shard
+        self.leader_epoch = leader_epoch
+        self.load_end_offset = load_end_offset       # the log end offset at election
+        self.next_offset = next_offset               # the next record to replay
+
+
+class GroupCoordinator:
+    def __init__(self, config: GroupConfig, replica_manager: ReplicaManager, clock: Clock,
+                 partition_count: Callable[[], int], new_member_id: Callable[[str], str] | None = None):
+        self.config = config
+        self.replica_manager = replica_manager
+        self.clock = clock
+        self._partition_count = partition_count
+        self._new_member_id = new_member_id or (lambda prefix: f"{prefix}-{uuid.uuid4()}")
+        self.loaded: dict[int, _Loaded] = {}
+
+    # ============================================================ routing
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self._partition_count())
+
+    def shard_for(self, group_id: str) -> GroupShard | ErrorCode:
+        """The serving shard of ``group_id``, or NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS."""
+        loaded = self.loaded.get(self.partition_for(group_id))
+        if loaded is None:
+            return ErrorCode.NOT_COORDINATOR
+        if loaded.shard.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return loaded.shard
+
+    def shards(self) -> tuple[list[GroupShard], bool]:
+        """Every serving shard, and whether one is still loading."""
+        serving = [loaded.shard for loaded in self.loaded.values() if not loaded.shard.loading]
+        return serving, len(serving) != len(self.loaded)
+
+    # ======================================================= leadership
+
+    def reconcile(self, now_ms: int) -> None:
+        led: dict[int, Partition] = {}
+        for tp, hosted in self.replica_manager.partitions.items():
+            if tp.topic == OFFSETS_TOPIC and isinstance(hosted, Partition) and hosted.is_leader:
+                led[tp.partition] = hosted
+        for index in list(self.loaded):
+            partition = led.get(index)
+            if partition is None or partition.leader_epoch != self.loaded[index].leader_epoch:
+                log.info("unloading the groups of %s-%d: no longer its leader", OFFSETS_TOPIC, index)
+                self.loaded.pop(index).shard.unload()
+        for index, partition in led.items():
+            if index not in self.loaded:
+                shard = GroupShard(index, self.config, self._writer(index), self._new_member_id)
+                self.loaded[index] = _Loaded(shard, partition.leader_epoch, partition.log.log_end_offset,
+                                             partition.log.log_start_offset)
+                log.info("loading the groups of %s-%d (leader epoch %d, up to offset %d)", OFFSETS_TOPIC,
+                         index, partition.leader_epoch, partition.log.log_end_offset)
+        for index in list(self.loaded):
+            self._catch_up(index, now_ms)
+
+    def _catch_up(self, index: int, now_ms: int) -> None:
+        """Replay the partition's records from where the shard stopped up to the high watermark."""
+        loaded = self.loaded.get(index)
+        partition = self.replica_manager.get_partition(TopicPartition(OFFSETS_TOPIC, index))
+        if loaded is None or partition is None:
+            return
+        log_ = partition.log
+        loaded.next_offset = max(loaded.next_offset, log_.log_start_offset)
+        high_watermark = log_.high_watermark
+        while loaded.next_offset < high_watermark:
+            data = log_.read(loaded.next_offset, _READ_MAX_BYTES, max_offset=high_watermark).records.read_bytes()
+            if not data:
+                break
+            for position, header in iter_batches(data):
+                if header.is_control:
+                    loaded.next_offset = header.next_offset
+                    continue
+                for record in iter_records(data, position):
+                    if record.offset >= loaded.next_offset and record.key is not None:
+                        loaded.shard.replay(record.key, record.value, now_ms)
+                loaded.next_offset = header.next_offset
+        if loaded.shard.loading and loaded.next_offset >= loaded.load_end_offset:
+            loaded.shard.loaded(now_ms)
+
+    def _writer(self, index: int):
+        tp = TopicPartition(OFFSETS_TOPIC, index)
+
+        def write(records: list[Record], on_done: Callable[[ErrorCode], None]) -> None:
+            batch = build_batch([SimpleRecord(value, key) for key, value in records],
+                                timestamp_ms=self.clock.now_ms())
+
+            def appended(responses: dict) -> None:
+                error = ErrorCode(responses[tp]["error_code"])
+                if error == ErrorCode.NONE:
+                    self._catch_up(index, self.clock.now_ms())
+                on_done(error)
+            self.replica_manager.append_records(-1, self.config.offsets_commit_timeout_ms, {tp: batch},
+                                                appended, internal=True)
+        return write
+
+    # ============================================================ time
+
+    def on_tick(self, now_ms: int) -> None:
+        self.reconcile(now_ms)
+        for loaded in list(self.loaded.values()):
+            if not loaded.shard.loading:
+                loaded.shard.on_tick(now_ms)
+
+    def next_wakeup_ms(self) -> int | None:
+        deadlines = [loaded.shard.next_deadline_ms() for loaded in self.loaded.values()
+                     if not loaded.shard.loading]
+        deadlines = [d for d in deadlines if d is not None]
+        return min(deadlines) if deadlines else None
+
+    def unload_all(self) -> None:
+        for loaded in self.loaded.values():
+            loaded.shard.unload()
+        self.loaded.clear()

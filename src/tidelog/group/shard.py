@@ -1,0 +1,705 @@
+"""The groups of one ``__consumer_offsets`` partition: Kafka's group coordinator shard.
+
+Theory of operation. A ``GroupShard`` holds the groups whose id hashes to one
+partition of ``__consumer_offsets`` while this broker leads it. Two kinds of
+state, as in Kafka's classic protocol:
+
+* **Committed offsets and the groups' stored generations change only by
+  replaying committed records** (``replay``): the coordinator feeds every
+  record of the partition, in offset order, once the high watermark has passed
+  it — at load, and as its own writes commit. An OffsetCommit is answered
+  after its record was replayed, so a committed offset a client was told about
+  is in the state of every later leader, and an OffsetFetch reads only
+  committed offsets.
+* **Membership** (who joined, pending JoinGroup/SyncGroup answers, heartbeat
+  deadlines) lives in memory and moves by the classic protocol's rules
+  (``classic.py``); the ``GroupMetadataValue`` record written when a
+  generation's assignment is stored (or the group empties) is what a new
+  coordinator loads.
+
+Every operation takes ``now_ms`` and a ``respond`` callback and returns
+nothing; records to write go to ``write(records, on_done)``, which the
+coordinator appends with acks=all and calls back once they are committed
+(``ErrorCode.NONE``) or failed. Time moves only through ``on_tick(now_ms)``,
+which expires sessions, join and sync deadlines, pending members and old
+offsets; ``next_deadline_ms()`` says when it is next needed.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
+from tidelog.group.classic import ClassicGroup, GroupEvent, GroupState, Member, Respond
+from tidelog.group.records import (
+    GroupMetadataKey,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    decode_group_metadata_value,
+    decode_key,
+    decode_offset_commit_value,
+    encode_key,
+    encode_value,
+)
+
+log = logging.getLogger("tidelog.group")
+
+Record = tuple[bytes, bytes | None]          # (key, value); value None is a tombstone
+Writer = Callable[[list[Record], Callable[[ErrorCode], None]], None]
+CONSUMER_PROTOCOL_TYPE = "consumer"
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """The broker's group settings (Kafka's names)."""
+
+    session_timeout_min_ms: int = 6_000              # group.min.session.timeout.ms
+    session_timeout_max_ms: int = 1_800_000          # group.max.session.timeout.ms
+    initial_rebalance_delay_ms: int = 3_000          # group.initial.rebalance.delay.ms
+    group_size_max: int = 0x7FFFFFFF                 # group.max.size
+    offset_metadata_max_bytes: int = 4096            # offset.metadata.max.bytes
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
+    offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
+    offsets_commit_timeout_ms: int = 5_000           # offsets.commit.timeout.ms
+
+    @classmethod
+    def from_settings(cls, settings) -> "GroupConfig":
+        """From a broker's settings (anything indexed by Kafka's config names)."""
+        return cls(settings["group.min.session.timeout.ms"], settings["group.max.session.timeout.ms"],
+                   settings["group.initial.rebalance.delay.ms"], settings["group.max.size"],
+                   settings["offset.metadata.max.bytes"], settings["offsets.retention.minutes"] * 60_000,
+                   settings["offsets.retention.check.interval.ms"], settings["offsets.commit.timeout.ms"])
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    client_id: str
+    client_host: str
+    version: int
+
+
+@dataclass(frozen=True)
+class OffsetToCommit:
+    topic_partition: TopicPartition
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+# Append errors → what a group client understands (Kafka's GroupCoordinator mapping).
+_APPEND_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+}
+
+
+def append_error(code: ErrorCode) -> ErrorCode:
+    return code if code == ErrorCode.NONE else _APPEND_ERRORS.get(code, ErrorCode.UNKNOWN_SERVER_ERROR)
+
+
+def subscribed_topics(subscription: bytes) -> set[str]:
+    """Topics named by a ``consumer`` protocol subscription (ConsumerProtocolSubscription)."""
+    try:
+        (count,) = struct.unpack_from(">i", subscription, 2)
+        pos, topics = 6, set()
+        for _ in range(max(count, 0)):
+            (n,) = struct.unpack_from(">h", subscription, pos)
+            topics.add(subscription[pos + 2:pos + 2 + n].decode("utf-8"))
+            pos += 2 + n
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return set()
+
+
+class GroupShard:
+    def __init__(self, partition: int, config: GroupConfig, write: Writer,
+                 new_member_id: Callable[[str], str]):
+        self.partition = partition
+        self.config = config
+        self._write = write
+        self._new_member_id = new_member_id
+        self.groups: dict[str, ClassicGroup] = {}
+        self.offsets: dict[str, dict[TopicPartition, OffsetCommitValue]] = {}
+        self.loading = True
+        self._next_offset_expiry_ms = 0
+
+    # ================================================================ replay
+
+    def replay(self, key_bytes: bytes, value_bytes: bytes | None, now_ms: int) -> None:
+        """One committed record of the partition, in offset order."""
+        key = decode_key(key_bytes)
+        if isinstance(key, OffsetCommitKey):
+            tp = TopicPartition(key.topic, key.partition)
+            if value_bytes is None:
+                offsets = self.offsets.get(key.group)
+                if offsets is not None:
+                    offsets.pop(tp, None)
+                    if not offsets:
+                        del self.offsets[key.group]
+                return
+            self.offsets.setdefault(key.group, {})[tp] = decode_offset_commit_value(value_bytes)
+            if key.group not in self.groups:
+                self.groups[key.group] = ClassicGroup(key.group, empty_since_ms=now_ms)
+        elif isinstance(key, GroupMetadataKey):
+            group = self.groups.get(key.group)
+            if value_bytes is None:
+                if group is not None and group.is_in(GroupState.EMPTY, GroupState.DEAD):
+                    del self.groups[key.group]
+                return
+            if self.loading or group is None:
+                # Loading: the newest record wins. Active: memory is the truth,
+                # the record was written from it.
+                self.groups[key.group] = ClassicGroup.from_record(
+                    key.group, decode_group_metadata_value(value_bytes), now_ms)
+
+    def loaded(self, now_ms: int) -> None:
+        """Every record up to the partition's end at election is replayed: serve."""
+        self.loading = False
+        for group in self.groups.values():
+            for member in group.members.values():
+                member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+        log.info("loaded %d groups and their offsets from __consumer_offsets-%d",
+                 len(self.groups), self.partition)
+
+    def unload(self) -> None:
+        """Leadership moved: every waiting client learns NOT_COORDINATOR."""
+        for group in self.groups.values():
+            for member in group.members.values():
+                _answer(member.awaiting_join, _join_error(ErrorCode.NOT_COORDINATOR, member.member_id))
+                _answer(member.awaiting_sync, _sync_error(ErrorCode.NOT_COORDINATOR))
+                member.awaiting_join = member.awaiting_sync = None
+        self.groups.clear()
+        self.offsets.clear()
+
+    # ============================================================= JoinGroup
+
+    def join_group(self, request: JoinRequest, now_ms: int, respond: Respond) -> None:
+        if not request.group_id:
+            return respond(_join_error(ErrorCode.INVALID_GROUP_ID, request.member_id))
+        if not (self.config.session_timeout_min_ms <= request.session_timeout_ms
+                <= self.config.session_timeout_max_ms):
+            return respond(_join_error(ErrorCode.INVALID_SESSION_TIMEOUT, request.member_id))
+        group = self.groups.get(request.group_id)
+        if group is None:
+            if request.member_id:
+                return respond(_join_error(ErrorCode.UNKNOWN_MEMBER_ID, request.member_id))
+            group = self.groups[request.group_id] = ClassicGroup(request.group_id, empty_since_ms=now_ms)
+        if group.is_in(GroupState.DEAD):
+            return respond(_join_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, request.member_id))
+        if not group.supports(request.protocol_type, request.protocols):
+            return respond(_join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, request.member_id))
+        if not request.member_id:
+            self._join_unknown_member(group, request, now_ms, respond)
+        else:
+            self._join_known_member(group, request, now_ms, respond)
+
+    def _join_unknown_member(self, group: ClassicGroup, request: JoinRequest, now_ms: int,
+                             respond: Respond) -> None:
+        instance_id = request.group_instance_id
+        new_id = self._new_member_id(instance_id or request.client_id)
+        if instance_id is not None and instance_id in group.static_members:
+            return self._rejoin_static_member(group, request, new_id, now_ms, respond)
+        if instance_id is None and request.version >= 4:
+            # KIP-394: the member must come back with the id it is given.
+            group.pending_members[new_id] = now_ms + request.session_timeout_ms
+            return respond(_join_error(ErrorCode.MEMBER_ID_REQUIRED, new_id))
+        self._add_member_and_rebalance(group, request, new_id, now_ms, respond)
+
+    def _join_known_member(self, group: ClassicGroup, request: JoinRequest, now_ms: int,
+                           respond: Respond) -> None:
+        member_id = request.member_id
+        if member_id in group.pending_members:
+            return self._add_member_and_rebalance(group, request, member_id, now_ms, respond)
+        error = _check_member(group, member_id, request.group_instance_id)
+        if error != ErrorCode.NONE:
+            return respond(_join_error(error, member_id))
+        member = group.members[member_id]
+        member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+        changed = not member.same_protocols(request.protocols)
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            self._update_member(group, member, request, respond)
+            self._maybe_complete_join(group, now_ms)
+        elif group.is_in(GroupState.COMPLETING_REBALANCE):
+            if changed:
+                self._update_member(group, member, request, respond)
+                self._prepare_rebalance(group, now_ms, f"member {member_id} changed its protocols")
+            else:
+                respond(self._join_response(group, member))      # a resent JoinGroup
+        elif group.is_in(GroupState.STABLE):
+            if changed or member_id == group.leader_id:
+                self._update_member(group, member, request, respond)
+                self._prepare_rebalance(group, now_ms, f"member {member_id} rejoined")
+            else:
+                respond(self._join_response(group, member))
+        else:
+            respond(_join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id))
+
+    def _add_member_and_rebalance(self, group: ClassicGroup, request: JoinRequest, member_id: str,
+                                  now_ms: int, respond: Respond) -> None:
+        if len(group.members) >= self.config.group_size_max:
+            group.pending_members.pop(member_id, None)
+            return respond(_join_error(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id))
+        group.pending_members.pop(member_id, None)
+        member = Member(member_id, request.group_instance_id, request.client_id, request.client_host,
+                        request.rebalance_timeout_ms, request.session_timeout_ms, request.protocol_type,
+                        list(request.protocols), heartbeat_deadline_ms=now_ms + request.session_timeout_ms,
+                        awaiting_join=respond, join_version=request.version)
+        group.add(member)
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            if group.initial_join:
+                # group.initial.rebalance.delay.ms: wait a little longer for more members,
+                # never past the rebalance timeout.
+                group.join_deadline_ms = min(now_ms + self.config.initial_rebalance_delay_ms,
+                                             group.state_timestamp_ms + group.rebalance_timeout_ms())
+            self._maybe_complete_join(group, now_ms)
+        else:
+            self._prepare_rebalance(group, now_ms, f"member {member_id} joined")
+
+    def _rejoin_static_member(self, group: ClassicGroup, request: JoinRequest, new_id: str, now_ms: int,
+                              respond: Respond) -> None:
+        """KIP-345: a static member back with a new member id takes its old place; when
+        nothing changed, the group stays Stable and keeps its assignment."""
+        old_id = group.static_members[request.group_instance_id]
+        old = group.members[old_id]
+        _answer(old.awaiting_join, _join_error(ErrorCode.FENCED_INSTANCE_ID, old_id))
+        _answer(old.awaiting_sync, _sync_error(ErrorCode.FENCED_INSTANCE_ID))
+        old.awaiting_join = old.awaiting_sync = None
+        changed = not old.same_protocols(request.protocols)
+        member = group.replace_static(old_id, new_id)
+        member.client_id, member.client_host = request.client_id, request.client_host
+        member.session_timeout_ms, member.rebalance_timeout_ms = request.session_timeout_ms, request.rebalance_timeout_ms
+        member.heartbeat_deadline_ms = now_ms + request.session_timeout_ms
+        if group.is_in(GroupState.STABLE) and not changed:
+            def stored(error: ErrorCode) -> None:
+                if error != ErrorCode.NONE:
+                    if new_id in group.members:
+                        group.replace_static(new_id, old_id)
+                    return respond(_join_error(append_error(error), new_id))
+                respond(self._join_response(group, member, skip_assignment=True))
+            self._write([self._group_record(group, now_ms)], stored)
+            return
+        self._update_member(group, member, request, respond)
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            self._maybe_complete_join(group, now_ms)
+        else:
+            self._prepare_rebalance(group, now_ms, f"static member {request.group_instance_id} rejoined")
+
+    def _update_member(self, group: ClassicGroup, member: Member, request: JoinRequest, respond: Respond) -> None:
+        if member.awaiting_join is not None and member.awaiting_join is not respond:
+            _answer(member.awaiting_join, _join_error(ErrorCode.REBALANCE_IN_PROGRESS, member.member_id))
+        member.protocols = list(request.protocols)
+        member.session_timeout_ms = request.session_timeout_ms
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        member.awaiting_join = respond
+        member.join_version = request.version
+
+    # ------------------------------------------------------------ rebalance
+
+    def _prepare_rebalance(self, group: ClassicGroup, now_ms: int, reason: str) -> None:
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            for member in group.members.values():
+                member.assignment = b""
+                _answer(member.awaiting_sync, _sync_error(ErrorCode.REBALANCE_IN_PROGRESS))
+                member.awaiting_sync = None
+        was_empty = group.is_in(GroupState.EMPTY)
+        old_state = group.state
+        group.move(GroupEvent.JOIN if was_empty else GroupEvent.REBALANCE, now_ms)
+        group.sync_deadline_ms = None
+        group.initial_join = was_empty
+        if was_empty:
+            group.join_deadline_ms = now_ms + min(self.config.initial_rebalance_delay_ms,
+                                                  group.rebalance_timeout_ms())
+        else:
+            group.join_deadline_ms = now_ms + group.rebalance_timeout_ms()
+        log.info("preparing to rebalance group %s in state %s with old generation %d (reason: %s)",
+                 group.group_id, old_state.value, group.generation_id, reason)
+        self._maybe_complete_join(group, now_ms)
+
+    def _maybe_complete_join(self, group: ClassicGroup, now_ms: int) -> None:
+        if group.is_in(GroupState.PREPARING_REBALANCE) and not group.initial_join and group.all_joined():
+            self._complete_join(group, now_ms)
+
+    def _complete_join(self, group: ClassicGroup, now_ms: int) -> None:
+        for member in [m for m in group.members.values() if m.awaiting_join is None]:
+            log.info("member %s of group %s did not rejoin in time: removed", member.member_id, group.group_id)
+            group.remove(member.member_id)
+        group.pending_members.clear()
+        group.join_deadline_ms = None
+        group.initial_join = False
+        group.generation_id += 1
+        if not group.members:
+            group.protocol_name = None
+            group.move(GroupEvent.NONE_JOINED, now_ms)
+            log.info("group %s is empty at generation %d", group.group_id, group.generation_id)
+            self._write([self._group_record(group, now_ms)], lambda error: None)
+            return
+        group.protocol_name = group.select_protocol()
+        group.move(GroupEvent.ALL_JOINED, now_ms)
+        group.sync_deadline_ms = now_ms + group.rebalance_timeout_ms()
+        log.info("group %s generation %d (protocol %s) with %d members", group.group_id,
+                 group.generation_id, group.protocol_name, len(group.members))
+        for member in group.members.values():
+            respond, member.awaiting_join = member.awaiting_join, None
+            member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+            respond(self._join_response(group, member))
+
+    def _join_response(self, group: ClassicGroup, member: Member, skip_assignment: bool = False) -> dict:
+        is_leader = member.member_id == group.leader_id
+        members = []
+        if is_leader:
+            members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                        "metadata": m.metadata(group.protocol_name or "")} for m in group.members.values()]
+        return {"error_code": int(ErrorCode.NONE), "generation_id": group.generation_id,
+                "protocol_type": group.protocol_type, "protocol_name": group.protocol_name,
+                "leader": group.leader_id or "", "skip_assignment": skip_assignment and is_leader,
+                "member_id": member.member_id, "members": members}
+
+    # ============================================================= SyncGroup
+
+    def sync_group(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+                   protocol_type: str | None, protocol_name: str | None,
+                   assignments: dict[str, bytes], now_ms: int, respond: Respond) -> None:
+        group = self.groups.get(group_id)
+        if group is None:
+            return respond(_sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
+        if group.is_in(GroupState.DEAD):
+            return respond(_sync_error(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+        error = _check_member(group, member_id, instance_id)
+        if error == ErrorCode.NONE and generation_id != group.generation_id:
+            error = ErrorCode.ILLEGAL_GENERATION
+        if error == ErrorCode.NONE and (
+                (protocol_type is not None and protocol_type != group.protocol_type)
+                or (protocol_name is not None and protocol_name != group.protocol_name)):
+            error = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        if error != ErrorCode.NONE:
+            return respond(_sync_error(error))
+        member = group.members[member_id]
+        member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            return respond(_sync_error(ErrorCode.REBALANCE_IN_PROGRESS))
+        if group.is_in(GroupState.STABLE):
+            return respond(self._sync_response(group, member))
+        if group.is_in(GroupState.EMPTY):
+            return respond(_sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
+        _answer(member.awaiting_sync, _sync_error(ErrorCode.REBALANCE_IN_PROGRESS))
+        member.awaiting_sync = respond
+        if member_id != group.leader_id:
+            return
+        generation = group.generation_id
+        for m in group.members.values():
+            m.assignment = assignments.get(m.member_id, b"")
+        record = self._group_record(group, now_ms)
+
+        def stored(error: ErrorCode) -> None:
+            if group.generation_id != generation or not group.is_in(GroupState.COMPLETING_REBALANCE):
+                return                                   # a newer rebalance answered everyone
+            if error != ErrorCode.NONE:
+                for m in group.members.values():
+                    _answer(m.awaiting_sync, _sync_error(append_error(error)))
+                    m.awaiting_sync = None
+                self._prepare_rebalance(group, now_ms, "storing the assignment failed")
+                return
+            group.move(GroupEvent.ASSIGNED, now_ms)
+            group.sync_deadline_ms = None
+            for m in group.members.values():
+                respond_m, m.awaiting_sync = m.awaiting_sync, None
+                _answer(respond_m, self._sync_response(group, m))
+        self._write([record], stored)
+
+    def _sync_response(self, group: ClassicGroup, member: Member) -> dict:
+        return {"error_code": int(ErrorCode.NONE), "protocol_type": group.protocol_type,
+                "protocol_name": group.protocol_name, "assignment": member.assignment}
+
+    # ============================================================= Heartbeat
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+                  now_ms: int) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if group.is_in(GroupState.DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        error = _check_member(group, member_id, instance_id)
+        if error != ErrorCode.NONE:
+            return error
+        if generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.is_in(GroupState.EMPTY):
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        member = group.members[member_id]
+        member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    # ============================================================ LeaveGroup
+
+    def leave_group(self, group_id: str, leaving: list[tuple[str, str | None]], now_ms: int
+                    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        """``leaving``: (member id, group instance id) pairs; per-member errors back."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID, []
+        if group.is_in(GroupState.DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+        results, removed = [], False
+        for member_id, instance_id in leaving:
+            if instance_id is not None:
+                known = group.static_members.get(instance_id)
+                if known is None:
+                    results.append((member_id, instance_id, ErrorCode.UNKNOWN_MEMBER_ID))
+                    continue
+                if member_id and member_id != known:
+                    results.append((member_id, instance_id, ErrorCode.FENCED_INSTANCE_ID))
+                    continue
+                member_id = known
+            elif member_id in group.pending_members:
+                del group.pending_members[member_id]
+                results.append((member_id, instance_id, ErrorCode.NONE))
+                continue
+            if member_id not in group.members:
+                results.append((member_id, instance_id, ErrorCode.UNKNOWN_MEMBER_ID))
+                continue
+            self._remove_member(group, member_id)
+            removed = True
+            results.append((member_id, instance_id, ErrorCode.NONE))
+        if removed:
+            self._after_removal(group, now_ms, "members left the group")
+        elif group.is_in(GroupState.PREPARING_REBALANCE):
+            self._maybe_complete_join(group, now_ms)
+        return ErrorCode.NONE, results
+
+    def _remove_member(self, group: ClassicGroup, member_id: str) -> None:
+        member = group.remove(member_id)
+        if member is not None:
+            _answer(member.awaiting_join, _join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id))
+            _answer(member.awaiting_sync, _sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
+
+    def _after_removal(self, group: ClassicGroup, now_ms: int, reason: str) -> None:
+        if group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, now_ms, reason)
+        elif group.is_in(GroupState.PREPARING_REBALANCE):
+            self._maybe_complete_join(group, now_ms)
+
+    # =========================================================== OffsetCommit
+
+    def commit_offsets(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
+                       offsets: list[OffsetToCommit], now_ms: int,
+                       respond: Callable[[dict[TopicPartition, ErrorCode]], None]) -> None:
+        def all_(error: ErrorCode) -> None:
+            respond({o.topic_partition: error for o in offsets})
+        if not group_id:
+            return all_(ErrorCode.INVALID_GROUP_ID)
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                return all_(ErrorCode.ILLEGAL_GENERATION)
+            group = self.groups[group_id] = ClassicGroup(group_id, empty_since_ms=now_ms)
+        error = self._validate_commit(group, member_id, instance_id, generation_id, now_ms)
+        if error != ErrorCode.NONE:
+            return all_(error)
+        errors: dict[TopicPartition, ErrorCode] = {}
+        records: list[Record] = []
+        for o in offsets:
+            metadata = o.metadata or ""
+            if len(metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes:
+                errors[o.topic_partition] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            records.append((encode_key(OffsetCommitKey(group_id, o.topic_partition.topic, o.topic_partition.partition)),
+                            encode_value(OffsetCommitValue(o.offset, o.leader_epoch, metadata, now_ms))))
+            errors[o.topic_partition] = ErrorCode.NONE
+        if not records:
+            return respond(errors)
+
+        def committed(error: ErrorCode) -> None:
+            code = append_error(error)
+            respond({tp: (code if e == ErrorCode.NONE else e) for tp, e in errors.items()})
+        self._write(records, committed)
+
+    def _validate_commit(self, group: ClassicGroup, member_id: str, instance_id: str | None,
+                         generation_id: int, now_ms: int) -> ErrorCode:
+        if group.is_in(GroupState.DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and group.is_in(GroupState.EMPTY):
+            return ErrorCode.NONE                       # a simple consumer's or an admin's commit
+        error = _check_member(group, member_id, instance_id)
+        if error != ErrorCode.NONE:
+            return error
+        if generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        member = group.members[member_id]
+        member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+        return ErrorCode.NONE
+
+    # ============================================================ OffsetFetch
+
+    def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None
+                      ) -> dict[TopicPartition, OffsetCommitValue | None]:
+        """Committed offsets (None for a partition without one); all of them if ``partitions`` is None."""
+        offsets = self.offsets.get(group_id, {})
+        if partitions is None:
+            return dict(offsets)
+        return {tp: offsets.get(tp) for tp in partitions}
+
+    # ===================================================== list / describe
+
+    def list_groups(self) -> list[ClassicGroup]:
+        return [g for g in self.groups.values() if not g.is_in(GroupState.DEAD)]
+
+    # ================================================ DeleteGroups, OffsetDelete
+
+    def delete_group(self, group_id: str, now_ms: int, respond: Callable[[ErrorCode], None]) -> None:
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return respond(ErrorCode.GROUP_ID_NOT_FOUND)
+        if not group.is_in(GroupState.EMPTY):
+            return respond(ErrorCode.NON_EMPTY_GROUP)
+        records = [(encode_key(OffsetCommitKey(group_id, tp.topic, tp.partition)), None)
+                   for tp in sorted(self.offsets.get(group_id, {}))]
+        records.append((encode_key(GroupMetadataKey(group_id)), None))
+        group.move(GroupEvent.DELETED, now_ms)
+
+        def deleted(error: ErrorCode) -> None:
+            if error != ErrorCode.NONE and self.groups.get(group_id) is group:
+                self.groups[group_id] = ClassicGroup(group_id, protocol_type=group.protocol_type,
+                                                     generation_id=group.generation_id, empty_since_ms=now_ms)
+            respond(append_error(error))
+        self._write(records, deleted)
+
+    def delete_offsets(self, group_id: str, partitions: list[TopicPartition], now_ms: int,
+                       respond: Callable[[ErrorCode, dict[TopicPartition, ErrorCode]], None]) -> None:
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return respond(ErrorCode.GROUP_ID_NOT_FOUND, {})
+        subscribed: set[str] = set()
+        if not group.is_in(GroupState.EMPTY):
+            if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                return respond(ErrorCode.NON_EMPTY_GROUP, {})
+            for member in group.members.values():
+                subscribed |= subscribed_topics(member.metadata(group.protocol_name or ""))
+        errors: dict[TopicPartition, ErrorCode] = {}
+        records: list[Record] = []
+        for tp in partitions:
+            if tp.topic in subscribed:
+                errors[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                continue
+            errors[tp] = ErrorCode.NONE
+            if tp in self.offsets.get(group_id, {}):
+                records.append((encode_key(OffsetCommitKey(group_id, tp.topic, tp.partition)), None))
+        if not records:
+            return respond(ErrorCode.NONE, errors)
+
+        def deleted(error: ErrorCode) -> None:
+            code = append_error(error)
+            respond(code, errors if code == ErrorCode.NONE else {})
+        self._write(records, deleted)
+
+    # ================================================================ timers
+
+    def on_tick(self, now_ms: int) -> None:
+        for group in list(self.groups.values()):
+            self._expire(group, now_ms)
+        if now_ms >= self._next_offset_expiry_ms:
+            self._next_offset_expiry_ms = now_ms + self.config.offsets_retention_check_interval_ms
+            self._expire_offsets(now_ms)
+
+    def next_deadline_ms(self) -> int | None:
+        deadlines = [self._next_offset_expiry_ms]
+        for group in self.groups.values():
+            if group.join_deadline_ms is not None:
+                deadlines.append(group.join_deadline_ms)
+            if group.sync_deadline_ms is not None:
+                deadlines.append(group.sync_deadline_ms)
+            deadlines.extend(group.pending_members.values())
+            deadlines.extend(m.heartbeat_deadline_ms for m in group.members.values()
+                             if m.awaiting_join is None)
+        return min(deadlines)
+
+    def _expire(self, group: ClassicGroup, now_ms: int) -> None:
+        if group.is_in(GroupState.DEAD):
+            return
+        for member_id, deadline in list(group.pending_members.items()):
+            if now_ms >= deadline:
+                del group.pending_members[member_id]
+        expired = [m.member_id for m in group.members.values()
+                   if m.awaiting_join is None and now_ms >= m.heartbeat_deadline_ms]
+        for member_id in expired:
+            log.info("member %s of group %s: session timed out", member_id, group.group_id)
+            self._remove_member(group, member_id)
+        if expired:
+            self._after_removal(group, now_ms, f"session of {', '.join(expired)} timed out")
+        if (group.is_in(GroupState.PREPARING_REBALANCE) and group.join_deadline_ms is not None
+                and now_ms >= group.join_deadline_ms):
+            self._complete_join(group, now_ms)
+        elif group.is_in(GroupState.PREPARING_REBALANCE):
+            self._maybe_complete_join(group, now_ms)
+        if (group.is_in(GroupState.COMPLETING_REBALANCE) and group.sync_deadline_ms is not None
+                and now_ms >= group.sync_deadline_ms):
+            late = [m.member_id for m in group.members.values() if m.awaiting_sync is None]
+            for member_id in late:
+                self._remove_member(group, member_id)
+            self._prepare_rebalance(group, now_ms, f"{', '.join(late)} did not send SyncGroup in time")
+
+    def _expire_offsets(self, now_ms: int) -> None:
+        """offsets.retention.minutes, counted from when the group became empty (KIP-211),
+        or from the commit for a group that never had members."""
+        records: list[Record] = []
+        for group_id, offsets in self.offsets.items():
+            group = self.groups.get(group_id)
+            if group is None or not group.is_in(GroupState.EMPTY):
+                continue
+            for tp, value in offsets.items():
+                since = group.empty_since_ms if group.protocol_type else value.commit_timestamp_ms
+                if since is not None and since + self.config.offsets_retention_ms <= now_ms:
+                    records.append((encode_key(OffsetCommitKey(group_id, tp.topic, tp.partition)), None))
+        if records:
+            log.info("expiring %d committed offsets past offsets.retention.minutes", len(records))
+            self._write(records, lambda error: None)
+
+    # =============================================================== helpers
+
+    def _group_record(self, group: ClassicGroup, now_ms: int) -> Record:
+        return encode_key(GroupMetadataKey(group.group_id)), encode_value(group.to_record(now_ms))
+
+
+def _check_member(group: ClassicGroup, member_id: str, instance_id: str | None) -> ErrorCode:
+    if instance_id is not None:
+        known = group.static_members.get(instance_id)
+        if known is not None and known != member_id:
+            return ErrorCode.FENCED_INSTANCE_ID
+    if member_id not in group.members:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    return ErrorCode.NONE
+
+
+def _answer(respond: Respond | None, response: dict) -> None:
+    if respond is not None:
+        respond(response)
+
+
+def _join_error(error: ErrorCode, member_id: str = "") -> dict:
+    return {"error_code": int(error), "generation_id": -1, "protocol_type": None, "protocol_name": None,
+            "leader": "", "skip_assignment": False, "member_id": member_id, "members": []}
+
+
+def _sync_error(error: ErrorCode) -> dict:
+    return {"error_code": int(error), "protocol_type": None, "protocol_name": None, "assignment": b""}
