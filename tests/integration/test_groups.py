@@ -22,7 +22,7 @@ from tidelog.testing import Broker, wait_until
 PARTITIONS = 6
 RECORDS = 600
 SETTINGS = {"offsets.topic.num.partitions": "5", "group.initial.rebalance.delay.ms": "0",
-            "group.min.session.timeout.ms": "1000"}
+            "group.min.session.timeout.ms": "1000", "group.consumer.heartbeat.interval.ms": "500"}
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +52,11 @@ def disjoint_and_complete(assignments: list[set]) -> bool:
 class ConfluentMember(threading.Thread):
     def __init__(self, broker, topic, group, **extra):
         super().__init__(daemon=True)
+        timeouts = {} if extra.get("group.protocol") == "consumer" else {   # the coordinator's, in KIP-848
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
         self.consumer = confluent_kafka.Consumer({
             "bootstrap.servers": broker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-            "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, **extra})
+            **timeouts, **extra})
         self.consumer.subscribe([topic])
         self.assignment: set = set()
         self.seen: set = set()
@@ -128,6 +130,8 @@ class AiokafkaMember(threading.Thread):
 def make_member(kind, broker, topic, group):
     if kind == "confluent-kafka":
         member = ConfluentMember(broker, topic, group)
+    elif kind == "confluent-kafka, KIP-848":
+        member = ConfluentMember(broker, topic, group, **{"group.protocol": "consumer"})
     elif kind == "kafka-python":
         member = KafkaPythonMember(broker, topic, group)
     else:
@@ -136,7 +140,7 @@ def make_member(kind, broker, topic, group):
     return member
 
 
-@pytest.mark.parametrize("kind", ["confluent-kafka", "kafka-python", "aiokafka"])
+@pytest.mark.parametrize("kind", ["confluent-kafka", "confluent-kafka, KIP-848", "kafka-python", "aiokafka"])
 def test_three_members_share_six_partitions_then_two_take_over(broker, kind):
     topic = new_topic(broker)
     group = f"{kind}-{uuid.uuid4().hex[:6]}"

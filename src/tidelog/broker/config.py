@@ -88,6 +88,8 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("group.min.session.timeout.ms", int, 6000, _positive),
     ConfigDef("group.max.session.timeout.ms", int, 1_800_000, _positive),
     ConfigDef("group.max.size", int, 0x7FFFFFFF, _positive),
+    ConfigDef("group.consumer.session.timeout.ms", int, 45_000, _positive),
+    ConfigDef("group.consumer.heartbeat.interval.ms", int, 5_000, _positive),
     ConfigDef("offset.metadata.max.bytes", int, 4096, _non_negative),
     ConfigDef("offsets.topic.num.partitions", int, 50, _positive),
     ConfigDef("offsets.topic.replication.factor", int, 3, _positive,

@@ -35,6 +35,7 @@ from typing import Callable, Iterable
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.group.classic import ClassicGroup, GroupEvent, GroupState, Member, Respond
+from tidelog.group.consumer import ASSIGNORS, ConsumerGroup, ConsumerMember, TopicLookup
 from tidelog.group.records import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -51,6 +52,7 @@ log = logging.getLogger("tidelog.group")
 Record = tuple[bytes, bytes | None]          # (key, value); value None is a tombstone
 Writer = Callable[[list[Record], Callable[[ErrorCode], None]], None]
 CONSUMER_PROTOCOL_TYPE = "consumer"
+LEAVE_STATIC_EPOCH = -2
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class GroupConfig:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
     offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
     offsets_commit_timeout_ms: int = 5_000           # offsets.commit.timeout.ms
+    consumer_session_timeout_ms: int = 45_000        # group.consumer.session.timeout.ms
+    consumer_heartbeat_interval_ms: int = 5_000      # group.consumer.heartbeat.interval.ms
 
     @classmethod
     def from_settings(cls, settings) -> "GroupConfig":
@@ -72,7 +76,8 @@ class GroupConfig:
         return cls(settings["group.min.session.timeout.ms"], settings["group.max.session.timeout.ms"],
                    settings["group.initial.rebalance.delay.ms"], settings["group.max.size"],
                    settings["offset.metadata.max.bytes"], settings["offsets.retention.minutes"] * 60_000,
-                   settings["offsets.retention.check.interval.ms"], settings["offsets.commit.timeout.ms"])
+                   settings["offsets.retention.check.interval.ms"], settings["offsets.commit.timeout.ms"],
+                   settings["group.consumer.session.timeout.ms"], settings["group.consumer.heartbeat.interval.ms"])
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,24 @@ class JoinRequest:
     client_id: str
     client_host: str
     version: int
+
+
+@dataclass(frozen=True)
+class ConsumerHeartbeat:
+    """A ConsumerGroupHeartbeat (KIP-848); None fields are "unchanged since the last one"."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    rack_id: str | None
+    rebalance_timeout_ms: int
+    subscribed_topic_names: tuple[str, ...] | None
+    subscribed_topic_regex: str | None
+    server_assignor: str | None
+    owned: frozenset | None                      # (topic id, partition)s the client owns
+    client_id: str
+    client_host: str
 
 
 @dataclass(frozen=True)
@@ -136,6 +159,7 @@ class GroupShard:
         self._write = write
         self._new_member_id = new_member_id
         self.groups: dict[str, ClassicGroup] = {}
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetCommitValue]] = {}
         self.loading = True
         self._next_offset_expiry_ms = 0
@@ -155,7 +179,7 @@ class GroupShard:
                         del self.offsets[key.group]
                 return
             self.offsets.setdefault(key.group, {})[tp] = decode_offset_commit_value(value_bytes)
-            if key.group not in self.groups:
+            if key.group not in self.groups and key.group not in self.consumer_groups:
                 self.groups[key.group] = ClassicGroup(key.group, empty_since_ms=now_ms)
         elif isinstance(key, GroupMetadataKey):
             group = self.groups.get(key.group)
@@ -186,6 +210,7 @@ class GroupShard:
                 _answer(member.awaiting_sync, _sync_error(ErrorCode.NOT_COORDINATOR))
                 member.awaiting_join = member.awaiting_sync = None
         self.groups.clear()
+        self.consumer_groups.clear()
         self.offsets.clear()
 
     # ============================================================= JoinGroup
@@ -196,6 +221,11 @@ class GroupShard:
         if not (self.config.session_timeout_min_ms <= request.session_timeout_ms
                 <= self.config.session_timeout_max_ms):
             return respond(_join_error(ErrorCode.INVALID_SESSION_TIMEOUT, request.member_id))
+        consumer_group = self.consumer_groups.get(request.group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                return respond(_join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, request.member_id))
+            del self.consumer_groups[request.group_id]       # an empty group changes protocol
         group = self.groups.get(request.group_id)
         if group is None:
             if request.member_id:
@@ -498,6 +528,135 @@ class GroupShard:
         elif group.is_in(GroupState.PREPARING_REBALANCE):
             self._maybe_complete_join(group, now_ms)
 
+    # ================================================ ConsumerGroupHeartbeat
+
+    def consumer_group_heartbeat(self, request: ConsumerHeartbeat, lookup: TopicLookup, all_topics: list[str],
+                                 now_ms: int) -> dict:
+        """KIP-848: join (epoch 0), heartbeat, or leave (epoch -1; -2 for a static member that
+        will be back) — answered at once with the member's epoch and, when it changed, its
+        assignment."""
+        def error(code: ErrorCode, message: str | None = None) -> dict:
+            return {"error_code": int(code), "error_message": message, "member_id": request.member_id or None,
+                    "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+        if not request.group_id:
+            return error(ErrorCode.INVALID_REQUEST, "the group id is empty")
+        if request.member_epoch == 0 and request.subscribed_topic_names is None \
+                and request.subscribed_topic_regex is None:
+            return error(ErrorCode.INVALID_REQUEST, "a joining member must name its subscription")
+        if request.server_assignor is not None and request.server_assignor not in ASSIGNORS:
+            return error(ErrorCode.UNSUPPORTED_ASSIGNOR, f"assignor {request.server_assignor!r} is not one of "
+                                                         f"{', '.join(ASSIGNORS)}")
+        classic = self.groups.get(request.group_id)
+        if classic is not None:
+            if not classic.is_in(GroupState.EMPTY):
+                return error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                             f"group {request.group_id} is a classic group with members")
+            del self.groups[request.group_id]                  # an empty group changes protocol
+        group = self.consumer_groups.get(request.group_id)
+        if request.member_epoch < 0:
+            return self._consumer_leave(group, request, now_ms)
+        if request.member_epoch == 0:
+            group = group or self.consumer_groups.setdefault(request.group_id, ConsumerGroup(request.group_id))
+            member = self._consumer_join(group, request, error)
+            if isinstance(member, dict):
+                return member
+        else:
+            member = group.members.get(request.member_id) if group is not None else None
+            if member is None:
+                return error(ErrorCode.UNKNOWN_MEMBER_ID, f"member {request.member_id} is not in the group")
+            if request.member_epoch != member.member_epoch and not (
+                    request.member_epoch == member.previous_member_epoch and request.owned is not None
+                    and request.owned <= member.assigned):
+                return error(ErrorCode.FENCED_MEMBER_EPOCH, f"member epoch {request.member_epoch} is not "
+                                                            f"the member's epoch {member.member_epoch}")
+        self._update_consumer_member(group, member, request)
+        member.session_deadline_ms = now_ms + self.config.consumer_session_timeout_ms
+        group.refresh(lookup, all_topics)
+        group.reconcile(member, request.owned, now_ms)
+        assignment = None
+        if member.last_sent != member.assigned or request.member_epoch == 0:
+            member.last_sent = member.assigned
+            by_topic: dict = {}
+            for topic_id, partition in sorted(member.assigned, key=lambda x: (str(x[0]), x[1])):
+                by_topic.setdefault(topic_id, []).append(partition)
+            assignment = {"topic_partitions": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()]}
+        return {"error_code": 0, "error_message": None, "member_id": member.member_id,
+                "member_epoch": member.member_epoch,
+                "heartbeat_interval": self.config.consumer_heartbeat_interval_ms, "assignment": assignment}
+
+    def _consumer_join(self, group: ConsumerGroup, request: ConsumerHeartbeat, error):
+        member_id = request.member_id or self._new_member_id(request.client_id)
+        if request.instance_id is not None:
+            for other in list(group.members.values()):
+                if other.instance_id != request.instance_id or other.member_id == member_id:
+                    continue
+                if other.member_epoch != LEAVE_STATIC_EPOCH:
+                    return error(ErrorCode.UNRELEASED_INSTANCE_ID,
+                                 f"static member {request.instance_id} is still in the group")
+                # KIP-345 for the new protocol: take over the departed static member's place.
+                del group.members[other.member_id]
+                if other.member_id in group.target:
+                    group.target[member_id] = group.target.pop(other.member_id)
+                other.member_id, other.member_epoch = member_id, other.previous_member_epoch
+                other.last_sent = None
+                group.members[member_id] = other
+                return other
+        old = group.members.pop(member_id, None)               # a fenced member rejoining starts afresh
+        if old is not None:
+            group.target.pop(member_id, None)
+        # Its subscription (required on joining) bumps the group epoch.
+        group.members[member_id] = ConsumerMember(member_id, request.instance_id, request.rack_id,
+                                                  request.client_id, request.client_host,
+                                                  request.rebalance_timeout_ms)
+        return group.members[member_id]
+
+    def _update_consumer_member(self, group: ConsumerGroup, member: ConsumerMember,
+                                request: ConsumerHeartbeat) -> None:
+        changed = False
+        if request.subscribed_topic_names is not None and \
+                tuple(sorted(request.subscribed_topic_names)) != member.subscribed_topic_names:
+            member.subscribed_topic_names = tuple(sorted(request.subscribed_topic_names))
+            changed = True
+        if request.subscribed_topic_regex is not None and request.subscribed_topic_regex != member.subscribed_topic_regex:
+            member.subscribed_topic_regex = request.subscribed_topic_regex or None
+            changed = True
+        if request.server_assignor is not None and request.server_assignor != member.server_assignor:
+            member.server_assignor = request.server_assignor
+            changed = True
+        if request.rebalance_timeout_ms > 0:
+            member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        if changed:
+            group.group_epoch += 1
+
+    def _consumer_leave(self, group: ConsumerGroup | None, request: ConsumerHeartbeat, now_ms: int) -> dict:
+        member = group.members.get(request.member_id) if group is not None else None
+        if member is None:
+            return {"error_code": int(ErrorCode.UNKNOWN_MEMBER_ID), "error_message": None,
+                    "member_id": request.member_id, "member_epoch": -1, "heartbeat_interval": 0,
+                    "assignment": None}
+        if request.member_epoch == LEAVE_STATIC_EPOCH and member.instance_id is not None:
+            # A static member leaving for a restart keeps its place for its session timeout.
+            member.previous_member_epoch, member.member_epoch = member.member_epoch, LEAVE_STATIC_EPOCH
+            member.session_deadline_ms = now_ms + self.config.consumer_session_timeout_ms
+        else:
+            self._remove_consumer_member(group, member.member_id, "left the group")
+        return {"error_code": 0, "error_message": None, "member_id": request.member_id,
+                "member_epoch": request.member_epoch, "heartbeat_interval": 0, "assignment": None}
+
+    def _remove_consumer_member(self, group: ConsumerGroup, member_id: str, reason: str) -> None:
+        log.info("member %s of consumer group %s %s", member_id, group.group_id, reason)
+        del group.members[member_id]
+        group.target.pop(member_id, None)
+        group.group_epoch += 1
+
+    def _expire_consumer_members(self, group: ConsumerGroup, now_ms: int) -> None:
+        for member in list(group.members.values()):
+            if now_ms >= member.session_deadline_ms:
+                self._remove_consumer_member(group, member.member_id, "timed out (session)")
+            elif member.revocation_deadline_ms is not None and now_ms >= member.revocation_deadline_ms:
+                self._remove_consumer_member(group, member.member_id,
+                                             "did not revoke its partitions within its rebalance timeout")
+
     # =========================================================== OffsetCommit
 
     def commit_offsets(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
@@ -507,12 +666,16 @@ class GroupShard:
             respond({o.topic_partition: error for o in offsets})
         if not group_id:
             return all_(ErrorCode.INVALID_GROUP_ID)
-        group = self.groups.get(group_id)
-        if group is None:
-            if generation_id >= 0:
-                return all_(ErrorCode.ILLEGAL_GENERATION)
-            group = self.groups[group_id] = ClassicGroup(group_id, empty_since_ms=now_ms)
-        error = self._validate_commit(group, member_id, instance_id, generation_id, now_ms)
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            error = _validate_member_epoch(consumer_group, member_id, generation_id)
+        else:
+            group = self.groups.get(group_id)
+            if group is None:
+                if generation_id >= 0:
+                    return all_(ErrorCode.ILLEGAL_GENERATION)
+                group = self.groups[group_id] = ClassicGroup(group_id, empty_since_ms=now_ms)
+            error = self._validate_commit(group, member_id, instance_id, generation_id, now_ms)
         if error != ErrorCode.NONE:
             return all_(error)
         errors: dict[TopicPartition, ErrorCode] = {}
@@ -565,9 +728,18 @@ class GroupShard:
     def list_groups(self) -> list[ClassicGroup]:
         return [g for g in self.groups.values() if not g.is_in(GroupState.DEAD)]
 
+    def list_consumer_groups(self) -> list[ConsumerGroup]:
+        return list(self.consumer_groups.values())
+
     # ================================================ DeleteGroups, OffsetDelete
 
     def delete_group(self, group_id: str, now_ms: int, respond: Callable[[ErrorCode], None]) -> None:
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                return respond(ErrorCode.NON_EMPTY_GROUP)
+            del self.consumer_groups[group_id]
+            self.groups[group_id] = ClassicGroup(group_id, empty_since_ms=now_ms)
         group = self.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             return respond(ErrorCode.GROUP_ID_NOT_FOUND)
@@ -587,11 +759,14 @@ class GroupShard:
 
     def delete_offsets(self, group_id: str, partitions: list[TopicPartition], now_ms: int,
                        respond: Callable[[ErrorCode, dict[TopicPartition, ErrorCode]], None]) -> None:
+        consumer_group = self.consumer_groups.get(group_id)
         group = self.groups.get(group_id)
-        if group is None or group.is_in(GroupState.DEAD):
-            return respond(ErrorCode.GROUP_ID_NOT_FOUND, {})
         subscribed: set[str] = set()
-        if not group.is_in(GroupState.EMPTY):
+        if consumer_group is not None:
+            subscribed = {name for name, _, _ in consumer_group.subscription_metadata}
+        elif group is None or group.is_in(GroupState.DEAD):
+            return respond(ErrorCode.GROUP_ID_NOT_FOUND, {})
+        elif not group.is_in(GroupState.EMPTY):
             if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
                 return respond(ErrorCode.NON_EMPTY_GROUP, {})
             for member in group.members.values():
@@ -618,6 +793,8 @@ class GroupShard:
     def on_tick(self, now_ms: int) -> None:
         for group in list(self.groups.values()):
             self._expire(group, now_ms)
+        for consumer_group in self.consumer_groups.values():
+            self._expire_consumer_members(consumer_group, now_ms)
         if now_ms >= self._next_offset_expiry_ms:
             self._next_offset_expiry_ms = now_ms + self.config.offsets_retention_check_interval_ms
             self._expire_offsets(now_ms)
@@ -632,6 +809,11 @@ class GroupShard:
             deadlines.extend(group.pending_members.values())
             deadlines.extend(m.heartbeat_deadline_ms for m in group.members.values()
                              if m.awaiting_join is None)
+        for consumer_group in self.consumer_groups.values():
+            for member in consumer_group.members.values():
+                deadlines.append(member.session_deadline_ms)
+                if member.revocation_deadline_ms is not None:
+                    deadlines.append(member.revocation_deadline_ms)
         return min(deadlines)
 
     def _expire(self, group: ClassicGroup, now_ms: int) -> None:
@@ -679,6 +861,18 @@ class GroupShard:
 
     def _group_record(self, group: ClassicGroup, now_ms: int) -> Record:
         return encode_key(GroupMetadataKey(group.group_id)), encode_value(group.to_record(now_ms))
+
+
+def _validate_member_epoch(group: ConsumerGroup, member_id: str, member_epoch: int) -> ErrorCode:
+    """An OffsetCommit in a KIP-848 group carries the member's epoch."""
+    if not member_id and member_epoch < 0:
+        return ErrorCode.NONE if not group.members else ErrorCode.UNKNOWN_MEMBER_ID
+    member = group.members.get(member_id)
+    if member is None:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    if member_epoch != member.member_epoch:
+        return ErrorCode.STALE_MEMBER_EPOCH
+    return ErrorCode.NONE
 
 
 def _check_member(group: ClassicGroup, member_id: str, instance_id: str | None) -> ErrorCode:

@@ -25,7 +25,7 @@ from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.group.classic import GroupState
 from tidelog.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
-from tidelog.group.shard import JoinRequest, OffsetToCommit
+from tidelog.group.shard import ConsumerHeartbeat, JoinRequest, OffsetToCommit
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import millis
 from tidelog.server.dispatch import client_host
@@ -33,7 +33,7 @@ from tidelog.server.dispatch import client_host
 log = logging.getLogger("tidelog.groups")
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
-CLASSIC = "classic"
+CLASSIC, CONSUMER = "classic", "consumer"
 
 
 class GroupApis:
@@ -56,6 +56,8 @@ class GroupApis:
         dispatcher.register(ApiKey.LIST_GROUPS, self.handle_list_groups, 0, 5)
         dispatcher.register(ApiKey.DESCRIBE_GROUPS, self.handle_describe_groups, 0, 5)
         dispatcher.register(ApiKey.DELETE_GROUPS, self.handle_delete_groups, 0, 2)
+        dispatcher.register(ApiKey.CONSUMER_GROUP_HEARTBEAT, self.handle_consumer_group_heartbeat, 0, 1)
+        dispatcher.register(ApiKey.CONSUMER_GROUP_DESCRIBE, self.handle_consumer_group_describe, 0, 1)
 
     @property
     def coordinator(self) -> GroupCoordinator:
@@ -270,15 +272,13 @@ class GroupApis:
         states = {s.lower() for s in getattr(request, "states_filter", None) or ()}
         types = {t.lower() for t in getattr(request, "types_filter", None) or ()}
         shards, loading = self.coordinator.shards()
-        groups = []
+        found = []
         for shard in shards:
-            for group in shard.list_groups():
-                if states and group.state.value.lower() not in states:
-                    continue
-                if types and CLASSIC not in types:
-                    continue
-                groups.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
-                               "group_state": group.state.value, "group_type": CLASSIC})
+            found += [(g.group_id, g.protocol_type or "", g.state.value, CLASSIC) for g in shard.list_groups()]
+            found += [(g.group_id, CONSUMER, g.state, CONSUMER) for g in shard.list_consumer_groups()]
+        groups = [{"group_id": group_id, "protocol_type": protocol_type, "group_state": state, "group_type": kind}
+                  for group_id, protocol_type, state, kind in found
+                  if (not states or state.lower() in states) and (not types or kind in types)]
         error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if loading else ErrorCode.NONE
         return {"throttle_time": 0, "error_code": int(error), "groups": groups}
 
@@ -294,6 +294,13 @@ class GroupApis:
         if isinstance(shard, ErrorCode):
             entry["error_code"] = int(shard)
             return entry
+        consumer_group = shard.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            entry.update(group_state=consumer_group.state, protocol_type=CONSUMER, members=[
+                {"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+                 "client_host": m.client_host, "member_metadata": b"", "member_assignment": b""}
+                for m in consumer_group.members.values()])
+            return entry
         group = shard.groups.get(group_id)
         if group is None:
             return entry
@@ -307,6 +314,61 @@ class GroupApis:
              "member_assignment": m.assignment if stable else b""}
             for m in group.members.values()]
         return entry
+
+    # ================================================ ConsumerGroupHeartbeat
+
+    def handle_consumer_group_heartbeat(self, header, request):
+        """KIP-848's protocol: the member heartbeats, the coordinator assigns."""
+        owned = None
+        if request.topic_partitions is not None:
+            owned = frozenset((tp.topic_id, int(p)) for tp in request.topic_partitions for p in tp.partitions)
+        names = request.subscribed_topic_names
+        heartbeat = ConsumerHeartbeat(
+            group_id=request.group_id, member_id=request.member_id or "", member_epoch=int(request.member_epoch),
+            instance_id=request.instance_id, rack_id=request.rack_id,
+            rebalance_timeout_ms=millis(request.rebalance_timeout),
+            subscribed_topic_names=tuple(names) if names is not None else None,
+            subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+            server_assignor=request.server_assignor, owned=owned, client_id=header.client_id or "",
+            client_host=client_host.get())
+        shard = self.coordinator.shard_for(request.group_id)
+        if isinstance(shard, ErrorCode):
+            response = {"error_code": int(shard), "error_message": None, "member_id": request.member_id or None,
+                        "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+        else:
+            image = self.node.image
+
+            def lookup(name):
+                topic = image.topic(name)
+                return None if topic is None else (topic.topic_id, len(topic.partitions))
+            response = shard.consumer_group_heartbeat(heartbeat, lookup, list(image.topic_names()), self._now())
+        return {"throttle_time": 0, **response}
+
+    def handle_consumer_group_describe(self, header, request):
+        groups = []
+        for group_id in request.group_ids:
+            entry = {"error_code": 0, "error_message": None, "group_id": group_id, "group_state": "Dead",
+                     "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": [],
+                     "authorized_operations": -2147483648}
+            shard = self.coordinator.shard_for(group_id)
+            group = None if isinstance(shard, ErrorCode) else shard.consumer_groups.get(group_id)
+            if isinstance(shard, ErrorCode):
+                entry["error_code"] = int(shard)
+            elif group is None:
+                entry.update(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
+                             error_message=f"group {group_id} is not a consumer group")
+            else:
+                entry.update(group_state=group.state, group_epoch=group.group_epoch,
+                             assignment_epoch=group.assignment_epoch, assignor_name=group.assignor)
+                entry["members"] = [
+                    {"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
+                     "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
+                     "subscribed_topic_names": list(m.subscribed_topic_names),
+                     "subscribed_topic_regex": m.subscribed_topic_regex, "assignment": _assignment(m.assigned),
+                     "target_assignment": _assignment(group.target.get(m.member_id, ())), "member_type": 1}
+                    for m in group.members.values()]
+            groups.append(entry)
+        return {"throttle_time": 0, "groups": groups}
 
     # =========================================================== DeleteGroups
 
@@ -329,6 +391,13 @@ class GroupApis:
             else:
                 shard.delete_group(group_id, self._now(), lambda error, g=group_id: done(g, error))
         return _answer(future)
+
+
+def _assignment(partitions) -> dict:
+    by_topic: dict = {}
+    for topic_id, partition in sorted(partitions, key=lambda x: (str(x[0]), x[1])):
+        by_topic.setdefault(topic_id, []).append(partition)
+    return {"topic_partitions": [{"topic_id": t, "topic_name": "", "partitions": ps} for t, ps in by_topic.items()]}
 
 
 def _offset_topics(offsets: dict, error: ErrorCode) -> list[dict]:

@@ -1,0 +1,149 @@
+"""KIP-848 consumer groups on one shard: server-side assignment, reconciliation
+without double ownership, epochs and fencing, static members, commits by epoch."""
+
+import uuid
+
+from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
+from tidelog.group.shard import ConsumerHeartbeat, GroupConfig, GroupShard, OffsetToCommit
+
+E = ErrorCode
+TOPIC_ID = uuid.UUID(int=7)
+CONFIG = GroupConfig(consumer_session_timeout_ms=10_000)
+
+
+class Harness:
+    def __init__(self, partitions=6):
+        self.now = 1_000
+        self.partitions = partitions
+        self.shard = GroupShard(0, CONFIG, lambda records, on_done: on_done(E.NONE), lambda p: f"{p}-id")
+        self.shard.loaded(self.now)
+        self.owned: dict[str, frozenset] = {}               # what each client owns
+        self.epochs: dict[str, int] = {}
+
+    def lookup(self, name):
+        return (TOPIC_ID, self.partitions) if name == "t" else None
+
+    def beat(self, member, epoch=None, topics=("t",), instance=None, report=True):
+        epoch = self.epochs.get(member, 0) if epoch is None else epoch
+        request = ConsumerHeartbeat("g", member, epoch, instance, None, 30_000,
+                                    topics if epoch == 0 else None, None, None,
+                                    self.owned.get(member, frozenset()) if report else None, member, "/h")
+        answer = self.shard.consumer_group_heartbeat(request, self.lookup, ["t"], self.now)
+        if answer["error_code"] == 0 and epoch >= 0:
+            self.epochs[member] = answer["member_epoch"]
+            if answer["assignment"] is not None:
+                # The client takes its new assignment (revoking what is gone first).
+                self.owned[member] = frozenset(
+                    (tp["topic_id"], p) for tp in answer["assignment"]["topic_partitions"] for p in tp["partitions"])
+        self.check_single_owner()
+        return answer
+
+    def check_single_owner(self):
+        group = self.shard.consumer_groups.get("g")
+        if group is None:
+            return
+        seen = {}
+        for member in group.members.values():
+            for tp in member.assigned | member.pending_revocation:
+                assert tp not in seen, f"{tp} owned by {seen[tp]} and {member.member_id}"
+                seen[tp] = member.member_id
+        clients = [p for owned in self.owned.values() for p in owned]
+        assert len(clients) == len(set(clients)), f"two clients own a partition: {self.owned}"
+
+    def settle(self, members, rounds=6):
+        for _ in range(rounds):
+            for member in members:
+                self.beat(member)
+
+
+def test_members_get_balanced_assignments_and_a_newcomer_waits_for_revocation():
+    h = Harness()
+    h.beat("a")
+    assert len(h.owned["a"]) == 6
+    first_epoch = h.epochs["a"]
+    answer = h.beat("b")
+    assert answer["member_epoch"] == first_epoch + 1                       # one change: b joined
+    assert h.owned.get("b", frozenset()) == frozenset()                    # a still owns them all
+    h.beat("a")                                   # told to give three up, keeps its epoch
+    assert len(h.owned["a"]) == 3 and h.epochs["a"] == first_epoch
+    h.beat("a")                                   # reports it let go: the new epoch
+    assert h.epochs["a"] == first_epoch + 1
+    h.beat("b")
+    assert len(h.owned["b"]) == 3
+    h.beat("c")
+    h.settle(["a", "b", "c"])
+    assert sorted(len(h.owned[m]) for m in "abc") == [2, 2, 2]
+    state = h.shard.consumer_groups["g"].state
+    assert state == "Stable", state
+
+
+def test_assignments_are_sticky_when_members_come_and_go():
+    h = Harness(partitions=12)
+    for member in "abc":
+        h.beat(member)
+    h.settle(list("abc"))
+    before = dict(h.owned)
+    h.beat("d")
+    h.settle(list("abcd"))
+    assert sorted(len(h.owned[m]) for m in "abcd") == [3, 3, 3, 3]
+    for member in "abc":
+        assert h.owned[member] <= before[member], "a member lost a partition it could have kept"
+    assert h.beat("d", epoch=-1)["error_code"] == 0
+    del h.owned["d"]
+    h.settle(list("abc"))
+    assert sorted(len(h.owned[m]) for m in "abc") == [4, 4, 4]
+
+
+def test_epochs_fence_stale_members_and_unknown_members_are_refused():
+    h = Harness()
+    h.beat("a")
+    h.beat("b")
+    h.settle(["a", "b"])
+    assert h.beat("a", epoch=h.epochs["a"] + 5)["error_code"] == E.FENCED_MEMBER_EPOCH
+    assert h.beat("zed", epoch=3)["error_code"] == E.UNKNOWN_MEMBER_ID
+    # A member silent for its session timeout (it crashed) is removed; its partitions move on.
+    del h.owned["b"]
+    for _ in range(6):
+        h.now += 2_000
+        h.beat("a")
+        h.shard.on_tick(h.now)
+    assert set(h.shard.consumer_groups["g"].members) == {"a"}
+    h.settle(["a"])
+    assert len(h.owned["a"]) == 6
+
+
+def test_a_static_member_restarting_keeps_its_partitions():
+    h = Harness()
+    h.beat("a", instance="i-a")
+    h.beat("b", instance="i-b")
+    h.settle(["a", "b"])
+    kept = h.owned["b"]
+    assert h.beat("b", epoch=-2)["error_code"] == 0          # leaving to restart
+    h.settle(["a"])
+    assert len(h.owned["a"]) == 3, "the absent static member's partitions were given away"
+    del h.owned["b"]
+    answer = h.beat("b2", instance="i-b")                    # back under a new member id
+    assert answer["error_code"] == 0
+    assert h.owned["b2"] == kept
+
+
+def test_offset_commits_carry_the_member_epoch():
+    h = Harness()
+    h.beat("a")
+    tp = TopicPartition("t", 0)
+    out = {}
+    h.shard.commit_offsets("g", "a", None, h.epochs["a"] + 1, [OffsetToCommit(tp, 5, -1, None)], h.now, out.update)
+    assert out == {tp: E.STALE_MEMBER_EPOCH}
+    h.shard.commit_offsets("g", "nobody", None, 1, [OffsetToCommit(tp, 5, -1, None)], h.now, out.update)
+    assert out == {tp: E.UNKNOWN_MEMBER_ID}
+    h.shard.commit_offsets("g", "a", None, h.epochs["a"], [OffsetToCommit(tp, 5, -1, None)], h.now, out.update)
+    assert out == {tp: E.NONE}
+
+
+def test_a_classic_group_with_members_refuses_the_new_protocol():
+    h = Harness()
+    from tidelog.group.shard import JoinRequest
+    h.shard.join_group(JoinRequest("g", "", None, 10_000, 30_000, "consumer", [("range", b"")], "c", "/h", 3),
+                       h.now, lambda answer: None)
+    assert h.beat("a")["error_code"] == E.INCONSISTENT_GROUP_PROTOCOL
