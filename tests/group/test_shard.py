@@ -226,6 +226,7 @@ def test_offsets_of_an_empty_group_expire_after_the_retention():
     h.tick(2_000)
     h.commit()
     assert h.shard.fetch_offsets("simple", None) == {}
+    assert "simple" not in h.shard.groups                 # empty, and no offsets left: deleted
 
 
 def test_delete_group_needs_an_empty_group_and_removes_its_offsets():

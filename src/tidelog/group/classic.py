@@ -8,7 +8,7 @@ five states moved only through ``TRANSITIONS`` (``tidelog.core.states``):
     COMPLETING_REBALANCE ─leader's assignment stored─▶ STABLE
     STABLE / COMPLETING_REBALANCE ─member joins, leaves, changes or expires─▶ PREPARING_REBALANCE
     PREPARING_REBALANCE ─join completes with no member─▶ EMPTY
-    any ─deleted, unloaded─▶ DEAD
+    EMPTY ─deleted (DeleteGroups, or its last offset expired)─▶ DEAD
 
 Membership lives in the coordinator's memory, as in Kafka; what survives a
 failover is the ``GroupMetadataValue`` record written when a generation's
@@ -43,19 +43,17 @@ class GroupEvent(enum.Enum):
     ALL_JOINED = "join completes with members"
     NONE_JOINED = "join completes with no member"
     ASSIGNED = "leader's assignment stored"
-    EMPTIED = "last member gone"
-    DELETED = "deleted or unloaded"
+    DELETED = "deleted"
 
 
 S, E = GroupState, GroupEvent
 
 TRANSITIONS: dict[GroupState, dict[GroupEvent, GroupState]] = {
     S.EMPTY: {E.JOIN: S.PREPARING_REBALANCE, E.DELETED: S.DEAD},
-    S.PREPARING_REBALANCE: {E.ALL_JOINED: S.COMPLETING_REBALANCE, E.NONE_JOINED: S.EMPTY,
-                            E.REBALANCE: S.PREPARING_REBALANCE, E.DELETED: S.DEAD},
-    S.COMPLETING_REBALANCE: {E.REBALANCE: S.PREPARING_REBALANCE, E.ASSIGNED: S.STABLE, E.DELETED: S.DEAD},
-    S.STABLE: {E.REBALANCE: S.PREPARING_REBALANCE, E.DELETED: S.DEAD},
-    S.DEAD: {E.DELETED: S.DEAD},
+    S.PREPARING_REBALANCE: {E.ALL_JOINED: S.COMPLETING_REBALANCE, E.NONE_JOINED: S.EMPTY},
+    S.COMPLETING_REBALANCE: {E.REBALANCE: S.PREPARING_REBALANCE, E.ASSIGNED: S.STABLE},
+    S.STABLE: {E.REBALANCE: S.PREPARING_REBALANCE},
+    S.DEAD: {},
 }
 
 

@@ -751,9 +751,8 @@ class GroupShard:
         group.move(GroupEvent.DELETED, now_ms)
 
         def deleted(error: ErrorCode) -> None:
-            if error != ErrorCode.NONE and self.groups.get(group_id) is group:
-                self.groups[group_id] = ClassicGroup(group_id, protocol_type=group.protocol_type,
-                                                     generation_id=group.generation_id, empty_since_ms=now_ms)
+            if error != ErrorCode.NONE:
+                self._revive(group, now_ms)
             respond(append_error(error))
         self._write(records, deleted)
 
@@ -843,21 +842,43 @@ class GroupShard:
 
     def _expire_offsets(self, now_ms: int) -> None:
         """offsets.retention.minutes, counted from when the group became empty (KIP-211),
-        or from the commit for a group that never had members."""
+        or from the commit for a group that never had members. An empty group left
+        with no offsets is deleted, as Kafka's cleanup does."""
         records: list[Record] = []
-        for group_id, offsets in self.offsets.items():
-            group = self.groups.get(group_id)
-            if group is None or not group.is_in(GroupState.EMPTY):
+        expired, deleted = 0, []
+        for group_id, group in list(self.groups.items()):
+            if not group.is_in(GroupState.EMPTY):
                 continue
+            offsets = self.offsets.get(group_id, {})
+            kept = 0
             for tp, value in offsets.items():
                 since = group.empty_since_ms if group.protocol_type else value.commit_timestamp_ms
                 if since is not None and since + self.config.offsets_retention_ms <= now_ms:
                     records.append((encode_key(OffsetCommitKey(group_id, tp.topic, tp.partition)), None))
+                    expired += 1
+                else:
+                    kept += 1
+            if kept == 0:
+                records.append((encode_key(GroupMetadataKey(group_id)), None))
+                group.move(GroupEvent.DELETED, now_ms)
+                deleted.append(group)
         if records:
-            log.info("expiring %d committed offsets past offsets.retention.minutes", len(records))
-            self._write(records, lambda error: None)
+            log.info("expiring %d committed offsets past offsets.retention.minutes; deleting %d empty groups",
+                     expired, len(deleted))
+
+            def written(error: ErrorCode) -> None:
+                if error != ErrorCode.NONE:
+                    for group in deleted:
+                        self._revive(group, now_ms)
+            self._write(records, written)
 
     # =============================================================== helpers
+
+    def _revive(self, group: ClassicGroup, now_ms: int) -> None:
+        """A deletion whose tombstones were not written: the group is Empty again."""
+        if self.groups.get(group.group_id) is group:
+            self.groups[group.group_id] = ClassicGroup(group.group_id, protocol_type=group.protocol_type,
+                                                       generation_id=group.generation_id, empty_since_ms=now_ms)
 
     def _group_record(self, group: ClassicGroup, now_ms: int) -> Record:
         return encode_key(GroupMetadataKey(group.group_id)), encode_value(group.to_record(now_ms))
