@@ -20,13 +20,17 @@ Inputs, each a method that returns the effects to carry out, in order:
     on_alter_partition_reply / _failed     → ISR changes applied or queued again
     on_tick(now_ms)                        → due work: purgatory expiry, offline log
                                              dirs, ISR shrink, checkpoints, flush,
-                                             retention, heartbeat, AlterPartition
+                                             retention, heartbeat, AlterPartition,
+                                             the group coordinator's deadlines
     on_stop_requested(now_ms)              → controlled shutdown, or StopNow
     shutdown()                             → final checkpoints; logs closed
 
 ``next_wakeup_ms()`` says when ``on_tick`` is next due. Requests from clients and
 other brokers are answered by ``replica_manager`` (produce, fetch, the follower's
-OffsetsForLeaderEpoch and ListOffsets), so one set of rules serves every world.
+OffsetsForLeaderEpoch and ListOffsets), so one set of rules serves every world;
+consumer-group requests by ``group_coordinator`` (``tidelog.group``), which loads
+and unloads the ``__consumer_offsets`` partitions this broker leads after every
+metadata change.
 
 The image is applied only once this incarnation is registered and its copy of
 the metadata log has reached its own registration record: by then the
