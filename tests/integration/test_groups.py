@@ -17,7 +17,7 @@ import confluent_kafka
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tidelog.testing import Broker, wait_until
+from tidelog.testing import Broker, Cluster, wait_until
 
 PARTITIONS = 6
 RECORDS = 600
@@ -31,10 +31,24 @@ def broker():
         yield running
 
 
+@pytest.fixture(scope="module")
+def three_brokers():
+    """A controller and three brokers: __consumer_offsets and the topics have RF 3."""
+    with Cluster(brokers=3, overrides={**SETTINGS, "broker.session.timeout.ms": "3000",
+                                       "broker.heartbeat.interval.ms": "500"}) as running:
+        yield running
+
+
+@pytest.fixture(params=["one node", "three brokers"])
+def any_cluster(request):
+    return request.getfixturevalue("broker" if request.param == "one node" else "three_brokers")
+
+
 def new_topic(broker, records=RECORDS, partitions=PARTITIONS) -> str:
     name = f"groups-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    replicas = 3 if isinstance(broker, Cluster) else 1
+    admin.create_topics([NewTopic(name, partitions, replicas)])[name].result(30)
     producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
     for i in range(records):
         producer.produce(name, value=str(i).encode(), partition=i % partitions)
@@ -141,7 +155,8 @@ def make_member(kind, broker, topic, group):
 
 
 @pytest.mark.parametrize("kind", ["confluent-kafka", "confluent-kafka, KIP-848", "kafka-python", "aiokafka"])
-def test_three_members_share_six_partitions_then_two_take_over(broker, kind):
+def test_three_members_share_six_partitions_then_two_take_over(any_cluster, kind):
+    broker = any_cluster
     topic = new_topic(broker)
     group = f"{kind}-{uuid.uuid4().hex[:6]}"
     members = [make_member(kind, broker, topic, group) for _ in range(3)]
@@ -269,10 +284,10 @@ def test_a_static_member_restarts_without_a_rebalance(broker):
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed (make test installs it)")
-def test_kcat_balanced_consumer(broker):
-    topic = new_topic(broker)
+def test_kcat_balanced_consumer(any_cluster):
+    topic = new_topic(any_cluster)
     result = subprocess.run(
-        ["kcat", "-b", broker.bootstrap, "-G", "kcat-group", "-X", "auto.offset.reset=earliest",
+        ["kcat", "-b", any_cluster.bootstrap, "-G", "kcat-group", "-X", "auto.offset.reset=earliest",
          "-c", str(RECORDS), "-f", "%p %o\n", topic], capture_output=True, text=True, timeout=60)
     lines = result.stdout.split()
     assert result.returncode == 0, result.stderr

@@ -29,6 +29,7 @@ import logging
 import uuid
 from typing import Callable
 
+from tidelog.controller.messages import CreatableTopic
 from tidelog.core.clock import Clock
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
@@ -42,6 +43,19 @@ log = logging.getLogger("tidelog.group")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 _READ_MAX_BYTES = 1 << 20
+
+
+def offsets_topic(settings, alive_brokers: int) -> CreatableTopic:
+    """``__consumer_offsets`` as Kafka creates it on first use: compacted, its replication
+    factor capped to the brokers alive (a development cluster may have fewer than 3)."""
+    replication = max(1, min(settings["offsets.topic.replication.factor"], alive_brokers))
+    if replication < settings["offsets.topic.replication.factor"]:
+        log.warning("creating %s with replication factor %d: only %d brokers are alive "
+                    "(offsets.topic.replication.factor=%d)", OFFSETS_TOPIC, replication, alive_brokers,
+                    settings["offsets.topic.replication.factor"])
+    return CreatableTopic(OFFSETS_TOPIC, settings["offsets.topic.num.partitions"], replication,
+                          configs={"cleanup.policy": "compact", "compression.type": "producer",
+                                   "segment.bytes": str(settings["offsets.topic.segment.bytes"])})
 
 
 class _Loaded:

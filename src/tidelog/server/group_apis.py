@@ -24,7 +24,7 @@ from tidelog.controller.messages import CreatableTopic
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.group.classic import GroupState
-from tidelog.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from tidelog.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, offsets_topic
 from tidelog.group.shard import ConsumerHeartbeat, JoinRequest, OffsetToCommit
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import millis
@@ -104,17 +104,8 @@ class GroupApis:
         return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"broker {leader} has no {self.listener_name} listener")
 
     def _create_offsets_topic(self) -> None:
-        config = self.node.config
         alive = sum(1 for b in self.node.image.brokers.values() if not b.fenced)
-        wanted = config["offsets.topic.replication.factor"]
-        replication = max(1, min(wanted, alive))
-        if replication < wanted:
-            log.warning("creating %s with replication factor %d: only %d brokers are alive "
-                        "(offsets.topic.replication.factor=%d)", OFFSETS_TOPIC, replication, alive, wanted)
-        self._create_topic(CreatableTopic(
-            OFFSETS_TOPIC, config["offsets.topic.num.partitions"], replication,
-            configs={"cleanup.policy": "compact", "compression.type": "producer",
-                     "segment.bytes": str(config["offsets.topic.segment.bytes"])}))
+        self._create_topic(offsets_topic(self.node.config, alive))
 
     # ============================================================== JoinGroup
 

@@ -50,6 +50,7 @@ from tidelog.broker.node import (
 from tidelog.controller.messages import CreatableTopic
 from tidelog.core.clock import Clock, SystemClock
 from tidelog.core.errors import ErrorCode, InvalidConfigError
+from tidelog.group.coordinator import OFFSETS_TOPIC, offsets_topic
 from tidelog.metadata.file_log import FileMetadataLog
 from tidelog.metadata.records import Endpoint
 from tidelog.protocol.api_keys import ApiKey
@@ -329,7 +330,9 @@ class Server:
         """Metadata's auto-creation (``auto.create.topics.enable``)."""
         if not self.config["auto.create.topics.enable"]:
             return {}
-        return self.admin.auto_create([CreatableTopic(name) for name in names])
+        alive = sum(1 for b in self.image.brokers.values() if not b.fenced)
+        return self.admin.auto_create([offsets_topic(self.config, alive) if name == OFFSETS_TOPIC
+                                       else CreatableTopic(name) for name in names])
 
     def create_internal_topic(self, topic: CreatableTopic) -> ErrorCode:
         """An internal topic a coordinator needs (``__consumer_offsets``), created on first use."""
