@@ -82,6 +82,9 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("broker.heartbeat.interval.ms", int, 2000, _positive),
     ConfigDef("controller.quorum.voters", list, None),
     ConfigDef("controller.listener.names", list, None),
+    ConfigDef("listener.security.protocol.map", list,
+              ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL",
+               "CONTROLLER:PLAINTEXT"], None, "listener name → security protocol"),
     ConfigDef("inter.broker.listener.name", str, None),
     # The group coordinator (docs/groups.md).
     ConfigDef("group.initial.rebalance.delay.ms", int, 3000, _non_negative),
@@ -191,6 +194,17 @@ class BrokerConfig:
         if self._values["log.roll.ms"] is not None:
             return self._values["log.roll.ms"]
         return self._values["log.roll.hours"] * 3_600_000
+
+    def security_protocol(self, listener_name: str) -> str:
+        """The listener's security protocol (``listener.security.protocol.map``)."""
+        for item in self._values["listener.security.protocol.map"]:
+            name, sep, protocol = item.partition(":")
+            if not sep:
+                raise InvalidConfigError(f"invalid listener.security.protocol.map entry {item!r}: expected NAME:PROTOCOL")
+            if name.strip().upper() == listener_name:
+                return protocol.strip().upper()
+        raise InvalidConfigError(f"listener {listener_name} has no security protocol in "
+                                 "listener.security.protocol.map")
 
     def listener_endpoints(self, advertised: bool = False) -> list[tuple[str, str, int]]:
         """``[(listener_name, host, port)]`` from (advertised.)listeners."""

@@ -21,7 +21,6 @@ from typing import Awaitable, Callable
 from tidelog.broker.node import BrokerNode
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
-from tidelog.metadata.log import METADATA_TOPIC
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import ZERO_UUID, millis
 from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
@@ -46,8 +45,6 @@ class ApiContext:
     listener_name: str
     auto_create_topics: Callable[[list[str]], dict]      # name → error code (auto.create.topics.enable)
     next_producer_id: Callable[[], Awaitable[int]]
-    # Combined mode: a Fetch of __cluster_metadata goes to the controller in this process.
-    metadata_fetch: Callable | None = None
 
 
 class KafkaApis:
@@ -144,9 +141,6 @@ class KafkaApis:
     # ------------------------------------------------------------------ fetch
 
     def handle_fetch(self, header, request):
-        if self.context.metadata_fetch is not None and any(
-                getattr(t, "topic", None) == METADATA_TOPIC for t in request.topics):
-            return self.context.metadata_fetch(header, request)
         replica_state = getattr(request, "replica_state", None)
         replica_id = int(replica_state.replica_id if replica_state is not None
                          else getattr(request, "replica_id", -1))

@@ -88,23 +88,19 @@ class ControllerServer:
 
     # --------------------------------------------------------------- handlers
 
-    def register(self, dispatcher, include_admin: bool = True, include_fetch: bool = True,
-                 include_lifecycle: bool = True) -> None:
-        """Put the controller's APIs on a listener. In combined mode the one listener is
-        the clients' and the co-located broker reaches the controller in-process, so the
-        broker-lifecycle APIs (BrokerRegistration, BrokerHeartbeat, AlterPartition,
-        AllocateProducerIds) are left off it: a client must not be able to fence or shut
-        down the broker (Kafka serves them only on controller listeners)."""
-        if include_lifecycle:
-            dispatcher.register(ApiKey.BROKER_REGISTRATION, self.handle_broker_registration, 0, 4)
-            dispatcher.register(ApiKey.BROKER_HEARTBEAT, self.handle_broker_heartbeat, 0, 1)
-            dispatcher.register(ApiKey.ALTER_PARTITION, self.handle_alter_partition, 2, 3)
-            dispatcher.register(ApiKey.ALLOCATE_PRODUCER_IDS, self.handle_allocate_producer_ids, 0, 0)
-        if include_fetch:
-            dispatcher.register(ApiKey.FETCH, self.handle_metadata_fetch, 4, 18)
-        if include_admin:
-            AdminApis(self).register(dispatcher)
-            dispatcher.register(ApiKey.DESCRIBE_CLUSTER, self.handle_describe_cluster, 0, 2)
+    def register(self, dispatcher) -> None:
+        """Put the controller's APIs on a controller listener — never on a client
+        listener (runtime.plan_listeners), where anyone could fence or shut down a
+        broker: the broker lifecycle (BrokerRegistration, BrokerHeartbeat,
+        AlterPartition, AllocateProducerIds), the metadata log's Fetch, and the admin
+        APIs brokers forward."""
+        dispatcher.register(ApiKey.BROKER_REGISTRATION, self.handle_broker_registration, 0, 4)
+        dispatcher.register(ApiKey.BROKER_HEARTBEAT, self.handle_broker_heartbeat, 0, 1)
+        dispatcher.register(ApiKey.ALTER_PARTITION, self.handle_alter_partition, 2, 3)
+        dispatcher.register(ApiKey.ALLOCATE_PRODUCER_IDS, self.handle_allocate_producer_ids, 0, 0)
+        dispatcher.register(ApiKey.FETCH, self.handle_metadata_fetch, 4, 18)
+        AdminApis(self).register(dispatcher)
+        dispatcher.register(ApiKey.DESCRIBE_CLUSTER, self.handle_describe_cluster, 0, 2)
 
     # The broker lifecycle, as the controller's own request objects (an in-process
     # broker calls these directly; the wire handlers below translate to them).

@@ -88,11 +88,13 @@ class Server:
         self.is_controller = "controller" in roles
         if not self.is_controller and not config["controller.quorum.voters"]:
             raise InvalidConfigError("a broker-only node needs controller.quorum.voters (id@host:port)")
-        endpoints = config.listener_endpoints()
-        self.listener_name, self.bind_host, self.bind_port = endpoints[0]
-        advertised = config.listener_endpoints(advertised=True)[0]
-        self.advertised_host = advertised[1] if advertised[1] not in ("0.0.0.0", "") else "127.0.0.1"
-        self.advertised_port = advertised[2] if config["advertised.listeners"] else 0
+        client, self.controller_endpoints = plan_listeners(config, self.is_broker, self.is_controller)
+        # The node's main listener: the clients' on a broker, the controller's otherwise.
+        self.listener_name, self.bind_host, self.bind_port = client or self.controller_endpoints[0]
+        advertised = [e for e in config.listener_endpoints(advertised=True) if e[0] == self.listener_name]
+        advertised_host = advertised[0][1] if advertised else self.bind_host
+        self.advertised_host = advertised_host if advertised_host not in ("0.0.0.0", "") else "127.0.0.1"
+        self.advertised_port = advertised[0][2] if advertised and config["advertised.listeners"] else 0
         # What Metadata/DescribeCluster call the "controller": as in KRaft, a broker
         # names an alive broker (itself) and forwards admin requests to the real
         # controller, which clients cannot reach on their listener.
@@ -100,6 +102,7 @@ class Server:
         self.cluster_id = ""
         self.node: BrokerNode | None = None
         self.listener: Listener | None = None
+        self.controller_listeners: list[Listener] = []   # a combined node's controller.listener.names
         self.controller_server: ControllerServer | None = None
         self.exit_status = 0
         self._tasks: list[asyncio.Task] = []
@@ -135,22 +138,29 @@ class Server:
             self.channel = RemoteController(host, port, client_id=f"broker-{self.node_id}")
         self.cluster_id = format_log_dirs(config["log.dirs"], self.node_id, await self._discover_cluster_id())
         self.dispatcher = Dispatcher()
-        self.listener = Listener(self.dispatcher, self.bind_host, self.bind_port,
-                                 request_size_max_bytes=config["socket.request.max.bytes"],
-                                 idle_timeout_ms=config["connections.max.idle.ms"],
-                                 fault_handler=self._fault)
+        self.listener = self._new_listener(self.dispatcher, self.bind_host, self.bind_port)
         self.bind_port = self.listener.bind()
         if self.is_controller:
             self.controller_server = ControllerServer(
                 config, self.clock, self.cluster_id,
                 co_located_broker_id=self.node_id if self.is_broker else None)
             self.controller = self.controller_server.controller
-            self.controller_server.register(self.dispatcher, include_admin=not self.is_broker,
-                                            include_lifecycle=not self.is_broker,
-                                            include_fetch=not self.is_broker)
+            # The controller's APIs only on controller listeners (Kafka's "listeners"
+            # scopes): on a client listener anyone could fence or stop a broker. A
+            # combined node's broker reaches its controller in-process.
+            if not self.is_broker:
+                self.controller_server.register(self.dispatcher)
+            for _, host, port in (self.controller_endpoints if self.is_broker else []):
+                dispatcher = Dispatcher()
+                self.controller_server.register(dispatcher)
+                listener = self._new_listener(dispatcher, host, port)
+                listener.bind()
+                self.controller_listeners.append(listener)
         if self.is_broker:
             self._start_broker_role()
         await self.listener.start()
+        for listener in self.controller_listeners:
+            await listener.start()
         self._tasks.append(asyncio.create_task(self._guarded(self._tick_loop())))
         if self.is_broker:
             if not self.is_controller:
@@ -170,6 +180,12 @@ class Server:
                  self.node_id, roles, self.listener_name, self.bind_host, self.listener.port,
                  self.cluster_id, ",".join(config["log.dirs"]))
 
+    def _new_listener(self, dispatcher: Dispatcher, host: str, port: int) -> Listener:
+        return Listener(dispatcher, host, port,
+                        request_size_max_bytes=self.config["socket.request.max.bytes"],
+                        idle_timeout_ms=self.config["connections.max.idle.ms"],
+                        fault_handler=self._fault)
+
     def _start_broker_role(self) -> None:
         config = self.config
         if self.is_controller:
@@ -188,7 +204,6 @@ class Server:
             node=self.node, cluster_id=self.cluster_id, controller_id=self.controller_id,
             listener_name=self.listener_name, auto_create_topics=self.auto_create_topics,
             next_producer_id=self.next_producer_id,
-            metadata_fetch=self.controller_server.handle_metadata_fetch if self.controller_server else None,
         )).register(self.dispatcher)
         GroupApis(self.node, self.listener_name, self.clock, self.create_internal_topic).register(self.dispatcher)
         self.admin.register(self.dispatcher)
@@ -367,6 +382,8 @@ class Server:
             task.cancel()
         if self.listener is not None:
             await self.listener.stop()
+        for listener in self.controller_listeners:
+            await listener.stop()
         if self.node is not None:
             self.fetcher_driver.shutdown()
             self.node.shutdown()
@@ -376,6 +393,41 @@ class Server:
         if self.controller_server is not None:
             self.controller_server.close()
         log.info("node %d stopped%s", self.node_id, " cleanly" if self.exit_status == 0 else " after a fatal error")
+
+
+def plan_listeners(config: BrokerConfig, is_broker: bool, is_controller: bool
+                   ) -> tuple[tuple[str, str, int] | None, list[tuple[str, str, int]]]:
+    """(the client listener, the controller listeners) from ``listeners``,
+    ``controller.listener.names`` and ``listener.security.protocol.map``, as Kafka
+    checks them. A listener whose security protocol is not PLAINTEXT is refused
+    (TLS and SASL are not implemented): serving it in plaintext would be a lie.
+    A controller-only node without ``controller.listener.names`` serves the
+    controller on every listener."""
+    endpoints = config.listener_endpoints()
+    for name, host, port in endpoints:
+        protocol = config.security_protocol(name)
+        if protocol != "PLAINTEXT":
+            raise InvalidConfigError(f"listener {name}://{host}:{port} has security protocol {protocol}: "
+                                     "tidelog serves PLAINTEXT listeners only (TLS and SASL are not supported yet)")
+    names = [name for name, _, _ in endpoints]
+    if len(set(names)) != len(names):
+        raise InvalidConfigError(f"listeners must have distinct names, got {', '.join(names)}")
+    controller_names = {n.upper() for n in config["controller.listener.names"] or []}
+    if is_controller and not is_broker and not controller_names:
+        controller_names = set(names)
+    client = [e for e in endpoints if e[0] not in controller_names]
+    controller = [e for e in endpoints if e[0] in controller_names]
+    if is_broker and not client:
+        raise InvalidConfigError("a broker needs a listener not named in controller.listener.names")
+    if len(client) > 1:
+        raise InvalidConfigError(f"one client listener is supported, got {', '.join(e[0] for e in client)}")
+    if not is_controller and controller:
+        raise InvalidConfigError(f"listener {controller[0][0]} is a controller listener, "
+                                 "but this node has no controller role")
+    if is_controller and not is_broker and client:
+        raise InvalidConfigError(f"a controller-only node listens on controller listeners only, "
+                                 f"got {client[0][0]}")
+    return (client[0] if client else None), controller
 
 
 def load_config(path: str | None, overrides: list[str] | None = None) -> BrokerConfig:

@@ -1,0 +1,79 @@
+"""Listeners and the APIs each serves, on real processes: the controller's APIs only
+on a controller listener (``controller.listener.names``), never on the clients' one;
+listeners whose security protocol tidelog cannot honour are refused at start."""
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.client import KafkaConnection
+from tidelog.testing import Broker, wait_until
+
+CONTROLLER_APIS = {ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.ALTER_PARTITION,
+                   ApiKey.ALLOCATE_PRODUCER_IDS}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listed_apis(port: int) -> set[int]:
+    async def ask():
+        connection = await KafkaConnection.connect("127.0.0.1", port)
+        try:
+            versions = await connection.request(ApiKey.API_VERSIONS, {"client_software_name": "t",
+                                                                      "client_software_version": "1"})
+            return {int(k.api_key) for k in versions.api_keys}
+        finally:
+            connection.close()
+    return asyncio.run(ask())
+
+
+def test_a_combined_node_serves_its_controller_on_the_controller_listener_only(tmp_path):
+    client_port, controller_port = free_port(), free_port()
+    settings = {"listeners": f"PLAINTEXT://127.0.0.1:{client_port},CONTROLLER://127.0.0.1:{controller_port}",
+                "controller.listener.names": "CONTROLLER", "broker.session.timeout.ms": "3000",
+                "broker.heartbeat.interval.ms": "500"}
+    with Broker(overrides=settings) as combined:
+        assert not CONTROLLER_APIS & listed_apis(client_port)
+        assert CONTROLLER_APIS <= listed_apis(controller_port)
+        # A broker-only node joins the cluster through the controller listener.
+        cluster_id = open(os.path.join(combined.data_dir, "data", "meta.properties")).read()
+        cluster_id = next(line.split("=", 1)[1] for line in cluster_id.splitlines() if line.startswith("cluster.id"))
+        args = [sys.executable, "-m", "tidelog.cli.main", "serve"]
+        for key, value in {"node.id": "2", "process.roles": "broker", "cluster.id": cluster_id,
+                           "log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
+                           "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+                           "broker.heartbeat.interval.ms": "500"}.items():
+            args += ["--override", f"{key}={value}"]
+        second = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            admin = AdminClient({"bootstrap.servers": combined.bootstrap})
+            wait_until(lambda: set(admin.list_topics(timeout=10).brokers) == {1, 2}, 30, "broker 2 registered")
+            producer = Producer({"bootstrap.servers": combined.bootstrap})
+            producer.produce("through-both", b"x")
+            assert producer.flush(15) == 0
+        finally:
+            second.terminate()
+            second.wait(30)
+
+
+def test_listeners_tidelog_cannot_secure_are_refused_at_start(tmp_path):
+    for listeners, protocol_map in (("SSL://127.0.0.1:0", None),
+                                    ("SECURE://127.0.0.1:0", "SECURE:SASL_SSL")):
+        args = [sys.executable, "-m", "tidelog.cli.main", "serve", "--override", f"log.dirs={tmp_path / 'data'}",
+                "--override", f"listeners={listeners}"]
+        if protocol_map:
+            args += ["--override", f"listener.security.protocol.map={protocol_map}"]
+        result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        assert result.returncode != 0
+        assert "PLAINTEXT listeners only" in result.stderr + result.stdout, result.stderr[-2000:]
+        assert "tidelog ready" not in result.stdout
