@@ -39,6 +39,9 @@ class Node:
     role: str            # "controller" or "broker"
     port: int
     pid: int | None = None
+    # The process's start time (/proc/<pid>/stat field 22): a pid is only ever
+    # signalled while it still names the process this cluster started.
+    pid_start: int | None = None
     # Settings for this node only, after the cluster-wide ones (e.g. the
     # advertised.listeners of a broker behind a proxy, tidelog.chaos).
     overrides: dict[str, str] = field(default_factory=dict)
@@ -46,6 +49,12 @@ class Node:
     @property
     def name(self) -> str:
         return "controller" if self.role == "controller" else f"broker-{self.node_id}"
+
+    def alive(self) -> bool:
+        return _alive(self.pid, self.pid_start)
+
+    def process_state(self) -> str:
+        return _process_state(self.pid, self.pid_start)
 
 
 @dataclass
@@ -75,8 +84,21 @@ class Layout:
         raise ClusterError(f"no node {node_id} in the cluster at {self.directory}")
 
 
-def _alive(pid: int | None) -> bool:
+def _start_time(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (None if it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(") ", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(pid: int | None, start: int | None = None) -> bool:
+    """``pid`` is a live process — and, when ``start`` is known, still the one that
+    started then (not another program that reused the pid)."""
     if not pid:
+        return False
+    if start is not None and _start_time(pid) not in (start, None):
         return False
     try:
         os.kill(pid, 0)
@@ -91,8 +113,8 @@ def _alive(pid: int | None) -> bool:
         return True
 
 
-def _process_state(pid: int | None) -> str:
-    if not _alive(pid):
+def _process_state(pid: int | None, start: int | None = None) -> str:
+    if not _alive(pid, start):
         return "dead"
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -138,7 +160,7 @@ class ProcessCluster:
         directory = os.path.abspath(directory)
         if os.path.exists(os.path.join(directory, LAYOUT_FILE)):
             existing = cls.load(directory)
-            if any(_alive(n.pid) for n in existing.layout.nodes):
+            if any(n.alive() for n in existing.layout.nodes):
                 raise ClusterError(f"a cluster is already running at {directory} (`tidelog cluster down` first)")
             if len(existing.layout.brokers) != brokers:
                 raise ClusterError(f"{directory} holds a {len(existing.layout.brokers)}-broker cluster")
@@ -171,7 +193,7 @@ class ProcessCluster:
         return args
 
     def start_node(self, node: Node, timeout_s: float = 60.0) -> None:
-        if _alive(node.pid):
+        if node.alive():
             raise ClusterError(f"{node.name} is already running (pid {node.pid})")
         os.makedirs(self._node_dir(node), exist_ok=True)
         log_path = os.path.join(self._node_dir(node), "server.log")
@@ -180,7 +202,7 @@ class ProcessCluster:
             process = subprocess.Popen(self._args(node), stdout=out, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL, start_new_session=True)
         self._children[node.node_id] = process
-        node.pid = process.pid
+        node.pid, node.pid_start = process.pid, _start_time(process.pid)
         deadline = time.monotonic() + timeout_s
         while True:
             with open(log_path, "rb") as f:
@@ -201,10 +223,10 @@ class ProcessCluster:
     def up(self) -> None:
         """Start the controller, then every broker (in parallel); return once all serve."""
         controller = self.layout.controller
-        if not _alive(controller.pid):
+        if not controller.alive():
             self.start_node(controller)
         # Brokers start in parallel; each returns once it is RUNNING (unfenced).
-        self._start_parallel([b for b in self.layout.brokers if not _alive(b.pid)])
+        self._start_parallel([b for b in self.layout.brokers if not b.alive()])
         self.save()
 
     def _start_parallel(self, brokers: list[Node]) -> None:
@@ -226,7 +248,7 @@ class ProcessCluster:
 
     def _signal(self, node_id: int, sig: int) -> Node:
         node = self.layout.node(node_id)
-        if not _alive(node.pid):
+        if not node.alive():
             raise ClusterError(f"{node.name} is not running")
         os.kill(node.pid, sig)
         return node
@@ -234,7 +256,7 @@ class ProcessCluster:
     def _reap(self, node: Node, timeout_s: float) -> None:
         child = self._children.pop(node.node_id, None)
         deadline = time.monotonic() + timeout_s
-        while _alive(node.pid) and time.monotonic() < deadline:
+        while node.alive() and time.monotonic() < deadline:
             if child is not None:
                 try:
                     child.wait(0.05)
@@ -246,25 +268,25 @@ class ProcessCluster:
     def stop_node(self, node_id: int, timeout_s: float = 40.0) -> None:
         """SIGTERM: controlled shutdown, then a clean stop."""
         node = self.layout.node(node_id)
-        if not _alive(node.pid):
+        if not node.alive():
             return
-        if _process_state(node.pid) == "paused":
+        if node.process_state() == "paused":
             os.kill(node.pid, signal.SIGCONT)
         os.kill(node.pid, signal.SIGTERM)
         self._reap(node, timeout_s)
-        if _alive(node.pid):
+        if node.alive():
             os.kill(node.pid, signal.SIGKILL)
             self._reap(node, 5)
-        node.pid = None
+        node.pid = node.pid_start = None
         self.save()
 
     def kill(self, node_id: int) -> None:
         """SIGKILL: the node dies at once."""
         node = self.layout.node(node_id)
-        if _alive(node.pid):
+        if node.alive():
             os.kill(node.pid, signal.SIGKILL)
             self._reap(node, 10)
-        node.pid = None
+        node.pid = node.pid_start = None
         self.save()
 
     def pause(self, node_id: int) -> None:
@@ -280,7 +302,7 @@ class ProcessCluster:
 
     def down(self) -> None:
         for broker in self.layout.brokers:
-            if _alive(broker.pid) and _process_state(broker.pid) == "paused":
+            if broker.alive() and broker.process_state() == "paused":
                 os.kill(broker.pid, signal.SIGCONT)
         import threading
         threads = [threading.Thread(target=self.stop_node, args=(b.node_id,)) for b in self.layout.brokers]
@@ -333,4 +355,4 @@ class ProcessCluster:
         os.remove(path)
 
     def process_states(self) -> dict[int, str]:
-        return {n.node_id: _process_state(n.pid) for n in self.layout.nodes}
+        return {n.node_id: n.process_state() for n in self.layout.nodes}

@@ -117,6 +117,7 @@ async def _status(cluster: ProcessCluster) -> int:
     layout = cluster.layout
     states = cluster.process_states()
     registrations = {}
+    controller_down = None
     try:
         controller = await KafkaConnection.connect(layout.host, layout.controller.port, "tidelog-cluster", 3)
         try:
@@ -126,12 +127,13 @@ async def _status(cluster: ProcessCluster) -> int:
         finally:
             controller.close()
     except (OSError, asyncio.TimeoutError, ConnectionError) as e:
-        print(f"controller {CONTROLLER_ID} unreachable: {e}")
+        controller_down = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
     print(f"cluster {layout.cluster_id} at {layout.directory}")
     print(f"  controller {CONTROLLER_ID}  {layout.host}:{layout.controller.port}  process {states[CONTROLLER_ID]}")
     for broker in layout.brokers:
         registration = registrations.get(broker.node_id)
-        registered = ("not registered" if registration is None else
+        registered = ("registration unknown" if controller_down else
+                      "not registered" if registration is None else
                       "FENCED" if registration.is_fenced else "unfenced")
         print(f"  broker {broker.node_id}  {layout.host}:{broker.port}  process {states[broker.node_id]}  {registered}")
     metadata = None
@@ -158,6 +160,8 @@ async def _status(cluster: ProcessCluster) -> int:
         break
     if metadata is None:
         print("no running broker answered: partition state unknown")
+        if controller_down:
+            print(f"UNHEALTHY: controller {CONTROLLER_ID} is unreachable ({controller_down})")
         return 1
     under_replicated, under_min_isr, leaderless = [], [], []
     for topic in sorted(metadata.topics, key=lambda t: t.name):
@@ -175,4 +179,9 @@ async def _status(cluster: ProcessCluster) -> int:
     for label, items in (("under-replicated", under_replicated), ("under min ISR", under_min_isr),
                          ("leaderless", leaderless)):
         print(f"  {label}: {len(items)}" + ("" if not items else "\n    " + "\n    ".join(items)))
+    if controller_down:
+        print(f"UNHEALTHY: controller {CONTROLLER_ID} is unreachable ({controller_down}); the partition "
+              "state above is the brokers' last view of it, and until the controller is back no broker "
+              "can be fenced, no leader elected and no topic created")
+        return 1
     return 0
