@@ -171,9 +171,6 @@ class KafkaApis:
                     current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
                     last_fetched_epoch=int(getattr(p, "last_fetched_epoch", -1)),
                     log_start_offset=int(getattr(p, "log_start_offset", -1)))
-        future, resolve = self._future()
-        self.replica_manager.fetch_messages(params, resolve)
-
         def build(results: dict) -> dict:
             responses: dict[tuple, list] = {}
             for tp, topic_id in order:
@@ -212,11 +209,15 @@ class KafkaApis:
                                    "preferred_read_replica": -1, "records": b""}]})
             return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": topics}
 
+        # The response is built (its records read) the moment the fetch completes —
+        # also when a shutdown completes every waiting fetch just before the logs close.
+        future, resolve = self._future()
+        self.replica_manager.fetch_messages(params, lambda results: resolve(build(results)))
         if future.done():
-            return build(future.result())
+            return future.result()
 
         async def later():
-            return build(await future)
+            return await future
         return later()
 
     # ----------------------------------------------------------- list offsets
