@@ -21,8 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("what", choices=["storage"])
     bench.add_argument("rest", nargs=argparse.REMAINDER)
 
-    from tidelog.cli import cluster, topics
+    from tidelog.cli import cluster, groups, topics
     topics.add_parser(commands)
+    groups.add_parser(commands)
     cluster.add_parser(commands)
 
     args = parser.parse_args(argv)
@@ -37,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         return cluster.run(args)
     if args.command == "topics":
         return asyncio.run(topics.run(args))
+    if args.command == "groups":
+        return asyncio.run(groups.run(args))
     parser.error(f"unknown command {args.command}")
     return 2
 

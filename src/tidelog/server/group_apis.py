@@ -355,8 +355,10 @@ class GroupApis:
                     {"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
                      "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
                      "subscribed_topic_names": list(m.subscribed_topic_names),
-                     "subscribed_topic_regex": m.subscribed_topic_regex, "assignment": _assignment(m.assigned),
-                     "target_assignment": _assignment(group.target.get(m.member_id, ())), "member_type": 1}
+                     "subscribed_topic_regex": m.subscribed_topic_regex,
+                     "assignment": _assignment(m.assigned, self.node.image),
+                     "target_assignment": _assignment(group.target.get(m.member_id, ()), self.node.image),
+                     "member_type": 1}
                     for m in group.members.values()]
             groups.append(entry)
         return {"throttle_time": 0, "groups": groups}
@@ -384,11 +386,13 @@ class GroupApis:
         return _answer(future)
 
 
-def _assignment(partitions) -> dict:
+def _assignment(partitions, image) -> dict:
+    """ConsumerGroupDescribe's Assignment: (topic id, partition) pairs by topic, named as Kafka names them."""
     by_topic: dict = {}
     for topic_id, partition in sorted(partitions, key=lambda x: (str(x[0]), x[1])):
         by_topic.setdefault(topic_id, []).append(partition)
-    return {"topic_partitions": [{"topic_id": t, "topic_name": "", "partitions": ps} for t, ps in by_topic.items()]}
+    return {"topic_partitions": [{"topic_id": t, "topic_name": image.topic_name(t) or "", "partitions": ps}
+                                 for t, ps in by_topic.items()]}
 
 
 def _offset_topics(offsets: dict, error: ErrorCode) -> list[dict]:
