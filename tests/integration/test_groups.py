@@ -293,3 +293,27 @@ def test_kcat_balanced_consumer(any_cluster):
     assert result.returncode == 0, result.stderr
     assert len(set(zip(lines[::2], lines[1::2]))) == RECORDS
     assert "assigned" in result.stderr
+
+
+def test_offset_delete_of_an_unknown_topic_is_unknown_topic_or_partition(broker):
+    import asyncio
+
+    from tidelog.core.errors import ErrorCode
+    from tidelog.protocol.api_keys import ApiKey
+    from tidelog.protocol.client import KafkaConnection
+
+    topic = new_topic(broker, records=1, partitions=1)
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "offset-delete"})
+    consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 1)], asynchronous=False)
+    consumer.close()
+
+    async def delete():
+        connection = await KafkaConnection.connect("127.0.0.1", broker.port)
+        try:
+            response = await connection.request(ApiKey.OFFSET_DELETE, {"group_id": "offset-delete", "topics": [
+                {"name": topic, "partitions": [{"partition_index": 0}]},
+                {"name": "no-such-topic", "partitions": [{"partition_index": 0}]}]})
+            return {t.name: ErrorCode(t.partitions[0].error_code.value) for t in response.topics}
+        finally:
+            connection.close()
+    assert asyncio.run(delete()) == {topic: ErrorCode.NONE, "no-such-topic": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}

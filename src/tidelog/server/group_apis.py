@@ -241,9 +241,13 @@ class GroupApis:
 
     def handle_offset_delete(self, header, request):
         partitions = [TopicPartition(t.name, int(p.partition_index)) for t in request.topics for p in t.partitions]
+        image = self.node.image
+        unknown = {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for tp in partitions
+                   if image.topic(tp.topic) is None or tp.partition not in image.topic(tp.topic).partitions}
         future, respond = _future()
 
         def build(error: ErrorCode, errors: dict[TopicPartition, ErrorCode]) -> None:
+            errors = {**errors, **unknown}
             by_topic: dict[str, list] = {}
             for tp in partitions if error == ErrorCode.NONE else []:
                 by_topic.setdefault(tp.topic, []).append(
@@ -254,7 +258,8 @@ class GroupApis:
         if isinstance(shard, ErrorCode):
             build(shard, {})
         else:
-            shard.delete_offsets(request.group_id, partitions, self._now(), build)
+            shard.delete_offsets(request.group_id, [tp for tp in partitions if tp not in unknown],
+                                 self._now(), build)
         return _answer(future)
 
     # ============================================================= ListGroups
