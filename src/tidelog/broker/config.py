@@ -55,6 +55,16 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("log.retention.hours", int, 168, lambda v: v >= -1),
     ConfigDef("log.retention.bytes", int, -1, lambda v: v >= -1),
     ConfigDef("log.retention.check.interval.ms", int, 300_000, _positive),
+    ConfigDef("log.cleanup.policy", list, ["delete"], lambda v: set(v) <= {"compact", "delete"}),
+    # The log cleaner (docs/compaction.md); log.cleaner.* topic defaults map to topic configs.
+    ConfigDef("log.cleaner.enable", bool, True),
+    ConfigDef("log.cleaner.dedupe.buffer.size", int, 128 * 1024 * 1024, _positive),
+    ConfigDef("log.cleaner.io.buffer.size", int, 512 * 1024, _positive),
+    ConfigDef("log.cleaner.backoff.ms", int, 15_000, _non_negative),
+    ConfigDef("log.cleaner.min.cleanable.ratio", float, 0.5, lambda v: 0 <= v <= 1),
+    ConfigDef("log.cleaner.delete.retention.ms", int, 86_400_000, _non_negative),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", int, 0, _non_negative),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", int, (1 << 63) - 1, _positive),
     ConfigDef("producer.id.expiration.ms", int, 86_400_000, _positive),
     ConfigDef("producer.id.expiration.check.interval.ms", int, 600_000, _positive),
     ConfigDef("log.index.size.max.bytes", int, 10 * 1024 * 1024, lambda v: v >= 8),
@@ -139,6 +149,8 @@ def _coerce(definition: ConfigDef, raw: str) -> Any:
             value = lowered == "true"
         elif definition.type is int:
             value = int(raw.strip())
+        elif definition.type is float:
+            value = float(raw.strip())
         elif definition.type is list:
             value = [item.strip() for item in raw.split(",") if item.strip()]
         else:

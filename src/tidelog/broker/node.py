@@ -509,6 +509,7 @@ class BrokerNode:
                 deleted = logs.delete_old_segments()
                 if deleted:
                     log.info("retention deleted %d segments", deleted)
+            logs.clean_logs(self.config)     # one bounded step of compaction (docs/compaction.md)
         except (OSError, StorageError) as e:
             # The failing directory is offline now (LogManager marked it); its
             # partitions go Offline below, the other directories keep serving.

@@ -23,7 +23,12 @@ def static_log_config(config: BrokerConfig) -> LogConfig:
              "segment.index.bytes": config["log.index.size.max.bytes"],
              "index.interval.bytes": config["log.index.interval.bytes"],
              "max.message.bytes": config["message.max.bytes"],
-             "message.timestamp.type": config["log.message.timestamp.type"]}
+             "message.timestamp.type": config["log.message.timestamp.type"],
+             "cleanup.policy": ",".join(config["log.cleanup.policy"]),
+             "delete.retention.ms": config["log.cleaner.delete.retention.ms"],
+             "min.cleanable.dirty.ratio": config["log.cleaner.min.cleanable.ratio"],
+             "min.compaction.lag.ms": config["log.cleaner.min.compaction.lag.ms"],
+             "max.compaction.lag.ms": config["log.cleaner.max.compaction.lag.ms"]}
     if config["log.flush.interval.messages"] is not None:
         props["flush.messages"] = config["log.flush.interval.messages"]
     if config["log.flush.interval.ms"] is not None:

@@ -306,24 +306,43 @@ def build_batch(
         raise ValueError("a record batch needs at least one record")
     timestamps = [timestamp_ms if r.timestamp_ms is None else r.timestamp_ms for r in records]
     base_timestamp = timestamps[0]
-    body = bytearray()
-    for delta, (record, timestamp) in enumerate(zip(records, timestamps)):
-        _encode_record(body, record, timestamp - base_timestamp, delta)
-    payload = compress(compression, bytes(body))
+    payload = compress(compression, encode_records(
+        (record, delta, timestamp - base_timestamp)
+        for delta, (record, timestamp) in enumerate(zip(records, timestamps))))
     attributes = (int(compression) | (int(timestamp_type) << 3)
                   | (_TRANSACTIONAL_MASK if is_transactional else 0)
                   | (_CONTROL_MASK if is_control else 0))
+    return pack_batch(base_offset=base_offset, last_offset_delta=len(records) - 1,
+                      partition_leader_epoch=partition_leader_epoch, attributes=attributes,
+                      base_timestamp=base_timestamp, max_timestamp=max(timestamps), producer_id=producer_id,
+                      producer_epoch=producer_epoch, base_sequence=base_sequence, record_count=len(records),
+                      payload=payload)
+
+
+def encode_records(records: Iterable[tuple]) -> bytes:
+    """The (uncompressed) records section: ``(record, offset_delta, timestamp_delta)``
+    triples, each record anything with ``key``, ``value`` and ``headers``."""
+    body = bytearray()
+    for record, offset_delta, timestamp_delta in records:
+        _encode_record(body, record, timestamp_delta, offset_delta)
+    return bytes(body)
+
+
+def pack_batch(*, base_offset: int, last_offset_delta: int, partition_leader_epoch: int, attributes: int,
+               base_timestamp: int, max_timestamp: int, producer_id: int, producer_epoch: int,
+               base_sequence: int, record_count: int, payload: bytes) -> bytes:
+    """A v2 batch around an already encoded (and compressed) records section, its CRC computed."""
     batch = bytearray(BATCH_HEADER_SIZE_BYTES)
     _HEADER.pack_into(
         batch, 0, base_offset, BATCH_HEADER_SIZE_BYTES - LOG_OVERHEAD_BYTES + len(payload),
-        partition_leader_epoch, MAGIC_V2, 0, attributes, len(records) - 1, base_timestamp,
-        max(timestamps), producer_id, producer_epoch, base_sequence, len(records))
+        partition_leader_epoch, MAGIC_V2, 0, attributes, last_offset_delta, base_timestamp,
+        max_timestamp, producer_id, producer_epoch, base_sequence, record_count)
     batch += payload
     _UINT32.pack_into(batch, _CRC_OFFSET, crc32c(memoryview(batch)[_ATTRIBUTES_OFFSET:]))
     return bytes(batch)
 
 
-def _encode_record(out: bytearray, record: SimpleRecord, timestamp_delta: int, offset_delta: int) -> None:
+def _encode_record(out: bytearray, record, timestamp_delta: int, offset_delta: int) -> None:
     inner = bytearray(b"\x00")  # attributes
     encode_varint(timestamp_delta, inner)
     encode_varint(offset_delta, inner)

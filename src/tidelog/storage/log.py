@@ -15,7 +15,12 @@ takes appends), the ``LeaderEpochCache``, and four offsets::
 * ``read`` returns a ``FileSlice`` (file, position, length) of whole batches from
   one segment, so the network layer can ``sendfile`` it or ``pread`` it once.
 * ``truncate_to``, ``truncate_fully_and_start_at``, ``maybe_increment_log_start_offset``
-  and ``delete_old_segments`` (retention) remove data at either end.
+  and ``delete_old_segments`` (retention, when ``cleanup.policy`` has ``delete``)
+  remove data at either end.
+* Compaction (``cleanup.policy`` has ``compact``, docs/compaction.md): a leader
+  refuses records without a key; the log cleaner (``cleaner.py``) rewrites
+  inactive segments below the high watermark and swaps them in through
+  ``replace_segments``; ``cleaner_checkpoint`` is where the clean section ends.
 * Durability: segments roll by size, age or full index; a roll fsyncs the old
   segment and moves the recovery point; ``flush`` does the same on demand (and
   after ``flush.messages`` / ``flush.ms``). Truncations are fsynced at once, so
@@ -47,6 +52,7 @@ from tidelog.core.errors import (
 )
 from tidelog.core.ids import TopicPartition
 from tidelog.records.batch import (
+    iter_records,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
@@ -57,9 +63,15 @@ from tidelog.storage.config import LogConfig
 from tidelog.storage.epoch_cache import LeaderEpochCache
 from tidelog.storage.errors import CorruptSegmentError, OfflineLogDirError
 from tidelog.storage.files import FileHandle, FileSystem, RealFileSystem
-from tidelog.storage.log_loader import load_log
+from tidelog.storage.log_loader import CLEANED_SUFFIX, SEGMENT_FILE_SUFFIXES, SWAP_SUFFIX, load_log
 from tidelog.storage.producer_state import DuplicateSequenceError, ProducerStateManager, is_idempotent
-from tidelog.storage.segment import RELATIVE_OFFSET_MAX, BatchInfo, LogSegment, OffsetAndTimestamp
+from tidelog.storage.segment import (
+    RELATIVE_OFFSET_MAX,
+    BatchInfo,
+    LogSegment,
+    OffsetAndTimestamp,
+    segment_file_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +181,7 @@ class Log:
     def __init__(self, directory: str, config: LogConfig, clock: Clock, fs: FileSystem,
                  segments: list[LogSegment], leader_epoch_cache: LeaderEpochCache, *,
                  log_start_offset: int, log_end_offset: int, high_watermark: int, recovery_point: int,
-                 on_io_error: Callable[[str, OSError], None] | None = None):
+                 cleaner_checkpoint: int = 0, on_io_error: Callable[[str, OSError], None] | None = None):
         self.directory = directory
         self.topic_partition = TopicPartition.parse(os.path.basename(directory))
         self.config = config
@@ -182,6 +194,8 @@ class Log:
         self._log_end_offset = log_end_offset
         self._high_watermark = min(max(high_watermark, log_start_offset), log_end_offset)
         self._recovery_point = recovery_point
+        self._cleaner_checkpoint = min(cleaner_checkpoint, log_end_offset)
+        self._truncations = 0
         self._last_flush_ms = clock.now_ms()
         self._on_io_error = on_io_error
         self._offline = False
@@ -192,12 +206,13 @@ class Log:
     @classmethod
     def open(cls, directory: str, config: LogConfig, clock: Clock, fs: FileSystem | None = None,
              recovery_point: int = 0, log_start_offset: int = 0, high_watermark: int = 0, *,
-             had_clean_shutdown: bool = False,
+             cleaner_checkpoint: int = 0, had_clean_shutdown: bool = False,
              on_io_error: Callable[[str, OSError], None] | None = None) -> "Log":
         """Load (or create) the log in ``directory``, recovering what needs it.
 
         ``high_watermark`` is clamped to ``[log_start_offset, log_end_offset]`` (as in
-        Kafka, a restarted partition's HW is ``min(checkpointed HW, LEO)``).
+        Kafka, a restarted partition's HW is ``min(checkpointed HW, LEO)``), the
+        ``cleaner_checkpoint`` (from ``cleaner-offset-checkpoint``) to the log end offset.
         """
         fs = fs or RealFileSystem()
         TopicPartition.parse(os.path.basename(directory))  # fail before touching the disk
@@ -210,7 +225,7 @@ class Log:
         return cls(directory, config, clock, fs, loaded.segments, cache,
                    log_start_offset=loaded.log_start_offset, log_end_offset=loaded.log_end_offset,
                    high_watermark=high_watermark, recovery_point=loaded.recovery_point,
-                   on_io_error=on_io_error)
+                   cleaner_checkpoint=cleaner_checkpoint, on_io_error=on_io_error)
 
     # -- state ----------------------------------------------------------------------
 
@@ -229,6 +244,22 @@ class Log:
     @property
     def recovery_point(self) -> int:
         return self._recovery_point
+
+    @property
+    def cleaner_checkpoint(self) -> int:
+        """Where the clean section ends (Kafka's cleaner checkpoint): the log cleaner has
+        deduplicated everything below it. Lowered by truncation."""
+        return self._cleaner_checkpoint
+
+    def set_cleaner_checkpoint(self, offset: int) -> None:
+        assert 0 <= offset <= self._log_end_offset, (offset, self._log_end_offset)
+        self._cleaner_checkpoint = offset
+
+    @property
+    def truncations(self) -> int:
+        """How many times data was removed from the end; the cleaner abandons a pass
+        whose offset map a truncation may have made wrong."""
+        return self._truncations
 
     @property
     def leader_epoch_cache(self) -> LeaderEpochCache:
@@ -287,6 +318,9 @@ class Log:
             if size_bytes > config.max_message_bytes:
                 raise RecordTooLargeError(f"{self.topic_partition}: batch of {size_bytes} bytes is above "
                                           f"max.message.bytes {config.max_message_bytes}")
+            if config.compact and any(record.key is None for record in iter_records(buffer, position)):
+                raise InvalidRecordError(f"{self.topic_partition}: compacted topic cannot accept a record "
+                                         f"without a key (batch {len(batches)} of the request)")
             if is_idempotent(header):
                 duplicate = self._producer_state.check_leader_batch(header, in_request, str(self.topic_partition))
                 if duplicate is not None:
@@ -403,7 +437,7 @@ class Log:
                 self._roll(max(first_offset, self._log_end_offset))
         elif (size > config.segment_bytes - append_bytes
               or segment.offset_index.is_full or segment.time_index.is_full or not offsets_fit
-              or segment.time_waited_for_roll(now_ms, max_timestamp) > config.segment_ms):
+              or segment.time_waited_for_roll(now_ms, max_timestamp) > config.max_segment_ms):
             self._roll(max(first_offset, self._log_end_offset))
         return self._segments[-1]
 
@@ -558,15 +592,18 @@ class Log:
         """Retention (Kafka's deleteOldSegments): returns the number of segments deleted.
 
         Deletes, oldest first and never past the high watermark: segments wholly
-        below the log start offset, segments whose largest timestamp is older than
-        ``retention.ms``, and the oldest segments while the log is above
-        ``retention.bytes``. The active segment goes too when everything is due
-        (a new empty one replaces it), unless it is empty.
+        below the log start offset; and, when ``cleanup.policy`` includes
+        ``delete``, segments whose largest timestamp is older than ``retention.ms``
+        and the oldest segments while the log is above ``retention.bytes``. The
+        active segment goes too when everything is due (a new empty one replaces
+        it), unless it is empty.
         """
         now_ms = self.clock.now_ms()
         config = self.config
         deleted = self._delete_segments(lambda segment, following: following is not None
                                         and following.base_offset <= self._log_start_offset)
+        if not config.delete:
+            return deleted
         if config.retention_ms >= 0:
             deleted += self._delete_segments(
                 lambda segment, following: now_ms - segment.largest_timestamp > config.retention_ms)
@@ -610,6 +647,49 @@ class Log:
         if self._segments[0].base_offset > self._log_start_offset:
             self._set_log_start_offset(self._segments[0].base_offset)
         return count
+
+    # -- compaction -------------------------------------------------------------------
+
+    @_io_guard
+    def replace_segments(self, replaced: list[LogSegment]) -> LogSegment:
+        """Swap in the cleaned copy of ``replaced`` (consecutive inactive segments) that the
+        log cleaner wrote and fsynced as ``<base>.log.cleaned`` plus its two indexes.
+
+        Crash-safe in three durable steps (docs/compaction.md): the ``.cleaned`` files
+        become ``.swap`` (the commit point: ``Log.open`` finishes a swap it finds);
+        the old segments are deleted oldest first, each durably; the ``.swap`` files
+        take their final names. Returns the new segment.
+        """
+        first = next(i for i, segment in enumerate(self._segments) if segment is replaced[0])
+        end = first + len(replaced)
+        assert self._segments[first:end] == replaced and end < len(self._segments), "not inactive neighbours"
+        base_offset = replaced[0].base_offset
+        final = [os.path.join(self.directory, segment_file_name(base_offset, suffix))
+                 for suffix in SEGMENT_FILE_SUFFIXES]      # the .log last
+        for path in final:
+            self.fs.rename(path + CLEANED_SUFFIX, path + SWAP_SUFFIX)
+        self.fs.fsync_dir(self.directory)
+        for segment in replaced:
+            segment.delete()
+            self.fs.fsync_dir(self.directory)   # oldest first: what a crash leaves is a consistent suffix
+        for path in final:
+            self.fs.rename(path + SWAP_SUFFIX, path)
+        self.fs.fsync_dir(self.directory)
+        cleaned = LogSegment.open_existing(self.fs, self.directory, base_offset,
+                                           index_size_max_bytes=self.config.segment_index_bytes,
+                                           index_interval_bytes=self.config.index_interval_bytes,
+                                           now_ms=self.clock.now_ms())
+        self._segments[first:end] = [cleaned]
+        self._base_offsets[first:end] = [base_offset]
+        self._check_segments()
+        return cleaned
+
+    def producer_last_offsets(self) -> dict[int, int]:
+        """Producer id → last offset of its latest batch, for every producer the log
+        remembers: the cleaner keeps that batch (its header at least), so a rebuilt
+        producer state still knows the producer's last sequence."""
+        return {producer_id: entry.batches[-1].last_offset
+                for producer_id, entry in self._producer_state.producers.items() if entry.batches}
 
     # -- truncation -------------------------------------------------------------------
 
@@ -655,6 +735,8 @@ class Log:
         self._log_start_offset = min(self._log_start_offset, new_end)
         self._high_watermark = min(self._high_watermark, new_end)
         self._recovery_point = min(self._recovery_point, new_end)
+        self._cleaner_checkpoint = min(self._cleaner_checkpoint, new_end)
+        self._truncations += 1
         self._check_segments()
         self._rebuild_producer_state()       # truncation rolls the producer state back
         return True
@@ -677,6 +759,8 @@ class Log:
         self._producer_state.clear()
         self._log_start_offset = self._log_end_offset = offset
         self._high_watermark = self._recovery_point = offset
+        self._cleaner_checkpoint = min(self._cleaner_checkpoint, offset)
+        self._truncations += 1
         logger.info("%s: truncated fully, restarting at offset %d", self.topic_partition, offset)
         self._check_segments()
 

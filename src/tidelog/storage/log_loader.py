@@ -3,8 +3,12 @@
 Theory of operation (docs/storage.md, "Recovery"; Kafka's ``LogLoader``). The
 directory holds ``<base_offset:020d>.log`` files and their indexes. Loading:
 
-1. Remove leftovers: ``*.tmp`` / ``*.deleted`` / ``*.cleaned`` / ``*.swap`` files
-   and indexes whose ``.log`` is gone.
+1. Finish what the log cleaner left half done (docs/compaction.md): a
+   ``<base>.log.swap`` is a cleaned segment whose swap was committed, so the
+   old segments it replaces (bases in ``[base, its next offset)``) are deleted
+   and its ``.swap`` files renamed to their final names. Then remove leftovers:
+   ``*.tmp`` / ``*.deleted`` / ``*.cleaned`` / other ``*.swap`` files, and
+   indexes whose ``.log`` is gone.
 2. Drop segments wholly below the log start offset.
 3. Recover. After a clean shutdown nothing is scanned: the last segment's end
    is found from its last index entry (and if that walk does not end exactly at
@@ -30,14 +34,18 @@ from bisect import bisect_right
 from typing import NamedTuple
 
 from tidelog.core.errors import CorruptRecordError
+from tidelog.records.batch import BATCH_HEADER_SIZE_BYTES, read_header
 from tidelog.storage.checkpoint import LEADER_EPOCH_CHECKPOINT
 from tidelog.storage.config import LogConfig
 from tidelog.storage.files import FileSystem
-from tidelog.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from tidelog.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_file_name
 
 logger = logging.getLogger(__name__)
 
-_LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+CLEANED_SUFFIX = ".cleaned"   # a cleaned segment being written (docs/compaction.md)
+SWAP_SUFFIX = ".swap"         # a cleaned segment committed to replace the old ones
+SEGMENT_FILE_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX)   # the .log last: it commits a rename
+_LEFTOVER_SUFFIXES = (".tmp", ".deleted", CLEANED_SUFFIX, SWAP_SUFFIX)
 _KNOWN_FILES = {LEADER_EPOCH_CHECKPOINT, "partition.metadata"}
 
 
@@ -87,6 +95,7 @@ def _segment_bases(fs: FileSystem, directory: str) -> list[int]:
     if not fs.exists(directory):
         fs.mkdir(directory)
         fs.fsync_dir(os.path.dirname(directory))
+    _complete_swaps(fs, directory)
     bases, index_files = set(), []
     for file_name in fs.listdir(directory):
         stem, suffix = os.path.splitext(file_name)
@@ -104,6 +113,47 @@ def _segment_bases(fs: FileSystem, directory: str) -> list[int]:
             logger.info("%s: removing index %s, its segment is gone", directory, file_name)
             fs.remove(os.path.join(directory, file_name))
     return sorted(bases)
+
+
+def _complete_swaps(fs: FileSystem, directory: str) -> None:
+    """Finish each cleaner swap a crash interrupted: the ``.log.swap`` commits it."""
+    names = fs.listdir(directory)
+    for file_name in names:
+        if not file_name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+            continue
+        stem = file_name[:-len(LOG_SUFFIX + SWAP_SUFFIX)]
+        if not _is_offset(stem):
+            continue
+        base = int(stem)
+        end = max(base + 1, _next_offset(fs, os.path.join(directory, file_name), base))
+        replaced = []
+        for name in names:
+            name_stem, suffix = os.path.splitext(name)
+            if suffix in SEGMENT_FILE_SUFFIXES and _is_offset(name_stem) and base <= int(name_stem) < end:
+                replaced.append(name)
+        logger.warning("%s: completing the swap of cleaned segment %d (offsets below %d), replacing %s",
+                       directory, base, end, replaced)
+        for name in replaced:
+            fs.remove(os.path.join(directory, name))
+        fs.fsync_dir(directory)
+        for suffix in SEGMENT_FILE_SUFFIXES:
+            final = os.path.join(directory, segment_file_name(base, suffix))
+            if fs.exists(final + SWAP_SUFFIX):
+                fs.rename(final + SWAP_SUFFIX, final)
+        fs.fsync_dir(directory)
+
+
+def _next_offset(fs: FileSystem, path: str, base_offset: int) -> int:
+    """The offset after the last batch of a whole segment file (one header read per batch)."""
+    handle = fs.open(path, create=False)
+    try:
+        next_offset, position, size = base_offset, 0, handle.size()
+        while size - position >= BATCH_HEADER_SIZE_BYTES:
+            header = read_header(handle.pread(BATCH_HEADER_SIZE_BYTES, position))
+            next_offset, position = header.next_offset, position + header.size_bytes
+        return next_offset
+    finally:
+        handle.close()
 
 
 def _is_offset(stem: str) -> bool:

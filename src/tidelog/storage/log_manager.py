@@ -8,12 +8,17 @@ directories ``<topic>-<partition>`` and, at its root::
     recovery-point-offset-checkpoint    {tp: recovery point}
     log-start-offset-checkpoint         {tp: log start offset}
     replication-offset-checkpoint       {tp: high watermark} (written for replication)
+    cleaner-offset-checkpoint           {tp: where the clean section of a compacted log ends}
 
 Start: lock each directory, note and delete the clean-shutdown marker (so a crash
 from here on forces recovery next time), read the checkpoints, remove
 ``*-delete`` directories, and ``Log.open`` every partition (skipping recovery
 after a clean shutdown). Shutdown: flush, write every checkpoint, write the marker,
 unlock.
+
+Periodic work the broker drives: retention (``delete_old_segments``), flushes,
+checkpoints, and log compaction (``clean_logs``: one bounded step of the
+``LogCleaner`` per call, docs/compaction.md).
 
 A directory is *offline* after any ``OSError`` in it (or a checkpoint that does
 not parse): its logs are closed and dropped, later calls for its partitions
@@ -36,6 +41,7 @@ from tidelog.storage.checkpoint import (
     REPLICATION_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
 )
+from tidelog.storage.cleaner import CLEANER_OFFSET_CHECKPOINT, CleanerConfig, LogCleaner
 from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import DuplicateLogError, LogDirLockedError, OfflineLogDirError
 from tidelog.storage.files import FileLock, FileSystem, RealFileSystem
@@ -67,6 +73,7 @@ class LogManager:
         self._offline_partitions: set[TopicPartition] = set()
         self._locks: dict[str, FileLock] = {}
         self._deletions = 0
+        self._cleaner = LogCleaner(self._on_io_error)
         for log_dir in self.log_dirs:
             self._load_dir(log_dir)
 
@@ -94,6 +101,7 @@ class LogManager:
             recovery_points = self._checkpoint(log_dir, RECOVERY_POINT_OFFSET_CHECKPOINT).read()
             log_start_offsets = self._checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT).read()
             high_watermarks = self._checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT).read()
+            cleaner_checkpoints = self._checkpoint(log_dir, CLEANER_OFFSET_CHECKPOINT).read()
             for name in fs.listdir(log_dir):
                 tp = self._partition_dir(log_dir, name)
                 if tp is None:
@@ -105,8 +113,8 @@ class LogManager:
                 self._logs[tp] = Log.open(
                     os.path.join(log_dir, name), self.config_for(tp.topic), self.clock, fs,
                     recovery_point=recovery_points.get(tp, 0), log_start_offset=log_start_offsets.get(tp, 0),
-                    high_watermark=high_watermarks.get(tp, 0), had_clean_shutdown=had_clean_shutdown,
-                    on_io_error=self._on_io_error)
+                    high_watermark=high_watermarks.get(tp, 0), cleaner_checkpoint=cleaner_checkpoints.get(tp, 0),
+                    had_clean_shutdown=had_clean_shutdown, on_io_error=self._on_io_error)
                 self._dir_of[tp] = log_dir
         except (OSError, StorageError) as e:
             self._mark_dir_offline(log_dir, e)
@@ -176,6 +184,7 @@ class LogManager:
         if log is None:
             return
         log_dir = self._dir_of.pop(tp)
+        self._cleaner.abort(log)
         log.close()
         try:
             doomed = self._delete_dir_name(log_dir, tp)
@@ -230,6 +239,27 @@ class LogManager:
         """Apply retention to every log (Kafka's cleanupLogs); returns segments deleted."""
         return sum(self._each_log(lambda log: log.delete_old_segments()))
 
+    def clean_logs(self, settings) -> bool:
+        """One bounded step of log compaction over the compacted logs (docs/compaction.md);
+        ``settings``: the broker's, indexed by Kafka's names (``log.cleaner.*``). Writes the
+        directory's ``cleaner-offset-checkpoint`` when a pass completes. Returns whether
+        there was work (False while idle or backing off: ``log.cleaner.backoff.ms``)."""
+        config = CleanerConfig.from_settings(settings)
+        if not config.enable:
+            return False
+        compacted = [log for log in self._logs.values() if log.config.compact]
+        cleaning = self._cleaner.clean_one(compacted, config, self.clock.now_ms(), self.clock.monotonic_ms())
+        if cleaning is None:
+            return False
+        if cleaning.done:
+            log_dir = self._dir_of[cleaning.log.topic_partition]
+            try:
+                self._write_cleaner_checkpoint(log_dir, self.logs_in_dir(log_dir))
+            except OSError as e:
+                self._mark_dir_offline(log_dir, e)
+                raise StorageError(f"{log_dir}: cannot write {CLEANER_OFFSET_CHECKPOINT}: {e}") from e
+        return True
+
     def flush_all(self) -> None:
         self._each_log(lambda log: log.flush())
 
@@ -260,6 +290,7 @@ class LogManager:
 
     def shutdown(self) -> None:
         """Flush, write every checkpoint and the clean-shutdown marker, close, unlock."""
+        self._cleaner.abort()
         for log_dir in self.log_dirs:
             logs = self.logs_in_dir(log_dir)
             try:
@@ -285,6 +316,11 @@ class LogManager:
         }
         for name, entries in checkpoints.items():
             self._checkpoint(log_dir, name).write(entries)
+        self._write_cleaner_checkpoint(log_dir, logs)
+
+    def _write_cleaner_checkpoint(self, log_dir: str, logs: Mapping[TopicPartition, Log]) -> None:
+        self._checkpoint(log_dir, CLEANER_OFFSET_CHECKPOINT).write(
+            {tp: log.cleaner_checkpoint for tp, log in logs.items() if log.cleaner_checkpoint > 0})
 
     def _write_marker(self, log_dir: str) -> None:
         marker = self.fs.open(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))

@@ -82,8 +82,10 @@ class OffsetAndTimestamp(NamedTuple):
 class LogSegment:
     def __init__(self, fs: FileSystem, directory: str, base_offset: int, log: FileHandle, *,
                  index_size_max_bytes: int, index_interval_bytes: int, now_ms: int,
-                 new: bool):
+                 new: bool, file_suffix: str = ""):
         self.fs = fs
+        # Appended to every file name: ".cleaned" while the log cleaner writes a copy.
+        self.file_suffix = file_suffix
         self.directory = directory
         self.base_offset = base_offset
         self.log = log
@@ -498,7 +500,7 @@ class LogSegment:
         self.time_index.delete()
 
     def _path(self, suffix: str) -> str:
-        return os.path.join(self.directory, segment_file_name(self.base_offset, suffix))
+        return os.path.join(self.directory, segment_file_name(self.base_offset, suffix) + self.file_suffix)
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size_bytes={self.size_bytes})"

@@ -1,0 +1,103 @@
+"""Log compaction end to end: a real ``tidelog serve`` cleans a ``cleanup.policy=compact``
+topic that confluent-kafka (librdkafka) writes to, and refuses records without a key."""
+
+import glob
+import os
+import time
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tidelog.records.batch import iter_batches
+from tidelog.testing import Broker, wait_until
+
+TOPIC = "latest-values"
+KEYS = 10
+UPDATES = 3000
+
+
+def _segment_files(broker: Broker) -> list[str]:
+    return sorted(glob.glob(os.path.join(broker.data_dir, "data", f"{TOPIC}-0", "*.log")))
+
+
+def _log_bytes(broker: Broker) -> int:
+    return sum(os.path.getsize(path) for path in _segment_files(broker))
+
+
+def _empty_producer_batches(broker: Broker) -> int:
+    """Batches of an idempotent producer with no record left, in the partition's files."""
+    count = 0
+    for path in _segment_files(broker):
+        with open(path, "rb") as f:
+            data = f.read()
+        count += sum(1 for _, header in iter_batches(data) if header.record_count == 0 and header.producer_id >= 0)
+    return count
+
+
+def _consume_all(bootstrap: str) -> list[tuple[int, bytes, bytes | None]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
+                         "fetch.wait.max.ms": 100})
+    consumer.assign([TopicPartition(TOPIC, 0, 0)])
+    got, idle_polls = [], 0
+    while idle_polls < 3:
+        messages = consumer.consume(10_000, 0.3)
+        idle_polls = 0 if messages else idle_polls + 1
+        for message in messages:
+            assert message.error() is None, message.error()
+            got.append((message.offset(), message.key(), message.value()))
+    consumer.close()
+    return got
+
+
+def test_a_compacted_topic_keeps_the_latest_value_of_each_key_at_its_offset():
+    """Thousands of updates to a few keys, a delete, and an idempotent producer's records
+    that all get overwritten: once the cleaner has run, a consumer reading from the start
+    gets exactly the last record of each key at the offset it was written at."""
+    with Broker(overrides={"log.cleaner.backoff.ms": "100"}) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 1, 1, config={
+            "cleanup.policy": "compact", "segment.bytes": "16384", "segment.ms": "1000",
+            "min.cleanable.dirty.ratio": "0.01"})])[TOPIC].result(15)
+        written: dict[int, tuple[bytes, bytes | None]] = {}
+        failures = []
+
+        def delivered(error, message):
+            if error is not None:
+                failures.append(error)
+            else:
+                written[message.offset()] = (message.key(), message.value())
+
+        # An idempotent producer's records, all overwritten below: its last batch stays as an
+        # empty batch (for the producer state), which the consumer must step over.
+        idempotent = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
+        for i in range(KEYS):
+            idempotent.produce(TOPIC, b"overwritten", f"key-{i}".encode(), partition=0, on_delivery=delivered)
+        assert idempotent.flush(30) == 0 and not failures, failures
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 2, "acks": "all",
+                             "batch.size": 4096})      # a produce request must fit segment.bytes
+        for i in range(UPDATES):
+            producer.produce(TOPIC, f"value-{i}-".encode() + b"x" * 80, f"key-{i % KEYS}".encode(),
+                             partition=0, on_delivery=delivered)
+            if i == UPDATES // 2:
+                producer.produce(TOPIC, b"soon deleted", b"deleted", partition=0, on_delivery=delivered)
+                producer.produce(TOPIC, None, b"deleted", partition=0, on_delivery=delivered)   # a tombstone
+            producer.poll(0)
+        assert producer.flush(30) == 0 and not failures, failures
+        time.sleep(1.2)                 # past segment.ms: the next record rolls the segment holding the last values
+        producer.produce(TOPIC, b"last", b"filler", partition=0, on_delivery=delivered)
+        assert producer.flush(30) == 0 and not failures, failures
+        value_bytes = sum(len(value or b"") for _, value in written.values())
+
+        latest = {key: (offset, value) for offset, (key, value) in sorted(written.items())}
+        expected = sorted((offset, key, value) for key, (offset, value) in latest.items())
+        assert (written[max(written)] == (b"filler", b"last")) and len(expected) == KEYS + 2
+        wait_until(lambda: _log_bytes(broker) < value_bytes / 20, timeout_s=60, what="the log to shrink")
+        wait_until(lambda: _consume_all(broker.bootstrap) == expected, timeout_s=30,
+                   what="exactly the latest value of each key, at its offset")
+        assert any("cleaned offsets" in line for line in broker.output)
+        assert _empty_producer_batches(broker) == 1         # the idempotent producer's last batch
+
+        keyless: list = []
+        producer.produce(TOPIC, b"no key", partition=0, on_delivery=lambda error, message: keyless.append(error))
+        assert producer.flush(30) == 0
+        assert len(keyless) == 1 and keyless[0] is not None and keyless[0].code() == KafkaError.INVALID_RECORD, keyless
