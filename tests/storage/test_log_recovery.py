@@ -253,7 +253,8 @@ def test_leftover_files_are_cleaned_on_open(log_dir, clock, fs):
         open(os.path.join(log_dir, name), "wb").close()
     log = Log.open(log_dir, CONFIG, clock, fs)
     assert sorted(os.listdir(log_dir)) == ["00000000000000000000.index", "00000000000000000000.log",
-                                           "00000000000000000000.timeindex", "leader-epoch-checkpoint"]
+                                           "00000000000000000000.timeindex", "00000000000000000001.snapshot",
+                                           "leader-epoch-checkpoint"]
     assert values(log) == [(0, b"a")]
 
 

@@ -100,3 +100,73 @@ def test_a_producer_silent_for_the_expiration_time_is_forgotten(log, clock):
     clock.advance(1000)
     assert log.remove_expired_producers(expiration_ms=2000) == 1
     assert log.append_as_leader(idem(7, "b"), 0).first_offset == 1
+
+
+# -- snapshots (Kafka's <offset>.snapshot files) -----------------------------------
+
+def snapshots(log_dir) -> list[int]:
+    import os
+    return sorted(int(n.split(".")[0]) for n in os.listdir(log_dir) if n.endswith(".snapshot"))
+
+
+def fill_segments(log, count: int = 40) -> None:
+    """Idempotent batches of 100-byte values from producer 7 across several ~1 KiB segments."""
+    for sequence in range(count):
+        log.append_as_leader(idem(sequence, "v" * 100), 0)
+
+
+def test_a_snapshot_is_written_at_each_roll_and_at_close(log_dir, log):
+    fill_segments(log)
+    bases = [segment.base_offset for segment in log.segments]
+    assert len(bases) > 3
+    assert snapshots(log_dir) == bases[1:]                   # the log end offset at each roll
+    log.close()
+    assert snapshots(log_dir)[-1] == log.log_end_offset
+
+
+def test_reopening_loads_the_snapshot_and_scans_only_what_follows(log_dir, small_config, clock, fs, log,
+                                                                 monkeypatch):
+    from tidelog.storage.segment import LogSegment
+    fill_segments(log)
+    log.close()
+    scanned = []
+    original = LogSegment.headers
+    monkeypatch.setattr(LogSegment, "headers", lambda self, *a: (scanned.append(self.base_offset),
+                                                                 original(self, *a))[1])
+    reopened = Log.open(log_dir, small_config, clock, fs)
+    assert scanned == [reopened.segments[-1].base_offset]     # the sealed segments were not read
+    retry = reopened.append_as_leader(idem(39, "v" * 100), 0)  # the last batch is still a duplicate
+    assert retry.batch_count == 0 and retry.first_offset == 39
+    assert code_of(lambda: reopened.append_as_leader(idem(45, "x"), 0)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_a_damaged_snapshot_is_deleted_and_the_log_is_scanned_instead(log_dir, small_config, clock, fs, log):
+    import os
+    fill_segments(log)
+    log.close()
+    newest = os.path.join(log_dir, f"{snapshots(log_dir)[-1]:020d}.snapshot")
+    with open(newest, "r+b") as f:
+        f.seek(8)
+        f.write(b"\xff\xff")
+    reopened = Log.open(log_dir, small_config, clock, fs)
+    assert not os.path.exists(newest)
+    assert reopened.append_as_leader(idem(39, "v" * 100), 0).batch_count == 0
+    assert reopened.append_as_leader(idem(40, "w"), 0).batch_count == 1
+
+
+def test_a_truncation_below_a_snapshot_deletes_it_and_rolls_the_state_back(log_dir, log):
+    fill_segments(log)
+    cut = log.segments[2].base_offset + 1
+    log.truncate_to(cut)
+    assert all(offset <= log.log_end_offset for offset in snapshots(log_dir))
+    again = log.append_as_leader(idem(log.log_end_offset, "v" * 100), 1)   # the next sequence is accepted
+    assert again.batch_count == 1
+
+
+def test_producers_whose_records_are_all_below_the_log_start_are_forgotten(log):
+    log.append_as_leader(idem(0, "a", producer_id=3), 0)
+    fill_segments(log)
+    log.update_high_watermark(log.log_end_offset)
+    log.maybe_increment_log_start_offset(2)                  # DeleteRecords past producer 3's batch
+    assert log.append_as_leader(idem(17, "x", producer_id=3), 0).batch_count == 1   # unknown now: any sequence
+    assert code_of(lambda: log.append_as_leader(idem(99, "x"), 0)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER

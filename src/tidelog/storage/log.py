@@ -62,9 +62,14 @@ from tidelog.storage.checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheck
 from tidelog.storage.config import LogConfig
 from tidelog.storage.epoch_cache import LeaderEpochCache
 from tidelog.storage.errors import CorruptSegmentError, OfflineLogDirError
-from tidelog.storage.files import FileHandle, FileSystem, RealFileSystem
-from tidelog.storage.log_loader import CLEANED_SUFFIX, SEGMENT_FILE_SUFFIXES, SWAP_SUFFIX, load_log
-from tidelog.storage.producer_state import DuplicateSequenceError, ProducerStateManager, is_idempotent
+from tidelog.storage.files import FileHandle, FileSystem, RealFileSystem, read_whole_file, write_file_atomically
+from tidelog.storage.log_loader import CLEANED_SUFFIX, SEGMENT_FILE_SUFFIXES, SNAPSHOT_SUFFIX, SWAP_SUFFIX, load_log
+from tidelog.storage.producer_state import (
+    CorruptSnapshotError,
+    DuplicateSequenceError,
+    ProducerStateManager,
+    is_idempotent,
+)
 from tidelog.storage.segment import (
     RELATIVE_OFFSET_MAX,
     BatchInfo,
@@ -74,6 +79,8 @@ from tidelog.storage.segment import (
 )
 
 logger = logging.getLogger(__name__)
+
+SNAPSHOT_SIZE_MAX_BYTES = 64 << 20          # a producer snapshot (producer_state.py)
 
 # Kafka's special ListOffsets timestamps (ListOffsetsRequest).
 LATEST_TIMESTAMP = -1
@@ -358,18 +365,58 @@ class Log:
         return self._producer_state.remove_expired(self.clock.now_ms(), expiration_ms)
 
     def _rebuild_producer_state(self) -> None:
-        """Derive the producer state from the batch headers in the log (at open and
-        after a truncation; no .snapshot files yet)."""
+        """Derive the producer state (at open and after a truncation): the newest
+        ``.snapshot`` at or below the log end offset, then the batch headers after it;
+        snapshots above the log end (left by a truncation or a lost tail) are deleted,
+        a damaged one is deleted and an older one (or the whole log) used instead."""
         state = self._producer_state
         state.clear()
-        for segment in self._segments:
+        start = 0
+        for offset in reversed(self._snapshot_offsets()):
+            path = self._snapshot_path(offset)
+            if offset > self._log_end_offset:
+                self.fs.remove(path)
+                continue
+            try:
+                state.load_snapshot(read_whole_file(self.fs, path, SNAPSHOT_SIZE_MAX_BYTES))
+                start = offset
+                break
+            except (CorruptSnapshotError, ValueError) as e:
+                logger.warning("%s: deleting producer snapshot %s: %s", self.topic_partition, path, e)
+                self.fs.remove(path)
+                state.clear()
+        for i, segment in enumerate(self._segments):
+            following = self._base_offsets[i + 1] if i + 1 < len(self._segments) else None
+            if following is not None and following <= start:
+                continue                               # wholly covered by the snapshot
             try:
                 for _, header in segment.headers(0, segment.size_bytes):
-                    if is_idempotent(header):
+                    if header.base_offset >= start and is_idempotent(header):
                         state.update(header, header.base_offset)
             except CorruptRecordError as e:   # reads report it; the state stops where the damage starts
                 logger.warning("%s: producer state stops at damaged batch: %s", self.topic_partition, e)
-                return
+                break
+        state.truncate_head(self._log_start_offset)
+
+    def _snapshot_path(self, offset: int) -> str:
+        return os.path.join(self.directory, segment_file_name(offset, SNAPSHOT_SUFFIX))
+
+    def _snapshot_offsets(self) -> list[int]:
+        offsets = []
+        for name in self.fs.listdir(self.directory):
+            stem = name[:-len(SNAPSHOT_SUFFIX)]
+            if name.endswith(SNAPSHOT_SUFFIX) and stem.isdigit():
+                offsets.append(int(stem))
+        return sorted(offsets)
+
+    def _take_snapshot(self) -> None:
+        """Save the producer state as of the log end offset (Kafka does it at each roll
+        and at a clean shutdown), and drop snapshots below the first segment."""
+        offset = self._log_end_offset
+        write_file_atomically(self.fs, self._snapshot_path(offset), self._producer_state.encode_snapshot())
+        for old in self._snapshot_offsets():
+            if old < min(self._base_offsets[0], offset):
+                self.fs.remove(self._snapshot_path(old))
 
     @_io_guard
     def append_as_follower(self, records) -> LogAppendInfo:
@@ -458,6 +505,7 @@ class Log:
         self.fs.fsync_dir(self.directory)
         self._segments.append(segment)
         self._base_offsets.append(new_base_offset)
+        self._take_snapshot()
         logger.debug("%s: rolled segment %d", self.topic_partition, new_base_offset)
 
     # -- reads ------------------------------------------------------------------------
@@ -583,6 +631,7 @@ class Log:
 
     def _set_log_start_offset(self, offset: int) -> None:
         self._log_start_offset = offset
+        self._producer_state.truncate_head(offset)
         self._recovery_point = max(self._recovery_point, offset)  # nothing below needs recovery
         self._leader_epoch_cache.truncate_from_start(offset)
         self._check_segments()
@@ -748,6 +797,8 @@ class Log:
             raise ValueError(f"cannot start a log at negative offset {offset}")
         for segment in self._segments:
             segment.delete()
+        for snapshot in self._snapshot_offsets():
+            self.fs.remove(self._snapshot_path(snapshot))
         self.fs.fsync_dir(self.directory)
         self._segments = [LogSegment.create(self.fs, self.directory, offset,
                                             index_size_max_bytes=self.config.segment_index_bytes,
@@ -799,7 +850,13 @@ class Log:
         self._last_flush_ms = self.clock.now_ms()
 
     def close(self) -> None:
-        """Write index files and close every file (no fsync: flush first for durability)."""
+        """Write index files and the producer snapshot, and close every file (no fsync
+        of the segments: flush first for durability)."""
+        if not self._offline:
+            try:
+                self._take_snapshot()
+            except OSError as e:
+                logger.warning("%s: cannot write the producer snapshot: %s", self.topic_partition, e)
         for segment in self._segments:
             try:
                 segment.close()

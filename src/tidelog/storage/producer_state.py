@@ -19,19 +19,36 @@ new batch against it before assigning offsets:
 
 Every replica — leader or follower, live or recovering — updates the state from
 the batches it appends, so deduplication survives a leader failover. The state is
-derived from the log: ``Log`` rebuilds it by scanning batch headers when it opens
-and after a truncation (Kafka loads a ``.snapshot`` first; tidelog has no
-snapshots yet, so opening scans every segment's headers). Pure Python: no I/O.
+derived from the log, and saved beside it as Kafka's ``<offset>.snapshot`` files
+(``encode_snapshot`` / ``decode_snapshot``: the state of every producer as of
+that offset) at each segment roll and at a clean shutdown; ``Log`` loads the
+newest snapshot at or below its end and scans only the batch headers after it
+(at open and after a truncation). A snapshot keeps each producer's last batch,
+as Kafka's does. Producers whose last batch is below the log start offset are
+forgotten (``truncate_head``). Pure Python: no I/O.
+
+Snapshot format (Kafka's ``ProducerStateManager`` v1, big-endian)::
+
+    version int16 = 1 · crc uint32 (CRC-32C of what follows) · count int32
+    count × { producer_id int64 · producer_epoch int16 · last_sequence int32 ·
+              last_offset int64 · offset_delta int32 · timestamp int64 ·
+              coordinator_epoch int32 · current_txn_first_offset int64 }
 """
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from dataclasses import dataclass, field
+
+from crc32c import crc32c
 
 from tidelog.core.errors import ErrorCode, KafkaError
 
 PRODUCER_BATCHES_RETAINED = 5
+SNAPSHOT_VERSION = 1
+_SNAPSHOT_HEADER = struct.Struct(">hIi")
+_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
 SEQUENCE_MAX = 0x7FFFFFFF
@@ -51,6 +68,10 @@ class InvalidProducerEpochError(ProducerStateError):
 
 class DuplicateSequenceError(ProducerStateError):
     error_code = ErrorCode.DUPLICATE_SEQUENCE_NUMBER
+
+
+class CorruptSnapshotError(ValueError):
+    pass
 
 
 @dataclass(frozen=True)
@@ -161,5 +182,49 @@ class ProducerStateManager:
             del self.producers[pid]
         return len(expired)
 
+    def truncate_head(self, log_start_offset: int) -> int:
+        """Forget producers whose last batch lies below the log start offset (their
+        records are gone, as Kafka's ``truncateHead``); returns how many."""
+        gone = [pid for pid, entry in self.producers.items()
+                if entry.batches and entry.batches[-1].last_offset < log_start_offset]
+        for pid in gone:
+            del self.producers[pid]
+        return len(gone)
+
     def clear(self) -> None:
         self.producers.clear()
+
+    # ------------------------------------------------------------- snapshots
+
+    def encode_snapshot(self) -> bytes:
+        entries = bytearray()
+        count = 0
+        for producer_id, entry in sorted(self.producers.items()):
+            if not entry.batches:
+                continue
+            last = entry.batches[-1]
+            entries += _SNAPSHOT_ENTRY.pack(producer_id, entry.producer_epoch, last.last_sequence, last.last_offset,
+                                            last.last_offset - last.first_offset, entry.last_timestamp, -1, -1)
+            count += 1
+        body = struct.pack(">i", count) + bytes(entries)
+        return struct.pack(">hI", SNAPSHOT_VERSION, crc32c(body)) + body
+
+    def load_snapshot(self, data: bytes) -> None:
+        """Replace the state with a snapshot's; ``CorruptSnapshotError`` names what is wrong."""
+        if len(data) < _SNAPSHOT_HEADER.size:
+            raise CorruptSnapshotError(f"{len(data)} bytes is shorter than a snapshot header")
+        version, crc, count = _SNAPSHOT_HEADER.unpack_from(data)
+        if version != SNAPSHOT_VERSION:
+            raise CorruptSnapshotError(f"unknown snapshot version {version}")
+        if crc32c(data[6:]) != crc:
+            raise CorruptSnapshotError("CRC mismatch")
+        if count < 0 or len(data) != _SNAPSHOT_HEADER.size + count * _SNAPSHOT_ENTRY.size:
+            raise CorruptSnapshotError(f"{count} entries do not fill {len(data)} bytes")
+        self.producers.clear()
+        for i in range(count):
+            (producer_id, epoch, last_sequence, last_offset, offset_delta, timestamp,
+             _coordinator_epoch, _txn_first_offset) = _SNAPSHOT_ENTRY.unpack_from(
+                data, _SNAPSHOT_HEADER.size + i * _SNAPSHOT_ENTRY.size)
+            entry = self.producers[producer_id] = ProducerEntry(epoch, last_timestamp=timestamp)
+            entry.batches.append(BatchMetadata((last_sequence - offset_delta) % (SEQUENCE_MAX + 1), last_sequence,
+                                               last_offset - offset_delta, last_offset, timestamp))
