@@ -1,8 +1,10 @@
-"""Idempotent producers with a real client: retries must not write twice
-(confluent-kafka, enable.idempotence=true, acks=all)."""
+"""Idempotent producers with real clients: retries must not write twice
+(confluent-kafka, kafka-python and aiokafka, idempotence on, acks=all)."""
 
 import threading
 import time
+
+import pytest
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -26,7 +28,76 @@ def _consume_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
     return values
 
 
-def test_retries_while_acks_all_waits_on_a_paused_follower_are_written_once():
+class ConfluentSender:
+    def __init__(self, bootstrap):
+        self.acked: list[bytes] = []
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                                  "request.timeout.ms": 1000, "message.timeout.ms": 120000, "linger.ms": 5})
+
+    def send(self, value: bytes) -> None:
+        self.producer.produce("idem", value, partition=0,
+                              on_delivery=lambda error, message: error is None and self.acked.append(message.value()))
+        self.producer.poll(0)
+
+    def flush(self) -> None:
+        assert self.producer.flush(120) == 0
+
+
+class KafkaPythonSender:
+    def __init__(self, bootstrap):
+        import kafka
+        self.acked: list[bytes] = []
+        self.producer = kafka.KafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all",
+                                            request_timeout_ms=1000, delivery_timeout_ms=120000, linger_ms=5)
+
+    def send(self, value: bytes) -> None:
+        self.producer.send("idem", value, partition=0).add_callback(lambda _: self.acked.append(value))
+
+    def flush(self) -> None:
+        self.producer.flush(120)
+        self.producer.close()
+
+
+class AiokafkaSender:
+    """aiokafka's producer on its own event loop in a thread; sends are handed over."""
+
+    def __init__(self, bootstrap):
+        import asyncio
+        import queue
+        self.acked: list[bytes] = []
+        self.queue: queue.Queue = queue.Queue()
+        self.asyncio = asyncio
+        self.bootstrap = bootstrap
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+        self.thread.start()
+
+    async def _run(self):
+        import aiokafka
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all",
+                                             request_timeout_ms=1000, linger_ms=5)
+        await producer.start()
+        pending = []
+        while True:
+            value = await self.asyncio.get_running_loop().run_in_executor(None, self.queue.get)
+            if value is None:
+                break
+            future = await producer.send("idem", value, partition=0)
+            future.add_done_callback(lambda f, v=value: f.exception() is None and self.acked.append(v))
+            pending.append(future)
+        await self.asyncio.gather(*pending, return_exceptions=True)
+        await producer.stop()
+
+    def send(self, value: bytes) -> None:
+        self.queue.put(value)
+
+    def flush(self) -> None:
+        self.queue.put(None)
+        self.thread.join(120)
+
+
+@pytest.mark.parametrize("sender", [ConfluentSender, KafkaPythonSender, AiokafkaSender],
+                         ids=["confluent-kafka", "kafka-python", "aiokafka"])
+def test_retries_while_acks_all_waits_on_a_paused_follower_are_written_once(sender):
     """The follower is paused (SIGSTOP) past the producer's request timeout: the
     leader has appended the in-flight batches but cannot acknowledge them (acks=all)
     until the follower leaves the ISR, so the client times out and sends them again.
@@ -40,13 +111,7 @@ def test_retries_while_acks_all_waits_on_a_paused_follower_are_written_once():
                    what="idem fully in sync")
         partition = admin.list_topics("idem", timeout=10).topics["idem"].partitions[0]
         follower = next(r for r in partition.replicas if r != partition.leader)
-        producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all",
-                             "request.timeout.ms": 1000, "message.timeout.ms": 120000, "linger.ms": 5})
-        acked: list[bytes] = []
-
-        def delivered(error, message):
-            if error is None:
-                acked.append(message.value())
+        producer = sender(cluster.bootstrap)
 
         def pause_follower():
             time.sleep(1.0)
@@ -58,14 +123,13 @@ def test_retries_while_acks_all_waits_on_a_paused_follower_are_written_once():
         nemesis.start()
         try:
             for i in range(COUNT):                       # steadily, across the pause (~8 s)
-                producer.produce("idem", f"v{i:05d}".encode(), partition=0, on_delivery=delivered)
-                producer.poll(0)
+                producer.send(f"v{i:05d}".encode())
                 if i % 10 == 0:
                     time.sleep(0.025)
         finally:
             nemesis.join()
-        assert producer.flush(120) == 0
-        assert len(acked) == COUNT
+        producer.flush()
+        assert len(producer.acked) == COUNT
         values = _consume_all(f"127.0.0.1:{cluster.port(partition.leader)}", "idem", COUNT)
         duplicates = len(values) - len(set(values))
         assert duplicates == 0, f"{duplicates} duplicate records"
