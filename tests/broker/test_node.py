@@ -14,6 +14,8 @@ from tidelog.broker.config import BrokerConfig
 from tidelog.broker.lifecycle import BrokerState
 from tidelog.broker.node import (
     BrokerNode,
+    FetcherAdded,
+    FetcherRemoved,
     MetadataPublished,
     SendAlterPartition,
     SendHeartbeat,
@@ -252,3 +254,36 @@ def test_a_broken_invariant_escapes_to_the_driver(tmp_path):
     world.clock.advance(100)
     with pytest.raises(AssertionError):
         node.on_tick(world.clock.monotonic_ms())
+
+
+def test_a_broker_in_controlled_shutdown_stops_fetching_the_partitions_whose_isr_it_left(tmp_path):
+    """Kafka: when the controller takes a shutting-down broker out of an ISR and the
+    broker learns it, its fetcher for that partition is removed and not restarted —
+    both where it was a follower (the ISR shrinks, the leader epoch stays) and where
+    it led (leadership moves away with a new leader epoch)."""
+    world = World(tmp_path)
+    first, second = world.node(1), world.node(2)
+    world.run(first, first.start(world.clock.monotonic_ms()), until=running)
+    world.run(second, second.start(world.clock.monotonic_ms()), until=running)
+    led, followed = TopicPartition("led", 0), TopicPartition("followed", 0)
+    world.controller.create_topics([CreatableTopic("led", assignments=((1, 2),)),
+                                    CreatableTopic("followed", assignments=((2, 1),))])
+    fetchers = first.replica_manager.fetcher_manager
+    world.run(first, first.on_metadata_committed(), others=[second],
+              until=lambda n: fetchers.fetch_state(followed) is not None and n.replica_manager.get_partition(led))
+    fetcher = fetchers.fetcher_of(followed)
+    effects = first.on_stop_requested(world.clock.monotonic_ms())
+    assert first.state == BrokerState.PENDING_CONTROLLED_SHUTDOWN
+
+    def left_every_isr(node):
+        return all(1 not in node.image.partition(tp).isr for tp in (led, followed))
+
+    seen = world.run(first, effects, others=[second], until=left_every_isr)
+    assert first.state == BrokerState.PENDING_CONTROLLED_SHUTDOWN, "learned while still shutting down"
+    assert first.image.partition(led).leader == 2 and not first.replica_manager.get_partition(led).is_leader
+    assert fetchers.fetch_state(followed) is None and fetchers.fetch_state(led) is None
+    assert fetchers.fetchers == {}
+    assert [e.fetcher for e in seen if isinstance(e, FetcherRemoved)] == [fetcher]
+    assert not any(isinstance(e, FetcherAdded) for e in seen)
+    seen = world.run(first, [], others=[second], until=lambda n: n.state == BrokerState.SHUTTING_DOWN)
+    assert not any(isinstance(e, FetcherAdded) for e in seen)

@@ -1,5 +1,8 @@
 """Durability across restarts of a real broker process."""
 
+import glob
+import os
+
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tidelog.testing import Broker
@@ -50,3 +53,27 @@ def test_kill_9_then_restart_keeps_every_acknowledged_record_and_a_sound_log():
         got = _consume(broker.bootstrap, "killed", len(acked))
         assert [o for o, _ in got] == list(range(len(acked)))
         assert [v for _, v in got] == acked
+
+
+def test_a_restart_with_empty_checkpoint_files_serves_every_record():
+    """A crash can leave 0-byte checkpoint files (the rename is atomic, the data on
+    some file systems is not). The broker reads them as empty, as Kafka does: its log
+    directory stays online and every record is served after the restart."""
+    with Broker() as broker:
+        acked = _produce(broker.bootstrap, "emptied", 2000)
+        broker.stop()
+        data = os.path.join(broker.data_dir, "data")
+        emptied = [os.path.join(data, name) for name in (
+            "replication-offset-checkpoint", "recovery-point-offset-checkpoint", "log-start-offset-checkpoint")]
+        emptied += glob.glob(os.path.join(data, "emptied-0", "leader-epoch-checkpoint"))
+        assert len(emptied) == 4
+        for path in emptied:
+            assert os.path.getsize(path) > 0, path
+            open(path, "wb").close()
+        broker.start()
+        assert not any("is offline" in line for line in broker.output), broker.output[-20:]
+        got = _consume(broker.bootstrap, "emptied", len(acked))
+        assert [v for _, v in got] == acked
+        assert [o for o, _ in got] == list(range(len(acked)))
+        acked += _produce(broker.bootstrap, "emptied", 10, start=2000)
+        assert [v for _, v in _consume(broker.bootstrap, "emptied", len(acked))] == acked

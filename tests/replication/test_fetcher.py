@@ -2,10 +2,13 @@
 (``getOffsetTruncationState``), out of range (``fetchOffsetAndTruncate``), errors
 (``processFetchRequest``), and the DeleteRecords race."""
 
+import logging
+
 import pytest
 
-from tidelog.core.errors import ErrorCode
+from tidelog.core.errors import ErrorCode, StorageError
 from tidelog.core.ids import TopicPartition
+from tidelog.core.states import IllegalTransition
 from tidelog.replication.fetcher import (
     EpochEndOffset,
     FetcherConfig,
@@ -433,6 +436,133 @@ def test_failed_request_backs_off_every_partition(make, clock):
     assert f.fetcher.poll(f.now) is None
     clock.advance(BACKOFF_MS)
     assert list(f.fetcher.poll(f.now).partitions) == [A, B]
+
+
+# ------------------------------------------------------------------ local failures, per partition
+
+
+def _raise(error):
+    def fail(*args, **kwargs):
+        raise error
+    return fail
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), ValueError("bad offset"), KeyError("x"),
+                                   StorageError("disk gone")], ids=lambda e: type(e).__name__)
+def test_a_failure_appending_one_partition_marks_only_that_partition_failed(make, clock, monkeypatch, error):
+    """Kafka's AbstractFetcherThread: any exception from one partition's append moves
+    it to the failed partitions; the other partitions of the same answer go on."""
+    f = Follower(make, clock, tps=(A, B, C))
+    for tp in (A, B, C):
+        f.add(tp, epoch=1)
+    plan = f.fetcher.poll(f.now)
+    monkeypatch.setattr(f.partitions[B], "append_records_as_follower", _raise(error))
+    f.fetcher.on_fetch_response(plan, {tp: result(leader_batch(0, 1, "v"), high_watermark=1) for tp in (A, B, C)},
+                                f.now)
+    assert f.state(B) is None and f.fetcher.failed_partitions == {B} and f.failed == [B]
+    assert f.log(A).log_end_offset == f.log(C).log_end_offset == 1
+    assert list(f.fetcher.poll(f.now).partitions) == [A, C]
+    f.add(B, epoch=2)                          # new metadata brings it back
+    assert not f.fetcher.failed_partitions and f.state(B).current_leader_epoch == 2
+
+
+def test_a_failure_updating_the_high_watermark_marks_only_that_partition_failed(make, clock, monkeypatch):
+    f = Follower(make, clock, tps=(A, B))
+    for tp in (A, B):
+        f.add(tp, epoch=1)
+    plan = f.fetcher.poll(f.now)
+    monkeypatch.setattr(f.partitions[A], "update_follower_high_watermark", _raise(OverflowError("hw")))
+    f.fetcher.on_fetch_response(plan, {tp: result(leader_batch(0, 1, "v"), high_watermark=1) for tp in (A, B)},
+                                f.now)
+    assert f.fetcher.failed_partitions == {A} and f.log(B).high_watermark == 1
+
+
+def test_a_failure_truncating_one_partition_on_a_diverging_epoch_marks_only_that_partition_failed(
+        make, clock, monkeypatch):
+    f = Follower(make, clock, tps=(A, B))
+    for tp in (A, B):
+        f.log(tp).append_as_follower(leader_batch(0, 0, "a") + leader_batch(1, 1, "b"))
+        f.add(tp, epoch=2)
+    plan = f.fetcher.poll(f.now)
+    monkeypatch.setattr(f.partitions[A], "truncate_to", _raise(RuntimeError("cannot cut")))
+    f.fetcher.on_fetch_response(plan, {A: result(diverging=(0, 1)), B: result(diverging=(0, 1))}, f.now)
+    assert f.fetcher.failed_partitions == {A} and f.state(A) is None
+    assert f.log(B).log_end_offset == 1 and f.state(B).fetch_offset == 1
+    assert f.log(A).log_end_offset == 2                     # untouched
+
+
+def test_a_failure_truncating_on_an_offsets_for_leader_epoch_answer_marks_only_that_partition_failed(
+        make, clock, monkeypatch):
+    f = Follower(make, clock, tps=(A, B), config=FetcherConfig(truncate_on_fetch=False))
+    for tp in (A, B):
+        f.log(tp).append_as_follower(leader_batch(0, 0, "a", "b"))
+        f.add(tp, epoch=1, offset=0)
+    plan = f.fetcher.poll(f.now)
+    assert isinstance(plan, OffsetsForLeaderEpochPlan)
+    monkeypatch.setattr(f.partitions[B], "truncate_to", _raise(ValueError("bad")))
+    f.fetcher.on_offsets_for_leader_epoch_response(
+        plan, {A: EpochEndOffset(ErrorCode.NONE, 0, 1), B: EpochEndOffset(ErrorCode.NONE, 0, 1)}, f.now)
+    assert f.fetcher.failed_partitions == {B}
+    assert f.state(A).state == FetchState.FETCHING and f.log(A).log_end_offset == 0   # the batch goes whole
+
+
+def test_a_failure_truncating_to_the_high_watermark_marks_only_that_partition_failed(make, clock, monkeypatch):
+    f = Follower(make, clock, tps=(A, B), config=FetcherConfig(truncate_on_fetch=False))
+    for tp in (A, B):
+        f.log(tp).append_as_follower(leader_batch(0, -1, "a", "b"))     # no epoch: truncate to the HW
+        f.add(tp, epoch=1, offset=0)
+    monkeypatch.setattr(f.partitions[A], "truncate_to", _raise(RuntimeError("boom")))
+    plan = f.fetcher.poll(f.now)
+    assert f.fetcher.failed_partitions == {A} and list(plan.partitions) == [B]
+
+
+def test_an_assertion_error_while_truncating_still_stops_the_broker(make, clock, monkeypatch):
+    """A broken invariant is a bug, not a partition failure: it escapes to the driver."""
+    f = Follower(make, clock, tps=(A, B))
+    for tp in (A, B):
+        f.log(tp).append_as_follower(leader_batch(0, 0, "a") + leader_batch(1, 1, "b"))
+        f.add(tp, epoch=2)
+    plan = f.fetcher.poll(f.now)
+    monkeypatch.setattr(f.partitions[A], "truncate_to", _raise(IllegalTransition("no such move")))
+    with pytest.raises(IllegalTransition):
+        f.fetcher.on_fetch_response(plan, {A: result(diverging=(0, 1)), B: result(diverging=(0, 1))}, f.now)
+
+
+def test_an_unexpected_failure_resetting_an_out_of_range_partition_backs_off_and_asks_again(
+        make, clock, monkeypatch):
+    """Kafka's handleOutOfRangeError: an unexpected error there is retried after the backoff."""
+    f = Follower(make, clock)
+    for offset, value in enumerate("abcde"):
+        f.log().append_as_follower(leader_batch(offset, 0, value))
+    f.add(epoch=2)
+    plan = _out_of_range(f)
+    monkeypatch.setattr(f.partitions[TP], "truncate_to", _raise(RuntimeError("boom")))
+    f.fetcher.on_list_offsets_response(plan, {TP: LeaderOffsets(ErrorCode.NONE, 0, 3)}, f.now)
+    assert f.state().state == FetchState.OUT_OF_RANGE and f.state().is_delayed(f.now)
+    assert not f.fetcher.failed_partitions
+    monkeypatch.undo()
+    clock.advance(BACKOFF_MS)
+    plan = f.fetcher.poll(f.now)
+    f.fetcher.on_list_offsets_response(plan, {TP: LeaderOffsets(ErrorCode.NONE, 0, 3)}, f.now)
+    assert f.log().log_end_offset == 3 and f.state().state == FetchState.FETCHING
+
+
+def test_an_offsets_for_leader_epoch_answer_for_a_partition_not_asked_is_a_protocol_error(make, clock, caplog):
+    f = Follower(make, clock, tps=(A, B), config=FetcherConfig(truncate_on_fetch=False,
+                                                               replica_fetch_backoff_ms=BACKOFF_MS))
+    f.log(A).append_as_follower(leader_batch(0, 0, "a", "b"))
+    f.add(A, epoch=1, offset=0)
+    plan = f.fetcher.poll(f.now)
+    assert list(plan.partitions) == [A]
+    with caplog.at_level(logging.ERROR, logger="tidelog.fetcher"):
+        f.fetcher.on_offsets_for_leader_epoch_response(
+            plan, {A: EpochEndOffset(ErrorCode.NONE, 0, 0), B: EpochEndOffset(ErrorCode.NONE, 0, 0)}, f.now)
+    assert any("not asked" in r.getMessage() and r.levelno == logging.ERROR for r in caplog.records)
+    assert f.log(A).log_end_offset == 2                 # nothing in the answer was used
+    assert f.state(A).state == FetchState.TRUNCATING and f.state(A).is_delayed(f.now)
+    assert f.fetcher.in_flight is None and f.fetcher.failed_requests_in_a_row == 1
+    clock.advance(BACKOFF_MS)
+    assert isinstance(f.fetcher.poll(f.now), OffsetsForLeaderEpochPlan)   # asked again
 
 
 # ------------------------------------------------------------------ log start offset race

@@ -200,3 +200,77 @@ def test_follower_fetch_waits_in_purgatory_until_data(tmp_path, clock):
     clock.advance(500)
     rm.on_tick(clock.monotonic_ms())
     assert len(answers) == 2 and answers[1][TP].records.length == 0
+
+
+def test_in_controlled_shutdown_a_follower_that_left_the_isr_stops_fetching_and_is_not_restarted(tmp_path, clock):
+    """Kafka's applyLocalFollowersDelta: once the broker is in controlled shutdown, a
+    follower partition whose ISR it has left (or that has no leader) loses its fetcher,
+    and a later leader epoch does not bring it back."""
+    rm = manager(tmp_path, clock)
+    removed = []
+    rm.fetcher_manager.on_fetcher_removed = removed.append
+    rm.apply_partition_states({TP: state(0, 1), OTHER: state(0, 1)})
+    fetcher = rm.fetcher_manager.fetcher_of(TP)
+    assert fetcher is rm.fetcher_manager.fetcher_of(OTHER)
+    rm.begin_controlled_shutdown()
+    # The controller removes broker 1 from TP's ISR: same leader epoch, new partition epoch.
+    rm.apply_partition_states({TP: state(0, 1, isr=(0, 2), partition_epoch=2)})
+    assert rm.fetcher_manager.fetch_state(TP) is None
+    assert rm.get_partition(TP) is not None and rm.get_partition(TP).partition_epoch == 2   # still hosted
+    assert rm.fetcher_manager.fetch_state(OTHER) is not None and removed == []
+    # A new leader epoch while still out of the ISR: not restarted.
+    rm.apply_partition_states({TP: state(2, 2, isr=(0, 2))})
+    assert rm.fetcher_manager.fetch_state(TP) is None and rm.get_partition(TP).leader == 2
+    # No leader at all: stopped too, and the fetcher left empty shuts down.
+    rm.apply_partition_states({OTHER: state(-1, 2, isr=(1,))})
+    assert rm.fetcher_manager.fetch_state(OTHER) is None
+    assert rm.fetcher_manager.fetchers == {} and removed == [fetcher]
+
+
+def test_in_controlled_shutdown_a_follower_still_in_the_isr_keeps_fetching(tmp_path, clock):
+    rm = manager(tmp_path, clock)
+    rm.apply_partition_states({TP: state(0, 1)})
+    before = rm.fetcher_manager.fetch_state(TP)
+    rm.begin_controlled_shutdown()
+    rm.apply_partition_states({TP: state(0, 1, isr=(0, 1), partition_epoch=2)})
+    assert rm.fetcher_manager.fetch_state(TP) is before
+    rm.apply_partition_states({TP: state(2, 2, isr=(1, 2))})
+    assert rm.fetcher_manager.fetcher_of(TP).source_broker_id == 2
+
+
+def test_out_of_controlled_shutdown_a_follower_that_left_the_isr_keeps_fetching(tmp_path, clock):
+    """It must fetch to catch up and rejoin the ISR."""
+    rm = manager(tmp_path, clock)
+    rm.apply_partition_states({TP: state(0, 1)})
+    rm.apply_partition_states({TP: state(0, 1, isr=(0, 2), partition_epoch=2)})
+    assert rm.fetcher_manager.fetch_state(TP) is not None
+    rm.apply_partition_states({TP: state(2, 2, isr=(0, 2))})
+    assert rm.fetcher_manager.fetcher_of(TP).source_broker_id == 2
+
+
+def test_a_delayed_follower_fetch_completes_as_soon_as_a_diverging_epoch_is_found(tmp_path, clock):
+    """Kafka's DelayedFetch.tryComplete (case H): a follower's fetch waiting in the
+    purgatory is answered at once when the leader's log no longer agrees with the
+    follower's last fetched epoch, so that it learns the diverging epoch and truncates
+    now rather than after replica.fetch.wait.max.ms."""
+    rm = manager(tmp_path, clock, broker_id=0)
+    rm.apply_partition_states({TP: state(0, 0)})
+    rm.append_records(1, 30_000, {TP: values("a")}, lambda r: None)
+    rm.append_records(1, 30_000, {TP: values("b", "c")}, lambda r: None)
+    answers = []
+    params = FetchParams(1, 500, 1, 1 << 20, Isolation.LOG_END,
+                         {TP: FetchPartitionRequest(3, 1 << 20, 0, 0, 0)}, broker_epoch=ALIVE[1])
+    rm.fetch_messages(params, answers.append)
+    rm.wake(TP)
+    assert answers == []                      # caught up, epoch 0 agrees: it waits
+    # While it waits, the leader's log changes under it: epoch 0 now ends at 1, and
+    # epoch 1 holds offsets 1 and 2 — the log end (the fetch offset) is where it was.
+    log = rm.get_partition(TP).log
+    log.truncate_to(1)
+    log.assign_leader_epoch(1, 1)
+    log.append_as_leader(values("x", "y"), 1)
+    assert log.log_end_offset == 3
+    rm.wake(TP)
+    assert len(answers) == 1, "answered at once, not after the max wait"
+    assert answers[0][TP].error == ErrorCode.NONE and answers[0][TP].diverging_epoch == (0, 1)
+    assert answers[0][TP].records is None

@@ -117,3 +117,35 @@ def test_leader_epoch_checkpoint_file(tmp_path):
     file.write([(1, 0), (4, 17)])
     assert file.read() == [(1, 0), (4, 17)]
     assert (tmp_path / "leader-epoch-checkpoint").read_bytes() == b"0\n2\n1 0\n4 17\n"
+
+
+@pytest.mark.parametrize("name", [checkpoint.REPLICATION_OFFSET_CHECKPOINT, checkpoint.RECOVERY_POINT_OFFSET_CHECKPOINT,
+                                  checkpoint.LOG_START_OFFSET_CHECKPOINT, checkpoint.LEADER_EPOCH_CHECKPOINT])
+def test_an_empty_checkpoint_file_reads_as_empty(tmp_path, name, caplog):
+    """Kafka reads a 0-byte checkpoint as no entries: the write is a rename, but after a
+    crash some file systems leave the renamed file with no data. It is a warning, not
+    a malformed file (which takes the log directory offline)."""
+    fs = CrashableFileSystem(str(tmp_path))
+    path = tmp_path / name
+    path.write_bytes(b"")
+    if name == checkpoint.LEADER_EPOCH_CHECKPOINT:
+        file = LeaderEpochCheckpointFile(fs, str(path))
+        with caplog.at_level("WARNING", logger="tidelog.checkpoint"):
+            assert file.read() == []
+        file.write([(2, 7)])
+        assert file.read() == [(2, 7)]
+    else:
+        file = OffsetCheckpointFile.in_dir(fs, str(tmp_path), name)
+        with caplog.at_level("WARNING", logger="tidelog.checkpoint"):
+            assert file.read() == {}
+        file.write({TopicPartition("orders", 0): 3})
+        assert file.read() == {TopicPartition("orders", 0): 3}
+    assert any(name in r.getMessage() and "empty" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("data", [b"\n", b" ", b"0"])
+def test_a_checkpoint_with_any_content_is_still_parsed_strictly(tmp_path, data):
+    path = tmp_path / checkpoint.REPLICATION_OFFSET_CHECKPOINT
+    path.write_bytes(data)
+    with pytest.raises(CheckpointFormatError):
+        OffsetCheckpointFile(CrashableFileSystem(str(tmp_path)), str(path)).read()

@@ -186,6 +186,45 @@ def test_a_malformed_checkpoint_takes_only_its_directory_offline(dirs, clock, fs
     assert m.offline_dirs == {dirs[1]} and m.get_log(A0) is not None
 
 
+EMPTIED_CHECKPOINTS = ("replication-offset-checkpoint", "recovery-point-offset-checkpoint",
+                       "log-start-offset-checkpoint", "leader-epoch-checkpoint")
+
+
+@pytest.mark.parametrize("names", [(name,) for name in EMPTIED_CHECKPOINTS] + [EMPTIED_CHECKPOINTS],
+                         ids=[*EMPTIED_CHECKPOINTS, "all"])
+def test_a_directory_with_empty_checkpoint_files_starts_online(dirs, clock, fs, caplog, names):
+    """A crash can leave 0-byte checkpoint files (the rename is atomic; on some file
+    systems the data is not): Kafka reads them as empty, so the directory starts
+    online and the logs load, with what the empty files would have said lost."""
+    m = manager(dirs, clock, fs)
+    partition_dirs = {}
+    for tp in (A0, A1):                               # one in each directory
+        log = m.get_or_create_log(tp)
+        fill(log, 6, epoch=3)
+        log.update_high_watermark(4)
+        partition_dirs[tp] = log.directory
+    expected = {tp: read_all(m.get_log(tp)) for tp in (A0, A1)}
+    m.shutdown()
+    emptied = [os.path.join(d, name) for d in dirs for name in names if name != "leader-epoch-checkpoint"]
+    if "leader-epoch-checkpoint" in names:
+        emptied += [os.path.join(d, "leader-epoch-checkpoint") for d in partition_dirs.values()]
+    for path in emptied:
+        assert os.path.getsize(path) > 0, path
+        open(path, "wb").close()
+    with caplog.at_level(logging.WARNING):
+        m = manager(dirs, clock, fs)
+    assert m.offline_dirs == frozenset() and m.offline_partitions == frozenset()
+    for tp in (A0, A1):
+        log = m.get_log(tp)
+        assert read_all(log) == expected[tp]
+        assert (log.log_start_offset, log.log_end_offset) == (0, 6)
+    assert m.read_high_watermarks() == ({} if "replication-offset-checkpoint" in names else {A0: 4, A1: 4})
+    assert sum("empty" in r.getMessage() for r in caplog.records) >= len(emptied)
+    m.write_high_watermarks({A0: 4, A1: 5})
+    m.checkpoint_recovery_points()
+    assert m.read_high_watermarks() == {A0: 4, A1: 5}
+
+
 def test_a_locked_directory_refuses_a_second_manager(dirs, clock, fs):
     m = manager(dirs, clock, fs)
     with pytest.raises(LogDirLockedError):

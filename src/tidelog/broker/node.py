@@ -326,6 +326,8 @@ class BrokerNode:
             return self._drain()
         others = [b for b in self.image.brokers.values() if b.broker_id != self.node_id and not b.fenced]
         if state == BrokerState.RUNNING and others and self.broker_epoch >= 0:
+            # First, as Kafka's BrokerServer: partitions whose ISR this broker leaves stop fetching.
+            self.replica_manager.begin_controlled_shutdown()
             self._transition(LifecycleEvent.CONTROLLED_SHUTDOWN, "stop requested: moving leaderships away")
             self._shutdown_deadline_ms = now_ms + self.controlled_shutdown_timeout_ms
             self._next_heartbeat_ms = now_ms

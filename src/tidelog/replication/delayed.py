@@ -76,7 +76,9 @@ class FetchParams:
 
 class DelayedFetch(DelayedOperation):
     """Completes when enough bytes are readable or something changed (Kafka's
-    ``DelayedFetch.tryComplete``)."""
+    ``DelayedFetch.tryComplete``): ``bytes_available`` returns None for a partition
+    that must be answered at once — an error, a role or leader-epoch change, an offset
+    out of range, or a diverging epoch (``ReplicaManager._bytes_available``)."""
 
     def __init__(self, deadline_ms: int, params: FetchParams, bytes_available: Callable,
                  on_done: Callable[[], None]):

@@ -43,6 +43,16 @@ whenever a partition's data is processed it moves to the end of the order, and
 the leader fills a response in request order, so every partition gets its turn at
 the response size budget.
 
+Failures are per partition (Kafka's ``markPartitionFailed``): an exception while
+truncating or appending one partition — a storage error or anything unexpected —
+removes that partition into ``failed_partitions`` (logged; back when new metadata
+re-adds it) and the other partitions of the same answer go on. Corrupt or invalid
+batches only back off (they may be transient). An ``AssertionError`` (a broken
+invariant, ``IllegalTransition`` included) is a bug and is never caught here: the
+driver's fault handler stops the broker. An OffsetsForLeaderEpoch answer naming a
+partition that was not asked about is a protocol error: the request counts as
+failed and nothing in it is used.
+
 Invariants: at most one request is in flight per fetcher; a response is applied
 to a partition only if it still has the state the request was built from (same
 fetch offset and current leader epoch, still ready) — a response that raced with
@@ -68,7 +78,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from tidelog.core.errors import ErrorCode, KafkaError, StorageError
+from tidelog.core.errors import CorruptRecordError, ErrorCode, InvalidRecordError, StorageError
 from tidelog.core.ids import TopicPartition
 from tidelog.core.states import transition
 from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
@@ -541,13 +551,15 @@ class FetcherState:
             moved = partition.update_follower_high_watermark(result.high_watermark)
             if result.log_start_offset >= 0:
                 partition.update_follower_log_start_offset(result.log_start_offset)
-        except StorageError as e:
-            self._mark_failed(tp, e, f"storage error: {e}")
-            return "failed"
-        except KafkaError as e:   # corrupt or invalid batches: retry later (may be transient)
+        except AssertionError:
+            raise                 # a broken invariant (IllegalTransition too): the driver stops the broker
+        except (CorruptRecordError, InvalidRecordError) as e:   # retry later (may be transient)
             logger.error("%s: invalid records at offset %d from broker %d: %s", tp, state.fetch_offset,
                          self.source_broker_id, e)
             return "retry"
+        except Exception as e:    # this partition only; the rest of the response goes on
+            self._failed_locally(tp, e, f"appending at offset {state.fetch_offset}")
+            return "failed"
         next_offset = log.log_end_offset
         lag = max(0, result.high_watermark - next_offset)
         if appended > 0 or next_offset != state.fetch_offset:
@@ -564,6 +576,15 @@ class FetcherState:
                                              now_ms: int) -> None:
         """Truncate to where the leader's epoch ends (KIP-101); if the leader
         named an epoch we never had, truncate part way and ask again (KIP-279)."""
+        unasked = sorted(set(results) - set(plan.partitions))
+        if unasked:
+            # Kafka's truncateToEpochEndOffsets refuses such an answer (IllegalStateException):
+            # it is a protocol error, and nothing in it is used.
+            logger.error("OffsetsForLeaderEpoch answer from broker %d names partitions it was not asked "
+                         "about (%s): a protocol error; the request counts as failed", self.source_broker_id,
+                         ", ".join(map(str, unasked)))
+            self.on_request_failed(plan, now_ms)
+            return
         self._done(plan)
         retry = []
         for tp, request in plan.partitions.items():
@@ -595,7 +616,8 @@ class FetcherState:
                 continue
             result = results.get(tp, LeaderOffsets(ErrorCode.UNKNOWN_SERVER_ERROR))
             if result.error == ErrorCode.NONE:
-                self._reset_out_of_range(tp, state, result)
+                if not self._reset_out_of_range(tp, state, result):
+                    retry.append(tp)
             elif result.error == ErrorCode.FENCED_LEADER_EPOCH:
                 self._mark_failed(tp, None, f"fenced leader epoch {state.current_leader_epoch}")
             else:
@@ -630,7 +652,14 @@ class FetcherState:
         if self._get_partition(tp) is None:
             self._mark_failed(tp, None, "the partition is gone")
             return
-        offset, completed = self.truncation_offset(tp, leader_epoch, leader_end_offset)
+        try:
+            offset, completed = self.truncation_offset(tp, leader_epoch, leader_end_offset)
+        except AssertionError:
+            raise
+        except Exception as e:    # reading our own epoch cache failed: this partition only
+            self._failed_locally(tp, e, f"finding where to truncate (leader epoch {leader_epoch} ends at "
+                                        f"{leader_end_offset})")
+            return
         logger.info("%s: leader broker %d says epoch %d ends at %d; truncating to %d%s", tp,
                     self.source_broker_id, leader_epoch, leader_end_offset, offset,
                     "" if completed else " and asking again")
@@ -647,11 +676,13 @@ class FetcherState:
             tp, state, FetchEvent.TRUNCATED if fetching else FetchEvent.TRUNCATION_INCOMPLETE,
             fetch_offset=log.log_end_offset, last_fetched_epoch=log.latest_epoch)
 
-    def _reset_out_of_range(self, tp: TopicPartition, state: PartitionFetchState, leader: LeaderOffsets) -> None:
+    def _reset_out_of_range(self, tp: TopicPartition, state: PartitionFetchState, leader: LeaderOffsets) -> bool:
+        """Returns False to ask again after a backoff: an unexpected failure here is not
+        final (Kafka's ``handleOutOfRangeError``), unlike one in a fetch answer."""
         partition = self._get_partition(tp)
         if partition is None:
             self._mark_failed(tp, None, "the partition is gone")
-            return
+            return True
         log_end_offset = partition.log.log_end_offset
         try:
             if leader.log_end_offset < log_end_offset:
@@ -665,12 +696,20 @@ class FetcherState:
                 partition.truncate_fully_and_start_at(leader.log_start_offset)
         except StorageError as e:
             self._mark_failed(tp, e, f"storage error: {e}")
-            return
+            return True
+        except AssertionError:
+            raise
+        except Exception:
+            logger.exception("%s: unexpected error resetting the fetch offset after OFFSET_OUT_OF_RANGE "
+                             "(leader log start %d, end %d); asking again", tp, leader.log_start_offset,
+                             leader.log_end_offset)
+            return False
         log = partition.log
         self._update_and_move_to_end(tp, self._moved(
             tp, state, FetchEvent.RESET, fetch_offset=log.log_end_offset,
             lag=max(0, leader.log_end_offset - log.log_end_offset), delay_until_ms=None,
             last_fetched_epoch=log.latest_epoch))
+        return True
 
     def _truncate(self, tp: TopicPartition, offset: int) -> bool:
         partition = self._get_partition(tp)
@@ -679,8 +718,10 @@ class FetcherState:
             return False
         try:
             partition.truncate_to(offset)
-        except StorageError as e:
-            self._mark_failed(tp, e, f"storage error: {e}")
+        except AssertionError:
+            raise                 # a broken invariant (IllegalTransition too): the driver stops the broker
+        except Exception as e:    # this partition only (Kafka's doTruncate)
+            self._failed_locally(tp, e, f"truncating to offset {offset}")
             return False
         return True
 
@@ -713,6 +754,19 @@ class FetcherState:
             if state is not None and not state.is_delayed(now_ms):
                 self._update_and_move_to_end(tp, dataclasses.replace(
                     state, delay_until_ms=now_ms + self.config.replica_fetch_backoff_ms))
+
+    def _failed_locally(self, tp: TopicPartition, error: Exception, doing: str) -> None:
+        """Truncating or appending one partition failed (Kafka's ``markPartitionFailed``
+        after ``processPartitionData`` / ``doTruncate`` threw): only this partition stops,
+        until new metadata re-adds it. A storage error takes its log directory offline
+        (the replica manager's ``on_partition_failed``); anything else is unexpected and
+        logged with its traceback. ``AssertionError`` never gets here: it is a bug."""
+        if isinstance(error, StorageError):
+            self._mark_failed(tp, error, f"storage error {doing}: {error}")
+            return
+        logger.error("%s: unexpected error %s from broker %d; marking the partition failed", tp, doing,
+                     self.source_broker_id, exc_info=error)
+        self._mark_failed(tp, error, f"unexpected {type(error).__name__} {doing}: {error}")
 
     def _mark_failed(self, tp: TopicPartition, error: Exception | None, reason: str) -> None:
         logger.warning("%s: stop fetching from broker %d (%s); waiting for new metadata", tp,

@@ -13,7 +13,10 @@ Follower side: ``fetcher_manager`` (``fetcher.py``) holds this broker's fetchers
 Becoming leader removes a partition from them; becoming follower with a new
 leader epoch re-adds it at Kafka's initial fetch offset (``initial_fetch_offset``)
 and completes the partition's delayed operations (they fail with
-``NOT_LEADER_OR_FOLLOWER``). The server drives each fetcher (``FetcherState.poll``
+``NOT_LEADER_OR_FOLLOWER``). During a controlled shutdown
+(``begin_controlled_shutdown``) a follower partition that has no leader or whose ISR
+this broker has left is removed from its fetcher instead, and stays removed. The
+server drives each fetcher (``FetcherState.poll``
 / ``on_response``) and answers other brokers' fetcher requests with
 ``fetch_messages``, ``last_offset_for_leader_epoch`` and ``fetch_leader_offsets``.
 
@@ -48,6 +51,8 @@ from tidelog.replication.fetcher import (
     ReplicaFetcherManager,
 )
 from tidelog.replication.partition import (
+    UNDEFINED_EPOCH,
+    UNDEFINED_OFFSET,
     Isolation,
     IsrProposal,
     Partition,
@@ -109,6 +114,8 @@ class ReplicaManager:
         self.pending_isr_proposals: dict[TopicPartition, IsrProposal] = {}
         # This broker's epoch from its registration; sent in follower fetches (v15+).
         self.broker_epoch = -1
+        # Set by begin_controlled_shutdown: followers out of the ISR stop fetching.
+        self.in_controlled_shutdown = False
         self.fetcher_config = fetcher_config or FetcherConfig()
         self.fetcher_manager = ReplicaFetcherManager(
             broker_id, self.fetcher_config, self.get_partition, lambda: self.broker_epoch,
@@ -157,12 +164,23 @@ class ReplicaManager:
                 log.info("became leader of %s at leader epoch %d with ISR %s", topic_partition,
                          state.leader_epoch, list(state.isr))
         # Followers: every state is applied; only a new leader epoch restarts fetching.
+        # In a controlled shutdown, a partition without a leader or whose ISR this broker
+        # has left stops fetching and is not restarted (Kafka's applyLocalFollowersDelta).
         restart: dict[TopicPartition, Partition] = {}
+        stop_fetching: list[TopicPartition] = []
         for topic_partition, state in followers.items():
             partition = self._hosted_for_state(topic_partition)
-            if partition is not None and partition.make_follower(state):
+            if partition is None:
+                continue
+            new_leader_epoch = partition.make_follower(state)
+            if self.in_controlled_shutdown and (state.leader < 0 or self.broker_id not in state.isr):
+                stop_fetching.append(topic_partition)
+            elif new_leader_epoch:
                 restart[topic_partition] = partition
-        self.fetcher_manager.remove_fetcher_for_partitions(restart)
+        self.fetcher_manager.remove_fetcher_for_partitions([*restart, *stop_fetching])
+        if stop_fetching:
+            log.info("controlled shutdown: stopped fetching %d partitions without a leader or out of the ISR: %s",
+                     len(stop_fetching), ", ".join(map(str, sorted(stop_fetching))))
         for topic_partition in states:
             partition = self.get_partition(topic_partition)
             if partition is not None and partition.pending_proposal is None:
@@ -180,6 +198,13 @@ class ReplicaManager:
                          partition.leader, partition.leader_epoch)
         self.fetcher_manager.add_fetcher_for_partitions(initial_states)
         self.fetcher_manager.shutdown_idle_fetchers()
+
+    def begin_controlled_shutdown(self) -> None:
+        """The broker asked the controller to move its leaderships and ISR memberships
+        away (Kafka's ``ReplicaManager.beginControlledShutdown``): from now on, a follower
+        partition whose new state has no leader or leaves this broker out of the ISR stops
+        fetching, and is not restarted by a later leader epoch."""
+        self.in_controlled_shutdown = True
 
     def _hosted_for_state(self, topic_partition: TopicPartition) -> Partition | None:
         """The partition, created (with its log) if not hosted yet; None if offline."""
@@ -357,6 +382,10 @@ class ReplicaManager:
         return results
 
     def _bytes_available(self, topic_partition, request, params: FetchParams) -> int | None:
+        """What a waiting fetch could read of one partition now (Kafka's
+        ``DelayedFetch.tryComplete``), or None when it must be answered at once: an error,
+        a role or leader-epoch change, the fetch offset out of range, or a log that no
+        longer agrees with the fetcher's last fetched epoch."""
         partition = self._partition_or_error(topic_partition)
         if isinstance(partition, ErrorCode) or not partition.is_leader:
             return None
@@ -367,6 +396,15 @@ class ReplicaManager:
         end_offset = log_.log_end_offset if params.replica_id >= 0 else log_.high_watermark
         if request.fetch_offset > end_offset or request.fetch_offset < log_.log_start_offset:
             return None
+        last_fetched_epoch = request.last_fetched_epoch
+        if last_fetched_epoch is not None and last_fetched_epoch >= 0:
+            # Kafka's case H: the epoch the fetcher last fetched is gone or ends before its
+            # fetch offset (the log diverged while the fetch waited). Answer now, so that the
+            # follower learns the diverging epoch and truncates at once, not after the max wait.
+            epoch, epoch_end_offset = log_.end_offset_for_epoch(last_fetched_epoch)
+            if (epoch == UNDEFINED_EPOCH or epoch_end_offset == UNDEFINED_OFFSET
+                    or epoch < last_fetched_epoch or epoch_end_offset < request.fetch_offset):
+                return None
         if request.fetch_offset == end_offset:
             return 0
         try:

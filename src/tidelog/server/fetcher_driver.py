@@ -12,8 +12,11 @@ fetcher; connections are per source broker, found through the metadata image's
 endpoints for this broker's listener.
 
 A connection error, a timeout or a malformed answer is an expected condition:
-the fetcher backs off and asks again. An exception while applying an answer is a
-bug: it goes to the fault handler, which stops the broker.
+the fetcher backs off and asks again. A failure while truncating or appending one
+partition is handled inside the fetcher (that partition is marked failed, the
+others go on: replication/fetcher.py). What escapes ``on_response`` is a broken
+invariant (an ``AssertionError``, ``IllegalTransition``): a bug, which goes to the
+fault handler and stops the broker.
 """
 
 from __future__ import annotations

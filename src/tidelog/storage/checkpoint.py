@@ -15,11 +15,16 @@ Writes are atomic (temp file, fsync, rename, fsync directory) through the file
 layer, so a crash leaves the old file or the new one. Reads are strict: anything
 that is not exactly the format raises ``CheckpointFormatError`` naming the file
 and line; sizes are bounded by ``limits.CHECKPOINT_*`` before anything is
-allocated. A missing file reads as empty (a new log directory has none).
+allocated. A missing file reads as empty (a new log directory has none), and so
+does an empty (0-byte) one, as in Kafka: the rename is atomic, but after a crash
+some file systems leave the renamed file with no data (its blocks were never
+written back). Nothing in an empty file can be wrong, so it must not take the log
+directory offline; every other malformed file still does.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from typing import Callable, Iterable, Mapping, NamedTuple, TypeVar
@@ -41,6 +46,8 @@ _INT32_MAX = (1 << 31) - 1
 _INT64_MAX = (1 << 63) - 1
 
 T = TypeVar("T")
+
+logger = logging.getLogger("tidelog.checkpoint")
 
 
 class EpochEntry(NamedTuple):
@@ -141,9 +148,14 @@ class _CheckpointFile:
         if not self.fs.exists(self.path):
             return None
         try:
-            return read_whole_file(self.fs, self.path, CHECKPOINT_FILE_SIZE_MAX_BYTES)
+            data = read_whole_file(self.fs, self.path, CHECKPOINT_FILE_SIZE_MAX_BYTES)
         except ValueError as e:
             raise CheckpointFormatError(str(e)) from None
+        if not data:
+            logger.warning("%s is empty (0 bytes, as a crash can leave a renamed file); reading it as "
+                           "no entries", self.path)
+            return None
+        return data
 
     def _write_bytes(self, data: bytes) -> None:
         write_file_atomically(self.fs, self.path, data)
