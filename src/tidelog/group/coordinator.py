@@ -31,7 +31,7 @@ from typing import Callable
 
 from tidelog.controller.messages import CreatableTopic
 from tidelog.core.clock import Clock
-from tidelog.core.errors import ErrorCode
+from tidelog.core.errors import ErrorCode, StorageError
 from tidelog.core.ids import TopicPartition
 from tidelog.group.records import partition_for
 from tidelog.group.shard import GroupConfig, GroupShard, Record
@@ -102,7 +102,8 @@ class GroupCoordinator:
     def reconcile(self, now_ms: int) -> None:
         led: dict[int, Partition] = {}
         for tp, hosted in self.replica_manager.partitions.items():
-            if tp.topic == OFFSETS_TOPIC and isinstance(hosted, Partition) and hosted.is_leader:
+            if (tp.topic == OFFSETS_TOPIC and isinstance(hosted, Partition) and hosted.is_leader
+                    and not hosted.log.is_offline):
                 led[tp.partition] = hosted
         for index in list(self.loaded):
             partition = led.get(index)
@@ -129,7 +130,15 @@ class GroupCoordinator:
         loaded.next_offset = max(loaded.next_offset, log_.log_start_offset)
         high_watermark = log_.high_watermark
         while loaded.next_offset < high_watermark:
-            data = log_.read(loaded.next_offset, _READ_MAX_BYTES, max_offset=high_watermark).records.read_bytes()
+            try:
+                data = log_.read(loaded.next_offset, _READ_MAX_BYTES,
+                                 max_offset=high_watermark).records.read_bytes()
+            except (StorageError, OSError) as e:
+                # The partition's log directory failed (the broker takes the partition
+                # offline at its next tick): its groups are unloaded, not served.
+                log.error("cannot read %s-%d: %s; unloading its groups", OFFSETS_TOPIC, index, e)
+                self.loaded.pop(index).shard.unload()
+                return
             if not data:
                 break
             for position, header in iter_batches(data):

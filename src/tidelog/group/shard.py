@@ -370,7 +370,8 @@ class GroupShard:
         for member in [m for m in group.members.values() if m.awaiting_join is None]:
             log.info("member %s of group %s did not rejoin in time: removed", member.member_id, group.group_id)
             group.remove(member.member_id)
-        group.pending_members.clear()
+        # Members told MEMBER_ID_REQUIRED keep their place until their session deadline:
+        # they join the next generation.
         group.join_deadline_ms = None
         group.initial_join = False
         group.generation_id += 1

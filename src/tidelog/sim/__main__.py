@@ -119,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
               f"({', '.join(f'{k} {v}' for k, v in sorted(total.faults.items()))}), acks=all lost "
               f"{total.acked_all_lost}, excused losses {total.excused_losses} ({total.excused_losses_clean} on "
               f"clean-election topics; history resets {total.history_resets}: "
-              f"{', '.join(f'{k} {v}' for k, v in sorted(total.reset_reasons.items()))})")
+              f"{', '.join(f'{k} {v}' for k, v in sorted(total.reset_reasons.items()))}); groups: "
+              f"{total.group_commits} commits acknowledged ({total.group_commits_excused} excused), "
+              f"{total.rebalances} generations assigned, {total.coordinator_moves} coordinator moves, "
+              f"member faults {sum(total.member_faults.values())} ({', '.join(f'{k} {v}' for k, v in sorted(total.member_faults.items()))})")
     return 1 if failures else 0
 
 

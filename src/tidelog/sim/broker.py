@@ -22,6 +22,10 @@ effect / input                         here
 metadata                               long-poll the controller, then
                                        ``on_metadata_committed``
 requests from brokers and clients      ``BrokerNode.replica_manager``
+group requests from members            ``FindCoordinator``: production's
+                                       ``GroupApis`` (creating ``__consumer_offsets``
+                                       through the controller); the rest: the
+                                       shard ``group_coordinator.shard_for`` names
 =====================================  =========================================
 
 Requests from other nodes arrive as network messages whose bodies are the
@@ -36,9 +40,11 @@ recovery, the durable metadata prefix replayed, registration, catch-up.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import uuid
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from tidelog.broker.config import BrokerConfig
@@ -53,7 +59,10 @@ from tidelog.broker.node import (
     StateChanged,
     StopNow,
 )
+from tidelog.controller.messages import CreatableTopic
+from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
+from tidelog.group.shard import JoinRequest, OffsetToCommit
 from tidelog.metadata.log import MetadataSnapshot
 from tidelog.metadata.records import Endpoint
 from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
@@ -64,6 +73,7 @@ from tidelog.replication.fetcher import (
     OffsetsForLeaderEpochPlan,
 )
 from tidelog.replication.partition import Isolation, Partition
+from tidelog.server.group_apis import GroupApis
 from tidelog.sim.disk import SimDisk
 from tidelog.sim.loop import NodeClock
 from tidelog.sim.network import NetworkNode
@@ -78,6 +88,9 @@ PENDING_CONTROLLED_SHUTDOWN = BrokerState.PENDING_CONTROLLED_SHUTDOWN
 CONTROLLED_SHUTDOWN_TIMEOUT_MS = 5000
 METADATA_MAX_WAIT_MS = 500
 CLUSTER_ID = "tidelog-sim"
+LISTENER = "PLAINTEXT"
+FIND_COORDINATOR_V4 = SimpleNamespace(api_version=4)     # the request header GroupApis reads
+JOIN_GROUP_VERSION = 5                                   # >= 4: MEMBER_ID_REQUIRED first (KIP-394)
 
 
 class FollowerMetadataLog:
@@ -129,6 +142,7 @@ class SimBroker(NetworkNode):
         self.config = self._broker_config()
         self.starts = 0
         self.node: BrokerNode | None = None
+        self.group_apis: GroupApis | None = None
         self._wakeup_event = None
         self._wakeup_at_ms: int | None = None
         self._fetcher_wakeups: dict[tuple[int, int], int] = {}
@@ -142,7 +156,10 @@ class SimBroker(NetworkNode):
             "replica.lag.time.max.ms": str(c.replica_lag_time_max_ms),
             "replica.high.watermark.checkpoint.interval.ms": str(c.hw_checkpoint_interval_ms),
             "replica.fetch.wait.max.ms": str(c.replica_fetch_wait_max_ms),
-            "replica.fetch.backoff.ms": str(c.replica_fetch_backoff_ms)})
+            "replica.fetch.backoff.ms": str(c.replica_fetch_backoff_ms),
+            "offsets.topic.num.partitions": str(c.offsets_partitions),
+            "offsets.commit.timeout.ms": str(c.request_timeout_ms),
+            "group.min.session.timeout.ms": "500", "group.initial.rebalance.delay.ms": "100"})
 
     # ================================================================ the node's state
 
@@ -183,12 +200,15 @@ class SimBroker(NetworkNode):
         self._wakeup_event = None
         self._wakeup_at_ms = None
         self._fetcher_wakeups = {}
+        member_ids = itertools.count(1)
         self.node = BrokerNode(
             self.config, self.clock, self.metadata, CLUSTER_ID,
             uuid.UUID(int=(self.broker_id << 32) | self.starts),
-            (Endpoint("PLAINTEXT", self.name, 9092),), fs=self.disk,
+            (Endpoint(LISTENER, self.name, 9092),), fs=self.disk,
             tick_interval_ms=self.sim.config.tick_ms,
-            controlled_shutdown_timeout_ms=CONTROLLED_SHUTDOWN_TIMEOUT_MS)
+            controlled_shutdown_timeout_ms=CONTROLLED_SHUTDOWN_TIMEOUT_MS,
+            new_member_id=lambda prefix: f"{prefix}-{self.broker_id}.{self.starts}.{next(member_ids)}")
+        self.group_apis = GroupApis(self.node, LISTENER, self.clock, self._create_topic)
         self._carry_out(self.node, self.node.start(self.clock.monotonic_ms()))
         self._fetch_metadata()
 
@@ -390,6 +410,92 @@ class SimBroker(NetworkNode):
             partition = self.image.partition(tp)
             answer[tp] = None if partition is None else partition.leader
         self.reply(message, answer)
+
+    # ================================================================ group coordinator
+
+    def _create_topic(self, topic: CreatableTopic) -> ErrorCode:
+        """FindCoordinator's ``__consumer_offsets`` on first use, asked of the controller
+        (runtime: ``create_internal_topic``); FindCoordinator does not wait for it."""
+        self.rpc.request("ctl", "CreateTopics", topic, self.sim.config.request_timeout_ms,
+                         lambda error_code: None, lambda error: None)
+        return ErrorCode.NONE
+
+    def _answer(self, message):
+        """A shard's callback: the answer goes back while this process lives."""
+        node = self.node
+
+        def respond(body) -> None:
+            if self.up and self.node is node:
+                self.reply(message, body)
+        return respond
+
+    def _handle_FindCoordinator(self, message) -> None:
+        found = self.group_apis.handle_find_coordinator(
+            FIND_COORDINATOR_V4, SimpleNamespace(key_type=0, coordinator_keys=[message.body["group_id"]]))
+        coordinator = found["coordinators"][0]
+        self.reply(message, {"error_code": coordinator["error_code"], "node_id": coordinator["node_id"]})
+
+    def _handle_JoinGroup(self, message) -> None:
+        body, respond = message.body, self._answer(message)
+        shard = self.node.group_coordinator.shard_for(body["group_id"])
+        if isinstance(shard, ErrorCode):
+            return respond({"error_code": int(shard), "member_id": body["member_id"]})
+        shard.join_group(JoinRequest(body["group_id"], body["member_id"], None, body["session_timeout_ms"],
+                                     body["rebalance_timeout_ms"], "consumer", body["protocols"], message.src,
+                                     message.src, JOIN_GROUP_VERSION), self.clock.now_ms(), respond)
+
+    def _handle_SyncGroup(self, message) -> None:
+        body, respond = message.body, self._answer(message)
+        shard = self.node.group_coordinator.shard_for(body["group_id"])
+        if isinstance(shard, ErrorCode):
+            return respond({"error_code": int(shard), "assignment": b""})
+
+        def answered(response: dict) -> None:
+            if response["error_code"] == ErrorCode.NONE:
+                self.sim.checker.on_assignment(self.broker_id, shard, body["group_id"], body["generation_id"],
+                                               body["member_id"], response["assignment"])
+            respond(response)
+        shard.sync_group(body["group_id"], body["generation_id"], body["member_id"], None, "consumer",
+                         body["protocol_name"], body["assignments"], self.clock.now_ms(), answered)
+
+    def _handle_Heartbeat(self, message) -> None:
+        body = message.body
+        shard = self.node.group_coordinator.shard_for(body["group_id"])
+        error = shard if isinstance(shard, ErrorCode) else shard.heartbeat(
+            body["group_id"], body["generation_id"], body["member_id"], None, self.clock.now_ms())
+        self.reply(message, {"error_code": int(error)})
+
+    def _handle_LeaveGroup(self, message) -> None:
+        body = message.body
+        shard = self.node.group_coordinator.shard_for(body["group_id"])
+        if isinstance(shard, ErrorCode):
+            return self.reply(message, {"error_code": int(shard)})
+        error, members = shard.leave_group(body["group_id"], [(body["member_id"], None)], self.clock.now_ms())
+        self.reply(message, {"error_code": int(members[0][2] if error == ErrorCode.NONE and members else error)})
+
+    def _handle_OffsetCommit(self, message) -> None:
+        body, respond = message.body, self._answer(message)
+        shard = self.node.group_coordinator.shard_for(body["group_id"])
+        if isinstance(shard, ErrorCode):
+            return respond({"errors": {tp: int(shard) for tp in body["offsets"]}})
+        now_ms = self.clock.now_ms()
+        taken = self.sim.checker.on_commit_taken(self.broker_id, shard, body, now_ms)
+
+        def answered(errors: dict) -> None:
+            self.sim.checker.on_commit_answered(taken, errors)
+            respond({"errors": {tp: int(error) for tp, error in errors.items()}})
+        shard.commit_offsets(body["group_id"], body["member_id"], None, body["generation_id"],
+                             [OffsetToCommit(tp, offset, -1, body["metadata"])
+                              for tp, offset in sorted(body["offsets"].items())], now_ms, answered)
+
+    def _handle_OffsetFetch(self, message) -> None:
+        body = message.body
+        shard = self.node.group_coordinator.shard_for(body["group_id"])
+        if isinstance(shard, ErrorCode):
+            return self.reply(message, {"error_code": int(shard)})
+        committed = shard.fetch_offsets(body["group_id"], body["partitions"])
+        self.reply(message, {"error_code": int(ErrorCode.NONE), "offsets": {
+            tp: -1 if value is None else value.offset for tp, value in committed.items()}})
 
     # ================================================================ looking
 

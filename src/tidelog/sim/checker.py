@@ -36,6 +36,17 @@ Checks, each named by its number and what it keeps (a failure raises
                                 same offset
 ``10.8-fenced-broker-out-of-isr`` (and epochs monotonic on the controller) —
                                 ``controller.testing.check_invariants``
+``group-single-owner``          coordinators' SyncGroup answers for one generation of
+                                a group give one partition to two members
+``group-commit-durable``        the serving coordinator of a group (the broker the
+                                controller names leader of its ``__consumer_offsets``
+                                partition, loaded at that leader epoch) holds, for a
+                                partition, an offset from a commit taken *before* the
+                                last one acknowledged for it (or none)
+``group-fenced-cannot-commit``  an OffsetCommit acknowledged although, when the
+                                coordinator took it, the member was not in the group
+                                or its generation was older than the group's there
+                                (or than the serving coordinator's)
 
 Invariant 10.4 holds only without unclean election and while no more than
 ``min.insync.replicas - 1`` replicas lose data. What it may not promise is excused
@@ -44,6 +55,21 @@ and counted, never silently ignored: an *unclean* election (topic config) and th
 lost unsynced bytes in a power cut returns as the only ISR member and leads).
 Either resets the partition's history at that leader epoch; acknowledged writes
 missing afterwards are counted as ``excused_losses`` with the reason.
+
+Groups. Commits are ordered by when a coordinator took them (``seq``): a
+coordinator appends a commit's record as it takes it, and a record is committed
+only once every record before it is, so of two commits that reached the log the
+one taken later is later in the log, whichever leader took it. "The last
+acknowledged commit" of a partition is the acknowledged one taken last; a
+serving coordinator must answer with it or with one taken after it (told apart
+by the commit's metadata and timestamp). A commit need not be
+the highest offset: after a rebalance a member may commit below what a member of
+the previous generation committed. Both group checks count an *era*: the history
+resets of the group's ``__consumer_offsets`` partition. A reset (last replica
+standing) may lose acknowledged commits and stored generations; those commits
+are counted as ``group_commits_excused`` and generations are compared within an
+era, and within an *incarnation* of the group: a group deleted when empty with no
+offsets (seen ``Dead`` on a coordinator) is created again at generation 0.
 """
 
 from __future__ import annotations
@@ -52,9 +78,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tidelog.controller.testing import check_invariants as check_controller_image
+from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
+from tidelog.group.classic import GroupState
+from tidelog.group.coordinator import OFFSETS_TOPIC
 from tidelog.records.batch import iter_batches, iter_records
 from tidelog.replication.partition import Partition
+from tidelog.sim.group_clients import decode_assignment, offsets_partition, serving_coordinator
 
 if TYPE_CHECKING:
     from tidelog.sim.world import World
@@ -128,6 +158,21 @@ class Seen:
     state: tuple
 
 
+@dataclass
+class CommitTaken:
+    """An OffsetCommit a coordinator took, kept to judge its answer."""
+
+    seq: int                  # the order coordinators took commits in
+    broker: int
+    group: str
+    member: str
+    generation: int
+    offsets: dict             # tp -> offset
+    metadata: str             # the member's name for the commit (``g0m1#7``)
+    era: int                  # history resets of the group's __consumer_offsets partition then
+    fenced: str | None        # why the member could not commit then, or None
+
+
 class Checker:
     def __init__(self, sim: "World"):
         self.sim = sim
@@ -146,6 +191,13 @@ class Checker:
         self.excused: list[str] = []
         self.resets_at_send: dict[bytes, int] = {}
         self.dirty: set[TopicPartition] = set()
+        # consumer groups
+        self.commit_seq = 0
+        self.commits: dict[tuple, int] = {}      # (group, tp, metadata, timestamp) -> seq of the commit taken
+        self.acked_commits: dict[str, dict[TopicPartition, CommitTaken]] = {}   # the last acknowledged
+        self.owners: dict[tuple, dict[TopicPartition, str]] = {}   # (group, era, incarnation, generation)
+        self.serving: dict[str, object] = {}     # group -> the shard that last served it
+        self.deleted: dict[str, list] = {}       # group -> the deleted (Dead) group objects seen
 
     def history(self, tp: TopicPartition) -> History:
         return self.histories.setdefault(tp, History())
@@ -169,6 +221,7 @@ class Checker:
         for tp in sorted(self.dirty):
             self._check_isr(tp)
         self.dirty.clear()
+        self._check_groups()
 
     def _observe(self, broker, tp: TopicPartition, partition: Partition) -> None:
         log = partition.log
@@ -225,13 +278,17 @@ class Checker:
             detail = (f"broker {broker_id} leads {tp} at epoch {epoch} but offset {offset} "
                       f"(committed at epoch {commit_epoch}: {record[2]!r}) is "
                       f"{'missing' if mine is None else repr(mine[2])} (LEO {partition.log.log_end_offset})")
-            if tp.topic in self.unclean_topics or self.sim.config.topic(tp.topic).unclean:
+            if tp.topic in self.unclean_topics or self._unclean(tp.topic):
                 self._reset(tp, epoch, f"unclean topic: {detail}")
             elif (broker_id, tp) in self.amnesiac:
                 self._reset(tp, epoch, f"last replica standing after {self.amnesiac[(broker_id, tp)]}: {detail}")
             else:
                 raise InvariantViolation("10.4-acknowledged-write-kept", detail)
             return
+
+    def _unclean(self, topic: str) -> bool:
+        """Unclean election on for ``topic`` (never for ``__consumer_offsets``)."""
+        return any(t.name == topic and t.unclean for t in self.sim.config.topics)
 
     def _reset(self, tp: TopicPartition, epoch: int, reason: str) -> None:
         history = self.history(tp)
@@ -322,7 +379,7 @@ class Checker:
                 if before is None or partition.leader < 0 or partition.leader == before.leader:
                     continue
                 if partition.leader not in before.isr:
-                    if not self.sim.config.topic(tp.topic).unclean:
+                    if not self._unclean(tp.topic):
                         raise InvariantViolation("10.4-acknowledged-write-kept", (
                             f"{tp}: broker {partition.leader} elected outside the ISR {list(before.isr)} "
                             f"with unclean.leader.election.enable=false (epoch {partition.leader_epoch})"))
@@ -419,6 +476,125 @@ class Checker:
     def on_consumer_reset(self, consumer, tp, position, result) -> None:
         self.sim.loop.trace.add(self.sim.loop.now_ms, consumer.name,
                                 f"{tp} offset {position} out of range; reset to {result.log_start_offset}")
+
+    # ================================================================ consumer groups
+
+    def _era(self, index: int) -> int:
+        return len(self.history(TopicPartition(OFFSETS_TOPIC, index)).resets)
+
+    def _incarnation(self, group_id: str) -> int:
+        """How often the group was deleted (empty, no offsets left): its generations start again."""
+        return len(self.deleted.get(group_id, ()))
+
+    def on_assignment(self, broker_id: int, shard, group_id: str, generation: int, member_id: str,
+                      assignment: bytes) -> None:
+        """Invariant group-single-owner, at each SyncGroup answer a coordinator gives."""
+        key = (group_id, self._era(shard.partition), self._incarnation(group_id), generation)
+        owners = self.owners.get(key)
+        if owners is None:
+            owners = self.owners[key] = {}
+            self.sim.stats.rebalances += 1
+        topic = next(g.topic for g in self.sim.config.groups if g.name == group_id)
+        for tp in decode_assignment(topic, assignment):
+            owner = owners.setdefault(tp, member_id)
+            if owner != member_id:
+                raise InvariantViolation("group-single-owner", f"{group_id} generation {generation}: {tp} is "
+                                         f"assigned to {owner} and, by b{broker_id}, to {member_id}")
+
+    def _note_deletion(self, group_id: str) -> None:
+        """A coordinator that deleted the group (Dead until its tombstone is replayed)
+        starts a new incarnation of it: generations restart at 1 (Kafka's cleanup)."""
+        index = offsets_partition(self.sim, group_id)
+        if index is None:
+            return
+        for broker_id, broker in self.sim.brokers.items():
+            loaded = broker.node.group_coordinator.loaded.get(index) if broker.up else None
+            group = loaded.shard.groups.get(group_id) if loaded is not None else None
+            if group is None or not group.is_in(GroupState.DEAD):
+                continue
+            deleted = self.deleted.setdefault(group_id, [])
+            if all(group is not other for other in deleted):
+                deleted.append(group)
+                self.sim.loop.trace.add(self.sim.loop.now_ms, "check", f"{group_id} deleted on b{broker_id} "
+                                        f"at generation {group.generation_id}: generations start again")
+
+    def on_commit_taken(self, broker_id: int, shard, body: dict, now_ms: int) -> CommitTaken:
+        """A coordinator takes an OffsetCommit (and appends its record, if it accepts it)."""
+        group_id, member_id, generation = body["group_id"], body["member_id"], body["generation_id"]
+        self.commit_seq += 1
+        for tp in body["offsets"]:
+            self.commits[(group_id, tp, body["metadata"], now_ms)] = self.commit_seq
+        return CommitTaken(self.commit_seq, broker_id, group_id, member_id, generation, dict(body["offsets"]),
+                           body["metadata"], self._era(shard.partition),
+                           self._fenced(shard, group_id, member_id, generation))
+
+    def _fenced(self, shard, group_id: str, member_id: str, generation: int) -> str | None:
+        group = shard.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return f"{member_id} was not a member of {group_id} there"
+        current, where = group.generation_id, "there"
+        serving = serving_coordinator(self.sim, group_id)
+        if serving is not None and serving[1] is not shard:
+            other = serving[1].groups.get(group_id)
+            if other is not None and other.generation_id > current:
+                current, where = other.generation_id, f"on b{serving[0]}, its serving coordinator"
+        if generation < current:
+            return f"{group_id} was at generation {current} {where}"
+        return None
+
+    def on_commit_answered(self, taken: CommitTaken, errors: dict) -> None:
+        """Invariant group-fenced-cannot-commit; remember the last acknowledged commit."""
+        for tp, error in sorted(errors.items()):
+            if error != ErrorCode.NONE:
+                continue
+            if taken.fenced is not None:
+                raise InvariantViolation("group-fenced-cannot-commit", (
+                    f"b{taken.broker} acknowledged commit {taken.metadata} of {tp} offset {taken.offsets[tp]} "
+                    f"at generation {taken.generation}, but when it took the commit {taken.fenced}"))
+            self.sim.stats.group_commits += 1
+            acked = self.acked_commits.setdefault(taken.group, {})
+            last = acked.get(tp)
+            if last is None or (taken.era, taken.seq) > (last.era, last.seq):
+                acked[tp] = taken
+
+    def _check_groups(self) -> None:
+        """Group deletions, and invariant group-commit-durable: the serving coordinator
+        answers the last acknowledged commit of each partition, or one taken after it."""
+        for spec in self.sim.config.groups:
+            group_id = spec.name
+            self._note_deletion(group_id)
+            serving = serving_coordinator(self.sim, group_id)
+            if serving is None:
+                continue
+            broker_id, shard = serving
+            if self.serving.get(group_id) is not shard:
+                if group_id in self.serving:
+                    self.sim.stats.coordinator_moves += 1
+                self.serving[group_id] = shard
+                self.sim.loop.trace.add(self.sim.loop.now_ms, "check", f"{group_id} is served by b{broker_id} "
+                                        f"({OFFSETS_TOPIC}-{shard.partition} loaded)")
+            acked = self.acked_commits.get(group_id)
+            if not acked:
+                continue
+            era = self._era(shard.partition)
+            committed = shard.fetch_offsets(group_id, list(acked))
+            for tp, last in list(acked.items()):
+                if last.era != era:
+                    del acked[tp]
+                    self.sim.stats.group_commits_excused += 1
+                    self.sim.loop.trace.add(self.sim.loop.now_ms, "check", (
+                        f"{group_id} {tp}: commit {last.metadata} of offset {last.offsets[tp]} excused: "
+                        f"{OFFSETS_TOPIC}-{shard.partition}'s history was reset"))
+                    continue
+                value = committed[tp]
+                seq = None if value is None else self.commits.get(
+                    (group_id, tp, value.metadata, value.commit_timestamp_ms))
+                if seq is None or seq < last.seq:
+                    has = "no offset" if value is None else f"offset {value.offset} from commit {value.metadata}"
+                    raise InvariantViolation("group-commit-durable", (
+                        f"{group_id} {tp}: b{last.broker} acknowledged commit {last.metadata} of offset "
+                        f"{last.offsets[tp]} (generation {last.generation}), but its serving coordinator "
+                        f"b{broker_id} has {has}"))
 
 
 def _value(record: RecordId | None):

@@ -6,9 +6,9 @@ topics (partitions, replication factor, ``min.insync.replicas``, unclean
 election, fsync policy, segment size), the timeouts (session, heartbeat,
 ``replica.lag.time.max.ms``, fetch wait and backoff, request timeout), the
 network (delay, jitter, loss, duplication in the fault phase), clock skew per
-node, the clients (producers with acks 0/1/all, consumers) and the nemesis
-(which fault kinds are on, how often they strike). Different seeds therefore
-explore different corners (FoundationDB's and TigerBeetle's "swarm testing"):
+node, the clients (producers with acks 0/1/all, consumers or consumer groups)
+and the nemesis (which fault kinds are on, how often they strike). Different
+seeds therefore explore different corners (FoundationDB's and TigerBeetle's "swarm testing"):
 a seed with no power cuts but heavy partitions, one with tiny segments and a
 full disk, one with unclean election and acks=1 …
 
@@ -52,6 +52,15 @@ class ClientSpec:
 
 
 @dataclass(frozen=True)
+class GroupSpec:
+    """A consumer group (classic protocol) of ``members`` simulated members reading ``topic``."""
+
+    name: str
+    topic: str
+    members: int
+
+
+@dataclass(frozen=True)
 class SimConfig:
     seed: int
     brokers: int = 3
@@ -79,6 +88,9 @@ class SimConfig:
     fault_phase_ms: int = 20_000
     healed_phase_ms: int = 40_000           # the longest convergence may take
     produce_interval_ms: int = 60
+    groups: tuple[GroupSpec, ...] = ()
+    group_session_timeout_ms: int = 3000    # the members' session.timeout.ms
+    offsets_partitions: int = 3             # offsets.topic.num.partitions
     defect: str | None = None
 
     # ------------------------------------------------------------------ swarm
@@ -103,7 +115,7 @@ class SimConfig:
             clients.append(ClientSpec("consumer", topic.name))
         session = rng.choice([1500, 3000, 6000])
         kinds = tuple(k for k in FAULT_KINDS if rng.random() < 0.75) or ("partition", "kill")
-        return cls(
+        config = cls(
             seed=seed, brokers=brokers, log_dirs_per_broker=rng.choice([1, 1, 2]), topics=tuple(topics),
             clients=tuple(clients), session_timeout_ms=session,
             heartbeat_interval_ms=session // rng.choice([3, 4, 6]),
@@ -121,6 +133,17 @@ class SimConfig:
             fault_duration_ms=rng.choice([1000, 3000, 8000]), faults_at_once=rng.choice([1, 2, 3, 4]),
             fault_phase_ms=(rng.choice([60_000, 120_000]) if long else rng.choice([15_000, 20_000, 25_000])),
             healed_phase_ms=60_000, produce_interval_ms=rng.choice([20, 60, 150]), defect=defect)
+        # Drawn last, so every option above is what it was before groups existed: a
+        # topic's consumer is, on most seeds, a consumer group of 2-4 members instead.
+        groups = []
+        for topic in topics:
+            if rng.random() < 0.7:
+                groups.append(GroupSpec(f"g{len(groups)}", topic.name, rng.choice([2, 3, 3, 4])))
+        grouped = {g.topic for g in groups}
+        return config.with_options(
+            clients=tuple(c for c in clients if c.kind != "consumer" or c.topic not in grouped),
+            groups=tuple(groups), group_session_timeout_ms=rng.choice([1000, 2000, 4000]),
+            offsets_partitions=rng.choice([1, 2, 3]))
 
     def with_options(self, **changes) -> "SimConfig":
         return replace(self, **changes)
@@ -137,6 +160,9 @@ class SimConfig:
                  f"loss={self.fault_loss}", f"dup={self.fault_duplicate}",
                  f"faults={','.join(self.fault_kinds)}/{self.fault_interval_ms}ms/x{self.faults_at_once}",
                  f"phase={self.fault_phase_ms}ms"]
+        if self.groups:
+            parts.append(f"groups={'+'.join(f'{g.name}:{g.topic}x{g.members}' for g in self.groups)}"
+                         f"/session{self.group_session_timeout_ms}/offsets{self.offsets_partitions}p")
         if self.defect:
             parts.append(f"defect={self.defect}")
         return " ".join(parts)
@@ -157,6 +183,11 @@ class RunStats:
     excused_losses_clean: int = 0     # of which on clean-election topics (last replica standing)
     history_resets: int = 0
     reset_reasons: dict[str, int] = field(default_factory=dict)
+    group_commits: int = 0            # partition offsets a coordinator acknowledged
+    group_commits_excused: int = 0    # acknowledged commits its __consumer_offsets partition lost, excused
+    rebalances: int = 0               # generations whose assignment a coordinator handed out
+    coordinator_moves: int = 0        # a group served by a newly loaded coordinator shard
+    member_faults: dict[str, int] = field(default_factory=dict)   # leave / crash / pause / rejoin
 
     def add(self, other: "RunStats") -> None:
         self.events += other.events
@@ -173,3 +204,9 @@ class RunStats:
         self.history_resets += other.history_resets
         for k, v in other.reset_reasons.items():
             self.reset_reasons[k] = self.reset_reasons.get(k, 0) + v
+        self.group_commits += other.group_commits
+        self.group_commits_excused += other.group_commits_excused
+        self.rebalances += other.rebalances
+        self.coordinator_moves += other.coordinator_moves
+        for k, v in other.member_faults.items():
+            self.member_faults[k] = self.member_faults.get(k, 0) + v

@@ -6,10 +6,11 @@ controller's disk, so it survives a controller restart — and a
 ``QuorumController`` built on it at every process start (a restart replays the
 log and gives every registered broker a fresh session, as the real one does).
 
-Requests: ``BrokerRegistration``, ``BrokerHeartbeat`` and ``AlterPartition`` go
-straight to the controller's methods; ``MetadataFetch`` answers with the
-committed offset at once when there is news, otherwise it waits (long poll, as
-the Fetch of ``__cluster_metadata`` does) until the next write or ``max_wait``.
+Requests: ``BrokerRegistration``, ``BrokerHeartbeat``, ``AlterPartition`` and
+``CreateTopics`` (a broker creating ``__consumer_offsets``) go straight to the
+controller's methods; ``MetadataFetch`` answers with the committed offset at
+once when there is news, otherwise it waits (long poll, as the Fetch of
+``__cluster_metadata`` does) until the next write or ``max_wait``.
 The stale-broker check fires at ``next_deadline_ms()`` on the controller's own
 (possibly skewed) clock.
 """
@@ -84,6 +85,8 @@ class SimController(NetworkNode):
             self.reply(message, controller.process_broker_heartbeat(body))
         elif kind == "AlterPartition":
             self.reply(message, controller.alter_partition(body))
+        elif kind == "CreateTopics":
+            self.reply(message, controller.create_topics([body])[0].error_code)
         elif kind == "MetadataFetch":
             if body["from_offset"] > controller.committed_offset and body["max_wait_ms"] > 0:
                 entry = [message, None]

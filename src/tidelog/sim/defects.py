@@ -1,4 +1,4 @@
-"""Planted defects: test-only switches that break the replication core on purpose.
+"""Planted defects: test-only switches that break the replication core (or groups) on purpose.
 
 A simulator that cannot fail proves nothing. Each defect here re-creates a bug
 Kafka actually had (or one its design exists to prevent) by patching one
@@ -26,6 +26,13 @@ assert that some seed fails with the invariant named in ``EXPECTED``.
 ``unclean-election-when-disabled``
     The controller elects a leader from outside the ISR although
     ``unclean.leader.election.enable`` is false.
+``group-load-stops-at-high-watermark``
+    A new group coordinator serves as soon as its replay of
+    ``__consumer_offsets`` reaches the partition's high watermark, instead of
+    the log end offset the partition had at its election. A new leader's high
+    watermark lags the old leader's (it learns it on its next fetch), so commits
+    the old coordinator acknowledged are missing, or older values answered,
+    until the new high watermark catches up.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ EXPECTED = {
     "hw-ignores-caught-up-follower": {"10.3-isr-holds-committed", "10.4-acknowledged-write-kept"},
     "unclean-election-when-disabled": {"10.4-acknowledged-write-kept"},
     "publish-before-registration": {"10.4-acknowledged-write-kept"},
+    "group-load-stops-at-high-watermark": {"group-commit-durable", "group-single-owner"},
 }
 # Defects that only a named scenario reaches (tests/sim/test_scenarios.py), not the fixed seeds.
 SCENARIO_ONLY = {"publish-before-registration"}
@@ -94,11 +102,23 @@ def _publish_before_registration():
     return [(BrokerNode, "_may_publish", lambda self: True), (BrokerNode, "start", start)]
 
 
+def _group_load_stops_at_high_watermark():
+    from tidelog.group.coordinator import _Loaded
+    original_init = _Loaded.__init__
+
+    def init(self, shard, leader_epoch, load_end_offset, next_offset):
+        # DEFECT: no load end: the first replay, up to the high watermark, completes the load
+        original_init(self, shard, leader_epoch, 0, next_offset)
+
+    return [(_Loaded, "__init__", init)]
+
+
 PATCHES = {
     "publish-before-registration": _publish_before_registration,
     "truncate-to-high-watermark": _truncate_to_high_watermark,
     "hw-ignores-caught-up-follower": _hw_ignores_caught_up_follower,
     "unclean-election-when-disabled": _unclean_election_when_disabled,
+    "group-load-stops-at-high-watermark": _group_load_stops_at_high_watermark,
 }
 
 

@@ -3,8 +3,9 @@
 Theory of operation. ``Simulation(config, directory)`` builds, from the seed:
 one ``random.Random`` (every random choice of the run draws from it), the event
 loop, the network, the controller, ``config.brokers`` brokers (ids 1..N, data
-under ``directory``), the clients and the checker, which the loop calls after
-every event. ``run()`` then:
+under ``directory``), the clients (producers, consumers, group members) and the
+checker, which the loop calls after every event but a client's own (those
+change nothing it reads). ``run()`` then:
 
 1. starts the controller and the brokers, waits until all are RUNNING, creates
    the topics and waits until every partition has a leader and a full ISR;
@@ -33,12 +34,14 @@ import traceback
 from dataclasses import dataclass, field
 
 from tidelog.core.ids import TopicPartition
+from tidelog.group.coordinator import OFFSETS_TOPIC
 from tidelog.records.batch import iter_batches, iter_records
 from tidelog.sim.broker import PENDING_CONTROLLED_SHUTDOWN, RUNNING, SimBroker
 from tidelog.sim.checker import Checker, InvariantViolation
 from tidelog.sim.clients import SimConsumer, SimProducer
 from tidelog.sim.config import RunStats, SimConfig
 from tidelog.sim.controller import SimController
+from tidelog.sim.group_clients import SimGroupMember, group_unsettled
 from tidelog.sim.loop import EventLoop, Trace
 from tidelog.sim.nemesis import Nemesis
 from tidelog.sim.network import Network
@@ -90,13 +93,31 @@ class Simulation:
                                                   producer_id=1000 + i if idempotent else -1))
             else:
                 self.consumers.append(SimConsumer(self, f"c{i}", client.topic))
+        self.members = {group.name: [SimGroupMember(self, f"{group.name}m{j}", group) for j in range(group.members)]
+                        for group in config.groups}
         self.nemesis = Nemesis(self)
         self.healed = False
-        self.loop.after_event = lambda event: self.checker.check()
+        self._client_processes = {c.owned for c in self.producers + self.consumers + self.group_members}
+        self.loop.after_event = self._after_event
+
+    @property
+    def group_members(self) -> list[SimGroupMember]:
+        return [member for members in self.members.values() for member in members]
+
+    def _after_event(self, event) -> None:
+        """The invariants, after every event that can change what they read: a client's
+        own events (its timers, the answers it gets) change no broker or controller."""
+        if event.owner not in self._client_processes:
+            self.checker.check()
 
     @property
     def partitions(self) -> list[TopicPartition]:
         return [TopicPartition(t.name, p) for t in self.config.topics for p in range(t.partitions)]
+
+    def offsets_partitions(self, image) -> list[TopicPartition]:
+        """``__consumer_offsets``, once a FindCoordinator has had it created."""
+        topic = image.topic(OFFSETS_TOPIC)
+        return [] if topic is None else [TopicPartition(OFFSETS_TOPIC, p) for p in sorted(topic.partitions)]
 
     # ================================================================ faults (nemesis and scenarios)
 
@@ -236,7 +257,7 @@ class Simulation:
         return True
 
     def start_clients(self) -> None:
-        for client in self.producers + self.consumers:
+        for client in self.producers + self.consumers + self.group_members:
             client.start()
 
     def run(self) -> SimResult:
@@ -293,7 +314,7 @@ class Simulation:
             reasons = self.converged()
         if reasons:
             raise InvariantViolation("10.5-convergence", "; ".join(reasons[:5]))
-        for consumer in self.consumers:
+        for consumer in self.consumers + self.group_members:
             consumer.active = False
         self.loop.trace.add(self.loop.now_ms, "sim", f"converged {self.loop.now_ms - healed_at} ms after healing")
 
@@ -309,7 +330,8 @@ class Simulation:
                 reasons.append(f"b{broker.broker_id} is {broker.state}")
             elif broker.image.offset != image.offset:
                 reasons.append(f"b{broker.broker_id} metadata at {broker.image.offset}, controller at {image.offset}")
-        for tp in self.partitions:
+        ends: dict[TopicPartition, int] = {}
+        for tp in self.partitions + self.offsets_partitions(image):
             registration = image.partition(tp)
             if registration.leader < 0:
                 reasons.append(f"{tp} has no leader")
@@ -320,7 +342,7 @@ class Simulation:
             if leader is None or not leader.is_leader:
                 reasons.append(f"{tp}: b{registration.leader} does not lead it yet")
                 continue
-            end = leader.log.log_end_offset
+            end = ends[tp] = leader.log.log_end_offset
             for replica in registration.replicas:
                 partition = self.brokers[replica].partition(tp)
                 if partition is None:
@@ -333,6 +355,8 @@ class Simulation:
             for consumer in self.consumers:
                 if consumer.topic == tp.topic and consumer.positions[tp] < end:
                     reasons.append(f"{consumer.name} at {tp} offset {consumer.positions[tp]} of {end}")
+        for group in self.config.groups:
+            reasons += group_unsettled(self, group, self.members[group.name], ends)
         return reasons
 
     # ================================================================ the end state
@@ -354,7 +378,7 @@ class Simulation:
         for broker in self.brokers.values():
             if broker.image != image:
                 raise InvariantViolation("10.7-metadata-images-agree", f"b{broker.broker_id} after convergence")
-        for tp in self.partitions:
+        for tp in self.partitions + self.offsets_partitions(image):
             registration = image.partition(tp)
             logs = {b: self.log_bytes(b, tp) for b in registration.replicas}
             reference = logs[registration.leader]
@@ -375,6 +399,8 @@ class Simulation:
             if records.get(offset) != record:
                 raise InvariantViolation("10.4-acknowledged-write-kept", f"{tp} offset {offset} committed at "
                                          f"epoch {epoch} as {record[2]!r} is {records.get(offset)} at the end")
+        if tp.topic == OFFSETS_TOPIC:
+            return                      # the coordinators' records: no producer wrote them
         values = [value for _, (_, _, value) in sorted(records.items())]
         counts: dict[bytes, int] = {}
         for value in values:
