@@ -28,7 +28,8 @@ def static_log_config(config: BrokerConfig) -> LogConfig:
              "delete.retention.ms": config["log.cleaner.delete.retention.ms"],
              "min.cleanable.dirty.ratio": config["log.cleaner.min.cleanable.ratio"],
              "min.compaction.lag.ms": config["log.cleaner.min.compaction.lag.ms"],
-             "max.compaction.lag.ms": config["log.cleaner.max.compaction.lag.ms"]}
+             "max.compaction.lag.ms": config["log.cleaner.max.compaction.lag.ms"],
+             "compression.type": config["compression.type"]}
     if config["log.flush.interval.messages"] is not None:
         props["flush.messages"] = config["log.flush.interval.messages"]
     if config["log.flush.interval.ms"] is not None:
@@ -42,8 +43,7 @@ def topic_config_values(image: MetadataImage, config: BrokerConfig, topic: str) 
     topic_configs = image.configs.get(ConfigResource(int(ConfigResourceType.TOPIC), topic), {})
     static = static_log_config(config).to_properties()
     static.update({"min.insync.replicas": str(config["min.insync.replicas"]),
-                   "unclean.leader.election.enable": str(config["unclean.leader.election.enable"]).lower(),
-                   "compression.type": config["compression.type"]})
+                   "unclean.leader.election.enable": str(config["unclean.leader.election.enable"]).lower()})
     originals = config.originals
     out = {}
     for name, definition in TOPIC_CONFIGS.items():

@@ -319,6 +319,24 @@ def build_batch(
                       payload=payload)
 
 
+def recompress(buf, pos: int, compression: Compression) -> bytes:
+    """The validated batch at ``pos`` with its records stored under ``compression``
+    (Kafka's LogValidator does this when a topic's ``compression.type`` differs from
+    the producer's): the same offsets, timestamps, producer fields and attributes."""
+    header = read_header(buf, pos)
+    log_append = header.timestamp_type == TimestampType.LOG_APPEND_TIME
+    records = list(iter_records(buf, pos))
+    body = encode_records((record, record.offset - header.base_offset,
+                           0 if log_append else record.timestamp - header.base_timestamp) for record in records)
+    attributes = (header.attributes & ~_COMPRESSION_MASK) | int(compression)
+    return pack_batch(base_offset=header.base_offset, last_offset_delta=header.last_offset_delta,
+                      partition_leader_epoch=header.partition_leader_epoch, attributes=attributes,
+                      base_timestamp=header.base_timestamp, max_timestamp=header.max_timestamp,
+                      producer_id=header.producer_id, producer_epoch=header.producer_epoch,
+                      base_sequence=header.base_sequence, record_count=header.record_count,
+                      payload=compress(compression, body))
+
+
 def encode_records(records: Iterable[tuple]) -> bytes:
     """The (uncompressed) records section: ``(record, offset_delta, timestamp_delta)``
     triples, each record anything with ``key``, ``value`` and ``headers``."""

@@ -32,7 +32,7 @@ _DAY_MS = 24 * 60 * 60 * 1000
 
 # Kafka topic configs that are valid but not the storage engine's business.
 TOPIC_CONFIGS_OWNED_ELSEWHERE = frozenset({
-    "compression.type", "compression.gzip.level", "compression.lz4.level",
+    "compression.gzip.level", "compression.lz4.level",
     "compression.zstd.level", "file.delete.delay.ms",
     "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
     "local.retention.bytes", "local.retention.ms",
@@ -62,6 +62,9 @@ _INT_CONFIGS = {
 _TIMESTAMP_TYPE_KEY = "message.timestamp.type"
 _CLEANUP_POLICY_KEY = "cleanup.policy"
 _DIRTY_RATIO_KEY = "min.cleanable.dirty.ratio"
+_COMPRESSION_TYPE_KEY = "compression.type"
+PRODUCER = "producer"         # compression.type: keep the producer's codec
+COMPRESSION_TYPES = (PRODUCER, "uncompressed", "gzip", "snappy", "lz4", "zstd")
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
@@ -82,6 +85,7 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5       # min.cleanable.dirty.ratio
     min_compaction_lag_ms: int = 0               # min.compaction.lag.ms
     max_compaction_lag_ms: int = INT64_MAX       # max.compaction.lag.ms
+    compression_type: str = PRODUCER             # compression.type: producer, or the codec batches are stored in
 
     def __post_init__(self):
         for key, (name, low, high) in _INT_CONFIGS.items():
@@ -95,6 +99,9 @@ class LogConfig:
         policy = self.cleanup_policy
         if not isinstance(policy, tuple) or not set(policy) <= {COMPACT, DELETE} or len(set(policy)) != len(policy):
             raise InvalidConfigError(f"{_CLEANUP_POLICY_KEY}={policy!r}: must list {COMPACT} and/or {DELETE}")
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise InvalidConfigError(f"{_COMPRESSION_TYPE_KEY}={self.compression_type!r}: must be one of "
+                                     f"{', '.join(COMPRESSION_TYPES)}")
         ratio = self.min_cleanable_dirty_ratio
         if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not 0 <= ratio <= 1:
             raise InvalidConfigError(f"{_DIRTY_RATIO_KEY}={ratio!r}: must be a number in [0, 1]")
@@ -134,6 +141,8 @@ class LogConfig:
                 changes["cleanup_policy"] = tuple(item.strip() for item in str(raw).split(",") if item.strip())
             elif key == _DIRTY_RATIO_KEY:
                 changes["min_cleanable_dirty_ratio"] = _parse_ratio(key, raw)
+            elif key == _COMPRESSION_TYPE_KEY:
+                changes["compression_type"] = str(raw).strip().lower()
             elif key not in TOPIC_CONFIGS_OWNED_ELSEWHERE:
                 raise InvalidConfigError(f"{key}: unknown topic config")
         return dataclasses.replace(defaults or cls(), **changes)
@@ -143,6 +152,7 @@ class LogConfig:
         properties[_TIMESTAMP_TYPE_KEY] = self.message_timestamp_type
         properties[_CLEANUP_POLICY_KEY] = ",".join(self.cleanup_policy)
         properties[_DIRTY_RATIO_KEY] = str(self.min_cleanable_dirty_ratio)
+        properties[_COMPRESSION_TYPE_KEY] = self.compression_type
         return properties
 
 

@@ -53,13 +53,15 @@ from tidelog.core.errors import (
 from tidelog.core.ids import TopicPartition
 from tidelog.records.batch import (
     iter_records,
+    recompress,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
     validate_batch,
 )
 from tidelog.storage.checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
-from tidelog.storage.config import LogConfig
+from tidelog.records.compression import Compression
+from tidelog.storage.config import PRODUCER, LogConfig
 from tidelog.storage.epoch_cache import LeaderEpochCache
 from tidelog.storage.errors import CorruptSegmentError, OfflineLogDirError
 from tidelog.storage.files import FileHandle, FileSystem, RealFileSystem, read_whole_file, write_file_atomically
@@ -182,6 +184,22 @@ def _io_guard(method):
             raise StorageError(f"{self.topic_partition}: I/O error in {self.directory}: {e}") from e
 
     return guarded
+
+
+def _in_topic_codec(buffer: bytearray, compression_type: str) -> bytearray:
+    """The batches of a produce request stored in the topic's ``compression.type``
+    (recompressed where the producer used another codec; control batches as they are)."""
+    codec = Compression.NONE if compression_type == "uncompressed" else Compression.from_name(compression_type)
+    out, position, changed = bytearray(), 0, False
+    while position < len(buffer):
+        header = validate_batch(buffer, position, strict=True)
+        if header.compression != codec and not header.is_control:
+            out += recompress(buffer, position, codec)
+            changed = True
+        else:
+            out += buffer[position:position + header.size_bytes]
+        position += header.size_bytes
+    return out if changed else buffer
 
 
 class Log:
@@ -312,6 +330,8 @@ class Log:
         buffer = records if isinstance(records, bytearray) else bytearray(records)
         now_ms = self.clock.now_ms()
         config = self.config
+        if config.compression_type != PRODUCER:
+            buffer = _in_topic_codec(buffer, config.compression_type)
         log_append_time = now_ms if config.uses_log_append_time else -1
         first_offset = next_offset = self._log_end_offset
         batches: list[BatchInfo] = []
