@@ -63,51 +63,52 @@ def disjoint_and_complete(assignments: list[set]) -> bool:
 
 # ------------------------------------------------------------ the members, per client
 
-class ConfluentMember(threading.Thread):
-    def __init__(self, broker, topic, group, **extra):
+class ThreadMember(threading.Thread):
+    """A client's consumer polled in a thread until ``stop``; then ``close()`` is timed."""
+
+    def __init__(self):
         super().__init__(daemon=True)
+        self.assignment: set = set()
+        self.seen: set = set()
+        self.stop = threading.Event()
+        self.close_s = None
+
+    def run(self):
+        while not self.stop.is_set():
+            self.poll()
+            self.assignment = {tp.partition for tp in self.consumer.assignment()}
+        started = time.monotonic()
+        self.consumer.close()
+        self.close_s = time.monotonic() - started
+
+
+class ConfluentMember(ThreadMember):
+    def __init__(self, broker, topic, group, **extra):
+        super().__init__()
         timeouts = {} if extra.get("group.protocol") == "consumer" else {   # the coordinator's, in KIP-848
             "session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
         self.consumer = confluent_kafka.Consumer({
             "bootstrap.servers": broker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
             **timeouts, **extra})
         self.consumer.subscribe([topic])
-        self.assignment: set = set()
-        self.seen: set = set()
-        self.stop = threading.Event()
-        self.close_s = None
 
-    def run(self):
-        while not self.stop.is_set():
-            message = self.consumer.poll(0.2)
-            if message is not None and not message.error():
-                self.seen.add((message.partition(), message.offset()))
-            self.assignment = {tp.partition for tp in self.consumer.assignment()}
-        started = time.monotonic()
-        self.consumer.close()
-        self.close_s = time.monotonic() - started
+    def poll(self):
+        message = self.consumer.poll(0.2)
+        if message is not None and not message.error():
+            self.seen.add((message.partition(), message.offset()))
 
 
-class KafkaPythonMember(threading.Thread):
+class KafkaPythonMember(ThreadMember):
     def __init__(self, broker, topic, group):
-        super().__init__(daemon=True)
+        super().__init__()
         import kafka
         self.consumer = kafka.KafkaConsumer(
             topic, bootstrap_servers=broker.bootstrap, group_id=group, auto_offset_reset="earliest",
             session_timeout_ms=6000, heartbeat_interval_ms=500)
-        self.assignment: set = set()
-        self.seen: set = set()
-        self.stop = threading.Event()
-        self.close_s = None
 
-    def run(self):
-        while not self.stop.is_set():
-            for tp, messages in self.consumer.poll(200).items():
-                self.seen.update((tp.partition, m.offset) for m in messages)
-            self.assignment = {tp.partition for tp in self.consumer.assignment()}
-        started = time.monotonic()
-        self.consumer.close()
-        self.close_s = time.monotonic() - started
+    def poll(self):
+        for tp, messages in self.consumer.poll(200).items():
+            self.seen.update((tp.partition, m.offset) for m in messages)
 
 
 class AiokafkaMember(threading.Thread):

@@ -212,6 +212,14 @@ class _Reader:
                 self._uvarint()
                 self._take(self._uvarint())
 
+    def value_version(self) -> int:
+        """A value's version: 0–4, flexible (compact strings, tagged fields) from 4."""
+        version = self.int16()
+        if not 0 <= version <= 4:
+            raise CorruptGroupRecord(f"{self.what}: unknown version {version}")
+        self.flexible = version >= 4
+        return version
+
     def done(self) -> None:
         if self.pos != len(self.data):
             raise CorruptGroupRecord(f"{self.what}: {len(self.data) - self.pos} trailing bytes")
@@ -234,10 +242,7 @@ def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
 
 def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
     r = _Reader(data, "OffsetCommitValue")
-    version = r.int16()
-    if not 0 <= version <= 4:
-        raise CorruptGroupRecord(f"OffsetCommitValue: unknown version {version}")
-    r.flexible = version >= 4
+    version = r.value_version()
     offset = r.int64()
     leader_epoch = r.int32() if version >= 3 else -1
     metadata = r.string()
@@ -250,10 +255,7 @@ def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
 
 def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
     r = _Reader(data, "GroupMetadataValue")
-    version = r.int16()
-    if not 0 <= version <= 4:
-        raise CorruptGroupRecord(f"GroupMetadataValue: unknown version {version}")
-    r.flexible = version >= 4
+    version = r.value_version()
     protocol_type = r.string()
     generation = r.int32()
     protocol = r.string(nullable=True)

@@ -410,11 +410,7 @@ class GroupShard:
         group = self.groups.get(group_id)
         if group is None:
             return respond(_sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
-        if group.is_in(GroupState.DEAD):
-            return respond(_sync_error(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-        error = _check_member(group, member_id, instance_id)
-        if error == ErrorCode.NONE and generation_id != group.generation_id:
-            error = ErrorCode.ILLEGAL_GENERATION
+        error = _check_generation(group, member_id, instance_id, generation_id)
         if error == ErrorCode.NONE and (
                 (protocol_type is not None and protocol_type != group.protocol_type)
                 or (protocol_name is not None and protocol_name != group.protocol_name)):
@@ -465,13 +461,9 @@ class GroupShard:
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if group.is_in(GroupState.DEAD):
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        error = _check_member(group, member_id, instance_id)
+        error = _check_generation(group, member_id, instance_id, generation_id)
         if error != ErrorCode.NONE:
             return error
-        if generation_id != group.generation_id:
-            return ErrorCode.ILLEGAL_GENERATION
         if group.is_in(GroupState.EMPTY):
             return ErrorCode.UNKNOWN_MEMBER_ID
         member = group.members[member_id]
@@ -703,11 +695,9 @@ class GroupShard:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and group.is_in(GroupState.EMPTY):
             return ErrorCode.NONE                       # a simple consumer's or an admin's commit
-        error = _check_member(group, member_id, instance_id)
+        error = _check_generation(group, member_id, instance_id, generation_id)
         if error != ErrorCode.NONE:
             return error
-        if generation_id != group.generation_id:
-            return ErrorCode.ILLEGAL_GENERATION
         if group.is_in(GroupState.COMPLETING_REBALANCE):
             return ErrorCode.REBALANCE_IN_PROGRESS
         member = group.members[member_id]
@@ -895,6 +885,17 @@ def _validate_member_epoch(group: ConsumerGroup, member_id: str, member_epoch: i
     if member_epoch != member.member_epoch:
         return ErrorCode.STALE_MEMBER_EPOCH
     return ErrorCode.NONE
+
+
+def _check_generation(group: ClassicGroup, member_id: str, instance_id: str | None,
+                      generation_id: int) -> ErrorCode:
+    """A member of this generation of a live group (Heartbeat, SyncGroup, OffsetCommit)."""
+    if group.is_in(GroupState.DEAD):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    error = _check_member(group, member_id, instance_id)
+    if error == ErrorCode.NONE and generation_id != group.generation_id:
+        return ErrorCode.ILLEGAL_GENERATION
+    return error
 
 
 def _check_member(group: ClassicGroup, member_id: str, instance_id: str | None) -> ErrorCode:
