@@ -3,9 +3,11 @@
 Prints, in one run: producer throughput to an RF=3 topic with acks=all
 (min.insync.replicas=2) against an RF=1 topic with acks=1 on the same cluster
 (target: >= 50%); end-to-end latency p50/p99 (produce with acks=all to consume);
-the failover time from SIGKILL of a leader to the first acknowledged acks=all
-produce on the new leader (target: <= broker.session.timeout.ms + 1 s); and the
-3-broker cluster start-up time (target < 3 s).
+one consumer's read rate of the RF=3 topic beside the RF=1 one (alternated
+twice, best of each); the failover time from SIGKILL of a leader to the first
+acknowledged acks=all produce on the new leader (target: <=
+broker.session.timeout.ms + 1 s); and the 3-broker cluster start-up time
+(target < 3 s).
 
     python benchmarks/replication_bench.py [--records 100000]
 """
@@ -73,6 +75,22 @@ def end_to_end_latency(bootstrap: str, topic: str, samples: int = 500) -> tuple[
     return latencies[len(latencies) // 2] * 1000, latencies[int(len(latencies) * 0.99)] * 1000
 
 
+def consume_rate(bootstrap: str, topic: str, records: int) -> float:
+    """Records/s one consumer reads a whole topic (assign(), from the beginning)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-read", "enable.auto.commit": False,
+                         "fetch.wait.max.ms": 100})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
+    count, start = 0, None
+    while count < records:
+        for message in consumer.consume(10_000, 1.0):
+            if message.error() is None:
+                start = start or time.perf_counter()
+                count += 1
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return records / elapsed
+
+
 def failover_seconds(cluster: Cluster, topic: str) -> float:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
@@ -107,11 +125,17 @@ def main(argv=None) -> int:
         time.sleep(1)
         rf1 = throughput(cluster.bootstrap, "rf1", "1", args.records)
         rf3 = throughput(cluster.bootstrap, "rf3", "all", args.records)
+        reads: dict[str, list[float]] = {"rf1": [], "rf3": []}
+        for topic in ("rf3", "rf1", "rf1", "rf3"):         # alternated: the first read warms caches
+            reads[topic].append(consume_rate(cluster.bootstrap, topic, args.records))
+        read_rf1, read_rf3 = max(reads["rf1"]), max(reads["rf3"])
         p50, p99 = end_to_end_latency(cluster.bootstrap, "rf3")
         failover = failover_seconds(cluster, "rf3")
     print(f"records: {args.records} x {RECORD_BYTES} B, 3 partitions, 3 brokers + 1 controller (processes)")
     print(f"RF=1 acks=1    produce: {rf1:8.1f} MB/s")
     print(f"RF=3 acks=all  produce: {rf3:8.1f} MB/s   ratio {rf3 / rf1:.2f} (target >= 0.50)")
+    print(f"RF=1 consume: {read_rf1:9.0f} records/s   RF=3 consume: {read_rf3:9.0f} records/s   "
+          f"ratio {read_rf3 / read_rf1:.2f}")
     print(f"end-to-end latency (acks=all, RF=3): p50 {p50:.1f} ms, p99 {p99:.1f} ms")
     print(f"failover (kill -9 of leader -> first acks=all ack): {failover:.2f} s "
           f"(target <= session timeout {SESSION_TIMEOUT_MS / 1000:.0f} s + 1 s)")
