@@ -127,6 +127,26 @@ def test_unclean_election_on_elects_the_first_live_replica_with_isr_of_it():
             partition.leader_recovery_state) == (1, 1, (1,), 1)
 
 
+@pytest.mark.parametrize("static, elected", [({"unclean.leader.election.enable": "true"}, 1), ({}, -1)])
+def test_unclean_leader_election_enable_in_the_controllers_properties_is_honoured(static, elected):
+    """Set in server.properties (not as a topic config), as operators usually set it."""
+    env = ControllerTestEnv(static_configs=static)
+    env.register_and_unfence(0, 1, 2)
+    env.create_topic("t", assignments=[[0, 1, 2]])
+    _alter(env, "t", 0, sender=0, isr=(0,))
+    env.fence(0)
+    assert env.partition("t", 0).leader == elected
+
+
+def test_a_topic_config_overrides_the_controllers_static_setting():
+    env = ControllerTestEnv(static_configs={"unclean.leader.election.enable": "true"})
+    env.register_and_unfence(0, 1, 2)
+    env.create_topic("t", assignments=[[0, 1, 2]], configs={"unclean.leader.election.enable": "false"})
+    _alter(env, "t", 0, sender=0, isr=(0,))
+    env.fence(0)
+    assert env.partition("t", 0).leader == -1
+
+
 def test_unclean_election_on_request_ignores_the_topic_config():
     env = ControllerTestEnv()
     env.register_and_unfence(0, 1)

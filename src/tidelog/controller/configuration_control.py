@@ -31,8 +31,11 @@ CLUSTER_RESOURCE = ConfigResource(ConfigResourceType.BROKER, "")
 
 
 class ConfigurationControlManager:
-    def __init__(self) -> None:
+    def __init__(self, static: Mapping[str, str] | None = None) -> None:
         self.configs: dict[ConfigResource, dict[str, str]] = {}
+        # The controller's own server.properties, by broker-level name (e.g.
+        # unclean.leader.election.enable): below the dynamic configs, above Kafka's defaults.
+        self.static: dict[str, str] = dict(static or {})
 
     # ------------------------------------------------------------ queries
 
@@ -45,6 +48,8 @@ class ConfigurationControlManager:
         cluster = self.configs.get(CLUSTER_RESOURCE, {})
         if definition.synonym in cluster:
             return definition.parse(cluster[definition.synonym])
+        if definition.synonym in self.static:
+            return definition.parse(self.static[definition.synonym])
         return definition.parse(definition.default)
 
     def describe_topic(self, topic: str) -> list[tuple[str, str, str]]:
@@ -58,6 +63,8 @@ class ConfigurationControlManager:
                 result.append((key, own[key], "topic"))
             elif definition.synonym in cluster:
                 result.append((key, cluster[definition.synonym], "cluster"))
+            elif definition.synonym in self.static:
+                result.append((key, self.static[definition.synonym], "static"))
             else:
                 result.append((key, definition.default, "default"))
         return result

@@ -92,7 +92,8 @@ class QuorumController:
                  session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS_DEFAULT,
                  default_num_partitions: int = 1, default_replication_factor: int = 1,
                  bootstrap_features: Mapping[str, int] | None = None,
-                 co_located_broker_id: int | None = None):
+                 co_located_broker_id: int | None = None,
+                 static_configs: Mapping[str, str] | None = None):
         self.clock = clock
         # In combined mode (broker and controller in one process) a registration of
         # our own broker id left in the log belongs to a process that is gone — us,
@@ -102,7 +103,7 @@ class QuorumController:
         self.log = log
         self.cluster_id = cluster_id
         self._settings = (rng, session_timeout_ms, default_num_partitions,
-                          default_replication_factor)
+                          default_replication_factor, dict(static_configs or {}))
         self._build_managers()
         self._loader = MetadataLoader(log)
         self.last_write_offset = -1
@@ -112,11 +113,11 @@ class QuorumController:
                 [FeatureLevelRecord(n, v) for n, v in sorted(bootstrap_features.items())], None))
 
     def _build_managers(self) -> None:
-        rng, session_timeout_ms, num_partitions, replication_factor = self._settings
+        rng, session_timeout_ms, num_partitions, replication_factor, static_configs = self._settings
         self.heartbeat = BrokerHeartbeatManager(self.clock, session_timeout_ms)
         self.features = FeatureControlManager()
         self.producer_ids = ProducerIdControlManager()
-        self.configs = ConfigurationControlManager()
+        self.configs = ConfigurationControlManager(static_configs)
         self.cluster = ClusterControlManager(self.cluster_id, self.heartbeat, self.features)
         self.replication = ReplicationControlManager(self.cluster, self.configs, rng,
                                                      num_partitions, replication_factor)

@@ -47,6 +47,10 @@ from tidelog.broker.topic_configs import topic_config_values
 
 log = logging.getLogger("tidelog.controller_server")
 
+# Topic defaults the controller's own decisions read from its server.properties
+# (elections, min ISR) when no topic or cluster-wide dynamic config sets them.
+STATIC_TOPIC_DEFAULTS = ("unclean.leader.election.enable", "min.insync.replicas")
+
 METADATA_FETCH_BYTES_MAX = 8 * 1024 * 1024
 
 
@@ -63,7 +67,9 @@ class ControllerServer:
             session_timeout_ms=config["broker.session.timeout.ms"],
             default_num_partitions=config["num.partitions"],
             default_replication_factor=config["default.replication.factor"],
-            co_located_broker_id=co_located_broker_id)
+            co_located_broker_id=co_located_broker_id,
+            static_configs={name: str(config[name]).lower() if isinstance(config[name], bool) else str(config[name])
+                            for name in STATIC_TOPIC_DEFAULTS if name in config.originals})
         self._committed = asyncio.Event()
         self._publish_hooks: list = []
 
