@@ -63,13 +63,23 @@ def test_partition_count_and_replication_factor_rules(partitions, rf, code):
     assert three_brokers().create_topic("t", partitions, rf).error_code == code
 
 
-def test_replication_factor_counts_only_unfenced_brokers():
+def test_placement_uses_fenced_brokers_when_it_must():
+    """Kafka's StripedReplicaPlacer: unfenced brokers first and as leaders, fenced ones
+    only to reach the replication factor; the ISR holds the unfenced replicas."""
     env = three_brokers()
+    env.fence(1)
     env.fence(2)
-    result = env.create_topic("t", 1, 3)
-    assert result.error_code == ErrorCode.INVALID_REPLICATION_FACTOR
-    assert "only 2 broker(s)" in result.error_message
-    assert env.create_topic("t", 1, 2).error_code == ErrorCode.NONE
+    result = env.create_topic("t", 2, 3)
+    assert result.error_code == ErrorCode.NONE
+    for p in range(2):
+        partition = env.partition("t", p)
+        assert sorted(partition.replicas) == [0, 1, 2]
+        assert (partition.replicas[0], partition.leader, partition.isr) == (0, 0, (0,))
+    assert env.create_topic("u", 1, 4).error_code == ErrorCode.INVALID_REPLICATION_FACTOR
+    env.fence(0)
+    refused = env.create_topic("v", 1, 1)
+    assert refused.error_code == ErrorCode.INVALID_REPLICATION_FACTOR
+    assert "all brokers are currently fenced" in refused.error_message
 
 
 def test_minus_one_takes_the_cluster_defaults():

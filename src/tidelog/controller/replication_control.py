@@ -178,12 +178,25 @@ class ReplicationControlManager:
 
     def _place(self, num_partitions: int, replication_factor: int, start_partition_id: int
                ) -> tuple[ApiError, list[tuple[int, ...]]]:
-        usable = [(b.broker_id, b.rack) for b in self.cluster.active_brokers()]
-        error = topic_rules.validate_counts(num_partitions, replication_factor, len(usable))
+        """Unfenced brokers first; fenced ones (registered, not shutting down) only to reach
+        the replication factor, never as the first replica — Kafka's StripedReplicaPlacer.
+        The new partition's ISR and leader are its unfenced replicas (``_new_partition``)."""
+        active = [(b.broker_id, b.rack) for b in self.cluster.active_brokers()]
+        fenced = sorted(b.broker_id for b in self.cluster.brokers.values()
+                        if b.fenced and not b.in_controlled_shutdown)
+        if not active:
+            return ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                            "Unable to place replicas: all brokers are currently fenced."), []
+        error = topic_rules.validate_counts(num_partitions, replication_factor, len(active) + len(fenced))
         if not error.is_success:
             return error, []
-        return NO_ERROR, place_replicas(usable, num_partitions, replication_factor, self.rng,
-                                        start_partition_id)
+        if replication_factor <= len(active):
+            return NO_ERROR, place_replicas(active, num_partitions, replication_factor, self.rng,
+                                            start_partition_id)
+        assignments = place_replicas(active, num_partitions, len(active), self.rng, start_partition_id)
+        missing = replication_factor - len(active)
+        return NO_ERROR, [replicas + tuple(fenced[(p + i) % len(fenced)] for i in range(missing))
+                          for p, replicas in enumerate(assignments, start_partition_id)]
 
     def _validate_assignment(self, assignments: list[tuple[int, ...]], first_partition_id: int
                              ) -> ApiError:

@@ -48,7 +48,7 @@ def _invalid_topic(message: str) -> ApiError:
     return ApiError(ErrorCode.INVALID_TOPIC_EXCEPTION, message)
 
 
-def validate_counts(num_partitions: int, replication_factor: int, active_broker_count: int
+def validate_counts(num_partitions: int, replication_factor: int, usable_broker_count: int
                     ) -> ApiError:
     if num_partitions <= 0:
         return ApiError(ErrorCode.INVALID_PARTITIONS,
@@ -59,11 +59,11 @@ def validate_counts(num_partitions: int, replication_factor: int, active_broker_
     if not 0 < replication_factor <= REPLICATION_FACTOR_MAX:
         return ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
                         "Replication factor must be larger than 0, or -1 to use the default.")
-    if replication_factor > active_broker_count:
+    if replication_factor > usable_broker_count:
         return ApiError(ErrorCode.INVALID_REPLICATION_FACTOR,
                         f"Unable to replicate the partition {replication_factor} time(s): the "
                         f"target replication factor of {replication_factor} cannot be reached "
-                        f"because only {active_broker_count} broker(s) are unfenced.")
+                        f"because only {usable_broker_count} broker(s) are registered and not shutting down.")
     return NO_ERROR
 
 
