@@ -18,9 +18,11 @@ from tidelog.controller.messages import (
     AlterConfigsResource,
     CreatableTopic,
     CreatePartitionsTopic,
+    ElectionType,
 )
 from tidelog.controller.topics import validate_topic_name
 from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
 from tidelog.metadata.records import ConfigResourceType
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import ZERO_UUID, ProtocolError
@@ -82,6 +84,7 @@ class AdminApis:
         dispatcher.register(ApiKey.CREATE_TOPICS, self.handle_create_topics, 2, 7)
         dispatcher.register(ApiKey.DELETE_TOPICS, self.handle_delete_topics, 1, 6)
         dispatcher.register(ApiKey.CREATE_PARTITIONS, self.handle_create_partitions, 0, 3)
+        dispatcher.register(ApiKey.ELECT_LEADERS, self.handle_elect_leaders, 0, 2)
         dispatcher.register(ApiKey.DESCRIBE_CONFIGS, self.handle_describe_configs, 1, 4)
         dispatcher.register(ApiKey.INCREMENTAL_ALTER_CONFIGS, self.handle_incremental_alter_configs, 0, 1)
         dispatcher.register(ApiKey.ALTER_CONFIGS, self.handle_alter_configs, 0, 2)
@@ -155,6 +158,21 @@ class AdminApis:
         return {"throttle_time": 0, "results": [
             {"name": r.name, "error_code": int(r.error_code), "error_message": r.error_message}
             for r in results]}
+
+    def handle_elect_leaders(self, header, request):
+        """ElectLeaders (PREFERRED, or UNCLEAN from v1); null partitions = every partition."""
+        election = ElectionType(int(getattr(request, "election_type", ElectionType.PREFERRED)))
+        partitions = None if request.topic_partitions is None else [
+            TopicPartition(t.topic, int(p)) for t in request.topic_partitions for p in t.partitions]
+        results = self.controller.elect_leaders(election, partitions)
+        self.broker.publish()
+        by_topic: dict[str, list] = {}
+        for result in results:
+            by_topic.setdefault(result.partition.topic, []).append(
+                {"partition_id": result.partition.partition, "error_code": int(result.error_code),
+                 "error_message": result.error_message})
+        return {"throttle_time": 0, "error_code": 0, "replica_election_results": [
+            {"topic": topic, "partition_result": parts} for topic, parts in by_topic.items()]}
 
     # ---------------------------------------------------------------- configs
 
@@ -305,6 +323,9 @@ class ForwardingAdminApis(AdminApis):
         return self._forward(header, request, lambda image: not any(image.contains_topic(n) for n in names))
 
     def handle_create_partitions(self, header, request):
+        return self._forward(header, request)
+
+    def handle_elect_leaders(self, header, request):
         return self._forward(header, request)
 
     def handle_incremental_alter_configs(self, header, request):

@@ -1,0 +1,34 @@
+"""ElectLeaders from confluent-kafka's AdminClient: after a broker restart its
+partitions are led by the others; a PREFERRED election gives them back."""
+
+from confluent_kafka import ElectionType, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tidelog.testing import Cluster, wait_until
+
+FAST = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500",
+        "replica.lag.time.max.ms": "2000"}
+
+
+def test_a_preferred_election_returns_leadership_after_a_restart():
+    with Cluster(brokers=3, overrides=FAST) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic("elect", 3, 3)])["elect"].result(15)
+
+        def partitions():
+            return AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(
+                "elect", timeout=10).topics["elect"].partitions
+        wait_until(lambda: all(len(p.isrs) == 3 for p in partitions().values()), 30, "all in sync")
+        preferred = {i: p.replicas[0] for i, p in partitions().items()}
+        victim = preferred[0]
+        cluster.restart(victim)                          # a clean stop moves its leaderships away
+        wait_until(lambda: all(len(p.isrs) == 3 for p in partitions().values()), 30, "the victim back in sync")
+        moved = [i for i, p in partitions().items() if p.leader != preferred[i]]
+        assert moved, "no leadership moved during the restart"
+        asked = [TopicPartition("elect", i) for i in moved]
+        result = admin.elect_leaders(ElectionType.PREFERRED, asked).result(30)
+        assert all(error is None for error in result.values()), result
+        wait_until(lambda: all(p.leader == preferred[i] for i, p in partitions().items()), 15,
+                   "leadership back on the preferred replicas")
+        again = admin.elect_leaders(ElectionType.PREFERRED, asked).result(30)
+        assert all(error is not None and "ELECTION_NOT_NEEDED" in str(error) for error in again.values()), again
