@@ -332,3 +332,18 @@ def test_preferred_election_moves_leadership_back_to_the_first_replica():
     assert env.controller.elect_leaders(ElectionType.PREFERRED, [tp])[0].error_code == \
         ErrorCode.ELECTION_NOT_NEEDED
     assert env.controller.elect_leaders(ElectionType.PREFERRED) == []
+
+
+def test_auto_rebalance_elects_preferred_leaders_of_brokers_over_the_imbalance_percentage():
+    env = ControllerTestEnv()
+    env.register_and_unfence(0, 1, 2)
+    env.create_topic("t", assignments=[[0, 1, 2], [0, 2, 1], [1, 2, 0], [2, 0, 1]])
+    env.fence(0)                                   # broker 0's two preferred partitions move away
+    env.heartbeat(0)
+    for p in (0, 1):
+        _alter(env, "t", p, sender=env.partition("t", p).leader, isr=(0, 1, 2))
+    assert [env.partition("t", p).leader for p in range(4)] != [0, 0, 1, 2]
+    assert env.controller.balance_partition_leaders(percentage=100) == 0     # 2 of 2 is not over 100%
+    assert env.controller.balance_partition_leaders(percentage=10) == 2
+    assert [env.partition("t", p).leader for p in range(4)] == [0, 0, 1, 2]
+    assert env.controller.balance_partition_leaders(percentage=10) == 0

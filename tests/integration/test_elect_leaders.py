@@ -32,3 +32,20 @@ def test_a_preferred_election_returns_leadership_after_a_restart():
                    "leadership back on the preferred replicas")
         again = admin.elect_leaders(ElectionType.PREFERRED, asked).result(30)
         assert all(error is not None and "ELECTION_NOT_NEEDED" in str(error) for error in again.values()), again
+
+
+def test_the_controller_rebalances_leaders_by_itself():
+    """auto.leader.rebalance.enable (default true), checked every
+    leader.imbalance.check.interval.seconds: no admin call needed."""
+    with Cluster(brokers=3, overrides={**FAST, "leader.imbalance.check.interval.seconds": "2"}) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic("balance", 3, 3)])["balance"].result(15)
+
+        def partitions():
+            return AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(
+                "balance", timeout=10).topics["balance"].partitions
+        wait_until(lambda: all(len(p.isrs) == 3 for p in partitions().values()), 30, "all in sync")
+        preferred = {i: p.replicas[0] for i, p in partitions().items()}
+        cluster.restart(preferred[0])
+        wait_until(lambda: all(p.leader == preferred[i] and len(p.isrs) == 3 for i, p in partitions().items()),
+                   30, "leadership back on the preferred replicas without an admin call")

@@ -32,6 +32,7 @@ import uuid
 from typing import Callable, Mapping, Sequence, TypeVar
 
 from tidelog.core.clock import Clock
+from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.loader import MetadataLoader, snapshot_of
@@ -263,6 +264,15 @@ class QuorumController:
                       ) -> list[ElectLeadersResult]:
         return self._write(lambda: self.replication.elect_leaders(election_type,
                                                                   partitions)).response
+
+    def balance_partition_leaders(self, percentage: int) -> int:
+        """``auto.leader.rebalance.enable``: preferred elections for the partitions of
+        brokers over ``leader.imbalance.per.broker.percentage``; returns how many moved."""
+        partitions = self.replication.imbalanced_partitions(percentage)
+        if not partitions:
+            return 0
+        results = self.elect_leaders(ElectionType.PREFERRED, partitions)
+        return sum(1 for result in results if result.error_code == ErrorCode.NONE)
 
     # ------------------------------------------------------------ configs, features, ids
 

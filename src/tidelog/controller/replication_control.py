@@ -393,6 +393,22 @@ class ReplicationControlManager:
             results.append(ElectLeadersResult(tp, error.error_code, error.message))
         return ControllerResult(records, results)
 
+    def imbalanced_partitions(self, percentage: int) -> list[TopicPartition]:
+        """Partitions to give back to their preferred leader: those of every broker whose
+        share of preferred partitions led by another exceeds ``percentage``
+        (Kafka's ``leader.imbalance.per.broker.percentage`` check)."""
+        preferred: dict[int, list[tuple[TopicPartition, bool]]] = {}
+        for tp, key in self.partition_keys(None):
+            partition = self.partition(*key)
+            preferred.setdefault(partition.preferred_leader, []).append(
+                (tp, partition.leader != partition.preferred_leader))
+        out = []
+        for broker_id, partitions in sorted(preferred.items()):
+            moved = [tp for tp, elsewhere in partitions if elsewhere]
+            if moved and len(moved) * 100 > percentage * len(partitions):
+                out += moved
+        return out
+
     def _elect(self, tp: TopicPartition, key: PartitionKey, election_type: ElectionType
                ) -> tuple[ApiError, PartitionChangeRecord | None]:
         partition = self.partition(*key)

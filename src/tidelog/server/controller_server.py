@@ -59,6 +59,8 @@ class ControllerServer:
                  co_located_broker_id: int | None = None, rng: random.Random | None = None):
         self.config = config
         self.clock = clock
+        # auto.leader.rebalance.enable: the first check one interval after start, as Kafka's.
+        self._next_balance_ms = clock.monotonic_ms() + config["leader.imbalance.check.interval.seconds"] * 1000
         self.cluster_id = cluster_id
         self.node_id = config["node.id"]
         self.metadata_log = FileMetadataLog(config["log.dirs"][0], clock)
@@ -246,6 +248,13 @@ class ControllerServer:
             for broker_id in fenced:
                 log.warning("fenced broker %d: its session expired", broker_id)
             self.publish()
+        now_ms = self.clock.monotonic_ms()
+        if self.config["auto.leader.rebalance.enable"] and now_ms >= self._next_balance_ms:
+            self._next_balance_ms = now_ms + self.config["leader.imbalance.check.interval.seconds"] * 1000
+            moved = self.controller.balance_partition_leaders(self.config["leader.imbalance.per.broker.percentage"])
+            if moved:
+                log.info("auto leader rebalance: %d partitions back on their preferred leader", moved)
+                self.publish()
 
     def close(self) -> None:
         self.metadata_log.close()
