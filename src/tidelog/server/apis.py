@@ -14,6 +14,7 @@ and partition state comes from the image; every change goes to the controller.
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from dataclasses import dataclass
 from typing import Awaitable, Callable
@@ -60,6 +61,7 @@ class KafkaApis:
         dispatcher.register(ApiKey.OFFSET_FOR_LEADER_EPOCH, self.handle_offset_for_leader_epoch, 2, 4)
         dispatcher.register(ApiKey.DESCRIBE_CLUSTER, self.handle_describe_cluster, 0, 2)
         dispatcher.register(ApiKey.INIT_PRODUCER_ID, self.handle_init_producer_id, 0, 5)
+        dispatcher.register(ApiKey.DESCRIBE_LOG_DIRS, self.handle_describe_log_dirs, 1, 4)
 
     # ---------------------------------------------------------------- helpers
 
@@ -360,6 +362,41 @@ class KafkaApis:
                         "producer_id": -1, "producer_epoch": -1}
             return {"throttle_time": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": 0}
         return allocate()
+
+    # -------------------------------------------------------- describe log dirs
+
+    def handle_describe_log_dirs(self, header, request):
+        """Per log directory: its partitions' sizes and offset lag (a current replica's
+        log end offset behind its high watermark; 0 for a leader), and the disk's total
+        and usable bytes (v4). A null topic list asks for every partition."""
+        asked = None if request.topics is None else {
+            TopicPartition(t.topic, int(p)) for t in request.topics for p in t.partitions}
+        logs = self.replica_manager.log_manager
+        results = []
+        for log_dir in logs.log_dirs:
+            entry = {"error_code": 0, "log_dir": log_dir, "topics": [], "total_bytes": -1, "usable_bytes": -1}
+            if log_dir in logs.offline_dirs:
+                entry["error_code"] = int(ErrorCode.KAFKA_STORAGE_ERROR)
+                results.append(entry)
+                continue
+            by_topic: dict[str, list] = {}
+            for tp, log_ in sorted(logs.logs_in_dir(log_dir).items()):
+                if asked is not None and tp not in asked:
+                    continue
+                partition = self.replica_manager.get_partition(tp)
+                lag = 0 if partition is None or partition.is_leader else max(
+                    0, log_.high_watermark - log_.log_end_offset)
+                by_topic.setdefault(tp.topic, []).append({
+                    "partition_index": tp.partition, "partition_size": log_.size_bytes,
+                    "offset_lag": lag, "is_future_key": False})
+            entry["topics"] = [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
+            try:
+                disk = os.statvfs(log_dir)
+                entry["total_bytes"], entry["usable_bytes"] = disk.f_blocks * disk.f_frsize, disk.f_bavail * disk.f_frsize
+            except OSError:
+                pass
+            results.append(entry)
+        return {"throttle_time": 0, "error_code": 0, "results": results}
 
     # -------------------------------------------------------- describe cluster
 
