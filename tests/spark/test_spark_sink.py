@@ -52,6 +52,24 @@ def test_the_topic_option_overrides_the_column_and_bad_input_is_refused(spark, b
             .option("kafka.bootstrap.servers", broker.bootstrap).mode("append").save()
 
 
+def test_save_modes_are_spark_kafka_sinks(spark, broker, admin):
+    """Append works; Overwrite is refused naming .mode("append"), and nothing is written;
+    Spark itself refuses the default mode (ErrorIfExists) for Python data sources."""
+    admin.create("sink-modes")
+    df = spark.createDataFrame([("k", "v", None, None, None)], INPUT)
+
+    def writer():                                 # DataFrameWriter.mode() changes the writer itself
+        return df.write.format("tidelog").option("kafka.bootstrap.servers", broker.bootstrap) \
+            .option("topic", "sink-modes")
+    with pytest.raises(Exception, match=r'use \.mode\("append"\)'):
+        writer().mode("overwrite").save()
+    with pytest.raises(Exception, match="ErrorIfExists"):
+        writer().save()
+    assert read_back(spark, broker, "sink-modes").count() == 0
+    writer().mode("append").save()
+    assert [r.value for r in read_back(spark, broker, "sink-modes").collect()] == [b"v"]
+
+
 def run_pipeline(spark, broker, source_topic, sink_topic, checkpoint, idempotent="true"):
     query = (spark.readStream.format("tidelog").option("kafka.bootstrap.servers", broker.bootstrap)
              .option("subscribe", source_topic).option("startingOffsets", "earliest")

@@ -43,6 +43,10 @@ class TidelogDataSource(DataSource):
         return TidelogStreamReader(source_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> TidelogBatchWriter:
+        if overwrite:
+            # Spark's Kafka sink refuses it too: a topic is a log, appending is all a write can do.
+            raise ValueError('tidelog only appends to a topic: use .mode("append") (mode "overwrite" '
+                             "would not remove what the topic already holds)")
         options = sink_options(self.options, streaming=False)
         check_sink_schema(schema, options)
         return TidelogBatchWriter(options)
