@@ -5,7 +5,8 @@ and counts views per page in one-minute event-time windows. A 2-minute
 watermark bounds the state: a window's count is final, and emitted once, when
 the watermark passes its end (append mode), so late clicks up to 2 minutes are
 still counted. The same counts go to two sinks, each a streaming query with its
-own checkpoint under ``--state``:
+own checkpoint under ``--state`` (default: under the system's temporary
+directory, ``tidelog-examples/``; the paths are printed):
 
 * the ``page-counts`` topic (key: page; value: JSON), through the tidelog sink,
   whose writes are idempotent when a micro-batch is replayed;
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
@@ -70,12 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     parser.add_argument("--topic", default="clicks")
     parser.add_argument("--out-topic", default="page-counts")
-    parser.add_argument("--output", default="page-counts.parquet", help="Parquet directory")
-    parser.add_argument("--state", default="page-counts.checkpoints", help="checkpoint directory")
+    examples_dir = os.path.join(tempfile.gettempdir(), "tidelog-examples")
+    parser.add_argument("--output", default=os.path.join(examples_dir, "page-counts.parquet"),
+                        help=f"Parquet directory (default under {examples_dir})")
+    parser.add_argument("--state", default=os.path.join(examples_dir, "page-counts.checkpoints"),
+                        help=f"checkpoint directory (default under {examples_dir})")
     parser.add_argument("--follow", action="store_true", help="keep running (5 s triggers)")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=5000)
     args = parser.parse_args(argv)
 
+    print(f"checkpoints in {os.path.abspath(args.state)}, Parquet in {os.path.abspath(args.output)}", flush=True)
     from tidelog.spark.session import local_session
     spark = local_session("clickstream-counts")
     queries = start(spark, args.bootstrap, args.topic, args.out_topic, args.output, args.state, args.follow,
