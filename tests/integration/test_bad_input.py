@@ -12,6 +12,7 @@ from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 from tidelog.records import SimpleRecord, build_batch
+from tidelog.testing import wait_until
 
 
 def run(coro):
@@ -130,6 +131,13 @@ MALFORMED = {
     "unknown api key": _frame(_header(999, 0)),
     "metadata body does not decode": _frame(_header(ApiKey.METADATA, 12, flexible=True) + b"\x80" * 8),
 }
+# Arrays their schema says are not nullable, sent as null (length -1): refused by
+# the parser, as Kafka's does, before a handler sees them (they raised TypeError).
+NULL_ARRAYS = {
+    "produce with null topic_data": _frame(_header(ApiKey.PRODUCE, 8) + struct.pack(">hhii", -1, 1, 1000, -1)),
+    "fetch with null topics": _frame(_header(ApiKey.FETCH, 11) + struct.pack(
+        ">iiiibiiiih", -1, 100, 1, 1000, 0, 0, -1, -1, 0, 0)),
+}
 CLOSE_TIMEOUT_S = 10  # far below connections.max.idle.ms: the close is for the bad frame
 
 
@@ -193,3 +201,12 @@ def test_fetch_with_wrong_leader_epoch_is_fenced_or_unknown(broker):
             assert partition.records is not None  # never null: librdkafka rejects null records
         connection.close()
     run(go())
+
+
+@pytest.mark.parametrize("payload", NULL_ARRAYS.values(), ids=NULL_ARRAYS.keys())
+def test_a_null_array_the_schema_forbids_is_a_protocol_error_not_a_handler_crash(broker, payload):
+    seen = len(broker.output)
+    _assert_broker_closes(broker, payload)
+    wait_until(lambda: any("is null but not nullable" in line for line in broker.output[seen:]), 5,
+               "the broker to log the protocol error")
+    assert not any("TypeError" in line or "Traceback" in line for line in broker.output[seen:])

@@ -26,6 +26,7 @@ import functools
 import io
 import logging
 import struct
+import typing
 import uuid
 from typing import Any, NamedTuple
 
@@ -145,6 +146,35 @@ def _skip_tagged_fields(buf, pos: int) -> int:
     return pos
 
 
+@functools.lru_cache(maxsize=None)
+def _array_fields(cls) -> tuple[tuple[str, bool, type | None], ...]:
+    """(name, nullable, element entity class or None) of every array field of ``cls``."""
+    out = []
+    for name, hint in typing.get_type_hints(cls).items():
+        args = typing.get_args(hint)
+        nullable = type(None) in args
+        array = hint if typing.get_origin(hint) is tuple else next(
+            (a for a in args if typing.get_origin(a) is tuple), None)
+        if array is None:
+            continue
+        element = typing.get_args(array)[0]
+        out.append((name, nullable, element if dataclasses.is_dataclass(element) else None))
+    return tuple(out)
+
+
+def _check_arrays(entity) -> None:
+    """Kafka's parser refuses null for an array its schema says is not nullable (a
+    handler would otherwise iterate None): raise ProtocolError, the connection closes."""
+    for name, nullable, element in _array_fields(type(entity)):
+        value = getattr(entity, name)
+        if value is None:
+            if not nullable:
+                raise ProtocolError(f"{type(entity).__name__}.{name} is null but not nullable")
+        elif element is not None:
+            for item in value:
+                _check_arrays(item)
+
+
 def decode_request(header: RequestHeader, frame, body_offset: int):
     """Decode the body of a request whose (key, version) the caller accepted."""
     cls = _request_class(header.api_key, header.api_version)
@@ -152,6 +182,7 @@ def decode_request(header: RequestHeader, frame, body_offset: int):
         entity, size = _reader(cls)(memoryview(frame), body_offset)
     except Exception as e:  # kio raises a variety of errors on malformed input
         raise ProtocolError(f"cannot decode {cls.__name__} v{header.api_version}: {e}") from None
+    _check_arrays(entity)
     if body_offset + size != len(frame):
         # Kafka's parser ignores bytes after the last field it knows; some clients
         # (librdkafka's AdminClient, Metadata v13) send fields a version dropped.
