@@ -73,6 +73,7 @@ class AiokafkaSender:
 
     async def _run(self):
         import aiokafka
+        import aiokafka.errors
         producer = aiokafka.AIOKafkaProducer(bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all",
                                              request_timeout_ms=1000, linger_ms=5)
         await producer.start()
@@ -81,7 +82,15 @@ class AiokafkaSender:
             value = await self.asyncio.get_running_loop().run_in_executor(None, self.queue.get)
             if value is None:
                 break
-            future = await producer.send("idem", value, partition=0)
+            while True:
+                try:
+                    future = await producer.send("idem", value, partition=0)
+                    break
+                except aiokafka.errors.KafkaTimeoutError:
+                    # aiokafka waits for room in its one pending batch per
+                    # partition only up to request_timeout_ms, then refuses the
+                    # record (it was not enqueued): send it again, as its docs say.
+                    continue
             future.add_done_callback(lambda f, v=value: f.exception() is None and self.acked.append(v))
             pending.append(future)
         await self.asyncio.gather(*pending, return_exceptions=True)
