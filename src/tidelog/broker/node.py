@@ -67,6 +67,8 @@ from tidelog.core.errors import ErrorCode, StorageError
 from tidelog.core.ids import TopicPartition
 from tidelog.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from tidelog.group.shard import GroupConfig
+from tidelog.txn.coordinator import TRANSACTION_STATE_TOPIC, TransactionCoordinator
+from tidelog.txn.shard import TxnConfig
 from tidelog.metadata.loader import MetadataLoader
 from tidelog.metadata.records import Endpoint
 from tidelog.replication.fetcher import FetcherConfig, FetcherState
@@ -174,6 +176,9 @@ class BrokerNode:
         self.group_coordinator = GroupCoordinator(
             GroupConfig.from_settings(config), self.replica_manager, clock, self.offsets_topic_partition_count,
             new_member_id)
+        self.txn_coordinator = TransactionCoordinator(
+            TxnConfig.from_settings(config), self.replica_manager, clock, self.transaction_topic_partition_count,
+            self._leader_of)
         # Timers, in this node's monotonic milliseconds; None = not armed.
         self._registration_backoff_ms = REGISTRATION_BACKOFF_MS_MIN
         self._registration_in_flight = False
@@ -301,6 +306,7 @@ class BrokerNode:
         manager = self.replica_manager
         manager.on_tick(now_ms)
         self.group_coordinator.on_tick(self.clock.now_ms())
+        self.txn_coordinator.on_tick(self.clock.now_ms())
         if now_ms >= self._next_tick_ms:
             self._next_tick_ms = now_ms + self.tick_interval_ms
             self._periodic_work(now_ms)
@@ -342,6 +348,7 @@ class BrokerNode:
         if self.state not in (BrokerState.SHUTTING_DOWN, BrokerState.NOT_RUNNING):
             self._transition(LifecycleEvent.SHUT_DOWN, "shutdown")
         self.group_coordinator.unload_all()
+        self.txn_coordinator.unload_all()
         self.replica_manager.shutdown()
         try:
             self.log_manager.write_high_watermarks(self.replica_manager.high_watermarks())
@@ -363,15 +370,26 @@ class BrokerNode:
         heartbeat_ms = None if self._heartbeat_in_flight or self.broker_epoch < 0 else self._next_heartbeat_ms
         candidates = [self._next_tick_ms, self._next_registration_ms, heartbeat_ms,
                       self._shutdown_deadline_ms, self.replica_manager.next_deadline_ms()]
-        group_deadline = self.group_coordinator.next_wakeup_ms()   # wall-clock, as Kafka's group timers
-        if group_deadline is not None:
-            candidates.append(self.clock.monotonic_ms() + max(0, group_deadline - self.clock.now_ms()))
+        for coordinator in (self.group_coordinator, self.txn_coordinator):
+            deadline = coordinator.next_wakeup_ms()      # wall-clock, as Kafka's coordinator timers
+            if deadline is not None:
+                candidates.append(self.clock.monotonic_ms() + max(0, deadline - self.clock.now_ms()))
         return min(c for c in candidates if c is not None)
 
     def offsets_topic_partition_count(self) -> int:
         """Partitions of ``__consumer_offsets``: as created, or as it will be."""
         topic = self.image.topic(OFFSETS_TOPIC)
         return len(topic.partitions) if topic is not None else self.config["offsets.topic.num.partitions"]
+
+    def transaction_topic_partition_count(self) -> int:
+        """Partitions of ``__transaction_state``: as created, or as it will be."""
+        topic = self.image.topic(TRANSACTION_STATE_TOPIC)
+        return len(topic.partitions) if topic is not None else self.config["transaction.state.log.num.partitions"]
+
+    def _leader_of(self, tp) -> int:
+        """The current leader of ``tp`` in the metadata image, or -1."""
+        registration = self.image.partition(tp)
+        return registration.leader if registration is not None and registration.leader >= 0 else -1
 
     def replication_settings(self, topic: str) -> ReplicationSettings:
         values = topic_config_values(self.image, self.config, topic)
@@ -471,6 +489,7 @@ class BrokerNode:
                 partition.log.update_high_watermark(min(restored, partition.log.log_end_offset))
         self._apply_config_changes()
         self.group_coordinator.reconcile(self.clock.now_ms())
+        self.txn_coordinator.reconcile(self.clock.now_ms())
         self._effects.append(MetadataPublished(self.image.offset))
 
     def _may_publish(self) -> bool:

@@ -35,7 +35,14 @@ from tidelog.core.errors import ErrorCode, StorageError
 from tidelog.core.ids import TopicPartition
 from tidelog.group.records import partition_for
 from tidelog.group.shard import GroupConfig, GroupShard, Record
-from tidelog.records.batch import SimpleRecord, build_batch, iter_batches, iter_records
+from tidelog.records.batch import (
+    CONTROL_COMMIT,
+    SimpleRecord,
+    build_batch,
+    iter_batches,
+    iter_records,
+    read_control,
+)
 from tidelog.replication.partition import Partition
 from tidelog.replication.replica_manager import ReplicaManager
 
@@ -61,38 +68,50 @@ def offsets_topic(settings, alive_brokers: int) -> CreatableTopic:
 class _Loaded:
     """A shard and what it needs to know about its partition."""
 
-    def __init__(self, shard: GroupShard, leader_epoch: int, load_end_offset: int, next_offset: int):
+    def __init__(self, shard, leader_epoch: int, load_end_offset: int, next_offset: int):
         self.shard = shard
         self.leader_epoch = leader_epoch
         self.load_end_offset = load_end_offset       # the log end offset at election
         self.next_offset = next_offset               # the next record to replay
 
 
-class GroupCoordinator:
-    def __init__(self, config: GroupConfig, replica_manager: ReplicaManager, clock: Clock,
-                 partition_count: Callable[[], int], new_member_id: Callable[[str], str] | None = None):
-        self.config = config
+class CoordinatorRuntime:
+    """The shards of one internal topic's partitions this broker leads: loading,
+    replay, writes and timers (shared by the group and transaction coordinators).
+
+    A shard has ``loading``, ``replay(key, value, now_ms)``, ``loaded(now_ms)``,
+    ``unload()``, ``on_tick(now_ms)`` and ``next_deadline_ms()``; a shard that
+    takes transactional writes also has ``replay_transactional(producer_id, key,
+    value, now_ms)`` and ``replay_marker(producer_id, commit, now_ms)``."""
+
+    topic = ""
+
+    def __init__(self, replica_manager: ReplicaManager, clock: Clock, partition_count: Callable[[], int],
+                 commit_timeout_ms: int):
         self.replica_manager = replica_manager
         self.clock = clock
         self._partition_count = partition_count
-        self._new_member_id = new_member_id or (lambda prefix: f"{prefix}-{uuid.uuid4()}")
+        self._commit_timeout_ms = commit_timeout_ms
         self.loaded: dict[int, _Loaded] = {}
+
+    def _new_shard(self, index: int, leader_epoch: int):
+        raise NotImplementedError
 
     # ============================================================ routing
 
-    def partition_for(self, group_id: str) -> int:
-        return partition_for(group_id, self._partition_count())
+    def partition_for(self, key: str) -> int:
+        return partition_for(key, self._partition_count())
 
-    def shard_for(self, group_id: str) -> GroupShard | ErrorCode:
-        """The serving shard of ``group_id``, or NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS."""
-        loaded = self.loaded.get(self.partition_for(group_id))
+    def shard_for(self, key: str):
+        """The serving shard of ``key``, or NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS."""
+        loaded = self.loaded.get(self.partition_for(key))
         if loaded is None:
             return ErrorCode.NOT_COORDINATOR
         if loaded.shard.loading:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return loaded.shard
 
-    def shards(self) -> tuple[list[GroupShard], bool]:
+    def shards(self) -> tuple[list, bool]:
         """Every serving shard, and whether one is still loading."""
         serving = [loaded.shard for loaded in self.loaded.values() if not loaded.shard.loading]
         return serving, len(serving) != len(self.loaded)
@@ -102,20 +121,20 @@ class GroupCoordinator:
     def reconcile(self, now_ms: int) -> None:
         led: dict[int, Partition] = {}
         for tp, hosted in self.replica_manager.partitions.items():
-            if (tp.topic == OFFSETS_TOPIC and isinstance(hosted, Partition) and hosted.is_leader
+            if (tp.topic == self.topic and isinstance(hosted, Partition) and hosted.is_leader
                     and not hosted.log.is_offline):
                 led[tp.partition] = hosted
         for index in list(self.loaded):
             partition = led.get(index)
             if partition is None or partition.leader_epoch != self.loaded[index].leader_epoch:
-                log.info("unloading the groups of %s-%d: no longer its leader", OFFSETS_TOPIC, index)
+                log.info("unloading %s-%d: no longer its leader", self.topic, index)
                 self.loaded.pop(index).shard.unload()
         for index, partition in led.items():
             if index not in self.loaded:
-                shard = GroupShard(index, self.config, self._writer(index), self._new_member_id)
+                shard = self._new_shard(index, partition.leader_epoch)
                 self.loaded[index] = _Loaded(shard, partition.leader_epoch, partition.log.log_end_offset,
                                              partition.log.log_start_offset)
-                log.info("loading the groups of %s-%d (leader epoch %d, up to offset %d)", OFFSETS_TOPIC,
+                log.info("loading %s-%d (leader epoch %d, up to offset %d)", self.topic,
                          index, partition.leader_epoch, partition.log.log_end_offset)
         for index in list(self.loaded):
             self._catch_up(index, now_ms)
@@ -123,48 +142,61 @@ class GroupCoordinator:
     def _catch_up(self, index: int, now_ms: int) -> None:
         """Replay the partition's records from where the shard stopped up to the high watermark."""
         loaded = self.loaded.get(index)
-        partition = self.replica_manager.get_partition(TopicPartition(OFFSETS_TOPIC, index))
+        partition = self.replica_manager.get_partition(TopicPartition(self.topic, index))
         if loaded is None or partition is None:
             return
         log_ = partition.log
         loaded.next_offset = max(loaded.next_offset, log_.log_start_offset)
         high_watermark = log_.high_watermark
+        shard = loaded.shard
         while loaded.next_offset < high_watermark:
             try:
                 data = log_.read(loaded.next_offset, _READ_MAX_BYTES,
                                  max_offset=high_watermark).records.read_bytes()
             except (StorageError, OSError) as e:
                 # The partition's log directory failed (the broker takes the partition
-                # offline at its next tick): its groups are unloaded, not served.
-                log.error("cannot read %s-%d: %s; unloading its groups", OFFSETS_TOPIC, index, e)
+                # offline at its next tick): its shard is unloaded, not served.
+                log.error("cannot read %s-%d: %s; unloading it", self.topic, index, e)
                 self.loaded.pop(index).shard.unload()
                 return
             if not data:
                 break
             for position, header in iter_batches(data):
                 if header.is_control:
+                    if header.base_offset >= loaded.next_offset and hasattr(shard, "replay_marker"):
+                        control_type, _ = read_control(data, position)
+                        shard.replay_marker(header.producer_id, control_type == CONTROL_COMMIT, now_ms)
                     loaded.next_offset = header.next_offset
                     continue
+                transactional = header.is_transactional and hasattr(shard, "replay_transactional")
                 for record in iter_records(data, position):
                     if record.offset >= loaded.next_offset and record.key is not None:
-                        loaded.shard.replay(record.key, record.value, now_ms)
+                        if transactional:
+                            shard.replay_transactional(header.producer_id, record.key, record.value, now_ms)
+                        else:
+                            shard.replay(record.key, record.value, now_ms)
                 loaded.next_offset = header.next_offset
-        if loaded.shard.loading and loaded.next_offset >= loaded.load_end_offset:
-            loaded.shard.loaded(now_ms)
+        if shard.loading and loaded.next_offset >= loaded.load_end_offset:
+            shard.loaded(now_ms)
 
     def _writer(self, index: int):
-        tp = TopicPartition(OFFSETS_TOPIC, index)
+        tp = TopicPartition(self.topic, index)
 
-        def write(records: list[Record], on_done: Callable[[ErrorCode], None]) -> None:
+        def write(records: list[Record], on_done: Callable[[ErrorCode], None],
+                  producer: tuple[int, int] | None = None) -> None:
+            """Append ``records`` with acks=all; ``producer`` = (id, epoch) makes the batch
+            part of that producer's transaction (TxnOffsetCommit)."""
+            fields = {} if producer is None else {"producer_id": producer[0], "producer_epoch": producer[1],
+                                                  "is_transactional": True}
             batch = build_batch([SimpleRecord(value, key) for key, value in records],
-                                timestamp_ms=self.clock.now_ms())
+                                timestamp_ms=self.clock.now_ms(), **fields)
 
             def appended(responses: dict) -> None:
                 error = ErrorCode(responses[tp]["error_code"])
                 if error == ErrorCode.NONE:
                     self._catch_up(index, self.clock.now_ms())
                 on_done(error)
-            self.replica_manager.append_records(-1, self.config.offsets_commit_timeout_ms, {tp: batch},
+            self.replica_manager.append_records(-1, self._commit_timeout_ms, {tp: batch},
                                                 appended, internal=True)
         return write
 
@@ -186,3 +218,18 @@ class GroupCoordinator:
         for loaded in self.loaded.values():
             loaded.shard.unload()
         self.loaded.clear()
+
+
+class GroupCoordinator(CoordinatorRuntime):
+    """The consumer-group shards of the ``__consumer_offsets`` partitions this broker leads."""
+
+    topic = OFFSETS_TOPIC
+
+    def __init__(self, config: GroupConfig, replica_manager: ReplicaManager, clock: Clock,
+                 partition_count: Callable[[], int], new_member_id: Callable[[str], str] | None = None):
+        super().__init__(replica_manager, clock, partition_count, config.offsets_commit_timeout_ms)
+        self.config = config
+        self._new_member_id = new_member_id or (lambda prefix: f"{prefix}-{uuid.uuid4()}")
+
+    def _new_shard(self, index: int, leader_epoch: int) -> GroupShard:
+        return GroupShard(index, self.config, self._writer(index), self._new_member_id)

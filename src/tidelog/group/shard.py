@@ -161,6 +161,9 @@ class GroupShard:
         self.groups: dict[str, ClassicGroup] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetCommitValue]] = {}
+        # Offsets committed in a transaction (TxnOffsetCommit), by producer id, until
+        # its COMMIT marker applies them or its ABORT marker drops them.
+        self.pending_txn_offsets: dict[int, list[tuple[bytes, bytes | None]]] = {}
         self.loading = True
         self._next_offset_expiry_ms = 0
 
@@ -192,6 +195,23 @@ class GroupShard:
                 # the record was written from it.
                 self.groups[key.group] = ClassicGroup.from_record(
                     key.group, decode_group_metadata_value(value_bytes), now_ms)
+
+    def replay_transactional(self, producer_id: int, key_bytes: bytes, value_bytes: bytes | None,
+                             now_ms: int) -> None:
+        """A record a transaction wrote: held until the transaction's marker."""
+        self.pending_txn_offsets.setdefault(producer_id, []).append((key_bytes, value_bytes))
+
+    def replay_marker(self, producer_id: int, commit: bool, now_ms: int) -> None:
+        """A transaction ended: its offsets take effect (COMMIT) or vanish (ABORT)."""
+        for key_bytes, value_bytes in self.pending_txn_offsets.pop(producer_id, []):
+            if commit:
+                self.replay(key_bytes, value_bytes, now_ms)
+
+    def has_pending_offsets(self, group_id: str, tp: TopicPartition) -> bool:
+        """Whether an open transaction holds an offset of ``group_id`` for ``tp`` (OffsetFetch
+        with require_stable answers UNSTABLE_OFFSET_COMMIT then)."""
+        wanted = encode_key(OffsetCommitKey(group_id, tp.topic, tp.partition))
+        return any(key == wanted for records in self.pending_txn_offsets.values() for key, _ in records)
 
     def loaded(self, now_ms: int) -> None:
         """Every record up to the partition's end at election is replayed: serve."""
@@ -654,7 +674,10 @@ class GroupShard:
 
     def commit_offsets(self, group_id: str, member_id: str, instance_id: str | None, generation_id: int,
                        offsets: list[OffsetToCommit], now_ms: int,
-                       respond: Callable[[dict[TopicPartition, ErrorCode]], None]) -> None:
+                       respond: Callable[[dict[TopicPartition, ErrorCode]], None],
+                       producer: tuple[int, int] | None = None) -> None:
+        """OffsetCommit, or TxnOffsetCommit when ``producer`` (id, epoch) is given: the
+        records are then part of that producer's transaction."""
         def all_(error: ErrorCode) -> None:
             respond({o.topic_partition: error for o in offsets})
         if not group_id:
@@ -665,7 +688,7 @@ class GroupShard:
         else:
             group = self.groups.get(group_id)
             if group is None:
-                if generation_id >= 0:
+                if generation_id >= 0 and producer is None:
                     return all_(ErrorCode.ILLEGAL_GENERATION)
                 group = self.groups[group_id] = ClassicGroup(group_id, empty_since_ms=now_ms)
             error = self._validate_commit(group, member_id, instance_id, generation_id, now_ms)
@@ -687,7 +710,10 @@ class GroupShard:
         def committed(error: ErrorCode) -> None:
             code = append_error(error)
             respond({tp: (code if e == ErrorCode.NONE else e) for tp, e in errors.items()})
-        self._write(records, committed)
+        if producer is None:
+            self._write(records, committed)
+        else:
+            self._write(records, committed, producer)
 
     def _validate_commit(self, group: ClassicGroup, member_id: str, instance_id: str | None,
                          generation_id: int, now_ms: int) -> ErrorCode:

@@ -380,3 +380,36 @@ def _encode_bytes(out: bytearray, data: bytes | None) -> None:
     else:
         encode_varint(len(data), out)
         out += data
+
+
+# -- transaction markers (control batches) ---------------------------------------------
+#
+# A marker is a control batch of one record: key = (version int16 = 0, type int16:
+# 0 ABORT, 1 COMMIT), value = (version int16 = 0, coordinator epoch int32), carrying
+# the producer's id and epoch (Kafka's EndTransactionMarker / ControlRecordType).
+
+_CONTROL_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
+
+
+def build_marker(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                 timestamp_ms: int) -> bytes:
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _MARKER_VALUE.pack(0, coordinator_epoch)
+    return build_batch([SimpleRecord(value, key)], timestamp_ms=timestamp_ms, producer_id=producer_id,
+                       producer_epoch=producer_epoch, is_transactional=True, is_control=True)
+
+
+def read_control(buf, pos: int) -> tuple[int, int]:
+    """``(control type, coordinator epoch)`` of the control batch at ``pos``; a control
+    record this version does not know raises ``CorruptRecordError``."""
+    for record in iter_records(buf, pos):
+        if record.key is None or len(record.key) < _CONTROL_KEY.size:
+            raise CorruptRecordError("a control record without a valid key")
+        _version, control_type = _CONTROL_KEY.unpack_from(record.key)
+        coordinator_epoch = -1
+        if record.value is not None and len(record.value) >= _MARKER_VALUE.size:
+            coordinator_epoch = _MARKER_VALUE.unpack_from(record.value)[1]
+        return control_type, coordinator_epoch
+    raise CorruptRecordError("a control batch without records")

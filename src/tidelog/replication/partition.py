@@ -158,6 +158,7 @@ class ReadResult:
     log_start_offset: int = UNDEFINED_OFFSET
     log_end_offset: int = UNDEFINED_OFFSET
     diverging_epoch: tuple[int, int] | None = None
+    aborted_transactions: list | None = None   # AbortedTxn, for read_committed reads
 
 
 @dataclass
@@ -292,8 +293,10 @@ class Partition:
 
     # --------------------------------------------------------------- produce
 
-    def append_records_to_leader(self, records: bytes, required_acks: int, now_ms: int | None = None):
-        """Append a client's batches. Raises ``KafkaError`` with Kafka's code."""
+    def append_records_to_leader(self, records: bytes, required_acks: int, now_ms: int | None = None,
+                                 from_coordinator: bool = False):
+        """Append a client's batches (or the transaction coordinator's markers,
+        ``from_coordinator``). Raises ``KafkaError`` with Kafka's code."""
         if not self.is_leader:
             raise KafkaError(f"broker {self.local_broker_id} is not the leader of "
                              f"{self.topic_partition}", ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -301,7 +304,7 @@ class Partition:
             raise KafkaError(f"{self.topic_partition} has ISR {list(self.isr)}, below "
                              f"min.insync.replicas {self.effective_min_isr}",
                              ErrorCode.NOT_ENOUGH_REPLICAS)
-        info = self.log.append_as_leader(records, self.leader_epoch)
+        info = self.log.append_as_leader(records, self.leader_epoch, from_coordinator)
         # The LEO moved: with an ISR of one the HW follows at once.
         self.maybe_increment_leader_high_watermark(self.log.clock.monotonic_ms() if now_ms is None else now_ms)
         return info
@@ -343,7 +346,7 @@ class Partition:
             return ReadResult(ErrorCode.UNKNOWN_LEADER_EPOCH if current_leader_epoch not in (None, -1)
                               else ErrorCode.NOT_LEADER_OR_FOLLOWER)
         log = self.log
-        result = ReadResult(high_watermark=log.high_watermark, last_stable_offset=log.high_watermark,
+        result = ReadResult(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
                             log_start_offset=log.log_start_offset, log_end_offset=log.log_end_offset)
         if last_fetched_epoch is not None and last_fetched_epoch >= 0:
             epoch, end_offset = log.end_offset_for_epoch(last_fetched_epoch)
@@ -359,12 +362,17 @@ class Partition:
         if fetch_offset < log.log_start_offset or fetch_offset > log.log_end_offset:
             result.error = ErrorCode.OFFSET_OUT_OF_RANGE
             return result
-        max_offset = None if isolation == Isolation.LOG_END else log.high_watermark
+        max_offset = (None if isolation == Isolation.LOG_END else
+                      result.last_stable_offset if isolation == Isolation.TXN_COMMITTED else log.high_watermark)
+        if isolation == Isolation.TXN_COMMITTED:
+            result.aborted_transactions = []
         if max_offset is not None and fetch_offset >= max_offset:
-            return result  # empty, NONE: the consumer is at or past the HW
+            return result  # empty, NONE: the consumer is at or past the HW (or the LSO)
         info = log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_batch=min_one_batch)
         result.records = info.records
         result.fetch_offset_metadata = info.fetch_offset_metadata
+        if isolation == Isolation.TXN_COMMITTED:
+            result.aborted_transactions = log.collect_aborted_transactions(fetch_offset, max_offset)
         return result
 
     def fetch_offset_snapshot(self, current_leader_epoch: int | None = None,
@@ -392,7 +400,8 @@ class Partition:
         if error != ErrorCode.NONE:
             return error, NO_TIMESTAMP, UNDEFINED_OFFSET, UNDEFINED_EPOCH
         log = self.log
-        bound = log.log_end_offset if isolation in (None, Isolation.LOG_END) else log.high_watermark
+        bound = (log.log_end_offset if isolation in (None, Isolation.LOG_END) else
+                 log.last_stable_offset if isolation == Isolation.TXN_COMMITTED else log.high_watermark)
         not_available = (isolation is not None and self.leader_epoch_start_offset is not None
                          and self.leader_epoch_start_offset > log.high_watermark)
         if timestamp in (LATEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP):

@@ -278,7 +278,8 @@ class ReplicaManager:
 
     def append_records(self, required_acks: int, timeout_ms: int,
                        entries: dict[TopicPartition, bytes],
-                       on_done: Callable[[dict], None], internal: bool = False) -> None:
+                       on_done: Callable[[dict], None], internal: bool = False,
+                       from_coordinator: bool = False) -> None:
         """Kafka's ``ReplicaManager.appendRecords``. ``on_done({tp: response dict})`` is called
         once (maybe later)."""
         if required_acks not in (-1, 0, 1):
@@ -295,7 +296,8 @@ class ReplicaManager:
                 responses[topic_partition] = _produce_response(partition)
                 continue
             try:
-                info = partition.append_records_to_leader(records, required_acks, self.clock.monotonic_ms())
+                info = partition.append_records_to_leader(records, required_acks, self.clock.monotonic_ms(),
+                                                          from_coordinator)
             except KafkaError as e:
                 responses[topic_partition] = _produce_response(e.error_code, str(e))
                 continue
@@ -393,7 +395,8 @@ class ReplicaManager:
                 and request.current_leader_epoch != partition.leader_epoch):
             return None
         log_ = partition.log
-        end_offset = log_.log_end_offset if params.replica_id >= 0 else log_.high_watermark
+        end_offset = (log_.log_end_offset if params.replica_id >= 0 else
+                      log_.last_stable_offset if params.isolation == Isolation.TXN_COMMITTED else log_.high_watermark)
         if request.fetch_offset > end_offset or request.fetch_offset < log_.log_start_offset:
             return None
         last_fetched_epoch = request.last_fetched_epoch

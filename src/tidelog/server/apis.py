@@ -182,7 +182,9 @@ class KafkaApis:
                     "partition_index": tp.partition, "error_code": int(result.error),
                     "high_watermark": result.high_watermark, "last_stable_offset": result.last_stable_offset,
                     "log_start_offset": result.log_start_offset, "preferred_read_replica": -1,
-                    "aborted_transactions": None if params.isolation != Isolation.TXN_COMMITTED else [],
+                    "aborted_transactions": None if result.aborted_transactions is None else [
+                        {"producer_id": txn.producer_id, "first_offset": txn.first_offset}
+                        for txn in result.aborted_transactions],
                     "records": b"" if result.records is None else result.records.read_bytes(),
                     "diverging_epoch": {"epoch": -1, "end_offset": -1},
                     "current_leader": {"leader_id": -1, "leader_epoch": -1},

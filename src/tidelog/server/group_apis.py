@@ -24,11 +24,12 @@ from tidelog.controller.messages import CreatableTopic
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.group.classic import GroupState
-from tidelog.group.coordinator import OFFSETS_TOPIC, GroupCoordinator, offsets_topic
+from tidelog.group.coordinator import GroupCoordinator, offsets_topic
 from tidelog.group.shard import ConsumerHeartbeat, JoinRequest, OffsetToCommit
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import millis
 from tidelog.server.dispatch import client_host
+from tidelog.txn.coordinator import transaction_state_topic
 
 log = logging.getLogger("tidelog.groups")
 
@@ -51,6 +52,7 @@ class GroupApis:
         dispatcher.register(ApiKey.HEARTBEAT, self.handle_heartbeat, 0, 4)
         dispatcher.register(ApiKey.LEAVE_GROUP, self.handle_leave_group, 0, 5)
         dispatcher.register(ApiKey.OFFSET_COMMIT, self.handle_offset_commit, 2, 9)
+        dispatcher.register(ApiKey.TXN_OFFSET_COMMIT, self.handle_txn_offset_commit, 0, 4)
         dispatcher.register(ApiKey.OFFSET_FETCH, self.handle_offset_fetch, 1, 9)
         dispatcher.register(ApiKey.OFFSET_DELETE, self.handle_offset_delete, 0, 0)
         dispatcher.register(ApiKey.LIST_GROUPS, self.handle_list_groups, 0, 5)
@@ -82,21 +84,23 @@ class GroupApis:
         def error(code: ErrorCode, message: str | None = None) -> dict:
             return {"node_id": -1, "host": "", "port": -1, "error_code": int(code), "error_message": message}
         if key_type == TRANSACTION_KEY:
-            return error(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported yet")
-        if key_type != GROUP_KEY:
+            coordinator, create, what = self.node.txn_coordinator, self._create_transaction_topic, "transactional id"
+        elif key_type == GROUP_KEY:
+            coordinator, create, what = self.coordinator, self._create_offsets_topic, "group id"
+        else:
             return error(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
         if not key:
-            return error(ErrorCode.INVALID_REQUEST, "the group id is empty")
+            return error(ErrorCode.INVALID_REQUEST, f"the {what} is empty")
         image = self.node.image
-        topic = image.topic(OFFSETS_TOPIC)
+        topic = image.topic(coordinator.topic)
         if topic is None:
-            self._create_offsets_topic()
-            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created")
-        registration = topic.partitions.get(self.coordinator.partition_for(key))
+            create()
+            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{coordinator.topic} is being created")
+        registration = topic.partitions.get(coordinator.partition_for(key))
         leader = registration.leader if registration is not None else -1
         broker = image.brokers.get(leader)
         if leader < 0 or broker is None or not image.is_alive(leader):
-            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group's partition has no leader")
+            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the {what}'s partition has no leader")
         for endpoint in broker.endpoints:
             if endpoint.name == self.listener_name:
                 return {"node_id": leader, "host": endpoint.host, "port": endpoint.port,
@@ -106,6 +110,10 @@ class GroupApis:
     def _create_offsets_topic(self) -> None:
         alive = sum(1 for b in self.node.image.brokers.values() if not b.fenced)
         self._create_topic(offsets_topic(self.node.config, alive))
+
+    def _create_transaction_topic(self) -> None:
+        alive = sum(1 for b in self.node.image.brokers.values() if not b.fenced)
+        self._create_topic(transaction_state_topic(self.node.config, alive))
 
     # ============================================================== JoinGroup
 
@@ -173,7 +181,13 @@ class GroupApis:
 
     # =========================================================== OffsetCommit
 
-    def handle_offset_commit(self, header, request):
+    def handle_txn_offset_commit(self, header, request):
+        """Offsets committed as part of a producer's transaction: they take effect when
+        the transaction's COMMIT marker reaches the group's partition."""
+        return self.handle_offset_commit(header, request,
+                                         producer=(int(request.producer_id), int(request.producer_epoch)))
+
+    def handle_offset_commit(self, header, request, producer: tuple[int, int] | None = None):
         generation = int(getattr(request, "generation_id_or_member_epoch",
                                  getattr(request, "generation_id", -1)))
         image = self.node.image
@@ -207,18 +221,19 @@ class GroupApis:
         elif not offsets:
             build({})
         else:
-            shard.commit_offsets(request.group_id, request.member_id or "",
+            shard.commit_offsets(request.group_id, getattr(request, "member_id", "") or "",
                                  getattr(request, "group_instance_id", None), generation, offsets,
-                                 self._now(), build)
+                                 self._now(), build, producer)
         return _answer(future)
 
     # ============================================================ OffsetFetch
 
     def handle_offset_fetch(self, header, request):
         if header.api_version >= 8:
-            groups = [self._fetch_group(g.group_id, g.topics) for g in request.groups]
+            stable = bool(getattr(request, "require_stable", False))
+            groups = [self._fetch_group(g.group_id, g.topics, stable) for g in request.groups]
             return {"throttle_time": 0, "groups": groups}
-        group = self._fetch_group(request.group_id, request.topics)
+        group = self._fetch_group(request.group_id, request.topics, bool(getattr(request, "require_stable", False)))
         error = group["error_code"]
         if header.api_version < 2 and error != 0:
             # v0–1 have no group-level error: every partition carries it.
@@ -227,15 +242,21 @@ class GroupApis:
                     p["error_code"] = error
         return {"throttle_time": 0, "topics": group["topics"], "error_code": error}
 
-    def _fetch_group(self, group_id: str, topics) -> dict:
+    def _fetch_group(self, group_id: str, topics, require_stable: bool = False) -> dict:
         asked = None if topics is None else [TopicPartition(t.name, int(i))
                                              for t in topics for i in t.partition_indexes]
         shard = self.coordinator.shard_for(group_id)
         if isinstance(shard, ErrorCode):
             return {"group_id": group_id, "error_code": int(shard), "topics": _offset_topics(
                 {tp: None for tp in asked or []}, ErrorCode.NONE)}
-        return {"group_id": group_id, "error_code": 0,
-                "topics": _offset_topics(shard.fetch_offsets(group_id, asked), ErrorCode.NONE)}
+        topics = _offset_topics(shard.fetch_offsets(group_id, asked), ErrorCode.NONE)
+        if require_stable and shard.pending_txn_offsets:
+            # KIP-447: an offset an open transaction is committing is not answered yet.
+            for topic in topics:
+                for p in topic["partitions"]:
+                    if shard.has_pending_offsets(group_id, TopicPartition(topic["name"], p["partition_index"])):
+                        p["error_code"] = int(ErrorCode.UNSTABLE_OFFSET_COMMIT)
+        return {"group_id": group_id, "error_code": 0, "topics": topics}
 
     # =========================================================== OffsetDelete
 

@@ -37,7 +37,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from bisect import bisect_right
+import struct
+from bisect import bisect_left, bisect_right
 from typing import Callable, NamedTuple
 
 from tidelog.core.clock import Clock
@@ -53,6 +54,7 @@ from tidelog.core.errors import (
 from tidelog.core.ids import TopicPartition
 from tidelog.records.batch import (
     iter_records,
+    read_control,
     recompress,
     set_base_offset,
     set_log_append_time,
@@ -65,8 +67,16 @@ from tidelog.storage.config import PRODUCER, LogConfig
 from tidelog.storage.epoch_cache import LeaderEpochCache
 from tidelog.storage.errors import CorruptSegmentError, OfflineLogDirError
 from tidelog.storage.files import FileHandle, FileSystem, RealFileSystem, read_whole_file, write_file_atomically
-from tidelog.storage.log_loader import CLEANED_SUFFIX, SEGMENT_FILE_SUFFIXES, SNAPSHOT_SUFFIX, SWAP_SUFFIX, load_log
+from tidelog.storage.log_loader import (
+    CLEANED_SUFFIX,
+    SEGMENT_FILE_SUFFIXES,
+    SNAPSHOT_SUFFIX,
+    SWAP_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    load_log,
+)
 from tidelog.storage.producer_state import (
+    AbortedTxn,
     CorruptSnapshotError,
     DuplicateSequenceError,
     ProducerStateManager,
@@ -83,6 +93,8 @@ from tidelog.storage.segment import (
 logger = logging.getLogger(__name__)
 
 SNAPSHOT_SIZE_MAX_BYTES = 64 << 20          # a producer snapshot (producer_state.py)
+TXN_INDEX_SIZE_MAX_BYTES = 256 << 20        # one segment's aborted-transaction index
+_TXN_INDEX_ENTRY = struct.Struct(">hqqqq")  # Kafka's AbortedTxn: version, producer id, first, last, LSO
 
 # Kafka's special ListOffsets timestamps (ListOffsetsRequest).
 LATEST_TIMESTAMP = -1
@@ -226,6 +238,7 @@ class Log:
         self._offline = False
         self._check_segments()
         self._producer_state = ProducerStateManager()
+        self._aborted: list[AbortedTxn] = []     # by marker offset; the .txnindex files' content
         self._rebuild_producer_state()
 
     @classmethod
@@ -265,6 +278,28 @@ class Log:
     @property
     def high_watermark(self) -> int:
         return self._high_watermark
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction, or None."""
+        return self._producer_state.first_unstable_offset()
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The bound of read_committed reads: the high watermark, or the first offset of
+        an open transaction below it (Kafka's ``UnifiedLog.lastStableOffset``)."""
+        unstable = self._producer_state.first_unstable_offset()
+        return self._high_watermark if unstable is None else min(unstable, self._high_watermark)
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions with records in ``[start_offset, upper_bound_offset)``
+        (what a read_committed fetch tells the client to drop)."""
+        i = bisect_left([txn.last_offset for txn in self._aborted], start_offset)
+        return [txn for txn in self._aborted[i:] if txn.first_offset < upper_bound_offset]
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id → first offset of its open transaction (DescribeProducers)."""
+        return dict(self._producer_state.ongoing)
 
     @property
     def recovery_point(self) -> int:
@@ -323,8 +358,11 @@ class Log:
     # -- appends ----------------------------------------------------------------------
 
     @_io_guard
-    def append_as_leader(self, records, leader_epoch: int) -> LogAppendInfo:
-        """Validate, assign offsets from the log end offset, stamp the epoch, write once."""
+    def append_as_leader(self, records, leader_epoch: int, from_coordinator: bool = False) -> LogAppendInfo:
+        """Validate, assign offsets from the log end offset, stamp the epoch, write once.
+
+        Control batches (transaction markers) are accepted only ``from_coordinator``
+        (WriteTxnMarkers); a client's are refused with INVALID_RECORD."""
         if leader_epoch < 0:
             raise ValueError(f"leader epoch {leader_epoch} is negative")
         buffer = records if isinstance(records, bytearray) else bytearray(records)
@@ -348,7 +386,13 @@ class Log:
             if config.compact and any(record.key is None for record in iter_records(buffer, position)):
                 raise InvalidRecordError(f"{self.topic_partition}: compacted topic cannot accept a record "
                                          f"without a key (batch {len(batches)} of the request)")
-            if is_idempotent(header):
+            if header.is_control:
+                if not from_coordinator:
+                    raise InvalidRecordError(f"{self.topic_partition}: a client cannot write a control batch")
+                control_type, coordinator_epoch = read_control(buffer, position)
+                self._producer_state.check_marker(header, coordinator_epoch, str(self.topic_partition))
+                appended_producers.append((header, next_offset, (control_type, coordinator_epoch)))
+            elif is_idempotent(header):
                 duplicate = self._producer_state.check_leader_batch(header, in_request, str(self.topic_partition))
                 if duplicate is not None:
                     if position == 0 and size_bytes == end:     # the whole request is a retry
@@ -357,7 +401,7 @@ class Log:
                                              self._log_start_offset)
                     raise DuplicateSequenceError(f"{self.topic_partition}: producer {header.producer_id} "
                                                  f"batch at sequence {header.base_sequence} was written before")
-                appended_producers.append((header, next_offset))
+                appended_producers.append((header, next_offset, None))
             set_base_offset(buffer, position, next_offset)
             set_partition_leader_epoch(buffer, position, leader_epoch)
             batch_max_timestamp = header.max_timestamp
@@ -375,8 +419,8 @@ class Log:
             self._check_append_size(end)
             self._leader_epoch_cache.assign(leader_epoch, first_offset)
             self._write(buffer, batches, first_offset, next_offset, max_timestamp, now_ms)
-            for header, batch_first_offset in appended_producers:
-                self._producer_state.update(header, batch_first_offset)
+            for header, batch_first_offset, control in appended_producers:
+                self._update_producer_state(header, batch_first_offset, control)
         return LogAppendInfo(first_offset, next_offset - 1, max_timestamp, offset_of_max_timestamp,
                              log_append_time, record_count, len(batches), end, self._log_start_offset)
 
@@ -405,13 +449,19 @@ class Log:
                 logger.warning("%s: deleting producer snapshot %s: %s", self.topic_partition, path, e)
                 self.fs.remove(path)
                 state.clear()
+        self._load_txn_indexes(below_offset=start)
         for i, segment in enumerate(self._segments):
             following = self._base_offsets[i + 1] if i + 1 < len(self._segments) else None
             if following is not None and following <= start:
                 continue                               # wholly covered by the snapshot
             try:
-                for _, header in segment.headers(0, segment.size_bytes):
-                    if header.base_offset >= start and is_idempotent(header):
+                for position, header in segment.headers(0, segment.size_bytes):
+                    if header.base_offset < start:
+                        continue
+                    if header.is_control:
+                        batch = segment.log.pread(header.size_bytes, position)
+                        self._update_producer_state(header, header.base_offset, read_control(batch, 0))
+                    elif is_idempotent(header):
                         state.update(header, header.base_offset)
             except CorruptRecordError as e:   # reads report it; the state stops where the damage starts
                 logger.warning("%s: producer state stops at damaged batch: %s", self.topic_partition, e)
@@ -433,6 +483,7 @@ class Log:
         """Save the producer state as of the log end offset (Kafka does it at each roll
         and at a clean shutdown), and drop snapshots below the first segment."""
         offset = self._log_end_offset
+        self._write_txn_indexes()                      # before the snapshot that lets a scan skip them
         write_file_atomically(self.fs, self._snapshot_path(offset), self._producer_state.encode_snapshot())
         for old in self._snapshot_offsets():
             if old < min(self._base_offsets[0], offset):
@@ -461,8 +512,10 @@ class Log:
                 first_offset = header.base_offset
             if header.partition_leader_epoch >= 0:
                 epochs.append((header.partition_leader_epoch, header.base_offset))
-            if is_idempotent(header):
-                follower_producers.append(header)
+            if header.is_control:
+                follower_producers.append((header, read_control(records, position)))
+            elif is_idempotent(header):
+                follower_producers.append((header, None))
             batches.append(BatchInfo(position, header.size_bytes, header.last_offset, header.max_timestamp))
             if header.max_timestamp > max_timestamp:
                 max_timestamp, offset_of_max_timestamp = header.max_timestamp, header.last_offset
@@ -474,10 +527,70 @@ class Log:
             for epoch, start_offset in epochs:
                 self._leader_epoch_cache.assign(epoch, start_offset)
             self._write(records, batches, first_offset, expected_offset, max_timestamp, now_ms)
-            for header in follower_producers:
-                self._producer_state.update(header, header.base_offset)
+            for header, control in follower_producers:
+                self._update_producer_state(header, header.base_offset, control)
         return LogAppendInfo(first_offset, expected_offset - 1, max_timestamp, offset_of_max_timestamp,
                              -1, record_count, len(batches), end, self._log_start_offset)
+
+    def _update_producer_state(self, header, first_offset: int, control: tuple[int, int] | None) -> None:
+        """One appended batch into the producer state; an ABORT marker that closes a
+        transaction also goes into the aborted-transaction index."""
+        if control is None:
+            self._producer_state.update(header, first_offset)
+            return
+        aborted = self._producer_state.update_marker(header, first_offset, *control)
+        if aborted is not None:
+            self._aborted.append(aborted)
+
+    # -- the aborted-transaction index (.txnindex) ------------------------------------
+    #
+    # In memory, ``_aborted`` holds every aborted transaction whose marker is in the
+    # log, by marker offset. On disk each segment's share is ``<base>.txnindex``
+    # (Kafka's entry format), written with the producer snapshot (at each roll and at a
+    # clean shutdown) and rewritten when truncation, retention or compaction changes
+    # it; markers after the newest snapshot are found again by the header scan at open.
+
+    def _txn_index_path(self, base_offset: int) -> str:
+        return os.path.join(self.directory, segment_file_name(base_offset, TXN_INDEX_SUFFIX))
+
+    def _txn_index_bases(self) -> list[int]:
+        bases = []
+        for name in self.fs.listdir(self.directory):
+            stem = name[:-len(TXN_INDEX_SUFFIX)]
+            if name.endswith(TXN_INDEX_SUFFIX) and stem.isdigit():
+                bases.append(int(stem))
+        return sorted(bases)
+
+    def _load_txn_indexes(self, below_offset: int) -> None:
+        """The aborted transactions recorded on disk whose markers lie below ``below_offset``."""
+        self._aborted = []
+        for base in self._txn_index_bases():
+            path = self._txn_index_path(base)
+            data = read_whole_file(self.fs, path, TXN_INDEX_SIZE_MAX_BYTES)
+            if len(data) % _TXN_INDEX_ENTRY.size:
+                logger.warning("%s: %s has a partial entry; ignoring its tail", self.topic_partition, path)
+            for i in range(len(data) // _TXN_INDEX_ENTRY.size):
+                _version, producer_id, first, last, stable = _TXN_INDEX_ENTRY.unpack_from(data, i * _TXN_INDEX_ENTRY.size)
+                if self._log_start_offset <= last < below_offset:
+                    self._aborted.append(AbortedTxn(producer_id, first, last, stable))
+        self._aborted.sort(key=lambda txn: txn.last_offset)
+
+    def _write_txn_indexes(self) -> None:
+        """Make every segment's ``.txnindex`` match ``_aborted`` (absent when empty)."""
+        wanted: dict[int, list[AbortedTxn]] = {}
+        for txn in self._aborted:
+            i = bisect_right(self._base_offsets, txn.last_offset) - 1
+            if i >= 0:
+                wanted.setdefault(self._base_offsets[i], []).append(txn)
+        for base in self._txn_index_bases():
+            if base not in wanted:
+                self.fs.remove(self._txn_index_path(base))
+        for base, entries in wanted.items():
+            data = b"".join(_TXN_INDEX_ENTRY.pack(0, t.producer_id, t.first_offset, t.last_offset,
+                                                  t.last_stable_offset) for t in entries)
+            path = self._txn_index_path(base)
+            if not self.fs.exists(path) or read_whole_file(self.fs, path, TXN_INDEX_SIZE_MAX_BYTES) != data:
+                write_file_atomically(self.fs, path, data)
 
     def _check_append_size(self, size_bytes: int) -> None:
         if size_bytes > self.config.segment_bytes:
@@ -652,6 +765,8 @@ class Log:
     def _set_log_start_offset(self, offset: int) -> None:
         self._log_start_offset = offset
         self._producer_state.truncate_head(offset)
+        if self._aborted and self._aborted[0].last_offset < offset:
+            self._aborted = [txn for txn in self._aborted if txn.last_offset >= offset]
         self._recovery_point = max(self._recovery_point, offset)  # nothing below needs recovery
         self._leader_epoch_cache.truncate_from_start(offset)
         self._check_segments()
@@ -819,6 +934,9 @@ class Log:
             segment.delete()
         for snapshot in self._snapshot_offsets():
             self.fs.remove(self._snapshot_path(snapshot))
+        for base in self._txn_index_bases():
+            self.fs.remove(self._txn_index_path(base))
+        self._aborted = []
         self.fs.fsync_dir(self.directory)
         self._segments = [LogSegment.create(self.fs, self.directory, offset,
                                             index_size_max_bytes=self.config.segment_index_bytes,

@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 CLEANED_SUFFIX = ".cleaned"   # a cleaned segment being written (docs/compaction.md)
 SWAP_SUFFIX = ".swap"         # a cleaned segment committed to replace the old ones
 SNAPSHOT_SUFFIX = ".snapshot" # the producer state as of an offset (Log owns them)
+TXN_INDEX_SUFFIX = ".txnindex" # a segment's aborted transactions (Log owns them)
 SEGMENT_FILE_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX)   # the .log last: it commits a rename
 _LEFTOVER_SUFFIXES = (".tmp", ".deleted", CLEANED_SUFFIX, SWAP_SUFFIX)
 _KNOWN_FILES = {LEADER_EPOCH_CHECKPOINT, "partition.metadata"}
@@ -107,7 +108,7 @@ def _segment_bases(fs: FileSystem, directory: str) -> list[int]:
             bases.add(int(stem))
         elif suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and _is_offset(stem):
             index_files.append((int(stem), file_name))
-        elif not (suffix == SNAPSHOT_SUFFIX and _is_offset(stem)) and file_name not in _KNOWN_FILES:
+        elif not (suffix in (SNAPSHOT_SUFFIX, TXN_INDEX_SUFFIX) and _is_offset(stem)) and file_name not in _KNOWN_FILES:
             logger.warning("%s: ignoring unexpected file %s", directory, file_name)
     for base, file_name in index_files:
         if base not in bases:

@@ -27,6 +27,18 @@ newest snapshot at or below its end and scans only the batch headers after it
 as Kafka's does. Producers whose last batch is below the log start offset are
 forgotten (``truncate_head``). Pure Python: no I/O.
 
+Transactions. A batch with the transactional attribute opens a transaction for
+its producer at its first offset (``current_txn_first_offset``) unless one is
+open; a control batch (a COMMIT or ABORT marker written by the transaction
+coordinator, ``update_marker``) closes it. The open transactions' first offsets
+give the *first unstable offset*: a read_committed consumer reads no further than
+``min(high watermark, first unstable offset)``, the last stable offset (LSO). An
+ABORT marker yields an ``AbortedTxn`` that the log keeps in its aborted-transaction
+index (``.txnindex``), so read_committed fetches can tell clients which records
+to drop. Markers must carry the producer's current epoch or a newer one (else
+INVALID_PRODUCER_EPOCH) and a coordinator epoch no older than the last marker's
+(else TRANSACTION_COORDINATOR_FENCED: a deposed coordinator).
+
 Snapshot format (Kafka's ``ProducerStateManager`` v1, big-endian)::
 
     version int16 = 1 · crc uint32 (CRC-32C of what follows) · count int32
@@ -74,6 +86,22 @@ class CorruptSnapshotError(ValueError):
     pass
 
 
+class TransactionCoordinatorFencedError(ProducerStateError):
+    error_code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
+
+
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1
+
+
+@dataclass(frozen=True)
+class AbortedTxn:
+    """One entry of the aborted-transaction index (Kafka's ``AbortedTxn``)."""
+    producer_id: int
+    first_offset: int
+    last_offset: int           # the ABORT marker's offset
+    last_stable_offset: int    # the LSO once the marker was written
+
+
 @dataclass(frozen=True)
 class BatchMetadata:
     first_sequence: int
@@ -88,6 +116,8 @@ class ProducerEntry:
     producer_epoch: int
     batches: deque = field(default_factory=lambda: deque(maxlen=PRODUCER_BATCHES_RETAINED))
     last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = -1
 
     @property
     def last_sequence(self) -> int:
@@ -110,6 +140,45 @@ def is_idempotent(header) -> bool:
 class ProducerStateManager:
     def __init__(self):
         self.producers: dict[int, ProducerEntry] = {}
+        self.ongoing: dict[int, int] = {}      # producer id → first offset of its open transaction
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction, or None."""
+        return min(self.ongoing.values()) if self.ongoing else None
+
+    def check_marker(self, header, coordinator_epoch: int, partition: str = "") -> None:
+        """A leader's validation of a transaction marker from the coordinator; raises."""
+        entry = self.producers.get(header.producer_id)
+        if entry is None:
+            return
+        if header.producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"{partition}: marker for producer {header.producer_id} at epoch {header.producer_epoch}, "
+                f"older than {entry.producer_epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"{partition}: marker from coordinator epoch {coordinator_epoch}, older than "
+                f"{entry.coordinator_epoch}")
+
+    def update_marker(self, header, offset: int, control_type: int, coordinator_epoch: int) -> AbortedTxn | None:
+        """Record a COMMIT/ABORT marker at ``offset``; the aborted transaction it closed, if any."""
+        entry = self.producers.get(header.producer_id)
+        if entry is None:
+            entry = self.producers[header.producer_id] = ProducerEntry(header.producer_epoch)
+        elif header.producer_epoch > entry.producer_epoch:
+            entry.producer_epoch = header.producer_epoch
+            entry.batches.clear()
+        entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+        first = entry.current_txn_first_offset
+        if first < 0:
+            return None
+        entry.current_txn_first_offset = -1
+        del self.ongoing[header.producer_id]
+        if control_type != CONTROL_ABORT:
+            return None
+        unstable = self.first_unstable_offset()
+        return AbortedTxn(header.producer_id, first, offset, offset + 1 if unstable is None else unstable)
 
     def find_duplicate(self, header) -> BatchMetadata | None:
         """The remembered batch this one repeats (same producer, epoch and sequences)."""
@@ -165,19 +234,26 @@ class ProducerStateManager:
         if not is_idempotent(header):
             return
         entry = self.producers.get(header.producer_id)
-        if entry is None or header.producer_epoch > entry.producer_epoch:
+        if entry is None:
             entry = self.producers[header.producer_id] = ProducerEntry(header.producer_epoch)
+        elif header.producer_epoch > entry.producer_epoch:
+            entry.producer_epoch = header.producer_epoch     # a new epoch: sequences restart
+            entry.batches.clear()
         elif header.producer_epoch < entry.producer_epoch:
             return                                       # a zombie's batch a follower copied: keep the newer epoch
         entry.batches.append(BatchMetadata(
             header.base_sequence, _last_sequence(header.base_sequence, header.last_offset_delta),
             first_offset, first_offset + header.last_offset_delta, header.max_timestamp))
         entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+        if header.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = first_offset
+            self.ongoing[header.producer_id] = first_offset
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers silent for ``producer.id.expiration.ms`` (measured, as in
         Kafka, from the largest timestamp of their last batch); returns how many."""
-        expired = [pid for pid, entry in self.producers.items() if now_ms - entry.last_timestamp >= expiration_ms]
+        expired = [pid for pid, entry in self.producers.items()
+                   if now_ms - entry.last_timestamp >= expiration_ms and entry.current_txn_first_offset < 0]
         for pid in expired:
             del self.producers[pid]
         return len(expired)
@@ -186,13 +262,15 @@ class ProducerStateManager:
         """Forget producers whose last batch lies below the log start offset (their
         records are gone, as Kafka's ``truncateHead``); returns how many."""
         gone = [pid for pid, entry in self.producers.items()
-                if entry.batches and entry.batches[-1].last_offset < log_start_offset]
+                if entry.batches and entry.batches[-1].last_offset < log_start_offset
+                and entry.current_txn_first_offset < 0]
         for pid in gone:
             del self.producers[pid]
         return len(gone)
 
     def clear(self) -> None:
         self.producers.clear()
+        self.ongoing.clear()
 
     # ------------------------------------------------------------- snapshots
 
@@ -200,11 +278,14 @@ class ProducerStateManager:
         entries = bytearray()
         count = 0
         for producer_id, entry in sorted(self.producers.items()):
-            if not entry.batches:
-                continue
-            last = entry.batches[-1]
-            entries += _SNAPSHOT_ENTRY.pack(producer_id, entry.producer_epoch, last.last_sequence, last.last_offset,
-                                            last.last_offset - last.first_offset, entry.last_timestamp, -1, -1)
+            if entry.batches:
+                last = entry.batches[-1]
+                sequence, offset, delta = last.last_sequence, last.last_offset, last.last_offset - last.first_offset
+            else:                                        # known only from a marker
+                sequence, offset, delta = NO_SEQUENCE, -1, 0
+            entries += _SNAPSHOT_ENTRY.pack(producer_id, entry.producer_epoch, sequence, offset, delta,
+                                            entry.last_timestamp, entry.coordinator_epoch,
+                                            entry.current_txn_first_offset)
             count += 1
         body = struct.pack(">i", count) + bytes(entries)
         return struct.pack(">hI", SNAPSHOT_VERSION, crc32c(body)) + body
@@ -220,11 +301,16 @@ class ProducerStateManager:
             raise CorruptSnapshotError("CRC mismatch")
         if count < 0 or len(data) != _SNAPSHOT_HEADER.size + count * _SNAPSHOT_ENTRY.size:
             raise CorruptSnapshotError(f"{count} entries do not fill {len(data)} bytes")
-        self.producers.clear()
+        self.clear()
         for i in range(count):
             (producer_id, epoch, last_sequence, last_offset, offset_delta, timestamp,
-             _coordinator_epoch, _txn_first_offset) = _SNAPSHOT_ENTRY.unpack_from(
+             coordinator_epoch, txn_first_offset) = _SNAPSHOT_ENTRY.unpack_from(
                 data, _SNAPSHOT_HEADER.size + i * _SNAPSHOT_ENTRY.size)
-            entry = self.producers[producer_id] = ProducerEntry(epoch, last_timestamp=timestamp)
-            entry.batches.append(BatchMetadata((last_sequence - offset_delta) % (SEQUENCE_MAX + 1), last_sequence,
-                                               last_offset - offset_delta, last_offset, timestamp))
+            entry = self.producers[producer_id] = ProducerEntry(epoch, last_timestamp=timestamp,
+                                                                coordinator_epoch=coordinator_epoch,
+                                                                current_txn_first_offset=txn_first_offset)
+            if last_sequence != NO_SEQUENCE:
+                entry.batches.append(BatchMetadata((last_sequence - offset_delta) % (SEQUENCE_MAX + 1),
+                                                   last_sequence, last_offset - offset_delta, last_offset, timestamp))
+            if txn_first_offset >= 0:
+                self.ongoing[producer_id] = txn_first_offset

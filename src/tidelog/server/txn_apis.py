@@ -1,0 +1,319 @@
+"""The transaction APIs, written once for every version (docs/transactions.md).
+
+Theory of operation. A transactional producer finds its coordinator
+(FindCoordinator, key type 1, served by ``GroupApis``), then InitProducerId,
+AddPartitionsToTxn / AddOffsetsToTxn, its produce requests, TxnOffsetCommit
+(to the group coordinator, ``GroupApis``) and EndTxn. Each handler turns the
+request into a call on the ``TxnShard`` of the transactional id (the broker's
+``TransactionCoordinator``), which answers through a callback once its record
+committed; the handler returns the dict at once when the answer came
+synchronously, else an awaitable of it.
+
+WriteTxnMarkers is how a coordinator tells partition leaders that a
+transaction ended: each leader appends a COMMIT or ABORT control batch with
+acks=all. A coordinator writes its own partitions' markers through its replica
+manager and sends the rest to their leaders over one connection per broker
+(``MarkerChannel``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable
+
+from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
+from tidelog.group.coordinator import OFFSETS_TOPIC
+from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.client import KafkaConnection
+from tidelog.protocol.codec import millis
+from tidelog.records.batch import build_marker
+from tidelog.txn.records import TxnState
+
+log = logging.getLogger("tidelog.txn")
+
+MARKER_WRITE_TIMEOUT_MS = 5_000
+MARKER_REQUEST_TIMEOUT_S = 10.0
+
+
+class TxnApis:
+    def __init__(self, node, listener_name: str, clock, next_producer_id: Callable[[], Awaitable[int]],
+                 plain_init_producer_id):
+        self.node = node
+        self.listener_name = listener_name
+        self.clock = clock
+        self._next_producer_id = next_producer_id
+        self._plain_init_producer_id = plain_init_producer_id
+        self.channel = MarkerChannel(node, listener_name)
+        node.txn_coordinator.write_markers = self.write_markers
+
+    def register(self, dispatcher) -> None:
+        dispatcher.register(ApiKey.INIT_PRODUCER_ID, self.handle_init_producer_id, 0, 5)
+        dispatcher.register(ApiKey.ADD_PARTITIONS_TO_TXN, self.handle_add_partitions_to_txn, 0, 3)
+        dispatcher.register(ApiKey.ADD_OFFSETS_TO_TXN, self.handle_add_offsets_to_txn, 0, 4)
+        dispatcher.register(ApiKey.END_TXN, self.handle_end_txn, 0, 4)
+        dispatcher.register(ApiKey.WRITE_TXN_MARKERS, self.handle_write_txn_markers, 1, 1)
+        dispatcher.register(ApiKey.DESCRIBE_TRANSACTIONS, self.handle_describe_transactions, 0, 0)
+        dispatcher.register(ApiKey.LIST_TRANSACTIONS, self.handle_list_transactions, 0, 1)
+
+    @property
+    def coordinator(self):
+        return self.node.txn_coordinator
+
+    def _now(self) -> int:
+        return self.clock.now_ms()
+
+    # ===================================================== InitProducerId
+
+    def handle_init_producer_id(self, header, request):
+        transactional_id = getattr(request, "transactional_id", None)
+        if not transactional_id:
+            return self._plain_init_producer_id(header, request)
+
+        def answer(error: ErrorCode, producer_id: int = -1, producer_epoch: int = -1) -> dict:
+            return {"throttle_time": 0, "error_code": int(error), "producer_id": producer_id,
+                    "producer_epoch": producer_epoch}
+
+        async def init():
+            shard = self.coordinator.shard_for(transactional_id)
+            if isinstance(shard, ErrorCode):
+                return answer(shard)
+            try:
+                fresh = await self._next_producer_id()
+            except (RuntimeError, OSError, ConnectionError, asyncio.TimeoutError):
+                return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            shard = self.coordinator.shard_for(transactional_id)    # may have moved meanwhile
+            if isinstance(shard, ErrorCode):
+                return answer(shard)
+            future = asyncio.get_running_loop().create_future()
+            shard.init_producer_id(transactional_id, millis(request.transaction_timeout),
+                                   int(getattr(request, "producer_id", -1)),
+                                   int(getattr(request, "producer_epoch", -1)), fresh, self._now(),
+                                   lambda error, pid, epoch: future.done() or future.set_result(
+                                       answer(error, pid, epoch)))
+            return await future
+        return init()
+
+    # ================================================ AddPartitionsToTxn
+
+    def handle_add_partitions_to_txn(self, header, request):
+        transactional_id = request.v3_and_below_transactional_id
+        topics = [(t.name, [int(p) for p in t.partitions]) for t in request.v3_and_below_topics]
+        wanted = {TopicPartition(name, p) for name, partitions in topics for p in partitions}
+        image = self.node.image
+        unknown = {tp for tp in wanted if image.topic(tp.topic) is None
+                   or tp.partition not in image.topic(tp.topic).partitions}
+
+        def response(errors: dict) -> dict:
+            return {"throttle_time": 0, "results_by_topic_v3_and_below": [
+                {"name": name, "results_by_partition": [
+                    {"partition_index": p, "partition_error_code": int(errors[TopicPartition(name, p)])}
+                    for p in partitions]} for name, partitions in topics]}
+        if unknown:
+            # As Kafka: the unknown partitions fail, the others are not added (OPERATION_NOT_ATTEMPTED).
+            return response({tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+                             else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in wanted})
+        return self._add(transactional_id, int(request.v3_and_below_producer_id),
+                         int(request.v3_and_below_producer_epoch), wanted,
+                         lambda error: response({tp: error for tp in wanted}))
+
+    def handle_add_offsets_to_txn(self, header, request):
+        group_partition = self.node.group_coordinator.partition_for(request.group_id)
+        return self._add(request.transactional_id, int(request.producer_id), int(request.producer_epoch),
+                         {TopicPartition(OFFSETS_TOPIC, group_partition)},
+                         lambda error: {"throttle_time": 0, "error_code": int(error)})
+
+    def _add(self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: set,
+             build: Callable[[ErrorCode], dict]):
+        shard = self.coordinator.shard_for(transactional_id)
+        if isinstance(shard, ErrorCode):
+            return build(shard)
+        return _call(lambda respond: shard.add_partitions(transactional_id, producer_id, producer_epoch,
+                                                          partitions, self._now(), respond), build)
+
+    # ============================================================ EndTxn
+
+    def handle_end_txn(self, header, request):
+        def build(error: ErrorCode) -> dict:
+            return {"throttle_time": 0, "error_code": int(error)}
+        shard = self.coordinator.shard_for(request.transactional_id)
+        if isinstance(shard, ErrorCode):
+            return build(shard)
+        return _call(lambda respond: shard.end_transaction(
+            request.transactional_id, int(request.producer_id), int(request.producer_epoch),
+            bool(request.committed), self._now(), respond), build)
+
+    # =================================================== WriteTxnMarkers
+
+    def write_markers(self, broker_id: int, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int, partitions: list, on_done: Callable[[dict], None]) -> None:
+        """The coordinator's markers for ``partitions``, all led by ``broker_id``."""
+        if broker_id == self.node.node_id:
+            self.write_local_markers(producer_id, producer_epoch, commit, coordinator_epoch, partitions, on_done)
+        else:
+            self.channel.send(broker_id, producer_id, producer_epoch, commit, coordinator_epoch, partitions,
+                              on_done)
+
+    def write_local_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                            partitions: list, on_done: Callable[[dict], None]) -> None:
+        now_ms = self._now()
+        entries = {tp: build_marker(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
+                   for tp in partitions}
+
+        def appended(responses: dict) -> None:
+            on_done({tp: ErrorCode(response["error_code"]) for tp, response in responses.items()})
+        self.node.replica_manager.append_records(-1, MARKER_WRITE_TIMEOUT_MS, entries, appended,
+                                                 internal=True, from_coordinator=True)
+
+    def handle_write_txn_markers(self, header, request):
+        markers = list(request.markers)
+        results: list = [None] * len(markers)
+        future = asyncio.get_running_loop().create_future()
+
+        def finish() -> None:
+            if all(r is not None for r in results) and not future.done():
+                future.set_result({"markers": results})
+
+        for i, marker in enumerate(markers):
+            partitions = [TopicPartition(t.name, int(p)) for t in marker.topics for p in t.partition_indexes]
+
+            def done(errors: dict, i=i, marker=marker, partitions=partitions) -> None:
+                by_topic: dict[str, list] = {}
+                for tp in partitions:
+                    by_topic.setdefault(tp.topic, []).append(
+                        {"partition_index": tp.partition, "error_code": int(errors.get(tp, ErrorCode.NONE))})
+                results[i] = {"producer_id": int(marker.producer_id), "topics": [
+                    {"name": name, "partitions": parts} for name, parts in by_topic.items()]}
+                finish()
+            if not partitions:
+                done({})
+                continue
+            self.write_local_markers(int(marker.producer_id), int(marker.producer_epoch),
+                                     bool(marker.transaction_result), int(marker.coordinator_epoch),
+                                     partitions, done)
+        if future.done():
+            return future.result()
+
+        async def later():
+            return await future
+        return later()
+
+    # ======================================== Describe / ListTransactions
+
+    def handle_describe_transactions(self, header, request):
+        states = []
+        for transactional_id in request.transactional_ids:
+            shard = self.coordinator.shard_for(transactional_id)
+            meta = None if isinstance(shard, ErrorCode) else shard.describe(transactional_id)
+            error = shard if isinstance(shard, ErrorCode) else (
+                ErrorCode.TRANSACTIONAL_ID_NOT_FOUND if meta is None else ErrorCode.NONE)
+            if meta is None:
+                states.append({"error_code": int(error), "transactional_id": transactional_id,
+                               "transaction_state": "", "transaction_timeout": 0, "transaction_start_time": -1,
+                               "producer_id": -1, "producer_epoch": -1, "topics": []})
+                continue
+            by_topic: dict[str, list] = {}
+            for tp in sorted(meta.partitions):
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            states.append({"error_code": 0, "transactional_id": transactional_id,
+                           "transaction_state": meta.state.display, "transaction_timeout": meta.timeout_ms,
+                           "transaction_start_time": meta.start_ms, "producer_id": meta.producer_id,
+                           "producer_epoch": meta.producer_epoch,
+                           "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]})
+        return {"throttle_time": 0, "transaction_states": states}
+
+    def handle_list_transactions(self, header, request):
+        known = {state.display for state in TxnState}
+        state_filters = list(getattr(request, "state_filters", ()) or ())
+        producer_filters = {int(p) for p in getattr(request, "producer_id_filters", ()) or ()}
+        shards, loading = self.coordinator.shards()
+        listed = []
+        for shard in shards:
+            for meta in shard.transactions.values():
+                if meta.producer_id < 0:
+                    continue
+                if state_filters and meta.state.display not in state_filters:
+                    continue
+                if producer_filters and meta.producer_id not in producer_filters:
+                    continue
+                listed.append({"transactional_id": meta.transactional_id, "producer_id": meta.producer_id,
+                               "transaction_state": meta.state.display})
+        return {"throttle_time": 0,
+                "error_code": int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if loading else ErrorCode.NONE),
+                "unknown_state_filters": [s for s in state_filters if s not in known],
+                "transaction_states": listed}
+
+
+class MarkerChannel:
+    """WriteTxnMarkers to other brokers: one connection per broker, opened on demand
+    and dropped on any failure (the shard retries the transaction's markers)."""
+
+    def __init__(self, node, listener_name: str):
+        self.node = node
+        self.listener_name = listener_name
+        self._connections: dict[int, KafkaConnection] = {}
+
+    def send(self, broker_id: int, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+             partitions: list, on_done: Callable[[dict], None]) -> None:
+        asyncio.get_running_loop().create_task(self._send(broker_id, producer_id, producer_epoch, commit,
+                                                          coordinator_epoch, partitions, on_done))
+
+    async def _send(self, broker_id, producer_id, producer_epoch, commit, coordinator_epoch, partitions, on_done):
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        body = {"markers": [{"producer_id": producer_id, "producer_epoch": producer_epoch,
+                             "transaction_result": commit, "coordinator_epoch": coordinator_epoch,
+                             "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]}]}
+        try:
+            connection = await self._connection(broker_id)
+            response = await asyncio.wait_for(connection.request(ApiKey.WRITE_TXN_MARKERS, body),
+                                              MARKER_REQUEST_TIMEOUT_S)
+            errors = {TopicPartition(t.name, int(p.partition_index)): ErrorCode(p.error_code.value)
+                      for marker in response.markers for t in marker.topics for p in t.partitions}
+        except (OSError, ConnectionError, asyncio.TimeoutError, RuntimeError, ValueError) as e:
+            log.info("WriteTxnMarkers to broker %d failed: %s", broker_id, e)
+            dropped = self._connections.pop(broker_id, None)
+            if dropped is not None:
+                dropped.close()
+            errors = {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in partitions}
+        on_done(errors)
+
+    async def _connection(self, broker_id: int) -> KafkaConnection:
+        connection = self._connections.get(broker_id)
+        if connection is not None and not connection.closed:
+            return connection
+        broker = self.node.image.brokers.get(broker_id)
+        endpoint = None if broker is None else next(
+            (e for e in broker.endpoints if e.name == self.listener_name), None)
+        if endpoint is None:
+            raise ConnectionError(f"broker {broker_id} has no {self.listener_name} listener")
+        connection = await KafkaConnection.connect(endpoint.host, endpoint.port, client_id="tidelog-txn-markers")
+        self._connections[broker_id] = connection
+        return connection
+
+    def close(self) -> None:
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()
+
+
+def _call(start: Callable[[Callable[[ErrorCode], None]], None], build: Callable[[ErrorCode], dict]):
+    """Run a shard operation; its answer as a dict at once, or an awaitable of it."""
+    answered: list = []
+    future: asyncio.Future | None = None
+
+    def respond(error: ErrorCode) -> None:
+        if future is None:
+            answered.append(error)
+        elif not future.done():
+            future.set_result(build(error))
+    start(respond)
+    if answered:
+        return build(answered[0])
+    future = asyncio.get_running_loop().create_future()
+
+    async def later():
+        return await future
+    return later()

@@ -1,0 +1,96 @@
+"""The transaction coordinator of one broker: the shards of the ``__transaction_state``
+partitions it leads, and the markers they send (docs/transactions.md).
+
+Theory of operation. A transactional id lives on partition
+``partition_for(transactional_id, N)`` of ``__transaction_state`` (Java's
+``String.hashCode``, as for groups) and its coordinator is that partition's
+leader. Loading, replay and writes are the group coordinator's
+(``CoordinatorRuntime``); the coordinator epoch a shard stamps on its markers
+is the partition's leader epoch, so a deposed coordinator's late markers are
+refused by the partitions (TRANSACTION_COORDINATOR_FENCED).
+
+Markers: ``send_markers`` groups a transaction's partitions by their current
+leader (``leader_of``) and hands each group to ``write_markers`` (the broker's
+own replica manager, or a WriteTxnMarkers request to another broker). The
+transaction is complete when every partition answered NONE, or names a topic
+that no longer exists; otherwise the shard retries after a backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from tidelog.controller.messages import CreatableTopic
+from tidelog.core.clock import Clock
+from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
+from tidelog.group.coordinator import CoordinatorRuntime
+from tidelog.replication.replica_manager import ReplicaManager
+from tidelog.txn.shard import TxnConfig, TxnShard
+
+log = logging.getLogger("tidelog.txn")
+
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+
+# write_markers(broker_id, producer_id, producer_epoch, commit, coordinator_epoch, partitions,
+#               on_done({tp: ErrorCode}))
+WriteMarkers = Callable[[int, int, int, bool, int, list, Callable[[dict], None]], None]
+
+# Partition errors after which a marker need not be written again.
+_MARKER_DONE = {ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID}
+
+
+def transaction_state_topic(settings, alive_brokers: int) -> CreatableTopic:
+    """``__transaction_state`` as Kafka creates it on first use: compacted, its replication
+    factor capped to the brokers alive, ``min.insync.replicas`` capped to that."""
+    wanted = settings["transaction.state.log.replication.factor"]
+    replication = max(1, min(wanted, alive_brokers))
+    if replication < wanted:
+        log.warning("creating %s with replication factor %d: only %d brokers are alive "
+                    "(transaction.state.log.replication.factor=%d)", TRANSACTION_STATE_TOPIC, replication,
+                    alive_brokers, wanted)
+    return CreatableTopic(TRANSACTION_STATE_TOPIC, settings["transaction.state.log.num.partitions"], replication,
+                          configs={"cleanup.policy": "compact", "compression.type": "producer",
+                                   "min.insync.replicas": str(min(settings["transaction.state.log.min.isr"],
+                                                                  replication)),
+                                   "segment.bytes": str(settings["transaction.state.log.segment.bytes"])})
+
+
+class TransactionCoordinator(CoordinatorRuntime):
+    topic = TRANSACTION_STATE_TOPIC
+
+    def __init__(self, config: TxnConfig, replica_manager: ReplicaManager, clock: Clock,
+                 partition_count: Callable[[], int], leader_of: Callable[[TopicPartition], int]):
+        super().__init__(replica_manager, clock, partition_count, config.commit_timeout_ms)
+        self.config = config
+        self._leader_of = leader_of
+        self.write_markers: WriteMarkers | None = None     # set by the server layer
+
+    def _new_shard(self, index: int, leader_epoch: int) -> TxnShard:
+        return TxnShard(index, leader_epoch, self.config, self._writer(index), self._send_markers)
+
+    def _send_markers(self, producer_id: int, producer_epoch: int, commit: bool, partitions: frozenset,
+                      coordinator_epoch: int, on_done: Callable[[bool], None]) -> None:
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in partitions:
+            by_leader.setdefault(self._leader_of(tp), []).append(tp)
+        if -1 in by_leader or self.write_markers is None:
+            on_done(False)                      # a partition without a leader: retry later
+            return
+        waiting = set(by_leader)
+        failed: list = []
+
+        def answered(broker_id: int, errors: dict) -> None:
+            if broker_id not in waiting:
+                return
+            waiting.discard(broker_id)
+            failed.extend((tp, e) for tp, e in errors.items() if ErrorCode(e) not in _MARKER_DONE)
+            if not waiting:
+                if failed:
+                    log.info("markers for producer %d not written yet: %s", producer_id,
+                             ", ".join(f"{tp}: {ErrorCode(e).name}" for tp, e in failed[:5]))
+                on_done(not failed)
+        for broker_id, tps in by_leader.items():
+            self.write_markers(broker_id, producer_id, producer_epoch, commit, coordinator_epoch, tps,
+                               lambda errors, b=broker_id: answered(b, errors))

@@ -1,0 +1,294 @@
+"""The transactions of one ``__transaction_state`` partition: a replayed state machine.
+
+Theory of operation. Each transactional id has a ``TxnMetadata``: its producer
+id and epoch, timeout, state and the partitions its open transaction wrote to.
+An operation (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, a
+timeout) validates against memory, writes the *new* metadata as one record and
+changes nothing until that record commits: ``replay`` is the only writer of
+state, on the leader after its write and on a coordinator loading the partition
+alike. While a write is in flight the id is ``pending`` and other requests for
+it get CONCURRENT_TRANSACTIONS (Kafka's ``pendingState``).
+
+    Empty ──AddPartitions──▶ Ongoing ──EndTxn(commit)──▶ PrepareCommit ──markers──▶ CompleteCommit
+      ▲                        │  └──EndTxn(abort) / timeout──▶ PrepareAbort ──markers──▶ CompleteAbort
+      └──InitProducerId (epoch + 1)◀───────────────────────────────────────────────────┘
+
+Ending a transaction is two-phase, as in Kafka: the PREPARE record is the
+decision (the client is answered once it commits); then the coordinator writes
+a COMMIT or ABORT marker to every partition of the transaction
+(``send_markers``, WriteTxnMarkers) and, when all succeeded, the COMPLETE
+record. A coordinator that loads a partition finishes every transaction it
+finds in a PREPARE state; markers that failed are retried on the next tick.
+An ongoing transaction older than its timeout is aborted with the producer's
+epoch bumped, which fences the producer (its next request gets PRODUCER_FENCED).
+
+Pure Python: time is ``now_ms`` from the caller; writes and markers go through
+injected functions.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
+from tidelog.group.shard import append_error
+from tidelog.txn.records import TxnLogValue, TxnState, decode_key, decode_value, encode_key, encode_value
+
+log = logging.getLogger("tidelog.txn")
+
+PRODUCER_EPOCH_MAX = 0x7FFF - 1        # Kafka's Short.MaxValue - 1: then a new producer id
+MARKER_RETRY_BACKOFF_MS = 200
+
+Respond = Callable[[ErrorCode], None]
+# send_markers(producer_id, producer_epoch, commit, partitions, coordinator_epoch, on_done(ok))
+SendMarkers = Callable[[int, int, bool, frozenset, int, Callable[[bool], None]], None]
+
+
+@dataclass
+class TxnConfig:
+    max_timeout_ms: int = 900_000                 # transaction.max.timeout.ms
+    abort_timed_out_interval_ms: int = 10_000      # transaction.abort.timed.out.transaction.cleanup.interval.ms
+    commit_timeout_ms: int = 5_000                 # the internal writes' timeout
+
+    @classmethod
+    def from_settings(cls, settings) -> "TxnConfig":
+        return cls(settings["transaction.max.timeout.ms"],
+                   settings["transaction.abort.timed.out.transaction.cleanup.interval.ms"])
+
+
+@dataclass
+class TxnMetadata:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState
+    partitions: frozenset = field(default_factory=frozenset)
+    last_update_ms: int = -1
+    start_ms: int = -1
+    pending: bool = False               # a record for this id is being written
+    markers_due_ms: int | None = None   # PREPARE_*: when to (re)send the markers
+
+    def value(self) -> TxnLogValue:
+        return TxnLogValue(self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
+                           self.partitions, self.last_update_ms, self.start_ms)
+
+
+class TxnShard:
+    def __init__(self, partition: int, coordinator_epoch: int, config: TxnConfig, write, send_markers: SendMarkers):
+        self.partition = partition
+        self.coordinator_epoch = coordinator_epoch     # the leader epoch of the partition
+        self.config = config
+        self._write = write
+        self._send_markers = send_markers
+        self.transactions: dict[str, TxnMetadata] = {}
+        self.loading = True
+        self._next_timeout_check_ms = 0
+
+    # ================================================================ replay
+
+    def replay(self, key_bytes: bytes, value_bytes: bytes | None, now_ms: int) -> None:
+        transactional_id = decode_key(key_bytes)
+        if value_bytes is None:
+            self.transactions.pop(transactional_id, None)
+            return
+        value = decode_value(value_bytes)
+        old = self.transactions.get(transactional_id)
+        meta = TxnMetadata(transactional_id, value.producer_id, value.producer_epoch, value.timeout_ms,
+                           value.state, value.partitions, value.last_update_ms, value.start_ms)
+        if old is not None:
+            meta.pending = old.pending
+        self.transactions[transactional_id] = meta
+
+    def loaded(self, now_ms: int) -> None:
+        """Replay reached the log end at election: serve, and finish what was decided."""
+        self.loading = False
+        for meta in self.transactions.values():
+            if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                meta.markers_due_ms = now_ms
+        log.info("loaded %d transactional ids from __transaction_state-%d (coordinator epoch %d)",
+                 len(self.transactions), self.partition, self.coordinator_epoch)
+        self.on_tick(now_ms)
+
+    def unload(self) -> None:
+        self.transactions.clear()
+
+    # ============================================================ writes
+
+    def _store(self, meta: TxnMetadata, new: TxnMetadata, done: Callable[[ErrorCode], None]) -> None:
+        """Write ``new`` as ``meta``'s next state; ``done`` gets the (client-facing) error."""
+        meta.pending = True
+
+        def written(error: ErrorCode) -> None:
+            current = self.transactions.get(meta.transactional_id)
+            if current is not None:
+                current.pending = False
+            done(append_error(error))
+        self._write([(encode_key(new.transactional_id), encode_value(new.value()))], written)
+
+    def _check_producer(self, meta: TxnMetadata | None, producer_id: int, producer_epoch: int) -> ErrorCode:
+        if meta is None or meta.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if producer_epoch != meta.producer_epoch:
+            return ErrorCode.PRODUCER_FENCED
+        if meta.pending or meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
+                                          TxnState.PREPARE_EPOCH_FENCE):
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        return ErrorCode.NONE
+
+    # ==================================================== InitProducerId
+
+    def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int, producer_epoch: int,
+                         fresh_producer_id: int, now_ms: int,
+                         respond: Callable[[ErrorCode, int, int], None]) -> None:
+        """A transactional producer starts (or restarts): the id's epoch goes up by one,
+        fencing any older instance; an open transaction is aborted first."""
+        if timeout_ms <= 0 or timeout_ms > self.config.max_timeout_ms:
+            return respond(ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1)
+        meta = self.transactions.get(transactional_id)
+        if meta is None:
+            new = TxnMetadata(transactional_id, fresh_producer_id, 0, timeout_ms, TxnState.EMPTY,
+                              frozenset(), now_ms, -1)
+            placeholder = self.transactions[transactional_id] = replace(new, producer_id=-1, producer_epoch=-1)
+
+            def created(error: ErrorCode) -> None:
+                if error != ErrorCode.NONE and self.transactions.get(transactional_id) is placeholder:
+                    del self.transactions[transactional_id]      # nothing was written
+                respond(error, *((fresh_producer_id, 0) if error == ErrorCode.NONE else (-1, -1)))
+            return self._store(placeholder, new, created)
+        if meta.pending:
+            return respond(ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1)
+        if producer_id >= 0:                                # KIP-360: a producer asks to bump its own epoch
+            if producer_id != meta.producer_id:
+                return respond(ErrorCode.PRODUCER_FENCED, -1, -1)
+            if producer_epoch != meta.producer_epoch:
+                return respond(ErrorCode.PRODUCER_FENCED, -1, -1)
+        if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE):
+            return respond(ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1)
+        if meta.state == TxnState.ONGOING:
+            # The previous instance left a transaction open: abort it with the epoch bumped
+            # (fencing that instance); the new one retries and gets its epoch after.
+            self._abort_fenced(meta, now_ms)
+            return respond(ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1)
+        if meta.producer_epoch >= PRODUCER_EPOCH_MAX:
+            new_id, new_epoch = fresh_producer_id, 0
+        else:
+            new_id, new_epoch = meta.producer_id, meta.producer_epoch + 1
+        new = replace(meta, producer_id=new_id, producer_epoch=new_epoch, timeout_ms=timeout_ms,
+                      state=TxnState.EMPTY, partitions=frozenset(), last_update_ms=now_ms, start_ms=-1,
+                      pending=False, markers_due_ms=None)
+        self._store(meta, new, lambda error: respond(error, *((new_id, new_epoch) if error == ErrorCode.NONE
+                                                               else (-1, -1))))
+
+    # ============================================== AddPartitionsToTxn
+
+    def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                       partitions: set[TopicPartition], now_ms: int, respond: Respond) -> None:
+        meta = self.transactions.get(transactional_id)
+        error = self._check_producer(meta, producer_id, producer_epoch)
+        if error != ErrorCode.NONE:
+            return respond(error)
+        if meta.state == TxnState.ONGOING and partitions <= meta.partitions:
+            return respond(ErrorCode.NONE)
+        ongoing = meta.state == TxnState.ONGOING
+        new = replace(meta, state=TxnState.ONGOING, partitions=(meta.partitions if ongoing else frozenset()) | partitions,
+                      last_update_ms=now_ms, start_ms=meta.start_ms if ongoing else now_ms, pending=False)
+        self._store(meta, new, respond)
+
+    # ========================================================== EndTxn
+
+    def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                        now_ms: int, respond: Respond) -> None:
+        meta = self.transactions.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return respond(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if producer_epoch != meta.producer_epoch:
+            return respond(ErrorCode.PRODUCER_FENCED)
+        if meta.pending:
+            return respond(ErrorCode.CONCURRENT_TRANSACTIONS)
+        done_state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        prepare_state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        if meta.state == done_state:
+            return respond(ErrorCode.NONE)                 # a retry of an EndTxn that completed
+        if meta.state == prepare_state:
+            return respond(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if meta.state != TxnState.ONGOING:
+            return respond(ErrorCode.INVALID_TXN_STATE)
+        self._prepare(meta, prepare_state, meta.producer_epoch, now_ms, respond)
+
+    def _prepare(self, meta: TxnMetadata, state: TxnState, epoch: int, now_ms: int, respond: Respond) -> None:
+        new = replace(meta, state=state, producer_epoch=epoch, last_update_ms=now_ms, pending=False)
+
+        def prepared(error: ErrorCode) -> None:
+            respond(error)
+            current = self.transactions.get(meta.transactional_id)
+            if error == ErrorCode.NONE and current is not None and current.state == state:
+                current.markers_due_ms = now_ms
+                self._send(current, now_ms)
+        self._store(meta, new, prepared)
+
+    def _abort_fenced(self, meta: TxnMetadata, now_ms: int) -> None:
+        """Abort an open transaction with the producer's epoch bumped (a timeout, or a
+        new instance of the producer): the old instance is fenced."""
+        epoch = meta.producer_epoch + 1 if meta.producer_epoch < PRODUCER_EPOCH_MAX else meta.producer_epoch
+        log.info("aborting the transaction of %r (producer %d) and fencing epoch %d",
+                 meta.transactional_id, meta.producer_id, meta.producer_epoch)
+        self._prepare(meta, TxnState.PREPARE_ABORT, epoch, now_ms, lambda error: None)
+
+    # ========================================================= markers
+
+    def _send(self, meta: TxnMetadata, now_ms: int) -> None:
+        """Write the markers of a PREPARE_* transaction, then its COMPLETE record."""
+        commit = meta.state == TxnState.PREPARE_COMMIT
+        meta.markers_due_ms = None                         # in flight
+        snapshot = (meta.producer_id, meta.producer_epoch, meta.state)
+
+        def complete(ok: bool) -> None:
+            current = self.transactions.get(meta.transactional_id)
+            if current is None or (current.producer_id, current.producer_epoch, current.state) != snapshot:
+                return
+            if not ok:
+                current.markers_due_ms = now_ms + MARKER_RETRY_BACKOFF_MS
+                return
+            done = replace(current, state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
+                           partitions=frozenset(), pending=False)
+
+            def completed(error: ErrorCode) -> None:
+                if error != ErrorCode.NONE:
+                    again = self.transactions.get(meta.transactional_id)
+                    if again is not None and again.state == snapshot[2]:
+                        again.markers_due_ms = now_ms + MARKER_RETRY_BACKOFF_MS
+            self._store(current, done, completed)
+        if not meta.partitions:
+            complete(True)
+            return
+        self._send_markers(meta.producer_id, meta.producer_epoch, commit, meta.partitions,
+                           self.coordinator_epoch, complete)
+
+    # ============================================================ time
+
+    def on_tick(self, now_ms: int) -> None:
+        for meta in list(self.transactions.values()):
+            if meta.pending:
+                continue
+            if meta.markers_due_ms is not None and meta.markers_due_ms <= now_ms:
+                self._send(meta, now_ms)
+            elif (meta.state == TxnState.ONGOING and now_ms >= self._next_timeout_check_ms
+                  and meta.start_ms >= 0 and now_ms - meta.start_ms > meta.timeout_ms):
+                self._abort_fenced(meta, now_ms)
+        if now_ms >= self._next_timeout_check_ms:
+            self._next_timeout_check_ms = now_ms + self.config.abort_timed_out_interval_ms
+
+    def next_deadline_ms(self) -> int | None:
+        due = [meta.markers_due_ms for meta in self.transactions.values() if meta.markers_due_ms is not None]
+        due.append(self._next_timeout_check_ms)
+        return min(due)
+
+    # ======================================================= describe
+
+    def describe(self, transactional_id: str) -> TxnMetadata | None:
+        meta = self.transactions.get(transactional_id)
+        return None if meta is None or meta.producer_id < 0 else meta
