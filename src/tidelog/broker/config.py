@@ -114,6 +114,14 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("offsets.retention.minutes", int, 10080, _positive),
     ConfigDef("offsets.retention.check.interval.ms", int, 600_000, _positive),
     ConfigDef("offsets.commit.timeout.ms", int, 5000, _positive),
+    ConfigDef("transaction.state.log.num.partitions", int, 50, _positive),
+    ConfigDef("transaction.state.log.replication.factor", int, 3, _positive,
+              "capped to the brokers alive when the topic is created"),
+    ConfigDef("transaction.state.log.min.isr", int, 2, _positive, "capped to the replication factor"),
+    ConfigDef("transaction.state.log.segment.bytes", int, 100 * 1024 * 1024, lambda v: 14 <= v <= (1 << 31) - 1),
+    ConfigDef("transaction.max.timeout.ms", int, 900_000, _positive),
+    ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", int, 10_000, _positive),
+    ConfigDef("transactional.id.expiration.ms", int, 604_800_000, _positive),
 ]}
 
 

@@ -61,6 +61,7 @@ from tidelog.server.controller_server import ControllerServer
 from tidelog.server.dispatch import Dispatcher
 from tidelog.server.fetcher_driver import FetcherDriver
 from tidelog.server.group_apis import GroupApis
+from tidelog.server.txn_apis import TxnApis
 from tidelog.server.network import Listener
 from tidelog.server.storage_format import META_PROPERTIES, StorageFormatError, format_log_dirs
 
@@ -200,12 +201,16 @@ class Server:
         self.node = BrokerNode(config, self.clock, metadata_log, self.cluster_id, uuid.uuid4(), (endpoint,),
                                tick_interval_ms=TICK_MS)
         self.fetcher_driver = FetcherDriver(self.node, self.listener_name, self._fault)
-        KafkaApis(ApiContext(
+        kafka_apis = KafkaApis(ApiContext(
             node=self.node, cluster_id=self.cluster_id, controller_id=self.controller_id,
             listener_name=self.listener_name, auto_create_topics=self.auto_create_topics,
             next_producer_id=self.next_producer_id,
-        )).register(self.dispatcher)
+        ))
+        kafka_apis.register(self.dispatcher)
         GroupApis(self.node, self.listener_name, self.clock, self.create_internal_topic).register(self.dispatcher)
+        self.txn_apis = TxnApis(self.node, self.listener_name, self.clock, self.next_producer_id,
+                                kafka_apis.handle_init_producer_id)
+        self.txn_apis.register(self.dispatcher)
         self.admin.register(self.dispatcher)
 
     # -------------------------------------------------------------- the node
