@@ -1,0 +1,133 @@
+"""Transactions with real clients against real brokers: commit and abort as
+read_committed and read_uncommitted consumers see them, zombie fencing, and a
+consume-transform-produce loop killed with kill -9 that still writes every
+output exactly once."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tidelog.testing import Cluster, wait_until
+
+WORKER = os.path.join(os.path.dirname(__file__), "eos_worker.py")
+
+
+def _read(bootstrap: str, topic: str, partitions: int, isolation: str, expected: int | None = None,
+          quiet_s: float = 2.0) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False,
+                         "isolation.level": isolation})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values: list[bytes] = []
+    last = time.monotonic()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and time.monotonic() - last < quiet_s:
+        for message in consumer.consume(1000, 0.3):
+            if message.error() is None:
+                values.append(message.value())
+                last = time.monotonic()
+        if expected is not None and len(values) >= expected and time.monotonic() - last > 0.5:
+            break
+    consumer.close()
+    return values
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with Cluster(brokers=3) as cluster:
+        yield cluster
+
+
+def test_committed_records_are_visible_to_read_committed_and_aborted_ones_only_to_read_uncommitted(cluster):
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("txn-basic", 2, 3)])["txn-basic"].result(15)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "basic"})
+    producer.init_transactions(30)
+    for round_, commit in enumerate([True, False, True, False, True]):
+        producer.begin_transaction()
+        for i in range(50):
+            producer.produce("txn-basic", f"{'c' if commit else 'a'}{round_}-{i}".encode(), partition=i % 2)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)
+            producer.abort_transaction(30)
+    committed = _read(cluster.bootstrap, "txn-basic", 2, "read_committed", expected=150)
+    everything = _read(cluster.bootstrap, "txn-basic", 2, "read_uncommitted", expected=250)
+    assert sorted(committed) == sorted(f"c{r}-{i}".encode() for r in (0, 2, 4) for i in range(50))
+    assert len(everything) == 250 and all(v[:1] in (b"c", b"a") for v in everything)
+
+
+def test_an_open_transaction_holds_read_committed_readers_back(cluster):
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("txn-open", 1, 3)])["txn-open"].result(15)
+    plain = Producer({"bootstrap.servers": cluster.bootstrap})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "open"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("txn-open", b"inside", partition=0)
+    producer.flush(30)
+    plain.produce("txn-open", b"after", partition=0)
+    plain.flush(30)
+    assert _read(cluster.bootstrap, "txn-open", 1, "read_committed") == []          # stopped at the LSO
+    assert _read(cluster.bootstrap, "txn-open", 1, "read_uncommitted") == [b"inside", b"after"]
+    producer.commit_transaction(30)
+    assert _read(cluster.bootstrap, "txn-open", 1, "read_committed", expected=2) == [b"inside", b"after"]
+
+
+def test_a_second_instance_fences_the_first(cluster):
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("txn-zombie", 1, 3)])["txn-zombie"].result(15)
+    zombie = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "zombie"})
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce("txn-zombie", b"from the zombie", partition=0)
+    zombie.flush(30)
+    successor = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "zombie"})
+    successor.init_transactions(30)                      # aborts the zombie's transaction
+    successor.begin_transaction()
+    successor.produce("txn-zombie", b"from the successor", partition=0)
+    successor.commit_transaction(30)
+    with pytest.raises(KafkaException) as e:
+        zombie.commit_transaction(30)
+    assert e.value.args[0].fatal() or e.value.args[0].txn_requires_abort()
+    assert _read(cluster.bootstrap, "txn-zombie", 1, "read_committed", expected=1) == [b"from the successor"]
+
+
+def test_a_consume_transform_produce_loop_killed_at_random_writes_every_output_exactly_once(cluster):
+    count, partitions = 3000, 2
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for topic in ("eos-in", "eos-out"):
+        admin.create_topics([NewTopic(topic, partitions, 3)])[topic].result(15)
+    source = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+    for i in range(count):
+        source.produce("eos-in", f"record-{i:05d}".encode(), partition=i % partitions)
+    assert source.flush(30) == 0
+    rng = random.Random(7)
+    argv = [sys.executable, WORKER, cluster.bootstrap, "eos-in", "eos-out", "eos-group", "eos-worker"]
+    kills = 0
+    for _ in range(3):                                   # run, kill -9 at a random point, restart
+        worker = subprocess.Popen(argv + ["30"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        wait_until(lambda: worker.stdout.readline().startswith("committed") or worker.poll() is not None,
+                   timeout_s=60, what="the worker committing a transaction")
+        time.sleep(rng.uniform(0.1, 1.5))
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGKILL)
+            kills += 1
+        worker.wait(10)
+    final = subprocess.run(argv + ["6"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=240)
+    assert final.returncode == 0, final.stderr[-2000:]
+    assert kills >= 1
+    outputs = _read(cluster.bootstrap, "eos-out", partitions, "read_committed", expected=count)
+    expected = sorted(f"RECORD-{i:05d}".encode() for i in range(count))
+    duplicates = len(outputs) - len(set(outputs))
+    assert duplicates == 0, f"{duplicates} outputs written twice"
+    assert sorted(outputs) == expected

@@ -1,0 +1,120 @@
+"""The transaction coordinator's state machine, with a log that commits at once
+(records replayed as a loading coordinator would) and markers recorded."""
+
+from __future__ import annotations
+
+from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
+from tidelog.txn.records import TxnLogValue, TxnState, decode_key, decode_value, encode_key, encode_value
+from tidelog.txn.shard import TxnConfig, TxnShard
+
+T0 = 1_000_000
+TP0, TP1 = TopicPartition("out", 0), TopicPartition("out", 1)
+
+
+class Harness:
+    def __init__(self):
+        self.records: list[tuple[bytes, bytes | None]] = []
+        self.markers: list[tuple] = []
+        self.marker_ok = True
+        self.shard = self.new_shard()
+        self.shard.loaded(T0)
+
+    def new_shard(self) -> TxnShard:
+        return TxnShard(0, 3, TxnConfig(max_timeout_ms=60_000, abort_timed_out_interval_ms=1_000),
+                        self.write, self.send_markers)
+
+    def write(self, records, on_done, producer=None):
+        for key, value in records:
+            self.records.append((key, value))
+            self.shard.replay(key, value, T0)
+        on_done(ErrorCode.NONE)
+
+    def send_markers(self, producer_id, epoch, commit, partitions, coordinator_epoch, on_done):
+        self.markers.append((producer_id, epoch, commit, frozenset(partitions), coordinator_epoch))
+        on_done(self.marker_ok)
+
+    def init(self, txn_id="app", timeout_ms=10_000, fresh=100, now=T0, producer=(-1, -1)):
+        answers = []
+        self.shard.init_producer_id(txn_id, timeout_ms, producer[0], producer[1], fresh, now,
+                                    lambda *a: answers.append(a))
+        return answers[0]
+
+    def call(self, method, *args):
+        answers = []
+        getattr(self.shard, method)(*args, answers.append)
+        return answers[0]
+
+
+def test_records_round_trip_in_kafkas_format():
+    value = TxnLogValue(5, 2, 60_000, TxnState.ONGOING, frozenset({TP0, TP1}), T0, T0 - 5)
+    assert decode_value(encode_value(value)) == value
+    assert decode_key(encode_key("app")) == "app"
+    assert encode_key("app") == b"\x00\x00\x00\x03app"
+
+
+def test_a_commit_prepares_then_writes_markers_then_completes():
+    h = Harness()
+    assert h.init() == (ErrorCode.NONE, 100, 0)
+    assert h.call("add_partitions", "app", 100, 0, {TP0, TP1}, T0) == ErrorCode.NONE
+    assert h.shard.transactions["app"].state == TxnState.ONGOING
+    assert h.call("end_transaction", "app", 100, 0, True, T0) == ErrorCode.NONE
+    assert h.markers == [(100, 0, True, frozenset({TP0, TP1}), 3)]
+    states = [decode_value(v).state for _, v in h.records]
+    assert states == [TxnState.EMPTY, TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT]
+    assert h.call("end_transaction", "app", 100, 0, True, T0) == ErrorCode.NONE          # a retry
+    assert h.call("end_transaction", "app", 100, 0, False, T0) == ErrorCode.INVALID_TXN_STATE
+
+
+def test_a_new_instance_bumps_the_epoch_and_fences_the_old_one():
+    h = Harness()
+    h.init()
+    h.call("add_partitions", "app", 100, 0, {TP0}, T0)
+    # The second instance finds an open transaction: it is aborted with the epoch bumped.
+    assert h.init(fresh=101)[0] == ErrorCode.CONCURRENT_TRANSACTIONS
+    assert h.markers == [(100, 1, False, frozenset({TP0}), 3)]
+    assert h.init(fresh=102) == (ErrorCode.NONE, 100, 2)
+    assert h.call("add_partitions", "app", 100, 0, {TP1}, T0) == ErrorCode.PRODUCER_FENCED
+    assert h.call("end_transaction", "app", 100, 1, True, T0) == ErrorCode.PRODUCER_FENCED
+    assert h.call("add_partitions", "app", 999, 2, {TP1}, T0) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+
+
+def test_an_expired_transaction_is_aborted_on_a_tick():
+    h = Harness()
+    h.init(timeout_ms=5_000)
+    h.call("add_partitions", "app", 100, 0, {TP0}, T0)
+    h.shard.on_tick(T0 + 4_000)
+    assert h.markers == []
+    h.shard.on_tick(T0 + 6_000)
+    assert h.markers == [(100, 1, False, frozenset({TP0}), 3)]
+    assert h.shard.transactions["app"].state == TxnState.COMPLETE_ABORT
+
+
+def test_failed_markers_are_retried_and_a_loading_coordinator_finishes_prepared_transactions():
+    h = Harness()
+    h.init()
+    h.call("add_partitions", "app", 100, 0, {TP0}, T0)
+    h.marker_ok = False
+    assert h.call("end_transaction", "app", 100, 0, True, T0) == ErrorCode.NONE   # decided
+    assert h.shard.transactions["app"].state == TxnState.PREPARE_COMMIT
+    # Another coordinator loads the partition's records: it completes the commit.
+    h.marker_ok = True
+    loader = h.new_shard()
+    for key, value in h.records:
+        loader.replay(key, value, T0)
+    h.shard = loader
+    loader.loaded(T0 + 10)
+    assert h.markers[-1] == (100, 0, True, frozenset({TP0}), 3)
+    assert loader.transactions["app"].state == TxnState.COMPLETE_COMMIT
+
+
+def test_bad_timeouts_and_concurrent_operations_are_refused():
+    h = Harness()
+    assert h.init(timeout_ms=61_000)[0] == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    assert h.init(timeout_ms=0)[0] == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+    h.init()
+    h.call("add_partitions", "app", 100, 0, {TP0}, T0)
+    h.marker_ok = False
+    h.call("end_transaction", "app", 100, 0, False, T0)
+    assert h.call("add_partitions", "app", 100, 0, {TP1}, T0) == ErrorCode.CONCURRENT_TRANSACTIONS
+    assert h.call("end_transaction", "app", 100, 0, False, T0) == ErrorCode.CONCURRENT_TRANSACTIONS
