@@ -625,3 +625,26 @@ def test_the_compaction_configs_reach_log_config(tmp_path):
             defaults.min_compaction_lag_ms, defaults.max_compaction_lag_ms) == (("compact",), 7, 0.1, 3, 99)
     assert CleanerConfig.from_settings(broker) == CleanerConfig(True, 4096, 2048, 5)
     assert CleanerConfig.from_settings(BrokerConfig()) == CleanerConfig()
+
+
+def test_an_aborted_or_open_transactions_records_never_remove_a_committed_value(tmp_path, clock, fs):
+    """As __consumer_offsets holds TxnOffsetCommit records: a key's committed value
+    must survive cleaning when a later record of that key was aborted (or is still
+    undecided); a committed transaction's record does supersede it."""
+    from tidelog.records.batch import build_marker
+    log = new_log(fs, tmp_path, clock)
+    put(log, "aborted-key", "committed")
+    put(log, "aborted-key", "aborted", producer_id=5, producer_epoch=0, is_transactional=True)
+    log.append_as_leader(build_marker(5, 0, False, 0, T0_MS), 0, from_coordinator=True)
+    put(log, "won-key", "old")
+    put(log, "won-key", "new", producer_id=6, producer_epoch=0, is_transactional=True)
+    log.append_as_leader(build_marker(6, 0, True, 0, T0_MS), 0, from_coordinator=True)
+    put(log, "open-key", "committed")
+    put(log, "open-key", "undecided", producer_id=7, producer_epoch=0, is_transactional=True)
+    fill(log, keys=5, rounds=30)                        # roll segments so the above can be cleaned
+    log.update_high_watermark(log.log_end_offset)
+    assert clean(log, clock) == 1
+    values = {(key, value) for _, key, value in contents(log)}
+    assert ("aborted-key", "committed") in values
+    assert ("won-key", "new") in values and ("won-key", "old") not in values
+    assert ("open-key", "committed") in values

@@ -72,11 +72,13 @@ from tidelog.core.errors import CorruptRecordError, StorageError
 from tidelog.core.ids import TopicPartition
 from tidelog.records.batch import (
     BATCH_HEADER_SIZE_BYTES,
+    CONTROL_COMMIT,
     BatchHeader,
     Record,
     TimestampType,
     encode_records,
     iter_batches,
+    read_control,
     iter_records,
     pack_batch,
     read_header,
@@ -254,6 +256,7 @@ class Cleaning:
         self._to_map = list(section.dirty_segments)
         self._position = 0                   # in the segment being read
         self._map_end_offset = -1            # known once the map is complete
+        self._txn_pending: dict[int, list[tuple[bytes, int]]] = {}   # producer id → its open txn's keys
         self._groups: list[list[LogSegment]] = []
         self._source = 0                     # index of the segment being read in the current group
         self._writer: LogSegment | None = None
@@ -300,14 +303,25 @@ class Cleaning:
         segment = self._to_map[0]
         data, batches = _read_batches(segment, self._position, budget)
         offset_map, first_dirty = self._map, self._first_dirty_offset
+        pending = self._txn_pending
         for position, header in batches:
-            if header.last_offset >= first_dirty and not header.is_control:
+            if header.is_control:
+                # A transaction's records count only once it committed: an aborted (or
+                # still open) record must never shadow an earlier committed value.
+                held = pending.pop(header.producer_id, [])
+                if held and read_control(data, position)[0] == CONTROL_COMMIT:
+                    for key, offset in held:
+                        offset_map.put(key, offset)
+            elif header.last_offset >= first_dirty:
                 if len(offset_map) and not offset_map.has_room(header.record_count):
                     self._end_map(header.base_offset)
                     return len(data)
                 for record in iter_records(data, position):
                     if record.key is not None and record.offset >= first_dirty:
-                        offset_map.put(record.key, record.offset)
+                        if header.is_transactional:
+                            pending.setdefault(header.producer_id, []).append((record.key, record.offset))
+                        else:
+                            offset_map.put(record.key, record.offset)
             self._position += header.size_bytes
         if self._position >= segment.size_bytes:
             self._to_map.pop(0)
