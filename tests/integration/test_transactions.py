@@ -131,3 +131,45 @@ def test_a_consume_transform_produce_loop_killed_at_random_writes_every_output_e
     duplicates = len(outputs) - len(set(outputs))
     assert duplicates == 0, f"{duplicates} outputs written twice"
     assert sorted(outputs) == expected
+
+
+def test_kafka_python_and_aiokafka_transactional_producers(cluster):
+    """kafka-python 3 and aiokafka commit and abort against the same coordinator."""
+    import asyncio
+
+    import aiokafka
+    import kafka
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("txn-clients", 1, 3)])["txn-clients"].result(15)
+    producer = kafka.KafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id="kafka-python-txn")
+    producer.init_transactions()
+    for commit in (True, False):
+        producer.begin_transaction()
+        producer.send("txn-clients", f"kafka-python-{'commit' if commit else 'abort'}".encode(), partition=0)
+        if commit:
+            producer.commit_transaction()
+        else:
+            producer.flush()
+            producer.abort_transaction()
+    producer.close()
+
+    async def with_aiokafka():
+        aio = aiokafka.AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id="aiokafka-txn")
+        await aio.start()
+        try:
+            for commit in (True, False):
+                await aio.begin_transaction()
+                await aio.send_and_wait("txn-clients", f"aiokafka-{'commit' if commit else 'abort'}".encode(),
+                                        partition=0)
+                if commit:
+                    await aio.commit_transaction()
+                else:
+                    await aio.abort_transaction()
+        finally:
+            await aio.stop()
+    asyncio.run(with_aiokafka())
+    committed = _read(cluster.bootstrap, "txn-clients", 1, "read_committed", expected=2)
+    everything = _read(cluster.bootstrap, "txn-clients", 1, "read_uncommitted", expected=4)
+    assert committed == [b"kafka-python-commit", b"aiokafka-commit"]
+    assert sorted(everything) == sorted([b"kafka-python-commit", b"kafka-python-abort", b"aiokafka-commit",
+                                         b"aiokafka-abort"])
