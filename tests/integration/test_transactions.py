@@ -173,3 +173,38 @@ def test_kafka_python_and_aiokafka_transactional_producers(cluster):
     assert committed == [b"kafka-python-commit", b"aiokafka-commit"]
     assert sorted(everything) == sorted([b"kafka-python-commit", b"kafka-python-abort", b"aiokafka-commit",
                                          b"aiokafka-abort"])
+
+
+@pytest.mark.parametrize("when", ["before-commit", "after-prepare"])
+def test_the_transaction_completes_when_its_coordinator_is_killed(when):
+    """kill -9 of the broker leading the transactional id's __transaction_state
+    partition, with records written but the transaction not committed (the new
+    coordinator gets the commit), or right after EndTxn (the new coordinator finds
+    the decision in the log and writes the markers)."""
+    from tidelog.group.records import partition_for
+    with Cluster(brokers=3, overrides={"broker.session.timeout.ms": "4000",
+                                       "broker.heartbeat.interval.ms": "500"}) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic("txn-failover", 2, 3)])["txn-failover"].result(15)
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "failover",
+                             "transaction.timeout.ms": 60000})
+        producer.init_transactions(30)
+        index = partition_for("failover", 50)
+        coordinator = admin.list_topics("__transaction_state", timeout=10).topics[
+            "__transaction_state"].partitions[index].leader
+        producer.begin_transaction()
+        for i in range(100):
+            producer.produce("txn-failover", f"v{i}".encode(), partition=i % 2)
+        producer.flush(30)
+        if when == "before-commit":
+            cluster.kill(coordinator)
+            producer.commit_transaction(90)
+        else:
+            producer.commit_transaction(30)
+            cluster.kill(coordinator)
+        values = _read(f"127.0.0.1:{cluster.port(next(n for n in (1, 2, 3) if n != coordinator))}",
+                       "txn-failover", 2, "read_committed", expected=100, quiet_s=5.0)
+        assert sorted(values) == sorted(f"v{i}".encode() for i in range(100))
+        new_coordinator = admin.list_topics("__transaction_state", timeout=10).topics[
+            "__transaction_state"].partitions[index].leader
+        assert new_coordinator not in (-1, coordinator)
