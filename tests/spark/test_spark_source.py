@@ -245,3 +245,34 @@ def test_a_leader_change_during_a_streaming_read_loses_and_duplicates_nothing(re
             admin.cluster.close()
         assert seen_at_kill < 400 and new_leader not in (killed, -1), "the leader changed mid-read"
         assert sorted(seen) == sorted(produced)
+
+
+def test_read_committed_skips_aborted_transactions_and_stops_at_an_open_one(spark, broker, admin):
+    """kafka.isolation.level=read_committed: committed transactions' records, never
+    aborted ones, nothing from the first open transaction on; read_uncommitted reads
+    everything up to the high watermark."""
+    from confluent_kafka import Producer
+    topic = admin.create("txn-orders", partitions=1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "spark-source-txn"})
+    producer.init_transactions(30)
+    for label, commit in (("c1", True), ("a1", False), ("c2", True)):
+        producer.begin_transaction()
+        for i in range(3):
+            producer.produce(topic, f"{label}-{i}".encode(), partition=0)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)
+            producer.abort_transaction(30)
+    still_open = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "spark-source-open"})
+    still_open.init_transactions(30)
+    still_open.begin_transaction()
+    still_open.produce(topic, b"open-0", partition=0)
+    still_open.flush(30)
+    committed = source(spark, broker, subscribe=topic, **{"kafka.isolation.level": "read_committed"}).collect()
+    assert [r.value for r in sorted(committed, key=lambda r: r.offset)] == \
+        [f"{label}-{i}".encode() for label in ("c1", "c2") for i in range(3)]
+    everything = source(spark, broker, subscribe=topic).collect()
+    assert sorted(r.value for r in everything) == sorted(
+        [f"{label}-{i}".encode() for label in ("c1", "a1", "c2") for i in range(3)] + [b"open-0"])
+    still_open.abort_transaction(30)

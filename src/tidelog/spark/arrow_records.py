@@ -4,7 +4,8 @@ Theory of operation. A Fetch response holds whole record batches (magic v2).
 Decoding them record by record into Python objects costs microseconds per
 record, more than Spark needs to move the rows. So the work is split:
 
-1. Per batch (Python, cheap): skip batches outside ``[start, end)`` and control
+1. Per batch (Python, cheap): skip batches outside ``[start, end)``, those of
+   aborted transactions (read_committed), and control
    batches, check the CRC, decompress, and remember the batch's base offset,
    timestamps and timestamp type.
 2. Per record (Python, the only per-record loop): follow the chain of record
@@ -31,6 +32,7 @@ import pyarrow.compute as pc
 from tidelog.core.errors import CorruptRecordError
 from tidelog.core.limits import RECORD_HEADER_COUNT_MAX
 from tidelog.records import BATCH_HEADER_SIZE_BYTES, TimestampType, iter_batches, validate_batch
+from tidelog.records.batch import CONTROL_ABORT, read_control
 from tidelog.records.compression import Compression, decompress
 from tidelog.records.varint import decode_varint
 
@@ -62,17 +64,30 @@ class Decoded:
 
 
 def decode_fetched(records, topic: str, partition: int, start: int, end: int,
-                   include_headers: bool = False, check_crcs: bool = True) -> Decoded:
-    """Decode the records of a Fetch response for one partition."""
+                   include_headers: bool = False, check_crcs: bool = True,
+                   aborted: list[tuple[int, int]] | None = None) -> Decoded:
+    """Decode the records of a Fetch response for one partition. ``aborted`` is a
+    read_committed response's aborted transactions, (producer id, first offset):
+    their records are dropped up to each one's ABORT marker, as Kafka's consumer does."""
     buf = memoryview(records) if records else memoryview(b"")
     bodies: list = []
     runs: list = []
     next_offset = None
+    pending = sorted(aborted or (), key=lambda a: a[1])
+    aborting: set[int] = set()
     for pos, header in iter_batches(buf):
         if header.base_offset >= end:
             break
         next_offset = header.next_offset
-        if header.next_offset <= start or header.is_control or header.record_count == 0:
+        while pending and pending[0][1] <= header.last_offset:
+            aborting.add(pending.pop(0)[0])
+        if header.is_control:
+            if header.producer_id in aborting and read_control(buf, pos)[0] == CONTROL_ABORT:
+                aborting.discard(header.producer_id)
+            continue
+        if header.is_transactional and header.producer_id in aborting:
+            continue
+        if header.next_offset <= start or header.record_count == 0:
             continue
         if check_crcs:
             validate_batch(buf, pos, strict=False)

@@ -181,8 +181,11 @@ def read_range(options: ReadOptions, topic: str, partition: int, start: int, end
             ahead = _next_offset_after(records)
             if ahead is not None and ahead < end:
                 fetcher.send(ahead)    # pipelined: the broker reads while we decode
+            aborted = None
+            if options.isolation_level == READ_COMMITTED:
+                aborted = [(int(a.producer_id), int(a.first_offset)) for a in result.aborted_transactions or ()]
             decoded = decode_fetched(records, topic, partition, offset, end,
-                                     options.include_headers, options.check_crcs)
+                                     options.include_headers, options.check_crcs, aborted)
             if decoded.rows is not None and decoded.rows.num_rows:
                 yield decoded.rows
             if decoded.next_offset is not None and decoded.next_offset > offset:
