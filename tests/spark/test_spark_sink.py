@@ -70,13 +70,14 @@ def test_save_modes_are_spark_kafka_sinks(spark, broker, admin):
     assert [r.value for r in read_back(spark, broker, "sink-modes").collect()] == [b"v"]
 
 
-def run_pipeline(spark, broker, source_topic, sink_topic, checkpoint, idempotent="true"):
+def run_pipeline(spark, broker, source_topic, sink_topic, checkpoint, idempotent="true", transactional="false"):
     query = (spark.readStream.format("tidelog").option("kafka.bootstrap.servers", broker.bootstrap)
              .option("subscribe", source_topic).option("startingOffsets", "earliest")
              .option("maxOffsetsPerTrigger", "20").load()
              .selectExpr("key", "upper(CAST(value AS STRING)) AS value")
              .writeStream.format("tidelog").option("kafka.bootstrap.servers", broker.bootstrap)
              .option("topic", sink_topic).option("idempotentWrites", idempotent)
+             .option("transactional", transactional)
              .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
     query.awaitTermination(120)
     assert not query.isActive and query.exception() is None
@@ -117,3 +118,49 @@ def test_a_replayed_micro_batch_is_not_written_twice(spark, broker, admin, tmp_p
         assert got == expected
     else:   # at least once: the replayed batch's 20 records are there twice
         assert sum(got.values()) == sum(expected.values()) + 20 and set(got) == set(expected)
+
+
+def read_committed_values(spark, broker, topic: str) -> list[bytes]:
+    rows = (spark.read.format("tidelog").option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("subscribe", topic).option("kafka.isolation.level", "read_committed").load().collect())
+    return [r.value for r in rows]
+
+
+def test_transactional_writes_are_exactly_once_across_a_replay_and_an_unfinished_attempt(
+        spark, broker, admin, tmp_path):
+    """transactional=true: a replayed micro-batch writes nothing new; an earlier attempt
+    left open (its transaction never committed) is aborted by the next attempt and its
+    records never reach read_committed readers."""
+    from tidelog.records import SimpleRecord
+    from tidelog.spark.options import sink_options
+    from tidelog.spark.producer import Producer
+    from tidelog.spark.transactions import Transaction
+    from tidelog.spark.wire import Cluster
+    source, sink = admin.create("txn-pipe-in", partitions=2), admin.create("txn-pipe-out")
+    for partition in range(2):
+        admin.produce(source, partition, [b"p%d-%02d" % (partition, i) for i in range(30)], key=b"k%d" % partition)
+    expected = Counter(b"P%d-%02d" % (p, i) for p in range(2) for i in range(30))
+    checkpoint = tmp_path / "ck"
+    run_pipeline(spark, broker, source, sink, checkpoint, idempotent="false", transactional="true")
+    assert Counter(read_committed_values(spark, broker, sink)) == expected
+    first_offsets = admin.latest(sink, 0)
+
+    replayed = forget_last_commit(checkpoint)          # the last micro-batch runs again
+    query_id = open(os.path.join(str(checkpoint), "metadata")).read()
+    query_id = __import__("json").loads(query_id)["id"]
+    # A zombie attempt of the replayed batch's task 0 writes without committing.
+    options = sink_options({"kafka.bootstrap.servers": broker.bootstrap}, streaming=True)
+    cluster = Cluster(options.client)
+    zombie = Transaction(cluster, f"tidelog-spark-{query_id}-0", 60_000)
+    zombie.init()
+    producer = Producer(cluster, options, exactly_once_attempts=False, transaction=zombie)
+    producer.append((sink, 0), SimpleRecord(b"ZOMBIE"))
+    producer.flush()
+    for partition in range(2):
+        admin.produce(source, partition, [b"p%d-new" % partition])
+    run_pipeline(spark, broker, source, sink, checkpoint, idempotent="false", transactional="true")
+    cluster.close()
+    expected.update([b"P0-NEW", b"P1-NEW"])
+    assert replayed == 2
+    assert Counter(read_committed_values(spark, broker, sink)) == expected
+    assert admin.latest(sink, 0) > first_offsets + 2    # the zombie's record and markers are in the log

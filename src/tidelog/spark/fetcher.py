@@ -239,6 +239,18 @@ def read_records(cluster: Cluster, options: ReadOptions, topic: str, partition: 
     For the sink's small reads (its control topic, scans on replay). Deleted
     offsets are skipped silently; a deleted topic ends the iteration.
     """
+    for data, position, header in read_batches(cluster, options, topic, partition, start, end):
+        if header.is_control:
+            continue
+        for record in iter_records(data, position):
+            if start <= record.offset < end:
+                yield record
+
+
+def read_batches(cluster: Cluster, options: ReadOptions, topic: str, partition: int, start: int,
+                 end: int) -> Iterator:
+    """Every batch (control batches included) holding offsets in ``[start, end)``, as
+    ``(response bytes, position, header)``, in offset order."""
     fetcher = _Fetcher(cluster, topic, partition, options)
     offset = start
     while offset < end:
@@ -256,11 +268,9 @@ def read_records(cluster: Cluster, options: ReadOptions, topic: str, partition: 
         after = None
         for pos, header in iter_batches(records):
             after = header.next_offset
-            if header.is_control or header.next_offset <= offset:
+            if header.next_offset <= offset or header.base_offset >= end:
                 continue
-            for record in iter_records(records, pos):
-                if offset <= record.offset < end:
-                    yield record
+            yield records, pos, header
         if after is not None and after > offset:
             offset = after
         elif int(result.high_watermark) <= offset:

@@ -35,7 +35,7 @@ _CLIENT_OPTIONS = {
     "kafka.default.api.timeout.ms", "kafka.retry.backoff.ms", "kafka.isolation.level",
     "kafka.check.crcs", "kafka.max.partition.fetch.bytes", "kafka.fetch.max.wait.ms",
     "kafka.acks", "kafka.compression.type", "kafka.batch.size", "kafka.group.id",
-    "kafka.security.protocol",
+    "kafka.security.protocol", "kafka.transaction.timeout.ms",
 }
 _FORBIDDEN = {
     "kafka.auto.offset.reset": "use startingOffsets",
@@ -45,6 +45,8 @@ _FORBIDDEN = {
     "kafka.value.serializer": "values are always bytes or strings",
     "kafka.enable.auto.commit": "offsets live in the Spark checkpoint, never in the broker",
     "kafka.interceptor.classes": "there is no JVM Kafka client here",
+    "kafka.transactional.id": "with transactional=true each task's transactional id is derived from the "
+                              "query id and the Spark partition, so attempts fence each other",
 }
 
 
@@ -114,6 +116,8 @@ class SinkOptions:
     compression: str = "none"
     batch_size_bytes: int = 256 * 1024
     idempotent: bool = True
+    transactional: bool = False            # transactional=true (streaming): docs/spark.md
+    transaction_timeout_ms: int = 60_000   # kafka.transaction.timeout.ms
 
 
 # ---------------------------------------------------------------- parsing
@@ -308,4 +312,17 @@ def sink_options(raw_options: Mapping[str, str], streaming: bool) -> SinkOptions
         compression=compression,
         batch_size_bytes=_int(options, "kafka.batch.size", 256 * 1024, 1),
         idempotent=_bool(options, "idempotentWrites", True) if streaming else False,
+        transactional=_transactional(options, streaming, _ACKS[acks]),
+        transaction_timeout_ms=_int(options, "kafka.transaction.timeout.ms", 60_000, 1),
     )
+
+
+def _transactional(options: dict, streaming: bool, acks: int) -> bool:
+    if not _bool(options, "transactional", False):
+        return False
+    if not streaming:
+        raise OptionError("option transactional=true is for streaming writes (writeStream); a batch write "
+                          "is at least once")
+    if acks != -1:
+        raise OptionError("option transactional=true needs kafka.acks=all")
+    return True

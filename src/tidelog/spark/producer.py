@@ -50,10 +50,15 @@ class AmbiguousWriteError(RuntimeError):
 
 
 class Producer:
-    def __init__(self, cluster: Cluster, options: SinkOptions, exactly_once_attempts: bool):
+    def __init__(self, cluster: Cluster, options: SinkOptions, exactly_once_attempts: bool,
+                 transaction=None):
         self.cluster = cluster
         self.options = options
         self.exactly_once_attempts = exactly_once_attempts
+        # A spark.transactions.Transaction: batches join it, carry its producer id,
+        # epoch and per-partition sequences (a retried batch is deduplicated).
+        self.transaction = transaction
+        self._sequences: dict[TopicPartition, int] = {}
         self.compression = Compression.from_name(options.compression)
         self._buffers: dict[TopicPartition, list[SimpleRecord]] = {}
         self._sizes: dict[TopicPartition, int] = {}
@@ -90,8 +95,17 @@ class Producer:
 
     def _send(self, tps: list[TopicPartition]) -> None:
         now_ms = int(time.time() * 1000)
-        batches = {tp: (build_batch(self._buffers[tp], compression=self.compression, timestamp_ms=now_ms),
-                        len(self._buffers[tp])) for tp in tps}
+        transaction = self.transaction
+        if transaction is None:
+            batches = {tp: (build_batch(self._buffers[tp], compression=self.compression, timestamp_ms=now_ms),
+                            len(self._buffers[tp])) for tp in tps}
+        else:
+            transaction.add_partitions(tps)
+            batches = {tp: (build_batch(self._buffers[tp], compression=self.compression, timestamp_ms=now_ms,
+                                        producer_id=transaction.producer_id,
+                                        producer_epoch=transaction.producer_epoch,
+                                        base_sequence=self._sequences.get(tp, 0), is_transactional=True),
+                            len(self._buffers[tp])) for tp in tps}
         for tp in tps:
             del self._buffers[tp]
             del self._sizes[tp]
@@ -101,7 +115,9 @@ class Producer:
             failures = self._produce_once(batches)
             for tp in list(batches):
                 if tp not in failures:
-                    self.records_sent += batches.pop(tp)[1]
+                    sent = batches.pop(tp)[1]
+                    self.records_sent += sent
+                    self._sequences[tp] = (self._sequences.get(tp, 0) + sent) % (1 << 31)
             if not batches:
                 return
             if time.monotonic() + backoff_s > deadline:
@@ -130,7 +146,7 @@ class Producer:
             for topic, partition in tps:
                 topics.setdefault(topic, []).append({"index": partition, "records": batches[(topic, partition)][0]})
             body = {"acks": self.options.acks, "timeout": self.options.client.request_timeout_ms,
-                    "transactional_id": None,
+                    "transactional_id": None if self.transaction is None else self.transaction.transactional_id,
                     "topic_data": [{"name": t, "partition_data": ps} for t, ps in topics.items()]}
             try:
                 connection = self.cluster.connection(leader)
@@ -161,7 +177,7 @@ class Producer:
         return failures
 
     def _ambiguous(self, tps, why: str) -> None:
-        if self.exactly_once_attempts:
+        if self.exactly_once_attempts and self.transaction is None:   # a transaction's retries are deduplicated
             raise AmbiguousWriteError(
                 f"tidelog sink: cannot tell whether the write to {sorted(tps)} was appended ({why}); failing the "
                 "task so that Spark retries it, and the retry skips records this attempt already wrote")

@@ -27,6 +27,17 @@ Streaming writes (``idempotentWrites``, default true) make each
 
 So a replay writes exactly the rows earlier attempts did not, whatever order
 Spark gives them in this time. docs/spark.md states the conditions.
+
+Streaming writes with ``transactional=true`` use Kafka transactions instead
+(``spark.transactions``): a task's transactional id is
+``tidelog-spark-<queryId>-<partitionId>``; InitProducerId fences its earlier
+attempts and closes their transactions; the task then reads the control topic
+(every batch, markers included) to see whether an earlier attempt of this
+(batch, partition) *committed*: its control record followed, from the same
+producer id, by a COMMIT marker. If so it writes nothing; otherwise it writes
+its rows and its control record in one transaction and commits it. Readers with
+``isolation.level=read_committed`` see each task's output all at once, exactly
+once, or not at all.
 """
 
 from __future__ import annotations
@@ -49,9 +60,11 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from tidelog.records import SimpleRecord
-from tidelog.spark.fetcher import read_records
+from tidelog.records.batch import CONTROL_COMMIT, iter_records, read_control
+from tidelog.spark.fetcher import read_batches, read_records
 from tidelog.spark.options import CONTROL_TOPIC_PREFIX, OptionError, ReadOptions, SinkOptions
 from tidelog.spark.producer import Producer, partition_for_key
+from tidelog.spark.transactions import Transaction
 from tidelog.spark.wire import EARLIEST, LATEST, Cluster
 
 log = logging.getLogger("tidelog.spark")
@@ -211,6 +224,83 @@ def _control_sink_options(read: ReadOptions) -> SinkOptions:
     return SinkOptions(client=read.client, acks=-1, idempotent=False)
 
 
+def _committed_before(cluster: Cluster, read: ReadOptions, control: TopicPartition, batch_id: int,
+                      partition_id: int) -> bool:
+    """Whether a transaction of an earlier attempt of (batch, partition) committed: its
+    control record followed by a COMMIT marker of the same producer. Read backwards
+    from the end until a record of an earlier batch (as ``ReplayGuard``)."""
+    low = cluster.list_offsets({control: EARLIEST})[control]
+    stop = cluster.list_offsets({control: LATEST})[control]
+    window = _CONTROL_SCAN_FIRST
+    begin = stop
+    while begin > low:
+        begin = max(low, begin - window)
+        held: dict[int, bool] = {}       # producer id → its open transaction wrote our record
+        older = False
+        for data, position, header in read_batches(cluster, read, *control, begin, stop):
+            if header.is_control:
+                if held.pop(header.producer_id, False) and read_control(data, position)[0] == CONTROL_COMMIT:
+                    return True
+                continue
+            for record in iter_records(data, position):
+                marker = json.loads(record.value)
+                if marker["batch"] == batch_id and marker["partition"] == partition_id and header.is_transactional:
+                    held[header.producer_id] = True
+                elif marker["batch"] < batch_id:
+                    older = True
+        if older:
+            break
+        window *= 2
+    return False
+
+
+def write_task_transactional(options: SinkOptions, rows, first, context) -> WriteResult:
+    """One task's rows and its control record in one transaction (``transactional=true``)."""
+    query_id = context.getLocalProperty("sql.streaming.queryId") if context is not None else None
+    batch_id = context.getLocalProperty("streaming.sql.batchId") if context is not None else None
+    if not query_id or batch_id is None:
+        raise RuntimeError("tidelog sink: transactional=true needs a streaming write (no query id or batch id)")
+    batch_id, partition_id = int(batch_id), context.partitionId()
+    cluster = Cluster(options.client)
+    try:
+        control = (CONTROL_TOPIC_PREFIX + query_id, 0)
+        cluster.create_topic(control[0], 1, configs={
+            "retention.ms": str(CONTROL_TOPIC_RETENTION_MS), "cleanup.policy": "delete"})
+        cluster.wait_for_leaders(control[0])
+        transaction = Transaction(cluster, f"tidelog-spark-{query_id}-{partition_id}", options.transaction_timeout_ms)
+        transaction.init()
+        read = ReadOptions(client=options.client, fail_on_data_loss=False)
+        if _committed_before(cluster, read, control, batch_id, partition_id):
+            skipped = 1 + sum(1 for _ in rows)
+            log.warning("tidelog sink: batch %d partition %d of query %s was committed by an earlier attempt; "
+                        "writing nothing", batch_id, partition_id, query_id)
+            return WriteResult(partition_id, 0, skipped)
+        producer = Producer(cluster, options, exactly_once_attempts=False, transaction=transaction)
+        spread = 0
+        for topic, partition, key, value, headers in _chain(first, rows):
+            if topic is None:
+                raise OptionError("a row has a null 'topic' and no 'topic' option is set")
+            count = producer.partition_count(topic)
+            if partition is None:
+                if key is not None:
+                    partition = partition_for_key(key, count)
+                else:
+                    partition = (partition_id + spread) % count
+                    spread += 1
+            elif not 0 <= partition < count:
+                raise OptionError(f"row partition {partition} is out of range: topic {topic} has {count} partitions")
+            producer.append((topic, partition), SimpleRecord(value, key=key, headers=headers))
+        producer.append(control, SimpleRecord(
+            json.dumps({"batch": batch_id, "partition": partition_id, "attempt": context.attemptNumber(),
+                        "time_ms": int(time.time() * 1000), "transactional": True}).encode(),
+            key=f"{batch_id}:{partition_id}".encode()))
+        producer.flush()
+        transaction.end(commit=True)
+        return WriteResult(partition_id, producer.records_sent - 1, 0)
+    finally:
+        cluster.close()
+
+
 def write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], idempotent: bool) -> WriteResult:
     """One Spark task's write: all its rows, then flush."""
     context = TaskContext.get()
@@ -219,6 +309,8 @@ def write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], idempote
     first = next(rows, None)
     if first is None:
         return WriteResult(partition_id, 0, 0)
+    if options.transactional:
+        return write_task_transactional(options, rows, first, context)
     cluster = Cluster(options.client)
     try:
         guard = None
