@@ -210,3 +210,50 @@ def test_a_null_array_the_schema_forbids_is_a_protocol_error_not_a_handler_crash
     wait_until(lambda: any("is null but not nullable" in line for line in broker.output[seen:]), 5,
                "the broker to log the protocol error")
     assert not any("TypeError" in line or "Traceback" in line for line in broker.output[seen:])
+
+
+def _recrc(batch: bytearray) -> bytes:
+    """Recompute the CRC of a batch whose bytes were changed (what a buggy or hostile
+    client would send: the CRC matches, the records are garbage)."""
+    from crc32c import crc32c
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    return bytes(batch)
+
+
+def test_batches_whose_records_are_not_records_are_refused_and_consumers_keep_reading(broker):
+    """A CRC-correct batch with compression attribute 7, or with garbage where its
+    records should be, is refused (nothing appended); a real consumer then reads
+    every good record, including ones written after the bad attempts."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    async def go():
+        connection = await _connect(broker)
+        await _create(connection, "validated")
+        assert (await _produce(connection, "validated", build_batch([b"before"])))[0] == ErrorCode.NONE
+        codec7 = bytearray(build_batch([b"x"]))
+        struct.pack_into(">h", codec7, 21, 7)
+        garbage = bytearray(build_batch([SimpleRecord(b"v" * 40, b"k")] * 3))
+        garbage[61:] = os.urandom(len(garbage) - 61)
+        offsets = bytearray(build_batch([b"a", b"b"]))
+        offsets[61 + 3] = 9 * 2                              # the first record's offset delta: 9
+        future = build_batch([b"too late"], timestamp_ms=int(__import__("time").time() * 1000) + 7_200_000)
+        answers = [(await _produce(connection, "validated", _recrc(bad)))[0]
+                   for bad in (codec7, garbage, offsets)]
+        answers.append((await _produce(connection, "validated", future))[0])
+        assert answers[:2] == [ErrorCode.CORRUPT_MESSAGE, ErrorCode.CORRUPT_MESSAGE]
+        assert answers[2:] == [ErrorCode.INVALID_RECORD, ErrorCode.INVALID_RECORD]
+        assert (await _produce(connection, "validated", build_batch([b"after"])))[0] == ErrorCode.NONE
+        connection.close()
+    run(go())
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{broker.port}", "group.id": "validated",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition("validated", 0, 0)])
+    values = []
+    for _ in range(40):
+        message = consumer.poll(0.25)
+        if message is not None and message.error() is None:
+            values.append(message.value())
+        if len(values) == 2:
+            break
+    consumer.close()
+    assert values == [b"before", b"after"]

@@ -71,6 +71,8 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("log.index.interval.bytes", int, 4096, _non_negative),
     ConfigDef("log.flush.interval.messages", int, None, _positive),
     ConfigDef("log.flush.interval.ms", int, None, _non_negative),
+    ConfigDef("log.message.timestamp.before.max.ms", int, (1 << 63) - 1, _non_negative),
+    ConfigDef("log.message.timestamp.after.max.ms", int, 3_600_000, _non_negative),
     ConfigDef("log.message.timestamp.type", str, "CreateTime",
               lambda v: v in ("CreateTime", "LogAppendTime")),
     ConfigDef("message.max.bytes", int, 1_048_588, _positive),

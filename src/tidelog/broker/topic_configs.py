@@ -24,6 +24,8 @@ def static_log_config(config: BrokerConfig) -> LogConfig:
              "index.interval.bytes": config["log.index.interval.bytes"],
              "max.message.bytes": config["message.max.bytes"],
              "message.timestamp.type": config["log.message.timestamp.type"],
+             "message.timestamp.before.max.ms": config["log.message.timestamp.before.max.ms"],
+             "message.timestamp.after.max.ms": config["log.message.timestamp.after.max.ms"],
              "cleanup.policy": ",".join(config["log.cleanup.policy"]),
              "delete.retention.ms": config["log.cleaner.delete.retention.ms"],
              "min.cleanable.dirty.ratio": config["log.cleaner.min.cleanable.ratio"],

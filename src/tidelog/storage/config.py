@@ -37,7 +37,6 @@ TOPIC_CONFIGS_OWNED_ELSEWHERE = frozenset({
     "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
     "local.retention.bytes", "local.retention.ms",
     "message.downconversion.enable", "message.format.version",
-    "message.timestamp.after.max.ms", "message.timestamp.before.max.ms",
     "message.timestamp.difference.max.ms", "min.insync.replicas", "preallocate",
     "remote.storage.enable", "remote.log.copy.disable", "remote.log.delete.on.disable",
     "segment.jitter.ms", "unclean.leader.election.enable",
@@ -58,6 +57,8 @@ _INT_CONFIGS = {
     "delete.retention.ms": ("delete_retention_ms", 0, INT64_MAX),
     "min.compaction.lag.ms": ("min_compaction_lag_ms", 0, INT64_MAX),
     "max.compaction.lag.ms": ("max_compaction_lag_ms", 1, INT64_MAX),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", 0, INT64_MAX),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", 0, INT64_MAX),
 }
 _TIMESTAMP_TYPE_KEY = "message.timestamp.type"
 _CLEANUP_POLICY_KEY = "cleanup.policy"
@@ -86,6 +87,8 @@ class LogConfig:
     min_compaction_lag_ms: int = 0               # min.compaction.lag.ms
     max_compaction_lag_ms: int = INT64_MAX       # max.compaction.lag.ms
     compression_type: str = PRODUCER             # compression.type: producer, or the codec batches are stored in
+    message_timestamp_before_max_ms: int = INT64_MAX   # message.timestamp.before.max.ms (KIP-937)
+    message_timestamp_after_max_ms: int = 3_600_000    # message.timestamp.after.max.ms (Kafka 4: one hour)
 
     def __post_init__(self):
         for key, (name, low, high) in _INT_CONFIGS.items():

@@ -61,6 +61,7 @@ from tidelog.records.batch import (
     set_partition_leader_epoch,
     validate_batch,
 )
+from tidelog.records.validator import validate_records
 from tidelog.storage.checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
 from tidelog.records.compression import Compression
 from tidelog.storage.config import PRODUCER, LogConfig
@@ -358,7 +359,8 @@ class Log:
     # -- appends ----------------------------------------------------------------------
 
     @_io_guard
-    def append_as_leader(self, records, leader_epoch: int, from_coordinator: bool = False) -> LogAppendInfo:
+    def append_as_leader(self, records, leader_epoch: int, from_coordinator: bool = False,
+                         validate: bool = True) -> LogAppendInfo:
         """Validate, assign offsets from the log end offset, stamp the epoch, write once.
 
         Control batches (transaction markers) are accepted only ``from_coordinator``
@@ -379,6 +381,10 @@ class Log:
         position, end = 0, len(buffer)
         while position < end:
             header = validate_batch(buffer, position, strict=True)
+            if validate:
+                validate_records(buffer, position, header, now_ms, config.message_timestamp_before_max_ms,
+                                 config.message_timestamp_after_max_ms,
+                                 check_timestamps=not config.uses_log_append_time)
             size_bytes = header.size_bytes
             if size_bytes > config.max_message_bytes:
                 raise RecordTooLargeError(f"{self.topic_partition}: batch of {size_bytes} bytes is above "
