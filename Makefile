@@ -44,6 +44,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/storage_bench.py
 	$(PY) benchmarks/produce_consume_bench.py
 	$(PY) benchmarks/idempotence_bench.py
+	$(PY) benchmarks/txn_bench.py
+	$(PY) benchmarks/validation_bench.py
 	$(PY) benchmarks/group_bench.py
 	$(PY) benchmarks/replication_bench.py
 	$(PY) benchmarks/spark_read_bench.py
