@@ -107,13 +107,21 @@ class GroupApis:
                         "error_code": 0, "error_message": None}
         return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"broker {leader} has no {self.listener_name} listener")
 
+    def _alive_brokers(self) -> int:
+        return sum(1 for b in self.node.image.brokers.values() if not b.fenced)
+
+    # A broker whose metadata is not loaded yet sees no broker alive: it must not create
+    # an internal topic with replication factor 1 (the client asks again, elsewhere or later).
+
     def _create_offsets_topic(self) -> None:
-        alive = sum(1 for b in self.node.image.brokers.values() if not b.fenced)
-        self._create_topic(offsets_topic(self.node.config, alive))
+        alive = self._alive_brokers()
+        if alive:
+            self._create_topic(offsets_topic(self.node.config, alive))
 
     def _create_transaction_topic(self) -> None:
-        alive = sum(1 for b in self.node.image.brokers.values() if not b.fenced)
-        self._create_topic(transaction_state_topic(self.node.config, alive))
+        alive = self._alive_brokers()
+        if alive:
+            self._create_topic(transaction_state_topic(self.node.config, alive))
 
     # ============================================================== JoinGroup
 

@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join(f'{k} {v}' for k, v in sorted(total.reset_reasons.items()))}); groups: "
               f"{total.group_commits} commits acknowledged ({total.group_commits_excused} excused), "
               f"{total.rebalances} generations assigned, {total.coordinator_moves} coordinator moves, "
-              f"member faults {sum(total.member_faults.values())} ({', '.join(f'{k} {v}' for k, v in sorted(total.member_faults.items()))})")
+              f"member faults {sum(total.member_faults.values())} ({', '.join(f'{k} {v}' for k, v in sorted(total.member_faults.items()))}); "
+              f"transactions: {', '.join(f'{k} {v}' for k, v in sorted(total.transactions.items())) or 'none'}")
     return 1 if failures else 0
 
 

@@ -64,6 +64,7 @@ from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.group.shard import JoinRequest, OffsetToCommit
 from tidelog.metadata.log import MetadataSnapshot
+from tidelog.records.batch import build_marker
 from tidelog.metadata.records import Endpoint
 from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
 from tidelog.replication.fetcher import (
@@ -159,7 +160,9 @@ class SimBroker(NetworkNode):
             "replica.fetch.backoff.ms": str(c.replica_fetch_backoff_ms),
             "offsets.topic.num.partitions": str(c.offsets_partitions),
             "offsets.commit.timeout.ms": str(c.request_timeout_ms),
-            "group.min.session.timeout.ms": "500", "group.initial.rebalance.delay.ms": "100"})
+            "group.min.session.timeout.ms": "500", "group.initial.rebalance.delay.ms": "100",
+            "transaction.state.log.num.partitions": str(c.txn_partitions),
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"})
 
     # ================================================================ the node's state
 
@@ -209,6 +212,7 @@ class SimBroker(NetworkNode):
             controlled_shutdown_timeout_ms=CONTROLLED_SHUTDOWN_TIMEOUT_MS,
             new_member_id=lambda prefix: f"{prefix}-{self.broker_id}.{self.starts}.{next(member_ids)}")
         self.group_apis = GroupApis(self.node, LISTENER, self.clock, self._create_topic)
+        self.node.txn_coordinator.write_markers = self._write_markers
         self._carry_out(self.node, self.node.start(self.clock.monotonic_ms()))
         self._fetch_metadata()
 
@@ -394,13 +398,23 @@ class SimBroker(NetworkNode):
     def _handle_ClientFetch(self, message) -> None:
         body = message.body
         tp = body["tp"]
+        committed = body.get("read_committed", False)
         params = FetchParams(replica_id=-1, max_wait_ms=body["max_wait_ms"], min_bytes=1, max_bytes=1 << 20,
-                             isolation=Isolation.HIGH_WATERMARK,
+                             isolation=Isolation.TXN_COMMITTED if committed else Isolation.HIGH_WATERMARK,
                              partitions={tp: FetchPartitionRequest(body["offset"], 1 << 20)})
 
         def on_done(results) -> None:
-            if self.up:
-                self.reply(message, FetchPartitionResult.from_read_result(results[tp]))
+            if not self.up:
+                return
+            result = results[tp]
+            if committed:        # what a read_committed Fetch answers (sim/txn_clients.py)
+                self.reply(message, {
+                    "error_code": int(result.error), "log_start_offset": result.log_start_offset,
+                    "last_stable_offset": result.last_stable_offset,
+                    "records": b"" if result.records is None else result.records.read_bytes(),
+                    "aborted": [(t.producer_id, t.first_offset) for t in result.aborted_transactions or ()]})
+            else:
+                self.reply(message, FetchPartitionResult.from_read_result(result))
 
         self.replica_manager.fetch_messages(params, on_done)
 
@@ -496,6 +510,81 @@ class SimBroker(NetworkNode):
         committed = shard.fetch_offsets(body["group_id"], body["partitions"])
         self.reply(message, {"error_code": int(ErrorCode.NONE), "offsets": {
             tp: -1 if value is None else value.offset for tp, value in committed.items()}})
+
+    # ================================================================ transaction coordinator
+
+    def _handle_FindTxnCoordinator(self, message) -> None:
+        found = self.group_apis.handle_find_coordinator(
+            FIND_COORDINATOR_V4, SimpleNamespace(key_type=1, coordinator_keys=[message.body["transactional_id"]]))
+        coordinator = found["coordinators"][0]
+        self.reply(message, {"error_code": coordinator["error_code"], "node_id": coordinator["node_id"]})
+
+    def _txn_shard(self, message):
+        shard = self.node.txn_coordinator.shard_for(message.body["transactional_id"])
+        if isinstance(shard, ErrorCode):
+            self.reply(message, {"error_code": int(shard)})
+            return None
+        return shard
+
+    def _handle_InitTxnProducer(self, message) -> None:
+        shard, respond = self._txn_shard(message), self._answer(message)
+        if shard is not None:
+            shard.init_producer_id(message.body["transactional_id"], message.body["timeout_ms"], -1, -1,
+                                   self.sim.next_producer_id(), self.clock.now_ms(),
+                                   lambda error, pid, epoch: respond({"error_code": int(error), "producer_id": pid,
+                                                                      "producer_epoch": epoch}))
+
+    def _handle_AddPartitionsToTxn(self, message) -> None:
+        body, shard, respond = message.body, self._txn_shard(message), self._answer(message)
+        if shard is not None:
+            shard.add_partitions(body["transactional_id"], body["producer_id"], body["producer_epoch"],
+                                 body["partitions"], self.clock.now_ms(),
+                                 lambda error: respond({"error_code": int(error)}))
+
+    def _handle_EndTxn(self, message) -> None:
+        body, shard, respond = message.body, self._txn_shard(message), self._answer(message)
+        if shard is not None:
+            shard.end_transaction(body["transactional_id"], body["producer_id"], body["producer_epoch"],
+                                  body["commit"], self.clock.now_ms(), lambda error: respond({"error_code": int(error)}))
+
+    def _write_markers(self, broker_id: int, producer_id: int, producer_epoch: int, commit: bool,
+                       coordinator_epoch: int, partitions: list, on_done) -> None:
+        """The coordinator's WriteTxnMarkers: to itself directly, to another broker over the network."""
+        body = {"producer_id": producer_id, "producer_epoch": producer_epoch, "commit": commit,
+                "coordinator_epoch": coordinator_epoch, "partitions": list(partitions)}
+        node = self.node
+        if broker_id == self.broker_id:
+            self._append_markers(body, on_done)
+            return
+
+        def failed(error: str) -> None:
+            if self.up and self.node is node:
+                on_done({tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in partitions})
+                self._carry_out(node, [])
+
+        def answered(errors) -> None:
+            if self.up and self.node is node:
+                on_done(errors)
+                self._carry_out(node, [])
+        self.rpc.request(f"b{broker_id}", "WriteTxnMarkers", body, self.sim.config.request_timeout_ms + 500,
+                         answered, failed)
+
+    def _append_markers(self, body: dict, on_done) -> None:
+        now_ms = self.clock.now_ms()
+        entries = {tp: build_marker(body["producer_id"], body["producer_epoch"], body["commit"],
+                                    body["coordinator_epoch"], now_ms) for tp in body["partitions"]}
+        self.replica_manager.append_records(
+            -1, self.sim.config.request_timeout_ms, entries,
+            lambda responses: on_done({tp: ErrorCode(r["error_code"]) for tp, r in responses.items()}),
+            internal=True, from_coordinator=True)
+
+    def _handle_WriteTxnMarkers(self, message) -> None:
+        node = self.node
+
+        def done(errors) -> None:
+            if self.up and self.node is node:
+                self.reply(message, errors)
+        self._append_markers(message.body, done)
 
     # ================================================================ looking
 

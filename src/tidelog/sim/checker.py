@@ -198,6 +198,7 @@ class Checker:
         self.owners: dict[tuple, dict[TopicPartition, str]] = {}   # (group, era, incarnation, generation)
         self.serving: dict[str, object] = {}     # group -> the shard that last served it
         self.deleted: dict[str, list] = {}       # group -> the deleted (Dead) group objects seen
+        self.last_group: dict[str, object] = {}  # group -> the group object a serving shard last had
 
     def history(self, tp: TopicPartition) -> History:
         return self.histories.setdefault(tp, History())
@@ -512,11 +513,26 @@ class Checker:
             group = loaded.shard.groups.get(group_id) if loaded is not None else None
             if group is None or not group.is_in(GroupState.DEAD):
                 continue
-            deleted = self.deleted.setdefault(group_id, [])
-            if all(group is not other for other in deleted):
-                deleted.append(group)
-                self.sim.loop.trace.add(self.sim.loop.now_ms, "check", f"{group_id} deleted on b{broker_id} "
-                                        f"at generation {group.generation_id}: generations start again")
+            self._deleted(group_id, group, f"on b{broker_id}")
+        # A deletion can also start and finish within one event (its tombstone committed
+        # at once with an ISR of one, or a shard loading and expiring the group in the
+        # same tick): the serving shard then lacks a group last seen Empty or Dead.
+        serving = serving_coordinator(self.sim, group_id)
+        if serving is None:
+            return
+        group = serving[1].groups.get(group_id)
+        last = self.last_group.get(group_id)
+        if group is None and last is not None and last.is_in(GroupState.EMPTY, GroupState.DEAD):
+            self._deleted(group_id, last, f"by b{serving[0]} (gone from its shard)")
+        if group is not None:
+            self.last_group[group_id] = group
+
+    def _deleted(self, group_id: str, group, where: str) -> None:
+        deleted = self.deleted.setdefault(group_id, [])
+        if all(group is not other for other in deleted):
+            deleted.append(group)
+            self.sim.loop.trace.add(self.sim.loop.now_ms, "check", f"{group_id} deleted {where} "
+                                    f"at generation {group.generation_id}: generations start again")
 
     def on_commit_taken(self, broker_id: int, shard, body: dict, now_ms: int) -> CommitTaken:
         """A coordinator takes an OffsetCommit (and appends its record, if it accepts it)."""

@@ -91,6 +91,8 @@ class SimConfig:
     groups: tuple[GroupSpec, ...] = ()
     group_session_timeout_ms: int = 3000    # the members' session.timeout.ms
     offsets_partitions: int = 3             # offsets.topic.num.partitions
+    transactions: bool = False              # a transactional producer and a read_committed consumer on "tx"
+    txn_partitions: int = 2                 # transaction.state.log.num.partitions
     defect: str | None = None
 
     # ------------------------------------------------------------------ swarm
@@ -140,10 +142,19 @@ class SimConfig:
             if rng.random() < 0.7:
                 groups.append(GroupSpec(f"g{len(groups)}", topic.name, rng.choice([2, 3, 3, 4])))
         grouped = {g.topic for g in groups}
-        return config.with_options(
+        config = config.with_options(
             clients=tuple(c for c in clients if c.kind != "consumer" or c.topic not in grouped),
             groups=tuple(groups), group_session_timeout_ms=rng.choice([1000, 2000, 4000]),
             offsets_partitions=rng.choice([1, 2, 3]))
+        # Drawn after the groups, for the same reason: on half the seeds a transactional
+        # producer and a read_committed consumer use their own topic "tx".
+        if rng.random() < 0.5:
+            rf = min(3, brokers)
+            config = config.with_options(
+                transactions=True, txn_partitions=rng.choice([1, 2, 3]),
+                topics=config.topics + (TopicSpec("tx", rng.choice([1, 2, 3]), rf, min(2, rf),
+                                                  rng.random() < 0.1, None, rng.choice([2000, 1 << 20])),))
+        return config
 
     def with_options(self, **changes) -> "SimConfig":
         return replace(self, **changes)
@@ -163,6 +174,8 @@ class SimConfig:
         if self.groups:
             parts.append(f"groups={'+'.join(f'{g.name}:{g.topic}x{g.members}' for g in self.groups)}"
                          f"/session{self.group_session_timeout_ms}/offsets{self.offsets_partitions}p")
+        if self.transactions:
+            parts.append(f"txn=tx/state{self.txn_partitions}p")
         if self.defect:
             parts.append(f"defect={self.defect}")
         return " ".join(parts)
@@ -188,6 +201,7 @@ class RunStats:
     rebalances: int = 0               # generations whose assignment a coordinator handed out
     coordinator_moves: int = 0        # a group served by a newly loaded coordinator shard
     member_faults: dict[str, int] = field(default_factory=dict)   # leave / crash / pause / rejoin
+    transactions: dict[str, int] = field(default_factory=dict)    # committed / aborted / abandoned / read
 
     def add(self, other: "RunStats") -> None:
         self.events += other.events
@@ -210,3 +224,5 @@ class RunStats:
         self.coordinator_moves += other.coordinator_moves
         for k, v in other.member_faults.items():
             self.member_faults[k] = self.member_faults.get(k, 0) + v
+        for k, v in other.transactions.items():
+            self.transactions[k] = self.transactions.get(k, 0) + v

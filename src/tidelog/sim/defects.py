@@ -33,6 +33,12 @@ assert that some seed fails with the invariant named in ``EXPECTED``.
     watermark lags the old leader's (it learns it on its next fetch), so commits
     the old coordinator acknowledged are missing, or older values answered,
     until the new high watermark catches up.
+``lso-ignores-open-transactions``
+    The last stable offset is the high watermark even while a transaction is
+    open: read_committed readers see records whose transaction may yet abort.
+``aborted-transactions-not-reported``
+    A read_committed Fetch names no aborted transaction, so readers cannot drop
+    an aborted transaction's records (a partition without its ``.txnindex``).
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ EXPECTED = {
     "unclean-election-when-disabled": {"10.4-acknowledged-write-kept"},
     "publish-before-registration": {"10.4-acknowledged-write-kept"},
     "group-load-stops-at-high-watermark": {"group-commit-durable", "group-single-owner"},
+    "lso-ignores-open-transactions": {"txn-visible-only-if-committed"},
+    "aborted-transactions-not-reported": {"txn-visible-only-if-committed"},
 }
 # Defects that only a named scenario reaches (tests/sim/test_scenarios.py), not the fixed seeds.
 SCENARIO_ONLY = {"publish-before-registration"}
@@ -113,7 +121,19 @@ def _group_load_stops_at_high_watermark():
     return [(_Loaded, "__init__", init)]
 
 
+def _lso_ignores_open_transactions():
+    from tidelog.storage.log import Log
+    return [(Log, "last_stable_offset", property(lambda self: self.high_watermark))]
+
+
+def _aborted_transactions_not_reported():
+    from tidelog.storage.log import Log
+    return [(Log, "collect_aborted_transactions", lambda self, start, upper: [])]
+
+
 PATCHES = {
+    "lso-ignores-open-transactions": _lso_ignores_open_transactions,
+    "aborted-transactions-not-reported": _aborted_transactions_not_reported,
     "publish-before-registration": _publish_before_registration,
     "truncate-to-high-watermark": _truncate_to_high_watermark,
     "hw-ignores-caught-up-follower": _hw_ignores_caught_up_follower,

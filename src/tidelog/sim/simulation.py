@@ -39,6 +39,8 @@ from tidelog.records.batch import iter_batches, iter_records
 from tidelog.sim.broker import PENDING_CONTROLLED_SHUTDOWN, RUNNING, SimBroker
 from tidelog.sim.checker import Checker, InvariantViolation
 from tidelog.sim.clients import SimConsumer, SimProducer
+from tidelog.sim.txn_clients import SimTxnConsumer, SimTxnProducer, TxnBook
+from tidelog.txn.coordinator import TRANSACTION_STATE_TOPIC
 from tidelog.sim.config import RunStats, SimConfig
 from tidelog.sim.controller import SimController
 from tidelog.sim.group_clients import SimGroupMember, group_unsettled
@@ -95,10 +97,20 @@ class Simulation:
                 self.consumers.append(SimConsumer(self, f"c{i}", client.topic))
         self.members = {group.name: [SimGroupMember(self, f"{group.name}m{j}", group) for j in range(group.members)]
                         for group in config.groups}
+        self.txn_book = TxnBook(self)
+        self._producer_ids = 5000
+        self.txn_clients = [SimTxnProducer(self, "txp"), SimTxnConsumer(self, "txc")] if config.transactions else []
         self.nemesis = Nemesis(self)
         self.healed = False
-        self._client_processes = {c.owned for c in self.producers + self.consumers + self.group_members}
+        self._client_processes = {c.owned for c in self.producers + self.consumers + self.group_members
+                                  + self.txn_clients}
         self.loop.after_event = self._after_event
+
+    def next_producer_id(self) -> int:
+        """Producer ids for the transaction coordinators (production allocates blocks
+        through the controller; here one counter serves every broker)."""
+        self._producer_ids += 1
+        return self._producer_ids
 
     @property
     def group_members(self) -> list[SimGroupMember]:
@@ -257,7 +269,7 @@ class Simulation:
         return True
 
     def start_clients(self) -> None:
-        for client in self.producers + self.consumers + self.group_members:
+        for client in self.producers + self.consumers + self.group_members + self.txn_clients:
             client.start()
 
     def run(self) -> SimResult:
@@ -302,10 +314,12 @@ class Simulation:
         healed_at = self.loop.now_ms
         deadline = healed_at + self.config.healed_phase_ms
         writing = [p for p in self.producers if p.acks != 0]
+        txn_producers = [c for c in self.txn_clients if isinstance(c, SimTxnProducer)]
         self.run_until(lambda: self.loop.now_ms >= healed_at + PRODUCE_AFTER_HEAL_MS
-                       and all(p.acked_since_heal > 0 for p in writing),
+                       and all(p.acked_since_heal > 0 for p in writing)
+                       and all(p.committed_since_heal > 0 for p in txn_producers),
                        self.config.healed_phase_ms, "every producer acknowledged after healing")
-        for producer in self.producers:
+        for producer in self.producers + txn_producers:
             producer.active = False
         self.loop.trace.add(self.loop.now_ms, "sim", "producers stopped")
         reasons = self.converged()
@@ -314,14 +328,14 @@ class Simulation:
             reasons = self.converged()
         if reasons:
             raise InvariantViolation("10.5-convergence", "; ".join(reasons[:5]))
-        for consumer in self.consumers + self.group_members:
+        for consumer in self.consumers + self.group_members + self.txn_clients:
             consumer.active = False
         self.loop.trace.add(self.loop.now_ms, "sim", f"converged {self.loop.now_ms - healed_at} ms after healing")
 
     def converged(self) -> list[str]:
         reasons = []
-        if any(p.in_flight for p in self.producers):
-            reasons.append("produce requests in flight")
+        if any(p.in_flight for p in self.producers + self.txn_clients if isinstance(p, (SimProducer, SimTxnProducer))):
+            reasons.append("produce requests (or a transaction) in flight")
         if not self.controller.up:
             return reasons + ["controller down"]
         image = self.controller.image
@@ -331,7 +345,7 @@ class Simulation:
             elif broker.image.offset != image.offset:
                 reasons.append(f"b{broker.broker_id} metadata at {broker.image.offset}, controller at {image.offset}")
         ends: dict[TopicPartition, int] = {}
-        for tp in self.partitions + self.offsets_partitions(image):
+        for tp in self.partitions + self.offsets_partitions(image) + self.transaction_partitions(image):
             registration = image.partition(tp)
             if registration.leader < 0:
                 reasons.append(f"{tp} has no leader")
@@ -352,7 +366,8 @@ class Simulation:
                     reasons.append(f"{tp}: b{replica} epoch {partition.leader_epoch} LEO "
                                    f"{partition.log.log_end_offset} HW {partition.log.high_watermark}, leader "
                                    f"epoch {registration.leader_epoch} LEO {end}")
-            for consumer in self.consumers:
+            txn_readers = [] if self.txn_state_lost() else [c for c in self.txn_clients if isinstance(c, SimTxnConsumer)]
+            for consumer in self.consumers + txn_readers:
                 if consumer.topic == tp.topic and consumer.positions[tp] < end:
                     reasons.append(f"{consumer.name} at {tp} offset {consumer.positions[tp]} of {end}")
         for group in self.config.groups:
@@ -373,12 +388,23 @@ class Simulation:
                 offset = header.next_offset
         return bytes(out)
 
+    def txn_state_lost(self) -> bool:
+        """A ``__transaction_state`` partition lost acknowledged records (excused, as every
+        such loss): a transaction its coordinator forgot stays open, holding the last
+        stable offset back for good — Kafka's "hanging transaction", which an operator
+        aborts by hand. Its read_committed reader is then not waited for."""
+        return any(h.resets for tp, h in self.checker.histories.items() if tp.topic == TRANSACTION_STATE_TOPIC)
+
+    def transaction_partitions(self, image) -> list[TopicPartition]:
+        topic = image.topic(TRANSACTION_STATE_TOPIC)
+        return [] if topic is None else [TopicPartition(TRANSACTION_STATE_TOPIC, p) for p in sorted(topic.partitions)]
+
     def final_checks(self) -> None:
         image = self.controller.image
         for broker in self.brokers.values():
             if broker.image != image:
                 raise InvariantViolation("10.7-metadata-images-agree", f"b{broker.broker_id} after convergence")
-        for tp in self.partitions + self.offsets_partitions(image):
+        for tp in self.partitions + self.offsets_partitions(image) + self.transaction_partitions(image):
             registration = image.partition(tp)
             logs = {b: self.log_bytes(b, tp) for b in registration.replicas}
             reference = logs[registration.leader]
@@ -387,6 +413,8 @@ class Simulation:
                     raise InvariantViolation("10.5-convergence", f"{tp}: b{b}'s log differs from leader "
                                              f"b{registration.leader}'s ({len(data)} vs {len(reference)} bytes)")
             self._check_final_log(tp, reference)
+        if not self.txn_state_lost():
+            self.txn_book.final_check()
 
     def _check_final_log(self, tp: TopicPartition, data: bytes) -> None:
         checker = self.checker
@@ -399,13 +427,15 @@ class Simulation:
             if records.get(offset) != record:
                 raise InvariantViolation("10.4-acknowledged-write-kept", f"{tp} offset {offset} committed at "
                                          f"epoch {epoch} as {record[2]!r} is {records.get(offset)} at the end")
-        if tp.topic == OFFSETS_TOPIC:
+        if tp.topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
             return                      # the coordinators' records: no producer wrote them
-        values = [value for _, (_, _, value) in sorted(records.items())]
+        markers = {offset for position, header in iter_batches(data) if header.is_control
+                   for offset in range(header.base_offset, header.next_offset)}
+        values = [value for offset, (_, _, value) in sorted(records.items()) if offset not in markers]
         counts: dict[bytes, int] = {}
         for value in values:
             counts[value] = counts.get(value, 0) + 1
-        idempotent = {p.name.encode() for p in self.producers if p.producer_id >= 0}
+        idempotent = {p.name.encode() for p in self.producers if p.producer_id >= 0} | {b"tx"}
         for value, count in counts.items():
             if count > 1 and value.split(b"-", 1)[0] in idempotent:
                 raise InvariantViolation("idempotent-exactly-once", f"{tp}: {value!r} from an idempotent "
