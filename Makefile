@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/validation_bench.py
 	$(PY) benchmarks/group_bench.py
 	$(PY) benchmarks/replication_bench.py
+	$(PY) benchmarks/metrics_bench.py
 	$(PY) benchmarks/spark_read_bench.py
 
 clean:

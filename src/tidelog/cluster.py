@@ -8,7 +8,9 @@ nodes. The controller (node id 1000, ``process.roles=controller``) starts first;
 brokers (ids 1..N, ``process.roles=broker``) point at it through
 ``controller.quorum.voters``. All nodes share one cluster id, fixed at ``up``.
 A port of 0 lets a node pick a free port; its real port is read from the
-node's ready line and recorded.
+node's ready line and recorded. With metrics (``metrics_base_port``), every node
+also serves Prometheus ``/metrics`` on its ``metrics_port`` (``metrics.port``;
+0 = a free port, read from the ready line the same way).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 from tidelog.server.storage_format import new_cluster_id
 
 CONTROLLER_ID = 1000
-_READY = re.compile(r"tidelog ready: node (\d+) listening on \w+://([^:]+):(\d+)")
+_READY = re.compile(r"tidelog ready: node (\d+) listening on \w+://([^:]+):(\d+)"
+                    r"(?:, metrics on http://\S+:(\d+)/metrics)?")
 LAYOUT_FILE = "cluster.json"
 
 
@@ -45,6 +48,8 @@ class Node:
     # Settings for this node only, after the cluster-wide ones (e.g. the
     # advertised.listeners of a broker behind a proxy, tidelog.chaos).
     overrides: dict[str, str] = field(default_factory=dict)
+    # Where it serves Prometheus /metrics (metrics.port); None = metrics off.
+    metrics_port: int | None = None
 
     @property
     def name(self) -> str:
@@ -154,7 +159,9 @@ class ProcessCluster:
 
     @classmethod
     def create(cls, directory: str, brokers: int, base_port: int = 9092, host: str = "127.0.0.1",
-               overrides: dict[str, str] | None = None) -> "ProcessCluster":
+               overrides: dict[str, str] | None = None, metrics_base_port: int | None = None) -> "ProcessCluster":
+        """A new cluster layout (or the stopped one at ``directory``). ``metrics_base_port``
+        turns on /metrics: brokers on it, +1, …, the controller after them (0: free ports)."""
         if brokers < 1:
             raise ClusterError("a cluster needs at least one broker")
         directory = os.path.abspath(directory)
@@ -165,11 +172,26 @@ class ProcessCluster:
             if len(existing.layout.brokers) != brokers:
                 raise ClusterError(f"{directory} holds a {len(existing.layout.brokers)}-broker cluster")
             existing.layout.overrides.update(overrides or {})
+            existing._assign_metrics_ports(metrics_base_port)
             return existing
         port = lambda offset: 0 if base_port == 0 else base_port + offset
         nodes = [Node(CONTROLLER_ID, "controller", port(brokers))]
         nodes += [Node(i, "broker", port(i - 1)) for i in range(1, brokers + 1)]
-        return cls(Layout(directory, new_cluster_id(), host, dict(overrides or {}), nodes))
+        cluster = cls(Layout(directory, new_cluster_id(), host, dict(overrides or {}), nodes))
+        cluster._assign_metrics_ports(metrics_base_port)
+        return cluster
+
+    def _assign_metrics_ports(self, base: int | None) -> None:
+        if base is None:
+            return
+        brokers = self.layout.brokers
+        for offset, node in enumerate([*brokers, self.layout.controller]):
+            if node.metrics_port is None:
+                node.metrics_port = 0 if base == 0 else base + offset
+
+    def metrics_url(self, node_id: int) -> str | None:
+        node = self.layout.node(node_id)
+        return None if node.metrics_port is None else f"http://{self.layout.host}:{node.metrics_port}/metrics"
 
     # ---------------------------------------------------------------- processes
 
@@ -184,6 +206,8 @@ class ProcessCluster:
             "log.dirs": os.path.join(self._node_dir(node), "data"),
             "listeners": f"{'CONTROLLER' if node.role == 'controller' else 'PLAINTEXT'}://{layout.host}:{node.port}",
             "controller.quorum.voters": f"{CONTROLLER_ID}@{layout.host}:{controller.port}",
+            **({"metrics.port": str(node.metrics_port), "metrics.host": layout.host}
+               if node.metrics_port is not None else {}),
             **layout.overrides,
             **node.overrides,
         }
@@ -210,6 +234,8 @@ class ProcessCluster:
                 match = _READY.search(f.read().decode("utf-8", "replace"))
             if match:
                 node.port = int(match.group(3))
+                if match.group(4) and node.metrics_port is not None:
+                    node.metrics_port = int(match.group(4))
                 break
             if process.poll() is not None or time.monotonic() > deadline:
                 with open(log_path, "rb") as f:

@@ -10,9 +10,10 @@ and stops it on exit::
         producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
 
 It can also be killed (SIGKILL), stopped cleanly (SIGTERM) and restarted on the
-same port and data, for durability tests. For pytest, ``tidelog_broker`` is a
-module-scoped fixture: put ``from tidelog.testing import tidelog_broker`` in
-your ``conftest.py``.
+same port and data, for durability tests. With ``metrics.port`` among its
+overrides ("0" for a free port), ``metrics_url`` is its Prometheus endpoint.
+For pytest, ``tidelog_broker`` is a module-scoped fixture: put
+``from tidelog.testing import tidelog_broker`` in your ``conftest.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import tempfile
 import threading
 import time
 
-_READY = re.compile(r"tidelog ready: (?:node|broker) \d+ listening on \w+://([^:]+):(\d+)")
+_READY = re.compile(r"tidelog ready: (?:node|broker) \d+ listening on \w+://([^:]+):(\d+)"
+                    r"(?:, metrics on (http://\S+/metrics))?")
 
 
 def wait_until(predicate, timeout_s: float = 20.0, what: str = "condition", interval_s: float = 0.1) -> None:
@@ -53,6 +55,7 @@ class Broker:
         self.start_timeout_s = start_timeout_s
         self.host = host
         self.port = 0
+        self.metrics_url: str | None = None     # Prometheus /metrics, with metrics.port set
         self.process: subprocess.Popen | None = None
         self.output: list[str] = []
         self._reader: threading.Thread | None = None
@@ -81,6 +84,7 @@ class Broker:
                 match = _READY.search(line)
                 if match:
                     self.port = int(match.group(2))
+                    self.metrics_url = match.group(3)
                     ready.set()
         self._reader = threading.Thread(target=pump, daemon=True)
         self._reader.start()
@@ -157,13 +161,17 @@ class Cluster:
             cluster.kill(2); cluster.restart(2)
 
     ``overrides`` apply to every node (e.g. ``{"replica.lag.time.max.ms": "2000"}``).
+    With ``metrics=True`` every node serves Prometheus ``/metrics`` on a free port:
+    ``cluster.metrics_url(node_id)`` (the controller is ``CONTROLLER_ID``, 1000).
     """
 
-    def __init__(self, brokers: int = 3, overrides: dict[str, str] | None = None, directory: str | None = None):
+    def __init__(self, brokers: int = 3, overrides: dict[str, str] | None = None, directory: str | None = None,
+                 metrics: bool = False):
         from tidelog.cluster import ProcessCluster
         self._own_dir = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix="tidelog-cluster-")
-        self.processes = ProcessCluster.create(self.directory, brokers, base_port=0, overrides=overrides)
+        self.processes = ProcessCluster.create(self.directory, brokers, base_port=0, overrides=overrides,
+                                               metrics_base_port=0 if metrics else None)
 
     @property
     def bootstrap(self) -> str:
@@ -175,6 +183,10 @@ class Cluster:
 
     def port(self, node_id: int) -> int:
         return self.processes.layout.node(node_id).port
+
+    def metrics_url(self, node_id: int) -> str | None:
+        """The node's Prometheus endpoint (None unless the cluster has ``metrics=True``)."""
+        return self.processes.metrics_url(node_id)
 
     def start(self) -> "Cluster":
         self.processes.up()

@@ -36,6 +36,12 @@ def _non_negative(v) -> bool:
     return v >= 0
 
 
+def _host_count(item: str) -> bool:
+    """``host:count`` of ``max.connections.per.ip.overrides`` (an IPv6 host keeps its colons)."""
+    host, _, count = item.rpartition(":")
+    return bool(host.strip()) and count.strip().isdigit()
+
+
 CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("node.id", int, 1, _non_negative, "this node's id"),
     ConfigDef("process.roles", list, ["broker", "controller"], None, "broker, controller or both"),
@@ -85,6 +91,16 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
               lambda v: v in ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
     ConfigDef("socket.request.max.bytes", int, 100 * 1024 * 1024, _positive),
     ConfigDef("connections.max.idle.ms", int, 600_000, _positive),
+    # Resource limits of the listeners (docs/security.md).
+    ConfigDef("queued.max.request.bytes", int, 100 * 1024 * 1024, lambda v: v == -1 or v > 0,
+              "bytes of requests being read, shared by a server's connections; -1 unbounded (Kafka's "
+              "default; tidelog bounds it by default)"),
+    ConfigDef("max.connections", int, (1 << 31) - 1, _non_negative,
+              "connections a server (broker or controller) accepts at once; accepting waits beyond"),
+    ConfigDef("max.connections.per.ip", int, (1 << 31) - 1, _non_negative,
+              "connections from one address; further ones are closed at once"),
+    ConfigDef("max.connections.per.ip.overrides", list, [], lambda v: all(_host_count(i) for i in v),
+              "per-address exceptions: host:count,host:count"),
     ConfigDef("replica.lag.time.max.ms", int, 30_000, _positive),
     ConfigDef("replica.fetch.max.bytes", int, 1_048_576, _positive),
     ConfigDef("replica.fetch.response.max.bytes", int, 10_485_760, _positive),
@@ -124,6 +140,10 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("transaction.max.timeout.ms", int, 900_000, _positive),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", int, 10_000, _positive),
     ConfigDef("transactional.id.expiration.ms", int, 604_800_000, _positive),
+    # Prometheus metrics with Kafka's names (docs/observability.md); off unless metrics.port is set.
+    ConfigDef("metrics.port", int, None, lambda v: 0 <= v <= 65535,
+              "serve Prometheus /metrics on this port (0 picks a free one)"),
+    ConfigDef("metrics.host", str, "127.0.0.1", None, "the address /metrics listens on"),
 ]}
 
 

@@ -21,6 +21,10 @@ def add_parser(commands) -> None:
     up.add_argument("--base-port", type=int, default=9092, help="brokers on PORT, PORT+1, …; controller after them")
     up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting for every node (repeatable)")
+    up.add_argument("--metrics-base-port", type=int, default=None, metavar="PORT",
+                    help="Prometheus /metrics of broker 1 on PORT, broker 2 on PORT+1, …, the controller after "
+                         "them (default: the Kafka base port + 100; 0 picks free ports)")
+    up.add_argument("--no-metrics", action="store_true", help="serve no /metrics")
     up.add_argument("--link-proxy", action="store_true",
                     help="put a TCP proxy in front of every node so links can be cut (partition/cut/isolate/heal)")
     links = {"partition": "cut both directions between two nodes (broker ids, 1000, or 'client')",
@@ -59,7 +63,11 @@ def _run(args) -> int:
                 raise ClusterError(f"--override expects KEY=VALUE, got {item!r}")
             overrides[key.strip()] = value.strip()
         started = time.monotonic()
-        cluster = ProcessCluster.create(args.dir, args.brokers, args.base_port, overrides=overrides)
+        metrics_base_port = None if args.no_metrics else (
+            args.metrics_base_port if args.metrics_base_port is not None else
+            0 if args.base_port == 0 else args.base_port + 100)
+        cluster = ProcessCluster.create(args.dir, args.brokers, args.base_port, overrides=overrides,
+                                        metrics_base_port=metrics_base_port)
         if args.link_proxy:
             links = cluster.enable_link_proxy()
             print(f"link proxy on control port {links['control_port']}: brokers advertise proxy ports "
@@ -73,6 +81,9 @@ def _run(args) -> int:
                   f"{','.join(f'{cluster.layout.host}:{ports[str(b.node_id)]}' for b in cluster.layout.brokers)}")
         else:
             print(f"bootstrap servers: {cluster.layout.bootstrap}")
+        for node in cluster.layout.nodes:
+            if node.metrics_port is not None:
+                print(f"metrics: {node.name:11} {cluster.metrics_url(node.node_id)}")
         return 0
     if args.verb in ("partition", "cut", "isolate", "heal", "links"):
         return _links(args)
@@ -129,13 +140,17 @@ async def _status(cluster: ProcessCluster) -> int:
     except (OSError, asyncio.TimeoutError, ConnectionError) as e:
         controller_down = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
     print(f"cluster {layout.cluster_id} at {layout.directory}")
-    print(f"  controller {CONTROLLER_ID}  {layout.host}:{layout.controller.port}  process {states[CONTROLLER_ID]}")
+    metrics = {n.node_id: f"  metrics {cluster.metrics_url(n.node_id)}" if n.metrics_port is not None else ""
+               for n in layout.nodes}
+    print(f"  controller {CONTROLLER_ID}  {layout.host}:{layout.controller.port}  process {states[CONTROLLER_ID]}"
+          f"{metrics[CONTROLLER_ID]}")
     for broker in layout.brokers:
         registration = registrations.get(broker.node_id)
         registered = ("registration unknown" if controller_down else
                       "not registered" if registration is None else
                       "FENCED" if registration.is_fenced else "unfenced")
-        print(f"  broker {broker.node_id}  {layout.host}:{broker.port}  process {states[broker.node_id]}  {registered}")
+        print(f"  broker {broker.node_id}  {layout.host}:{broker.port}  process {states[broker.node_id]}  {registered}"
+              f"{metrics[broker.node_id]}")
     metadata = None
     for broker in layout.brokers:
         if states[broker.node_id] != "running":

@@ -15,9 +15,15 @@ SEGMENT_SIZE_MAX_BYTES = (1 << 31) - 1  # positions in an index are int32
 INDEX_SIZE_MAX_BYTES = 10 * 1024 * 1024  # Kafka's segment.index.bytes default
 CHECKPOINT_ENTRY_COUNT_MAX = 1 << 22    # lines one checkpoint file may declare
 CHECKPOINT_FILE_SIZE_MAX_BYTES = 256 * 1024 * 1024
+CHECKPOINT_WRITE_EMFILE_BACKOFFS_MS = (10, 50, 200)  # waits before each retry of a write that hit EMFILE/ENFILE
 
 # Network.
 REQUEST_SIZE_MAX_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 CONNECTION_IN_FLIGHT_REQUESTS_MAX = 1000  # responses a connection may owe before we stop reading
 CONNECTIONS_MAX_IDLE_MS = 600_000        # Kafka's connections.max.idle.ms
 PURGATORY_OPERATIONS_MAX = 10_000        # delayed produce/fetch operations one purgatory holds
+QUEUED_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # queued.max.request.bytes (Kafka: -1, unbounded)
+MAX_CONNECTIONS = (1 << 31) - 1          # Kafka's max.connections and max.connections.per.ip defaults
+CONNECTION_READ_AHEAD_BYTES = 64 * 1024  # a connection's stream buffer; reading pauses at twice this
+LISTEN_BACKLOG = 100                     # connections the kernel queues while we are not accepting
+ACCEPT_BACKOFF_MS = 100                  # pause in accepting after EMFILE/ENFILE (out of descriptors)

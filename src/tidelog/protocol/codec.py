@@ -175,9 +175,141 @@ def _check_arrays(entity) -> None:
                 _check_arrays(item)
 
 
+_FIXED_SIZES = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4, "timedelta_i32": 4,
+                "int64": 8, "timedelta_i64": 8, "datetime_i64": 8, "float64": 8, "uuid": 16}
+
+
+_FIXED, _STRING, _BYTES, _ARRAY_FIXED, _ARRAY, _ENTITY, _ARRAY_STRING = range(7)
+
+
+@functools.cache
+def _layout(cls) -> tuple[bool, tuple, int | None]:
+    """``cls``'s wire layout for ``_check_lengths``: (flexible, steps, fixed size or None).
+
+    Steps: (_FIXED, n) — runs of fixed-size fields merged; (_STRING,) / (_BYTES,);
+    (_ARRAY_FIXED, element size) — an array of primitives or of fixed-size entities;
+    (_ARRAY, entity class); (_ENTITY, entity class); (_ARRAY_STRING, type) — an array
+    of strings (or bytes). Tagged fields are in the
+    tagged-field section of a flexible entity."""
+    flexible = bool(cls.__flexible__)
+    steps: list = []
+
+    def fixed(n: int) -> None:
+        if steps and steps[-1][0] == _FIXED:
+            steps[-1] = (_FIXED, steps[-1][1] + n)
+        else:
+            steps.append((_FIXED, n))
+    for field in dataclasses.fields(cls):
+        if "tag" in field.metadata:
+            continue
+        kind = classify_field(field)
+        if isinstance(kind, (EntityField, EntityTupleField)):
+            size = _layout(kind.type_)[2]
+            if kind.is_array:
+                steps.append((_ARRAY_FIXED, size) if size is not None else (_ARRAY, kind.type_))
+            elif size is not None:
+                fixed(size)
+            else:
+                steps.append((_ENTITY, kind.type_))
+            continue
+        kafka_type = field.metadata["kafka_type"]
+        size = _FIXED_SIZES.get(kafka_type)
+        if kind.is_array:
+            steps.append((_ARRAY_FIXED, size) if size is not None else (_ARRAY_STRING, kafka_type))
+        elif size is not None:
+            fixed(size)
+        else:
+            steps.append((_STRING,) if kafka_type == "string" else (_BYTES,))
+    total = steps[0][1] if not flexible and len(steps) == 1 and steps[0][0] == _FIXED else None
+    return flexible, tuple(steps), total
+
+
+def _check_lengths(cls, buf, pos: int) -> int:
+    """Walk the body of ``cls`` at ``pos`` checking that every declared length and
+    array count fits in the bytes that remain; returns the position after it.
+
+    kio's native reader allocates an array's declared count before reading it, so
+    a 20-byte request declaring 2^32 elements would abort the process; this walk
+    refuses it first (``ProtocolError``: the connection closes, as Kafka's parser
+    would on a size larger than the request). Runs of fixed-size fields are one
+    step, and arrays of fixed-size elements are checked without a loop."""
+    end = len(buf)
+    name = cls.__name__
+
+    def uvarint(p: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            if p >= end:
+                raise ProtocolError(f"{name}: varint past the end of the request")
+            byte = buf[p]
+            p += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value, p
+            shift += 7
+            if shift > 35:
+                raise ProtocolError(f"{name}: varint longer than 5 bytes")
+
+    def length(p: int, flexible: bool, size: int) -> tuple[int, int]:
+        """A string/bytes length or array count (-1: null) and the position after it."""
+        if flexible:
+            n, p = uvarint(p)
+            return n - 1, p
+        if p + size > end:
+            raise ProtocolError(f"{name}: length past the end of the request")
+        return int.from_bytes(buf[p:p + size], "big", signed=True), p + size
+
+    def skip(p: int, n: int) -> int:
+        if n < -1 or p + n > end:
+            raise ProtocolError(f"{name}: a field declares {n} bytes; {end - p} remain")
+        return p + max(n, 0)
+
+    def entity(entity_cls, p: int) -> int:
+        flexible, steps, _ = _layout(entity_cls)
+        for step in steps:
+            kind = step[0]
+            if kind == _FIXED:
+                p = skip(p, step[1])
+            elif kind == _STRING:
+                n, p = length(p, flexible, 2)
+                p = skip(p, n)
+            elif kind == _BYTES:
+                n, p = length(p, flexible, 4)
+                p = skip(p, n)
+            else:
+                count, p = length(p, flexible, 4)
+                if count < -1 or count > end - p:
+                    raise ProtocolError(f"{entity_cls.__name__}: an array declares {count} elements; "
+                                        f"{end - p} bytes remain")
+                if kind == _ARRAY_FIXED:
+                    p = skip(p, count * step[1] if count > 0 else 0)
+                elif kind == _ARRAY:
+                    for _ in range(count):
+                        p = entity(step[1], p)
+                elif kind == _ARRAY_STRING:
+                    width = 2 if step[1] == "string" else 4
+                    for _ in range(count):
+                        n, p = length(p, flexible, width)
+                        p = skip(p, n)
+                else:
+                    p = entity(step[1], p)
+        if flexible:
+            count, p = uvarint(p)
+            if count > end - p:
+                raise ProtocolError(f"{entity_cls.__name__}: {count} tagged fields; {end - p} bytes remain")
+            for _ in range(count):
+                _, p = uvarint(p)
+                size, p = uvarint(p)
+                p = skip(p, size)
+        return p
+
+    return entity(cls, pos)
+
+
 def decode_request(header: RequestHeader, frame, body_offset: int):
     """Decode the body of a request whose (key, version) the caller accepted."""
     cls = _request_class(header.api_key, header.api_version)
+    _check_lengths(cls, memoryview(frame), body_offset)
     try:
         entity, size = _reader(cls)(memoryview(frame), body_offset)
     except Exception as e:  # kio raises a variety of errors on malformed input

@@ -55,6 +55,7 @@ from tidelog.replication.partition import (
     UNDEFINED_OFFSET,
     Isolation,
     IsrProposal,
+    IsrState,
     Partition,
     PartitionState,
     ReadResult,
@@ -116,6 +117,11 @@ class ReplicaManager:
         self.broker_epoch = -1
         # Set by begin_controlled_shutdown: followers out of the ISR stop fetching.
         self.in_controlled_shutdown = False
+        # Plain event counts for server/metrics.py (Kafka's IsrShrinksPerSec / IsrExpandsPerSec,
+        # and BrokerTopicMetrics' BytesInPerSec / MessagesInPerSec by topic).
+        self.isr_shrinks = self.isr_expands = 0
+        self.bytes_in: dict[str, int] = {}
+        self.messages_in: dict[str, int] = {}
         self.fetcher_config = fetcher_config or FetcherConfig()
         self.fetcher_manager = ReplicaFetcherManager(
             broker_id, self.fetcher_config, self.get_partition, lambda: self.broker_epoch,
@@ -154,12 +160,15 @@ class ReplicaManager:
             partition = self._hosted_for_state(topic_partition)
             if partition is None:
                 continue
+            pending, proposed = partition.isr_state, partition.pending_isr
             try:
                 became_leader = partition.make_leader(state, now_ms)
             except StorageError as e:   # its log directory failed (Kafka: markPartitionOffline)
                 log.error("cannot become leader of %s: %s", topic_partition, e)
                 self.mark_offline(topic_partition)
                 continue
+            if proposed is not None and partition.pending_isr is None and partition.isr == proposed:
+                self._count_isr_change(pending)      # the metadata brought our proposal before its answer
             if became_leader:
                 log.info("became leader of %s at leader epoch %d with ISR %s", topic_partition,
                          state.leader_epoch, list(state.isr))
@@ -306,6 +315,9 @@ class ReplicaManager:
                 self.mark_offline(topic_partition)
                 responses[topic_partition] = _produce_response(ErrorCode.KAFKA_STORAGE_ERROR)
                 continue
+            topic = topic_partition.topic
+            self.bytes_in[topic] = self.bytes_in.get(topic, 0) + len(records)
+            self.messages_in[topic] = self.messages_in.get(topic, 0) + info.record_count
             response = _produce_response(ErrorCode.NONE)
             response.update(base_offset=info.first_offset, log_append_time=info.log_append_time,
                             log_start_offset=partition.log.log_start_offset)
@@ -494,13 +506,21 @@ class ReplicaManager:
         if partition is None:
             return False
         before = partition.log.high_watermark
+        pending = partition.isr_state
         retry = partition.on_alter_partition_response(error, leader_epoch, partition_epoch, tuple(isr),
                                                       self.clock.monotonic_ms(), proposal)
+        if error == ErrorCode.NONE and partition.isr_state is not pending:   # accepted
+            self._count_isr_change(pending)
         if retry and partition.pending_proposal is not None:
             self.pending_isr_proposals.setdefault(topic_partition, partition.pending_proposal)
         if partition.log.high_watermark != before or error == ErrorCode.NONE:
             self._wake(topic_partition)
         return retry
+
+    def _count_isr_change(self, pending: IsrState) -> None:
+        """Kafka's markShrink / markExpand: an ISR change this leader proposed took effect."""
+        self.isr_shrinks += pending is IsrState.PENDING_SHRINK
+        self.isr_expands += pending is IsrState.PENDING_EXPAND
 
     # ------------------------------------------------------ delete records
 

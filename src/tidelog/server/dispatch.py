@@ -12,6 +12,11 @@ an API is the handler's declared range intersected with what kio can encode.
 * Bodies that do not decode raise ``ProtocolError``: the connection is closed.
 * A handler that raises an unexpected exception is a bug: it is logged and the
   connection is closed (never a silent wrong answer).
+
+An ``observer`` (``server/metrics.RequestMetrics`` when ``metrics.port`` is set)
+is called once per answered request with ``(header, request, response body,
+started)``: for a delayed response when it completes, so its time is the
+request's total time (decode, handling, any wait in a purgatory, encode).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import logging
+from time import perf_counter
 from typing import Callable
 
 from tidelog.core.errors import ErrorCode
@@ -42,8 +48,9 @@ client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host",
 
 
 class Dispatcher:
-    def __init__(self):
+    def __init__(self, observer: Callable[[RequestHeader, object, dict | None, float], None] | None = None):
         self.handlers: dict[int, tuple[Handler, int, int]] = {}
+        self.observer = observer
         self.register(ApiKey.API_VERSIONS, self._api_versions, 0, 4)
 
     def register(self, api_key: int, handler: Handler, min_version: int, max_version: int) -> None:
@@ -62,17 +69,20 @@ class Dispatcher:
         if entry is None or not entry[1] <= header.api_version <= entry[2]:
             return self._unsupported(header, entry)
         handler = entry[0]
+        observer = self.observer
+        started = perf_counter() if observer is not None else 0.0
         request = decode_request(header, frame, body_offset)
         token = client_host.set(getattr(connection, "host", ""))
         try:
             result = handler(header, request)
         finally:
             client_host.reset(token)
-        if result is None:
-            return None
-        if isinstance(result, dict):
-            return encode_response(header, result)
-        return _encode_later(header, result)
+        if result is None or isinstance(result, dict):
+            response = None if result is None else encode_response(header, result)
+            if observer is not None:
+                observer(header, request, result, started)
+            return response
+        return _encode_later(header, result, observer, request, started)
 
     def _unsupported(self, header: RequestHeader, entry) -> bytes:
         log.info("unsupported API key %d version %d from %s", header.api_key, header.api_version,
@@ -95,6 +105,10 @@ class Dispatcher:
                 "zk_migration_ready": False}
 
 
-async def _encode_later(header: RequestHeader, awaitable) -> bytes | None:
+async def _encode_later(header: RequestHeader, awaitable, observer=None, request=None,
+                        started: float = 0.0) -> bytes | None:
     body = await awaitable
-    return None if body is None else encode_response(header, body)
+    response = None if body is None else encode_response(header, body)
+    if observer is not None:
+        observer(header, request, body, started)
+    return response

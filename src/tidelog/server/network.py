@@ -1,4 +1,4 @@
-"""Kafka listener: framing, per-connection ordering, limits.
+"""Kafka listener: accepting, framing, per-connection ordering, limits.
 
 Theory of operation. Each connection has a reader loop and a writer loop joined
 by a bounded queue of pending responses, one slot per request in arrival order.
@@ -9,10 +9,60 @@ awaitable that will yield it (a fetch or acks=all produce waiting in a
 purgatory), or ``None`` for no response (acks=0). The writer awaits the slots
 in order, so a delayed response is never overtaken by a later one.
 
-Limits: a frame over ``request_size_max_bytes`` or a malformed header closes the
-connection (logged); a full in-flight queue stops reading (backpressure); a
-connection idle for ``idle_timeout_ms`` is closed. One connection's failure
-never touches another.
+Accepting. A listener runs its own accept loop (not ``asyncio.start_server``)
+so that it, and not the event loop implementation, decides what happens at a
+limit::
+
+    accept loop ── max.connections reached? ── wait for a slot (accept nothing)
+        │
+        accept() ── EMFILE/ENFILE ── pause ACCEPT_BACKOFF_MS, retry (logged once a burst)
+        │
+        max.connections.per.ip reached for the address? ── close it at once (logged)
+        │
+        Connection: size (4 bytes) ── outside [0, socket.request.max.bytes]? close
+                    body, a chunk at a time: memory from the pool first (waits
+                      while queued.max.request.bytes is in use), then the bytes;
+                      none for connections.max.idle.ms? close
+                    dispatch, give the bytes back
+
+Out of descriptors, Python 3.11's asyncio (``_accept_connection``) logs a
+traceback for every failed accept() (up to its backlog, 100, per wake-up) and
+retries after a second; uvloop (libuv) accepts and resets every waiting
+connection with a spare descriptor, silently, and stops listening if even that
+fails. Neither is what Kafka does, so the loop is ours: the connections wait in
+the kernel's backlog (``LISTEN_BACKLOG``) until descriptors free up.
+
+Limits, all as Kafka names them:
+
+* ``socket.request.max.bytes``: a frame over it, or a malformed header, closes
+  the connection (logged).
+* ``queued.max.request.bytes``: the bytes of requests being read come from a
+  ``MemoryPool`` shared by every connection of the server (Kafka's
+  SocketServer), taken a chunk at a time *before* the chunk is read. When it is
+  used up, readers wait: nothing more is read from their sockets, the kernel's
+  buffers fill and the clients' sends block (back-pressure); nothing is refused.
+  A request gives its bytes back once dispatched. Kafka reserves a request's
+  declared size at once, which lets a client that declares a large request and
+  stalls hold the pool for ``connections.max.idle.ms``; here it holds what it
+  sent. The oldest request being read may always go on, so the bound is the
+  pool plus one request, as with Kafka's pool. Kafka's default is -1 (no bound);
+  tidelog's is ``QUEUED_MAX_REQUEST_BYTES`` (100 MiB), and -1 still means no
+  bound. Before the pool is asked, each connection reads ahead at most about
+  twice ``CONNECTION_READ_AHEAD_BYTES`` plus one socket read.
+* ``connections.max.idle.ms``: a connection that sends nothing for that long is
+  closed, between requests and in the middle of one (a request whose bytes stop
+  arriving); the time counts from the last bytes received, so a slow but moving
+  upload is not cut. A request waiting for pool memory is not idle (it waits on
+  us, not on the client).
+* ``max.connections`` (per server; the controller listeners of a combined node
+  have their own count, as KRaft's controller has its own SocketServer): at the
+  limit the listener stops accepting until a connection closes; new
+  connections wait in the backlog, as with Kafka's blocked acceptor.
+* ``max.connections.per.ip`` and ``max.connections.per.ip.overrides``: a
+  connection over its address's limit is accepted and closed at once.
+* a full in-flight queue stops reading (``CONNECTION_IN_FLIGHT_REQUESTS_MAX``).
+
+One connection's failure never touches another.
 
 Errors: a malformed request closes that connection; a handler that raises
 anything else is a bug — the connection is closed and logged, and an
@@ -23,13 +73,24 @@ the process rather than let it serve on from an impossible state.
 from __future__ import annotations
 
 import asyncio
+import collections
+import errno
+import ipaddress
 import logging
+import socket
 import struct
-from typing import Awaitable, Callable, Union
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Mapping, Union
 
+from tidelog.core.errors import InvalidConfigError
 from tidelog.core.limits import (
+    ACCEPT_BACKOFF_MS,
     CONNECTION_IN_FLIGHT_REQUESTS_MAX,
+    CONNECTION_READ_AHEAD_BYTES,
     CONNECTIONS_MAX_IDLE_MS,
+    LISTEN_BACKLOG,
+    MAX_CONNECTIONS,
+    QUEUED_MAX_REQUEST_BYTES,
     REQUEST_SIZE_MAX_BYTES,
 )
 from tidelog.protocol.codec import ProtocolError, RequestHeader, parse_request_header
@@ -40,6 +101,212 @@ Response = Union[bytes, Awaitable[bytes], None]
 Dispatcher = Callable[[RequestHeader, bytes, int, "Connection"], Response]
 
 _SIZE = struct.Struct(">i")
+_BODY_CHUNK_BYTES = 256 * 1024   # memory a request body takes from the pool at a time
+# accept() failures that mean "out of descriptors or kernel memory": wait, then try again.
+_OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+
+class MemoryPool:
+    """Bytes of requests being read, shared by the connections of one server
+    (``queued.max.request.bytes``; ``capacity_bytes=None`` counts but never waits).
+
+    A request takes memory as its bytes arrive, a chunk at a time, not its
+    declared size up front: a client that declares 100 MiB and stalls holds only
+    what it sent. A chunk is granted while the pool has room, first come first
+    served; the *oldest* request being read is always granted, so requests that
+    each hold part of the pool can never wait on each other for ever. Hence at
+    most ``capacity_bytes`` plus one request (``socket.request.max.bytes``), the
+    bound of Kafka's pool. ``begin`` a request, ``take`` memory for its next
+    bytes, ``finish`` it to give all of it back.
+    """
+
+    def __init__(self, capacity_bytes: int | None = QUEUED_MAX_REQUEST_BYTES):
+        self.capacity_bytes = capacity_bytes
+        self.used_bytes = 0
+        self._requests: dict[object, int] = {}   # request being read → bytes it holds; oldest first
+        self._waiters: collections.deque[tuple[object, int, asyncio.Future]] = collections.deque()
+        self._depleted = False
+
+    def begin(self) -> object:
+        request = object()
+        self._requests[request] = 0
+        return request
+
+    async def take(self, request: object, size: int) -> None:
+        if self._oldest() is request or (not self._waiters and self._fits(size)):
+            self._give(request, size)
+            return
+        if not self._depleted:
+            self._depleted = True
+            log.info("queued.max.request.bytes (%s) in use: reading requests waits for memory",
+                     self.capacity_bytes)
+        entry = (request, size, asyncio.get_running_loop().create_future())
+        self._waiters.append(entry)
+        try:
+            await entry[2]
+        except asyncio.CancelledError:
+            if not entry[2].done() or entry[2].cancelled():
+                self._waiters.remove(entry)  # (if granted, finish() gives the bytes back)
+                self._grant()
+            raise
+
+    def finish(self, request: object) -> None:
+        self.used_bytes -= self._requests.pop(request)
+        assert self.used_bytes >= 0, f"memory pool gave back more than it lent ({self.used_bytes})"
+        self._grant()
+
+    def _oldest(self) -> object | None:
+        return next(iter(self._requests), None)
+
+    def _fits(self, size: int) -> bool:
+        return self.capacity_bytes is None or self.used_bytes + size <= self.capacity_bytes
+
+    def _give(self, request: object, size: int) -> None:
+        self._requests[request] += size
+        self.used_bytes += size
+
+    def _grant(self) -> None:
+        oldest = self._oldest()
+        for entry in self._waiters:
+            if entry[0] is oldest:
+                self._waiters.remove(entry)
+                self._give(oldest, entry[1])
+                entry[2].set_result(None)
+                break
+        while self._waiters and self._fits(self._waiters[0][1]):
+            request, size, waiter = self._waiters.popleft()
+            self._give(request, size)
+            waiter.set_result(None)
+        if self._depleted and not self._waiters:
+            self._depleted = False
+            log.info("memory for requests available again (%d of %s bytes in use)",
+                     self.used_bytes, self.capacity_bytes)
+
+
+class ConnectionQuotas:
+    """Connection counts of one server: ``max.connections`` in all and
+    ``max.connections.per.ip`` (with its overrides) per client address."""
+
+    def __init__(self, max_connections: int = MAX_CONNECTIONS, max_per_ip: int = MAX_CONNECTIONS,
+                 per_ip_overrides: Mapping[str, int] | None = None):
+        self.max_connections = max_connections
+        self.max_per_ip = max_per_ip
+        self.per_ip_overrides = dict(per_ip_overrides or {})
+        self.total = 0
+        self.counts: dict[str, int] = {}
+        self._slot_freed = asyncio.Event()
+
+    def slot_available(self) -> bool:
+        return self.total < self.max_connections
+
+    async def wait_for_slot(self, where: str) -> None:
+        """Return once a connection may be added (Kafka's blocked acceptor)."""
+        if self.slot_available():
+            return
+        log.info("max.connections (%d) reached: %s stops accepting until a connection closes",
+                 self.max_connections, where)
+        while not self.slot_available():
+            self._slot_freed.clear()
+            await self._slot_freed.wait()
+        log.info("%s accepts connections again (%d open)", where, self.total)
+
+    def add(self, ip: str) -> int | None:
+        """Count a connection from ``ip``; if that address is at its limit, count
+        nothing and return the limit (the caller closes the connection)."""
+        limit = self.per_ip_overrides.get(ip, self.max_per_ip)
+        count = self.counts.get(ip, 0)
+        if count >= limit:
+            return limit
+        self.counts[ip] = count + 1
+        self.total += 1
+        return None
+
+    def remove(self, ip: str) -> None:
+        count = self.counts[ip] - 1
+        if count:
+            self.counts[ip] = count
+        else:
+            del self.counts[ip]
+        self.total -= 1
+        self._slot_freed.set()
+
+
+@dataclass
+class ServerLimits:
+    """What the listeners of one server share, as the listeners of Kafka's
+    SocketServer do: the memory pool and the connection quotas."""
+
+    memory_pool: MemoryPool
+    quotas: ConnectionQuotas
+
+    @classmethod
+    def from_config(cls, config) -> "ServerLimits":
+        """From a ``BrokerConfig`` (Kafka's names); ``InvalidConfigError`` if the
+        overrides name a host that does not resolve."""
+        queued = config["queued.max.request.bytes"]
+        overrides = parse_per_ip_overrides(config["max.connections.per.ip.overrides"])
+        if config["max.connections.per.ip"] == 0 and not overrides:
+            raise InvalidConfigError("max.connections.per.ip can be set to zero only if "
+                                     "max.connections.per.ip.overrides is set")
+        return cls(MemoryPool(None if queued == -1 else queued),
+                   ConnectionQuotas(config["max.connections"], config["max.connections.per.ip"], overrides))
+
+
+def client_ip(host: str) -> str:
+    """The address a per-IP limit counts: an IPv4 client on an IPv6 socket counts as IPv4."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
+
+
+def parse_per_ip_overrides(items: list[str]) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host:count`` items; a host name
+    counts for every address it resolves to (Kafka resolves them at start)."""
+    overrides: dict[str, int] = {}
+    for item in items:
+        host, _, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        try:
+            address = client_ip(str(ipaddress.ip_address(host)))
+            addresses = [address]
+        except ValueError:
+            try:
+                addresses = sorted({client_ip(info[4][0]) for info in socket.getaddrinfo(host, None)})
+            except OSError as e:
+                raise InvalidConfigError(f"max.connections.per.ip.overrides: cannot resolve {host!r}: {e}") from None
+        for address in addresses:
+            overrides[address] = int(count)
+    return overrides
+
+
+def raise_open_file_limit() -> None:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (Kafka's operators do it with
+    ``ulimit -n``): every connection, segment and index is a descriptor."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard
+    if target == resource.RLIM_INFINITY:
+        try:  # Linux caps a process's descriptors at fs.nr_open
+            with open("/proc/sys/fs/nr_open", encoding="ascii") as f:
+                target = int(f.read())
+        except (OSError, ValueError):
+            target = 10240  # OPEN_MAX on macOS, a safe value elsewhere
+    if soft != resource.RLIM_INFINITY and soft >= target:
+        log.info("open file limit (RLIMIT_NOFILE) is %d", soft)
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as e:
+        log.warning("cannot raise the open file limit (RLIMIT_NOFILE) from %d to %d: %s", soft, target, e)
+        return
+    log.info("raised the open file limit (RLIMIT_NOFILE) from %d to %d", soft, target)
 
 
 class Connection:
@@ -47,7 +314,7 @@ class Connection:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  dispatch: Dispatcher, request_size_max_bytes: int, idle_timeout_ms: int,
-                 in_flight_max: int):
+                 in_flight_max: int, memory_pool: MemoryPool | None = None):
         self.reader = reader
         self.writer = writer
         peer = writer.get_extra_info("peername")
@@ -56,6 +323,7 @@ class Connection:
         self._dispatch = dispatch
         self._request_size_max_bytes = request_size_max_bytes
         self._idle_timeout_s = idle_timeout_ms / 1000
+        self._pool = memory_pool if memory_pool is not None else MemoryPool(None)
         self._pending: asyncio.Queue = asyncio.Queue(maxsize=in_flight_max)
         self.closed = False
 
@@ -72,8 +340,9 @@ class Connection:
     async def _read_loop(self) -> None:
         while not self.closed:
             try:
-                size_bytes = await asyncio.wait_for(self.reader.readexactly(4), self._idle_timeout_s)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(self._idle_timeout_s):
+                    size_bytes = await self.reader.readexactly(4)
+            except TimeoutError:
                 log.info("closing idle connection from %s", self.peer)
                 return
             except (asyncio.IncompleteReadError, ConnectionError):
@@ -83,18 +352,50 @@ class Connection:
                 log.warning("closing connection from %s: request size %d outside [0, %d]",
                             self.peer, size, self._request_size_max_bytes)
                 return
+            request = self._pool.begin()
             try:
-                frame = await self.reader.readexactly(size)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return
-            try:
-                header, body_offset = parse_request_header(frame)
-                response = self._dispatch(header, frame, body_offset, self)
-            except ProtocolError as e:
-                log.warning("closing connection from %s: %s", self.peer, e)
-                return
+                frame = await self._read_body(size, request)
+                if frame is None:
+                    return
+                try:
+                    header, body_offset = parse_request_header(frame)
+                    response = self._dispatch(header, frame, body_offset, self)
+                except ProtocolError as e:
+                    log.warning("closing connection from %s: %s", self.peer, e)
+                    return
+                del frame
+            finally:
+                self._pool.finish(request)
             if response is not None:
                 await self._pending.put(response)
+
+    async def _read_body(self, size: int, request: object) -> bytes | None:
+        """The ``size`` bytes of a request, memory taken from the pool before each
+        chunk is read; None if the peer goes away or sends nothing for
+        ``connections.max.idle.ms`` (the clock restarts with every chunk; a wait
+        for memory does not count)."""
+        reader = self.reader
+        chunks: list[bytes] = []
+        held = received = 0
+        while received < size:
+            if held == received:
+                grant = min(size - held, _BODY_CHUNK_BYTES)
+                await self._pool.take(request, grant)
+                held += grant
+            try:
+                async with asyncio.timeout(self._idle_timeout_s):
+                    chunk = await reader.read(held - received)
+            except TimeoutError:
+                log.info("closing connection from %s: %d of a %d-byte request received, then nothing "
+                         "for %d ms", self.peer, received, size, self._idle_timeout_s * 1000)
+                return None
+            except ConnectionError:
+                return None
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            received += len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _write_loop(self) -> None:
         while True:
@@ -127,13 +428,19 @@ class Connection:
 
 
 class Listener:
-    """A TCP listener that hands every frame to ``dispatch``."""
+    """A TCP listener that hands every frame to ``dispatch``.
+
+    ``limits`` are shared with the other listeners of the same server; without
+    them the listener has its own (``queued.max.request.bytes`` at its default,
+    no connection limits)."""
 
     def __init__(self, dispatch: Dispatcher, host: str, port: int,
                  request_size_max_bytes: int = REQUEST_SIZE_MAX_BYTES,
                  idle_timeout_ms: int = CONNECTIONS_MAX_IDLE_MS,
                  in_flight_max: int = CONNECTION_IN_FLIGHT_REQUESTS_MAX,
-                 fault_handler: Callable[[BaseException], None] | None = None):
+                 fault_handler: Callable[[BaseException], None] | None = None,
+                 limits: ServerLimits | None = None,
+                 accept_backoff_ms: int = ACCEPT_BACKOFF_MS):
         self._dispatch = dispatch
         self._fault_handler = fault_handler
         self.host = host
@@ -141,12 +448,16 @@ class Listener:
         self._request_size_max_bytes = request_size_max_bytes
         self._idle_timeout_ms = idle_timeout_ms
         self._in_flight_max = in_flight_max
-        self._server: asyncio.base_events.Server | None = None
+        self.limits = limits or ServerLimits(MemoryPool(), ConnectionQuotas())
+        self._accept_backoff_s = accept_backoff_ms / 1000
+        self._sock: socket.socket | None = None
+        self._accept_task: asyncio.Task | None = None
+        self._connection_tasks: set[asyncio.Task] = set()
         self.connections: set[Connection] = set()
+        self.accept_failures = 0   # accept() calls that failed (EMFILE, ...) since the start
 
     def bind(self) -> int:
         """Bind the socket now (so the real port is known before serving)."""
-        import socket
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -156,17 +467,77 @@ class Listener:
         return self.port
 
     async def start(self) -> None:
-        if getattr(self, "_sock", None) is None:
+        if self._sock is None:
             self.bind()
-        self._server = await asyncio.start_server(self._on_connect, sock=self._sock, limit=1 << 20)
+        self._sock.listen(LISTEN_BACKLOG)
+        self._sock.setblocking(False)
+        self._accept_task = asyncio.create_task(self._accept_loop())
+
+    async def _accept_loop(self) -> None:
+        where = f"listener {self.host}:{self.port}"
+        quotas = self.limits.quotas
+        while True:
+            await quotas.wait_for_slot(where)
+            sock, address = await self._accept(where)
+            try:
+                await quotas.wait_for_slot(where)   # another listener of the server may have taken it
+            except asyncio.CancelledError:
+                sock.close()
+                raise
+            ip = client_ip(address[0]) if isinstance(address, tuple) else str(address)
+            limit = quotas.add(ip)
+            if limit is not None:
+                log.info("Rejected connection from %s, address already has the configured maximum of %d "
+                         "connections.", ip, limit)
+                sock.close()
+                continue
+            task = asyncio.create_task(self._serve_socket(sock, ip))
+            self._connection_tasks.add(task)
+            task.add_done_callback(self._connection_tasks.discard)
+
+    async def _accept(self, where: str) -> tuple[socket.socket, object]:
+        """The next connection. Out of descriptors (EMFILE/ENFILE) or any other
+        failure of accept() pauses accepting for ``accept_backoff_ms`` and tries
+        again, logged once per burst; waiting clients stay in the backlog."""
+        loop = asyncio.get_running_loop()
+        failures = 0
+        while True:
+            try:
+                sock, address = await loop.sock_accept(self._sock)
+            except (ConnectionAbortedError, InterruptedError):
+                continue                    # the client gave up before we took it
+            except OSError as e:
+                self.accept_failures += 1
+                if failures == 0:
+                    level = logging.WARNING if e.errno in _OUT_OF_RESOURCES else logging.ERROR
+                    log.log(level, "%s cannot accept connections (%s); retrying every %d ms",
+                            where, e, self._accept_backoff_s * 1000)
+                failures += 1
+                await asyncio.sleep(self._accept_backoff_s)
+                continue
+            if failures:
+                log.info("%s accepts connections again after %d failed accepts", where, failures)
+            return sock, address
+
+    async def _serve_socket(self, sock: socket.socket, ip: str) -> None:
+        try:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                reader = asyncio.StreamReader(limit=CONNECTION_READ_AHEAD_BYTES)
+                protocol = asyncio.StreamReaderProtocol(reader)
+                transport, _ = await asyncio.get_running_loop().connect_accepted_socket(lambda: protocol, sock)
+            except OSError as e:            # gone before we could start
+                log.debug("connection from %s lost at accept: %s", ip, e)
+                sock.close()
+                return
+            writer = asyncio.StreamWriter(transport, protocol, reader, asyncio.get_running_loop())
+            await self._on_connect(reader, writer)
+        finally:
+            self.limits.quotas.remove(ip)
 
     async def _on_connect(self, reader, writer) -> None:
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            import socket
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         connection = Connection(reader, writer, self._dispatch, self._request_size_max_bytes,
-                                self._idle_timeout_ms, self._in_flight_max)
+                                self._idle_timeout_ms, self._in_flight_max, self.limits.memory_pool)
         self.connections.add(connection)
         try:
             await connection.serve()
@@ -180,11 +551,19 @@ class Listener:
         except Exception:
             log.exception("connection from %s failed", connection.peer)
         finally:
+            connection.close()
             self.connections.discard(connection)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for connection in list(self.connections):
-                connection.close()
-            await self._server.wait_closed()
+        if self._accept_task is not None:
+            self._accept_task.cancel()
+            try:
+                await self._accept_task
+            except asyncio.CancelledError:
+                pass
+            self._accept_task = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        for connection in list(self.connections):
+            connection.close()

@@ -20,6 +20,10 @@ bytes, fires timers and carries out what the core asks for, and decides nothing.
             closes, waiting requests complete, ``BrokerNode.shutdown()`` writes
             checkpoints and the clean-shutdown marker
 
+With ``metrics.port`` set, ``ServerMetrics`` (server/metrics.py) observes every
+dispatcher and serves ``/metrics`` on the same loop from the start on, read at
+scrape time from the node and the controller; the ready line names its URL.
+
 The simulator drives the same BrokerNode (sim/broker.py); the two drivers differ
 only in how bytes and time move. A broken invariant anywhere (an AssertionError
 out of the node, a fetcher or a request handler) goes to ``_fault`` and stops
@@ -32,6 +36,7 @@ import asyncio
 import logging
 import os
 import signal
+import time
 import uuid
 
 from tidelog.broker.config import BrokerConfig
@@ -62,8 +67,10 @@ from tidelog.server.dispatch import Dispatcher
 from tidelog.server.fetcher_driver import FetcherDriver
 from tidelog.server.group_apis import GroupApis
 from tidelog.server.txn_apis import TxnApis
-from tidelog.server.network import Listener
+from tidelog.server.metrics import ServerMetrics
+from tidelog.server.network import Listener, ServerLimits, raise_open_file_limit
 from tidelog.server.storage_format import META_PROPERTIES, StorageFormatError, format_log_dirs
+from tidelog.storage.checkpoint import set_retry_wait
 
 log = logging.getLogger("tidelog.broker")
 
@@ -105,6 +112,7 @@ class Server:
         self.listener: Listener | None = None
         self.controller_listeners: list[Listener] = []   # a combined node's controller.listener.names
         self.controller_server: ControllerServer | None = None
+        self.metrics: ServerMetrics | None = None   # metrics.port set: /metrics
         self.exit_status = 0
         self._tasks: list[asyncio.Task] = []
         self._running = asyncio.Event()
@@ -138,8 +146,13 @@ class Server:
             _, host, port = parse_quorum_voters(config["controller.quorum.voters"])[0]
             self.channel = RemoteController(host, port, client_id=f"broker-{self.node_id}")
         self.cluster_id = format_log_dirs(config["log.dirs"], self.node_id, await self._discover_cluster_id())
-        self.dispatcher = Dispatcher()
-        self.listener = self._new_listener(self.dispatcher, self.bind_host, self.bind_port)
+        if config["metrics.port"] is not None:
+            self.metrics = ServerMetrics(config["metrics.host"], config["metrics.port"])
+            self.metrics.http.bind()
+        self.dispatcher = Dispatcher(self._observer())
+        # Each server's listeners share a memory pool and connection quotas (Kafka's SocketServer).
+        self.listener = self._new_listener(self.dispatcher, self.bind_host, self.bind_port,
+                                           ServerLimits.from_config(config))
         self.bind_port = self.listener.bind()
         if self.is_controller:
             self.controller_server = ControllerServer(
@@ -151,14 +164,21 @@ class Server:
             # combined node's broker reaches its controller in-process.
             if not self.is_broker:
                 self.controller_server.register(self.dispatcher)
+            controller_limits = ServerLimits.from_config(config)   # KRaft's controller has its own
             for _, host, port in (self.controller_endpoints if self.is_broker else []):
-                dispatcher = Dispatcher()
+                dispatcher = Dispatcher(self._observer())
                 self.controller_server.register(dispatcher)
-                listener = self._new_listener(dispatcher, host, port)
+                listener = self._new_listener(dispatcher, host, port, controller_limits)
                 listener.bind()
                 self.controller_listeners.append(listener)
         if self.is_broker:
             self._start_broker_role()
+        if self.metrics is not None:
+            if self.is_controller:
+                self.metrics.add_controller(self.controller_server)
+            if self.is_broker:
+                self.metrics.add_broker(self.node)
+            await self.metrics.http.start()
         await self.listener.start()
         for listener in self.controller_listeners:
             await listener.start()
@@ -177,15 +197,19 @@ class Server:
                                          f"{INITIAL_REGISTRATION_TIMEOUT_MS} ms (is the controller up?)")
         roles = "broker+controller" if self.is_broker and self.is_controller else (
             "broker" if self.is_broker else "controller")
-        log.info("tidelog node %d (%s) ready: listening on %s://%s:%d (cluster %s, data in %s)",
+        log.info("tidelog node %d (%s) ready: listening on %s://%s:%d (cluster %s, data in %s)%s",
                  self.node_id, roles, self.listener_name, self.bind_host, self.listener.port,
-                 self.cluster_id, ",".join(config["log.dirs"]))
+                 self.cluster_id, ",".join(config["log.dirs"]),
+                 f", metrics on {self.metrics.http.url}" if self.metrics is not None else "")
 
-    def _new_listener(self, dispatcher: Dispatcher, host: str, port: int) -> Listener:
+    def _observer(self):
+        return self.metrics.requests if self.metrics is not None else None
+
+    def _new_listener(self, dispatcher: Dispatcher, host: str, port: int, limits: ServerLimits) -> Listener:
         return Listener(dispatcher, host, port,
                         request_size_max_bytes=self.config["socket.request.max.bytes"],
                         idle_timeout_ms=self.config["connections.max.idle.ms"],
-                        fault_handler=self._fault)
+                        fault_handler=self._fault, limits=limits)
 
     def _start_broker_role(self) -> None:
         config = self.config
@@ -385,6 +409,8 @@ class Server:
                 log.warning("the broker did not finish its controlled shutdown; stopping anyway")
         for task in list(self._tasks):
             task.cancel()
+        if self.metrics is not None:
+            await self.metrics.http.stop()
         if self.listener is not None:
             await self.listener.stop()
         for listener in self.controller_listeners:
@@ -453,6 +479,8 @@ def run_server(properties: str | None, overrides: list[str]) -> int:
     except InvalidConfigError as e:
         log.error("%s", e)
         return 2
+    raise_open_file_limit()
+    set_retry_wait(time.sleep)   # checkpoint writes out of descriptors wait between tries
     try:
         import uvloop
         uvloop.install()
@@ -467,8 +495,9 @@ def run_server(properties: str | None, overrides: list[str]) -> int:
             log.error("cannot start: %s", e)
             await server.stop()
             return 1
+        metrics = f", metrics on {server.metrics.http.url}" if server.metrics is not None else ""
         print(f"tidelog ready: node {server.node_id} listening on "
-              f"{server.listener_name}://{server.bind_host}:{server.bind_port}", flush=True)
+              f"{server.listener_name}://{server.bind_host}:{server.bind_port}{metrics}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

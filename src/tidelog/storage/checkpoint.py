@@ -20,17 +20,31 @@ does an empty (0-byte) one, as in Kafka: the rename is atomic, but after a crash
 some file systems leave the renamed file with no data (its blocks were never
 written back). Nothing in an empty file can be wrong, so it must not take the log
 directory offline; every other malformed file still does.
+
+A write that fails because the process (EMFILE) or the system (ENFILE) is out of
+file descriptors is retried after each of ``CHECKPOINT_WRITE_EMFILE_BACKOFFS_MS``:
+a burst of connections can take the last descriptors for a moment, and that
+alone must not take a log directory offline. Any other ``OSError`` propagates at
+once, and so does the last retry's: the directory goes offline as before. The
+core does not wait on a real clock: the runtime hands in its wait
+(``set_retry_wait(time.sleep)``, a short blocking sleep); without one, as in
+the simulator, the retries follow each other at once.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
 from typing import Callable, Iterable, Mapping, NamedTuple, TypeVar
 
 from tidelog.core.ids import TopicPartition
-from tidelog.core.limits import CHECKPOINT_ENTRY_COUNT_MAX, CHECKPOINT_FILE_SIZE_MAX_BYTES
+from tidelog.core.limits import (
+    CHECKPOINT_ENTRY_COUNT_MAX,
+    CHECKPOINT_FILE_SIZE_MAX_BYTES,
+    CHECKPOINT_WRITE_EMFILE_BACKOFFS_MS,
+)
 from tidelog.storage.errors import CheckpointFormatError
 from tidelog.storage.files import FileSystem, read_whole_file, write_file_atomically
 
@@ -48,6 +62,15 @@ _INT64_MAX = (1 << 63) - 1
 T = TypeVar("T")
 
 logger = logging.getLogger("tidelog.checkpoint")
+
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+_retry_wait: Callable[[float], None] = lambda seconds: None
+
+
+def set_retry_wait(wait: Callable[[float], None]) -> None:
+    """How a write out of descriptors waits (seconds) before its next try."""
+    global _retry_wait
+    _retry_wait = wait
 
 
 class EpochEntry(NamedTuple):
@@ -158,7 +181,15 @@ class _CheckpointFile:
         return data
 
     def _write_bytes(self, data: bytes) -> None:
-        write_file_atomically(self.fs, self.path, data)
+        for backoff_ms in (*CHECKPOINT_WRITE_EMFILE_BACKOFFS_MS, None):
+            try:
+                write_file_atomically(self.fs, self.path, data)
+                return
+            except OSError as e:
+                if e.errno not in _OUT_OF_DESCRIPTORS or backoff_ms is None:
+                    raise
+                logger.warning("writing %s: %s; retrying in %d ms", self.path, e, backoff_ms)
+                _retry_wait(backoff_ms / 1000)
 
 
 class OffsetCheckpointFile(_CheckpointFile):

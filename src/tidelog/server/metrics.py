@@ -1,0 +1,441 @@
+"""Prometheus metrics with Kafka's names: ``GET /metrics`` on ``metrics.port``.
+
+Theory of operation. Kafka publishes its metrics as JMX MBeans, and Prometheus
+reads them through the JMX exporter, whose common rules turn
+``kafka.server:type=ReplicaManager,name=UnderReplicatedPartitions`` into
+``kafka_server_replicamanager_underreplicatedpartitions`` and a ``…PerSec``
+meter's count into ``…_total``. tidelog serves the same names directly, so the
+dashboards and alerts written for Kafka read a tidelog cluster unchanged
+(docs/observability.md has the table).
+
+Almost everything is read at scrape time. ``BrokerCollector.collect()`` walks the
+live state of the ``BrokerNode`` — the replica manager's partitions, the log
+manager's logs, the fetchers' lag, the group coordinator's committed offsets —
+and ``ControllerCollector`` the controller's metadata image; both run on the
+server's event loop, between two inputs, so what one scrape shows is one
+consistent moment. Nothing is computed while requests are served, except:
+
+* event counts the core keeps as plain integers (``ReplicaManager.isr_shrinks``,
+  ``isr_expands``, ``bytes_in``, ``messages_in``) — the core imports nothing
+  from here;
+* ``RequestMetrics``, the dispatcher's observer: per request it adds the time
+  from decode to the encoded answer (for a delayed Produce or Fetch, to its
+  completion) into a fixed-bucket histogram, counts the request by (type,
+  version) and, for a consumer's Fetch, the record bytes sent per topic — a
+  ``bisect`` and a few dictionary updates, no lock.
+
+Each ``Server`` has its own ``CollectorRegistry`` (never the process-global
+default one), so several servers in one process (tests) do not mix. ``MetricsHttpServer`` is a minimal HTTP/1.1 server on the same asyncio
+loop: it answers ``GET``/``HEAD /metrics`` with the text format Prometheus asks
+for (``Accept``: the classic text format or OpenMetrics), anything else with
+404 or 405, and closes the connection after each answer. A collector that
+raises is answered with 500 and logged; it never touches the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from bisect import bisect_left
+from time import perf_counter
+from typing import Iterator
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import CollectorRegistry
+
+from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.codec import RequestHeader
+from tidelog.replication.partition import Partition
+
+log = logging.getLogger("tidelog.metrics")
+
+# Upper bounds (ms) of the request-time histogram's buckets (+Inf after the last).
+REQUEST_TIME_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+HTTP_REQUEST_MAX_BYTES = 16 * 1024
+HTTP_READ_TIMEOUT_S = 10.0
+
+# Every metric tidelog serves: name (a counter without its _total), type, labels, help.
+# The one table describe() answers from and docs/observability.md lists.
+METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {name: (kind, labels, text) for name, kind, labels, text in [
+    # kafka.server:type=ReplicaManager
+    ("kafka_server_replicamanager_partitioncount", "gauge", (),
+     "Partitions hosted by this broker (leader or follower, offline included)"),
+    ("kafka_server_replicamanager_leadercount", "gauge", (), "Partitions this broker leads"),
+    ("kafka_server_replicamanager_underreplicatedpartitions", "gauge", (),
+     "Partitions led here whose ISR is smaller than their replica set"),
+    ("kafka_server_replicamanager_underminisrpartitioncount", "gauge", (),
+     "Partitions led here whose ISR is below min.insync.replicas"),
+    ("kafka_server_replicamanager_atminisrpartitioncount", "gauge", (),
+     "Partitions led here whose ISR is exactly min.insync.replicas"),
+    ("kafka_server_replicamanager_offlinereplicacount", "gauge", (),
+     "Partitions hosted here that are offline (their log directory failed)"),
+    ("kafka_server_replicamanager_isrshrinks", "counter", (),
+     "ISR shrinks this broker proposed as leader and the controller accepted"),
+    ("kafka_server_replicamanager_isrexpands", "counter", (),
+     "ISR expands this broker proposed as leader and the controller accepted"),
+    # kafka.server:type=KafkaServer
+    ("kafka_server_kafkaserver_brokerstate", "gauge", (),
+     "Broker state as Kafka numbers it (0 not running, 1 starting, 2 recovery, 3 running, "
+     "6 pending controlled shutdown, 7 shutting down)"),
+    # kafka.server:type=BrokerTopicMetrics
+    ("kafka_server_brokertopicmetrics_bytesin", "counter", ("topic",),
+     "Record bytes appended to partitions led here (produce and internal writes)"),
+    ("kafka_server_brokertopicmetrics_messagesin", "counter", ("topic",),
+     "Records appended to partitions led here"),
+    ("kafka_server_brokertopicmetrics_bytesout", "counter", ("topic",),
+     "Record bytes sent to consumers in Fetch responses (not to follower replicas)"),
+    # kafka.server:type=ReplicaFetcherManager / FetcherLagMetrics
+    ("kafka_server_replicafetchermanager_maxlag", "gauge", ("clientId",),
+     "Largest lag in records of a partition this broker follows (leader high watermark - fetch offset)"),
+    ("kafka_server_fetcherlagmetrics_consumerlag", "gauge", ("clientId", "topic", "partition"),
+     "Lag in records of one followed partition, as of its last fetch"),
+    # kafka.cluster:type=Partition
+    ("kafka_cluster_partition_underreplicated", "gauge", ("topic", "partition"),
+     "1 if this broker leads the partition and its ISR is smaller than its replica set"),
+    ("kafka_cluster_partition_underminisr", "gauge", ("topic", "partition"),
+     "1 if this broker leads the partition and its ISR is below min.insync.replicas"),
+    # kafka.log:type=Log / LogManager
+    ("kafka_log_log_logendoffset", "gauge", ("topic", "partition"), "Log end offset of the local replica"),
+    ("kafka_log_log_logstartoffset", "gauge", ("topic", "partition"), "Log start offset of the local replica"),
+    ("kafka_log_log_size", "gauge", ("topic", "partition"), "Bytes of the local replica's segments"),
+    ("kafka_log_log_numlogsegments", "gauge", ("topic", "partition"), "Segments of the local replica"),
+    ("kafka_log_logmanager_offlinelogdirectorycount", "gauge", (), "Log directories that failed"),
+    # kafka.network:type=RequestMetrics
+    ("kafka_network_requestmetrics_totaltimems", "histogram", ("request",),
+     "Time from a request's decode to its encoded response (a delayed one: to completion), ms"),
+    ("kafka_network_requestmetrics_requests", "counter", ("request", "version"),
+     "Requests answered, by type and version"),
+    # kafka.coordinator.group:type=GroupMetadataManager, and kafka_exporter's consumer-group lag
+    ("kafka_coordinator_group_groupmetadatamanager_numgroups", "gauge", (),
+     "Groups coordinated by this broker (with members or committed offsets)"),
+    ("kafka_coordinator_group_groupmetadatamanager_numoffsets", "gauge", (),
+     "Committed offsets held by this broker's group coordinator"),
+    ("kafka_consumergroup_current_offset", "gauge", ("consumergroup", "topic", "partition"),
+     "Committed offset of a group coordinated here"),
+    ("kafka_consumergroup_lag", "gauge", ("consumergroup", "topic", "partition"),
+     "High watermark - committed offset, for partitions hosted on the coordinator"),
+    # kafka.controller:type=KafkaController (controller role only)
+    ("kafka_controller_kafkacontroller_activecontrollercount", "gauge", (), "1 on the active controller"),
+    ("kafka_controller_kafkacontroller_offlinepartitionscount", "gauge", (), "Partitions without a leader"),
+    ("kafka_controller_kafkacontroller_preferredreplicaimbalancecount", "gauge", (),
+     "Partitions whose leader is not their preferred (first) replica"),
+    ("kafka_controller_kafkacontroller_globaltopiccount", "gauge", (), "Topics in the cluster"),
+    ("kafka_controller_kafkacontroller_globalpartitioncount", "gauge", (), "Partitions in the cluster"),
+    ("kafka_controller_kafkacontroller_fencedbrokercount", "gauge", (), "Registered brokers that are fenced"),
+    ("kafka_controller_kafkacontroller_activebrokercount", "gauge", (), "Registered brokers that are not fenced"),
+]}
+
+REQUEST_METRICS = tuple(name for name in METRICS if name.startswith("kafka_network_"))
+CONTROLLER_METRICS = tuple(name for name in METRICS if name.startswith("kafka_controller_"))
+BROKER_METRICS = tuple(name for name in METRICS if name not in REQUEST_METRICS + CONTROLLER_METRICS)
+
+_FAMILIES = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily, "histogram": HistogramMetricFamily}
+
+
+def _family(name: str) -> Metric:
+    kind, labels, text = METRICS[name]
+    return _FAMILIES[kind](name, text, labels=labels)
+
+
+def request_name(api_key: int) -> str:
+    """Kafka's name of an API (``ApiKeys.name``): OFFSET_FOR_LEADER_EPOCH → OffsetForLeaderEpoch."""
+    try:
+        return "".join(word.capitalize() for word in ApiKey(api_key).name.split("_"))
+    except ValueError:
+        return str(api_key)
+
+
+_REQUEST_NAMES = {int(key): request_name(key) for key in ApiKey}
+
+
+def _replica_id(fetch_request) -> int:
+    state = getattr(fetch_request, "replica_state", None)
+    return int(state.replica_id if state is not None else getattr(fetch_request, "replica_id", -1))
+
+
+# ------------------------------------------------------------------ requests
+
+class RequestMetrics:
+    """The dispatcher's observer: request times, counts, and consumer bytes out."""
+
+    def __init__(self):
+        # request name → [count per bucket (the last is +Inf), sum of ms]
+        self.times: dict[str, tuple[list[int], list[float]]] = {}
+        self.requests: dict[tuple[str, int], int] = {}
+        self.bytes_out: dict[str, int] = {}
+
+    def __call__(self, header: RequestHeader, request, response: dict | None, started: float) -> None:
+        elapsed_ms = (perf_counter() - started) * 1000.0
+        api_key = header.api_key
+        if api_key == ApiKey.FETCH:
+            follower = _replica_id(request) >= 0
+            # As Kafka: a Fetch is timed as "Fetch" and as FetchFollower / FetchConsumer.
+            self._observe("FetchFollower" if follower else "FetchConsumer", header.api_version, elapsed_ms)
+            if not follower and response is not None:
+                for topic in response.get("responses", ()):
+                    sent = sum(len(p.get("records") or b"") for p in topic.get("partitions", ()))
+                    if sent:
+                        name = topic.get("topic") or ""
+                        self.bytes_out[name] = self.bytes_out.get(name, 0) + sent
+        self._observe(_REQUEST_NAMES.get(api_key) or request_name(api_key), header.api_version, elapsed_ms)
+
+    def _observe(self, name: str, version: int, elapsed_ms: float) -> None:
+        entry = self.times.get(name)
+        if entry is None:
+            entry = self.times[name] = ([0] * (len(REQUEST_TIME_BUCKETS_MS) + 1), [0.0])
+        entry[0][bisect_left(REQUEST_TIME_BUCKETS_MS, elapsed_ms)] += 1
+        entry[1][0] += elapsed_ms
+        key = (name, version)
+        self.requests[key] = self.requests.get(key, 0) + 1
+
+    def describe(self) -> list[Metric]:
+        return [_family(name) for name in REQUEST_METRICS]
+
+    def collect(self) -> Iterator[Metric]:
+        times = _family("kafka_network_requestmetrics_totaltimems")
+        bounds = [str(b) for b in REQUEST_TIME_BUCKETS_MS] + ["+Inf"]
+        for name, (counts, total) in sorted(self.times.items()):
+            cumulative, buckets = 0, []
+            for bound, count in zip(bounds, counts):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            times.add_metric([name], buckets, total[0])
+        yield times
+        requests = _family("kafka_network_requestmetrics_requests")
+        for (name, version), count in sorted(self.requests.items()):
+            requests.add_metric([name, str(version)], count)
+        yield requests
+
+
+# -------------------------------------------------------------------- broker
+
+class BrokerCollector:
+    """Scrape-time view of one ``BrokerNode`` (and the bytes out its requests counted)."""
+
+    def __init__(self, node, requests: RequestMetrics | None = None):
+        self.node = node
+        self.requests = requests
+
+    def describe(self) -> list[Metric]:
+        return [_family(name) for name in BROKER_METRICS]
+
+    def collect(self) -> Iterator[Metric]:
+        node = self.node
+        manager = node.replica_manager
+        f = {name: _family(name) for name in BROKER_METRICS}
+
+        def add(name: str, value, labels=()) -> None:
+            f[name].add_metric(list(labels), value)
+
+        leaders = under_replicated = under_min_isr = at_min_isr = offline = 0
+        for tp, hosted in sorted(manager.partitions.items()):
+            if not isinstance(hosted, Partition):
+                offline += 1
+                continue
+            labels = (tp.topic, str(tp.partition))
+            isr, replicas, min_isr = len(hosted.isr), len(hosted.replicas), hosted.effective_min_isr
+            leader = hosted.is_leader
+            leaders += leader
+            below_replicas, below_min = leader and isr < replicas, leader and isr < min_isr
+            under_replicated += below_replicas
+            under_min_isr += below_min
+            at_min_isr += leader and isr == min_isr
+            add("kafka_cluster_partition_underreplicated", int(below_replicas), labels)
+            add("kafka_cluster_partition_underminisr", int(below_min), labels)
+        add("kafka_server_replicamanager_partitioncount", len(manager.partitions))
+        add("kafka_server_replicamanager_leadercount", leaders)
+        add("kafka_server_replicamanager_underreplicatedpartitions", under_replicated)
+        add("kafka_server_replicamanager_underminisrpartitioncount", under_min_isr)
+        add("kafka_server_replicamanager_atminisrpartitioncount", at_min_isr)
+        add("kafka_server_replicamanager_offlinereplicacount", offline)
+        add("kafka_server_replicamanager_isrshrinks", manager.isr_shrinks)
+        add("kafka_server_replicamanager_isrexpands", manager.isr_expands)
+        add("kafka_server_kafkaserver_brokerstate", node.state.value)
+
+        for topic, count in sorted(manager.bytes_in.items()):
+            add("kafka_server_brokertopicmetrics_bytesin", count, (topic,))
+        for topic, count in sorted(manager.messages_in.items()):
+            add("kafka_server_brokertopicmetrics_messagesin", count, (topic,))
+        for topic, count in sorted(self.requests.bytes_out.items() if self.requests else ()):
+            add("kafka_server_brokertopicmetrics_bytesout", count, (topic,))
+
+        max_lag = 0
+        for (source, fetcher_id), fetcher in sorted(manager.fetcher_manager.fetchers.items()):
+            client_id = f"ReplicaFetcherThread-{fetcher_id}-{source}"
+            for tp, state in sorted(fetcher.partition_states.items()):
+                lag = state.lag or 0
+                max_lag = max(max_lag, lag)
+                add("kafka_server_fetcherlagmetrics_consumerlag", lag, (client_id, tp.topic, str(tp.partition)))
+        add("kafka_server_replicafetchermanager_maxlag", max_lag, ("Replica",))
+
+        logs = node.log_manager
+        for log_ in sorted(logs.all_logs(), key=lambda l: l.topic_partition):
+            tp = log_.topic_partition
+            labels = (tp.topic, str(tp.partition))
+            add("kafka_log_log_logendoffset", log_.log_end_offset, labels)
+            add("kafka_log_log_logstartoffset", log_.log_start_offset, labels)
+            add("kafka_log_log_size", log_.size_bytes, labels)
+            add("kafka_log_log_numlogsegments", len(log_.segments), labels)
+        add("kafka_log_logmanager_offlinelogdirectorycount", len(logs.offline_dirs))
+
+        groups: set[str] = set()
+        offsets = 0
+        for shard in node.group_coordinator.shards()[0]:
+            groups.update(g.group_id for g in shard.list_groups())
+            groups.update(g.group_id for g in shard.list_consumer_groups())
+            for group_id, committed in sorted(shard.offsets.items()):
+                groups.add(group_id)
+                for tp, value in sorted(committed.items()):
+                    offsets += 1
+                    labels = (group_id, tp.topic, str(tp.partition))
+                    add("kafka_consumergroup_current_offset", value.offset, labels)
+                    partition = manager.get_partition(tp)
+                    if partition is not None:
+                        add("kafka_consumergroup_lag", max(0, partition.log.high_watermark - value.offset), labels)
+        add("kafka_coordinator_group_groupmetadatamanager_numgroups", len(groups))
+        add("kafka_coordinator_group_groupmetadatamanager_numoffsets", offsets)
+        yield from f.values()
+
+
+# ---------------------------------------------------------------- controller
+
+class ControllerCollector:
+    """Scrape-time view of the controller's metadata image (Kafka's ControllerMetadataMetrics)."""
+
+    def __init__(self, controller_server):
+        self.controller_server = controller_server
+
+    def describe(self) -> list[Metric]:
+        return [_family(name) for name in CONTROLLER_METRICS]
+
+    def collect(self) -> Iterator[Metric]:
+        image = self.controller_server.image
+        offline = imbalanced = partitions = 0
+        for _, registration in image.all_partitions():
+            partitions += 1
+            offline += not registration.has_leader
+            imbalanced += registration.has_leader and registration.leader != registration.preferred_leader
+        fenced = sum(1 for b in image.brokers.values() if b.fenced)
+        values = {"activecontrollercount": 1, "offlinepartitionscount": offline,
+                  "preferredreplicaimbalancecount": imbalanced, "globaltopiccount": len(image.topics_by_name),
+                  "globalpartitioncount": partitions, "fencedbrokercount": fenced,
+                  "activebrokercount": len(image.brokers) - fenced}
+        for short, value in values.items():
+            family = _family(f"kafka_controller_kafkacontroller_{short}")
+            family.add_metric([], value)
+            yield family
+
+
+# ---------------------------------------------------------------------- HTTP
+
+class MetricsHttpServer:
+    """``GET /metrics`` over HTTP/1.1 on the server's event loop, one answer per connection."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int):
+        self.registry = registry
+        self.host = host
+        self.port = port
+        self._sock: socket.socket | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()     # connections being answered
+
+    def bind(self) -> int:
+        """Bind now (a taken port fails the start; port 0 learns its real port)."""
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.port))
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
+        self.port = sock.getsockname()[1]
+        return self.port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    async def start(self) -> None:
+        if self._sock is None:
+            self.bind()
+        self._server = await asyncio.start_server(self._serve, sock=self._sock, limit=HTTP_REQUEST_MAX_BYTES)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for writer in list(self._writers):   # a slow client does not hold the stop up
+                writer.close()
+            await self._server.wait_closed()
+            self._server = None
+        elif self._sock is not None:   # bound, never served (the start failed later)
+            self._sock.close()
+        self._sock = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HTTP_READ_TIMEOUT_S)
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError):
+                return
+            lines = head.decode("latin-1").split("\r\n")
+            words = lines[0].split()
+            headers = {}
+            for line in lines[1:]:
+                name, sep, value = line.partition(":")
+                if sep:
+                    headers[name.strip().lower()] = value.strip()
+            status, content_type, body = self._answer(words, headers)
+            head_only = bool(words) and words[0] == "HEAD"
+            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+                         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("latin-1"))
+            if not head_only:
+                writer.write(body)
+            await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    def _answer(self, words: list[str], headers: dict[str, str]) -> tuple[str, str, bytes]:
+        text = "text/plain; charset=utf-8"
+        if len(words) != 3 or not words[2].startswith("HTTP/"):
+            return "400 Bad Request", text, b"bad request\n"
+        method, target = words[0], words[1].split("?", 1)[0]
+        if target != "/metrics":
+            return "404 Not Found", text, b"tidelog serves Prometheus metrics at /metrics\n"
+        if method not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", text, b"GET /metrics\n"
+        encoder, content_type = choose_encoder(headers.get("accept", ""))
+        try:
+            return "200 OK", content_type, encoder(self.registry)
+        except Exception:   # a collector bug must not touch the broker: answer 500, log it
+            log.exception("collecting metrics failed")
+            return "500 Internal Server Error", text, b"collecting metrics failed (see the server log)\n"
+
+
+class ServerMetrics:
+    """One server's metrics: its registry, the dispatchers' observer and ``/metrics``."""
+
+    def __init__(self, host: str, port: int):
+        self.registry = CollectorRegistry()
+        self.requests = RequestMetrics()
+        self.registry.register(self.requests)
+        self.http = MetricsHttpServer(self.registry, host, port)
+
+    def add_broker(self, node) -> None:
+        self.registry.register(BrokerCollector(node, self.requests))
+
+    def add_controller(self, controller_server) -> None:
+        self.registry.register(ControllerCollector(controller_server))

@@ -1,0 +1,315 @@
+"""Prometheus ``/metrics`` in-process: a combined node (`Server`) with ``metrics.port``,
+scraped over HTTP while real requests go through its listener; and the ISR event
+counts the replica manager keeps for it."""
+
+import asyncio
+import os
+import urllib.error
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tidelog.broker.config import BrokerConfig
+from tidelog.core.clock import ManualClock
+from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
+from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.client import KafkaConnection
+from tidelog.records import build_batch
+from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
+from tidelog.replication.fetcher import FetcherConfig
+from tidelog.replication.partition import Isolation, PartitionState, ReplicationSettings
+from tidelog.replication.replica_manager import ReplicaManager
+from tidelog.server.metrics import METRICS, request_name
+from tidelog.server.runtime import Server
+from tidelog.storage.log_manager import LogManager
+
+
+def _config(tmp_path, **extra) -> BrokerConfig:
+    return BrokerConfig({"node.id": "1", "log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
+                         "broker.heartbeat.interval.ms": "100", **extra})
+
+
+def _http(url: str, method: str = "GET", accept: str | None = None) -> tuple[int, dict, bytes]:
+    request = urllib.request.Request(url, method=method, headers={"Accept": accept} if accept else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+async def scrape(server: Server) -> dict[tuple[str, frozenset], float]:
+    """``{(sample name, labels): value}`` from the server's /metrics (fetched off the loop)."""
+    status, _, body = await asyncio.to_thread(_http, server.metrics.http.url)
+    assert status == 200
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(body.decode()) for s in family.samples}
+
+
+def value(samples, name: str, **labels) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+async def _produce(connection: KafkaConnection, topic: str, batch: bytes) -> int:
+    response = await connection.request(ApiKey.PRODUCE, {"acks": -1, "timeout": 5000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": batch}]}]}, version=9)
+    partition = response.responses[0].partition_responses[0]
+    assert ErrorCode(partition.error_code.value) == ErrorCode.NONE
+    return int(partition.base_offset)
+
+
+def test_metrics_are_off_unless_metrics_port_is_set(tmp_path):
+    async def main():
+        server = Server(_config(tmp_path))
+        await server.start()
+        try:
+            assert server.metrics is None and server.dispatcher.observer is None
+        finally:
+            await server.stop()
+    asyncio.run(main())
+
+
+def test_a_scrape_shows_what_the_broker_and_controller_hold(tmp_path):
+    """Produce 3 requests of 2 records, fetch once as a consumer: every number on
+    /metrics is checked against the node itself or the requests sent."""
+    async def main():
+        server = Server(_config(tmp_path, **{"metrics.port": "0"}))
+        await server.start()
+        try:
+            connection = await KafkaConnection.connect("127.0.0.1", server.bind_port)
+            await connection.request(ApiKey.METADATA, {"topics": [{"name": "t", "topic_id": None}],
+                                                       "allow_auto_topic_creation": True,
+                                                       "include_topic_authorized_operations": False}, version=12)
+            before = await scrape(server)
+            assert value(before, "kafka_network_requestmetrics_requests_total", request="Produce", version="9") is None
+            batches = [build_batch([f"r{i}a".encode(), f"r{i}b".encode()]) for i in range(3)]
+            for batch in batches:
+                await _produce(connection, "t", batch)
+            fetched = await connection.request(ApiKey.FETCH, {
+                "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+                "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0,
+                                                          "partition_max_bytes": 1 << 20}]}]}, version=11)
+            records_sent = len(fetched.responses[0].partitions[0].records)
+            assert records_sent > 0
+            samples = await scrape(server)
+            log_ = server.node.log_manager.get_log(TopicPartition("t", 0))
+
+            # Requests: exactly the three Produce requests, one consumer Fetch (also counted as "Fetch").
+            assert value(samples, "kafka_network_requestmetrics_requests_total", request="Produce", version="9") == 3
+            assert value(samples, "kafka_network_requestmetrics_totaltimems_count", request="Produce") == 3
+            assert value(samples, "kafka_network_requestmetrics_totaltimems_bucket", request="Produce", le="+Inf") == 3
+            assert value(samples, "kafka_network_requestmetrics_totaltimems_sum", request="Produce") > 0
+            assert value(samples, "kafka_network_requestmetrics_totaltimems_count", request="FetchConsumer") == 1
+            assert value(samples, "kafka_network_requestmetrics_totaltimems_count", request="Fetch") == 1
+            assert value(samples, "kafka_network_requestmetrics_totaltimems_count", request="FetchFollower") is None
+            assert value(samples, "kafka_network_requestmetrics_requests_total", request="ApiVersions",
+                         version="3") >= 1
+
+            # Topic throughput: the batches' bytes and records in, the fetched record bytes out.
+            assert value(samples, "kafka_server_brokertopicmetrics_bytesin_total", topic="t") == sum(map(len, batches))
+            assert value(samples, "kafka_server_brokertopicmetrics_messagesin_total", topic="t") == 6
+            assert value(samples, "kafka_server_brokertopicmetrics_bytesout_total", topic="t") == records_sent
+
+            # The log and the replica manager.
+            tp = {"topic": "t", "partition": "0"}
+            assert value(samples, "kafka_log_log_logendoffset", **tp) == 6 == log_.log_end_offset
+            assert value(samples, "kafka_log_log_logstartoffset", **tp) == 0
+            assert value(samples, "kafka_log_log_size", **tp) == log_.size_bytes > 0
+            assert value(samples, "kafka_log_log_numlogsegments", **tp) == 1
+            assert value(samples, "kafka_log_logmanager_offlinelogdirectorycount") == 0
+            assert value(samples, "kafka_server_replicamanager_partitioncount") == 1
+            assert value(samples, "kafka_server_replicamanager_leadercount") == 1
+            assert value(samples, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+            assert value(samples, "kafka_cluster_partition_underreplicated", **tp) == 0
+            assert value(samples, "kafka_cluster_partition_underminisr", **tp) == 0
+            assert value(samples, "kafka_server_replicamanager_atminisrpartitioncount") == 1   # ISR 1, min 1
+            assert value(samples, "kafka_server_kafkaserver_brokerstate") == 3                 # RUNNING
+            assert value(samples, "kafka_server_replicafetchermanager_maxlag", clientId="Replica") == 0
+
+            # The controller role of this combined node.
+            assert value(samples, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+            assert value(samples, "kafka_controller_kafkacontroller_globaltopiccount") == 1
+            assert value(samples, "kafka_controller_kafkacontroller_globalpartitioncount") == 1
+            assert value(samples, "kafka_controller_kafkacontroller_activebrokercount") == 1
+            assert value(samples, "kafka_controller_kafkacontroller_fencedbrokercount") == 0
+            assert value(samples, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+            connection.close()
+        finally:
+            await server.stop()
+    asyncio.run(main())
+
+
+def test_the_families_served_are_exactly_the_table(tmp_path):
+    """The families the registry answers are exactly METRICS (docs/observability.md's table)."""
+    async def main():
+        server = Server(_config(tmp_path, **{"metrics.port": "0"}))
+        await server.start()
+        try:
+            status, _, body = await asyncio.to_thread(_http, server.metrics.http.url)
+            served = {family.name for family in text_string_to_metric_families(body.decode())}
+            # The parser names a counter family without _total, as METRICS does.
+            assert served == set(METRICS)
+        finally:
+            await server.stop()
+    asyncio.run(main())
+
+
+def test_http_answers(tmp_path):
+    async def main():
+        server = Server(_config(tmp_path, **{"metrics.port": "0"}))
+        await server.start()
+        try:
+            url = server.metrics.http.url
+            status, headers, body = await asyncio.to_thread(_http, url)
+            assert status == 200 and headers["Content-Type"].startswith("text/plain")
+            assert b"kafka_server_replicamanager_partitioncount 0.0" in body
+            status, headers, body = await asyncio.to_thread(_http, url, "GET", "application/openmetrics-text")
+            assert status == 200 and headers["Content-Type"].startswith("application/openmetrics-text")
+            assert body.endswith(b"# EOF\n")
+            status, headers, body = await asyncio.to_thread(_http, url, "HEAD")
+            assert status == 200 and body == b"" and int(headers["Content-Length"]) > 0
+            assert (await asyncio.to_thread(_http, url.replace("/metrics", "/other")))[0] == 404
+            assert (await asyncio.to_thread(_http, url, "POST"))[0] == 405
+            # Garbage or a silent client closes that connection only; the broker goes on.
+            reader, writer = await asyncio.open_connection(server.metrics.http.host, server.metrics.http.port)
+            writer.write(b"NONSENSE\r\n\r\n")
+            assert (await reader.read()).startswith(b"HTTP/1.1 400")
+            writer.close()
+            assert (await asyncio.to_thread(_http, url))[0] == 200
+        finally:
+            await server.stop()
+        assert server.exit_status == 0
+    asyncio.run(main())
+
+
+def test_a_collector_that_fails_answers_500_and_the_broker_serves_on(tmp_path):
+    async def main():
+        server = Server(_config(tmp_path, **{"metrics.port": "0"}))
+        await server.start()
+        try:
+            partitions = server.node.replica_manager.partitions
+            server.node.replica_manager.partitions = None          # collect() now raises TypeError
+            assert (await asyncio.to_thread(_http, server.metrics.http.url))[0] == 500
+            server.node.replica_manager.partitions = partitions
+            assert (await asyncio.to_thread(_http, server.metrics.http.url))[0] == 200
+        finally:
+            await server.stop()
+        assert server.exit_status == 0
+    asyncio.run(main())
+
+
+def test_a_taken_metrics_port_fails_the_start(tmp_path):
+    import socket
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+
+    async def main():
+        server = Server(_config(tmp_path, **{"metrics.port": str(taken.getsockname()[1])}))
+        try:
+            await server.start()
+        except OSError:
+            await server.stop()
+            return True
+        await server.stop()
+        return False
+    try:
+        assert asyncio.run(main()), "the server started without its /metrics port"
+    finally:
+        taken.close()
+
+
+def test_request_names_are_kafkas():
+    assert [request_name(k) for k in (ApiKey.PRODUCE, ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.API_VERSIONS,
+                                      ApiKey.DESCRIBE_LOG_DIRS, ApiKey.INIT_PRODUCER_ID)] == [
+        "Produce", "OffsetForLeaderEpoch", "ApiVersions", "DescribeLogDirs", "InitProducerId"]
+
+
+# ------------------------------------------------------- the replica manager's counts
+
+TP = TopicPartition("orders", 0)
+ALIVE = {b: 100 + b for b in range(3)}
+
+
+def _leader(tmp_path, isr) -> tuple[ReplicaManager, ManualClock]:
+    clock = ManualClock(1_700_000_000_000)
+    rm = ReplicaManager(0, LogManager([os.path.join(str(tmp_path), "broker0")], clock), clock,
+                        lambda topic: ReplicationSettings(1, 30_000), alive_broker_epoch=ALIVE.get,
+                        fetcher_config=FetcherConfig(), is_broker_alive=lambda b: b in ALIVE)
+    rm.broker_epoch = ALIVE[0]
+    rm.apply_partition_states({TP: PartitionState(0, 0, tuple(isr), (0, 1, 2), 0)})
+    return rm, clock
+
+
+def test_isr_expands_and_shrinks_count_when_the_controller_accepts_them(tmp_path):
+    """As Kafka's IsrExpandsPerSec / IsrShrinksPerSec: counted on the accepted answer,
+    not on the proposal, a refusal or a retry."""
+    rm, clock = _leader(tmp_path, isr=(0, 1))
+    rm.append_records(1, 30_000, {TP: build_batch([b"a"])}, lambda responses: None)
+    fetch = FetchParams(2, 0, 1, 1 << 20, Isolation.LOG_END, {TP: FetchPartitionRequest(1, 1 << 20, 0, 0, 0)},
+                        broker_epoch=ALIVE[2])
+    rm.fetch_messages(fetch, lambda results: None)                       # broker 2 caught up: expand
+    expand = rm.drain_isr_proposals()[TP]
+    assert rm.on_alter_partition_response(TP, ErrorCode.NETWORK_EXCEPTION, proposal=expand)   # retried
+    rm.drain_isr_proposals()
+    assert (rm.isr_expands, rm.isr_shrinks) == (0, 0)
+    rm.on_alter_partition_response(TP, ErrorCode.NONE, 0, 1, (0, 1, 2), expand)
+    assert (rm.isr_expands, rm.isr_shrinks) == (1, 0)
+    rm.on_alter_partition_response(TP, ErrorCode.NONE, 0, 1, (0, 1, 2), expand)   # a duplicate answer
+    assert (rm.isr_expands, rm.isr_shrinks) == (1, 0)
+
+    rm.append_records(1, 30_000, {TP: build_batch([b"b"])}, lambda responses: None)
+    clock.advance(31_000)                                                # brokers 1 and 2 fell behind
+    rm.maybe_shrink_isr()
+    shrink = rm.drain_isr_proposals()[TP]
+    rm.on_alter_partition_response(TP, ErrorCode.INELIGIBLE_REPLICA, proposal=shrink)   # refused
+    assert (rm.isr_expands, rm.isr_shrinks) == (1, 0)
+    rm.maybe_shrink_isr()
+    shrink = rm.drain_isr_proposals()[TP]
+    rm.on_alter_partition_response(TP, ErrorCode.NONE, 0, 2, (0,), shrink)
+    assert (rm.isr_expands, rm.isr_shrinks) == (1, 1)
+    assert rm.get_partition(TP).isr == (0,)
+
+
+def test_bytes_and_messages_in_count_appends_that_succeed(tmp_path):
+    rm, _ = _leader(tmp_path, isr=(0, 1, 2))
+    batch = build_batch([b"x", b"y", b"z"])
+    rm.append_records(1, 30_000, {TP: batch, TopicPartition("unknown", 0): batch}, lambda responses: None)
+    rm.append_records(1, 30_000, {TP: b"not a batch"}, lambda responses: None)     # refused: not counted
+    assert rm.bytes_in == {"orders": len(batch)} and rm.messages_in == {"orders": 3}
+
+
+def test_an_isr_change_learned_from_metadata_before_its_answer_counts_once(tmp_path):
+    """A broker-only node may replay the controller's ISR record before the AlterPartition
+    answer arrives; the change is counted then, and the late answer adds nothing."""
+    rm, clock = _leader(tmp_path, isr=(0, 1, 2))
+    rm.append_records(1, 30_000, {TP: build_batch([b"a"])}, lambda responses: None)
+    clock.advance(31_000)
+    rm.maybe_shrink_isr()
+    shrink = rm.drain_isr_proposals()[TP]
+    assert shrink.new_isr == (0,)
+    rm.apply_partition_states({TP: PartitionState(0, 0, (0,), (0, 1, 2), 1)})
+    assert (rm.isr_expands, rm.isr_shrinks) == (0, 1)
+    rm.on_alter_partition_response(TP, ErrorCode.NONE, 0, 1, (0,), shrink)
+    rm.apply_partition_states({TP: PartitionState(0, 0, (0,), (0, 1, 2), 1)})    # replayed again
+    assert (rm.isr_expands, rm.isr_shrinks) == (0, 1)
+    # An ISR the controller changed on its own (a fenced broker) is no proposal of ours.
+    rm.apply_partition_states({TP: PartitionState(0, 0, (0, 2), (0, 1, 2), 2)})
+    assert (rm.isr_expands, rm.isr_shrinks) == (0, 1)
+
+
+def test_a_silent_scraper_does_not_hold_up_the_stop(tmp_path):
+    async def main():
+        server = Server(_config(tmp_path, **{"metrics.port": "0"}))
+        await server.start()
+        reader, writer = await asyncio.open_connection(server.metrics.http.host, server.metrics.http.port)
+        writer.write(b"GET /metrics HTTP/1.1\r\n")          # and never the end of its headers
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        started = asyncio.get_running_loop().time()
+        await server.stop()
+        assert asyncio.get_running_loop().time() - started < 5
+        assert await asyncio.wait_for(reader.read(), 2) == b""      # closed at once, unanswered
+        writer.close()
+    asyncio.run(main())
