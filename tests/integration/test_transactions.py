@@ -79,8 +79,18 @@ def test_an_open_transaction_holds_read_committed_readers_back(cluster):
     plain.flush(30)
     assert _read(cluster.bootstrap, "txn-open", 1, "read_committed") == []          # stopped at the LSO
     assert _read(cluster.bootstrap, "txn-open", 1, "read_uncommitted") == [b"inside", b"after"]
+    assert "LastStableOffset: 0" in _describe(cluster, "txn-open")                   # HW 2, LSO 0
     producer.commit_transaction(30)
     assert _read(cluster.bootstrap, "txn-open", 1, "read_committed", expected=2) == [b"inside", b"after"]
+    wait_until(lambda: "LastStableOffset: 3" in _describe(cluster, "txn-open"), what="the LSO past the marker")
+
+
+def _describe(cluster, topic: str) -> str:
+    """``tidelog topics describe`` as a user runs it."""
+    done = subprocess.run([sys.executable, "-m", "tidelog.cli.main", "topics", "-b", cluster.bootstrap,
+                           "describe", topic], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def test_a_second_instance_fences_the_first(cluster):

@@ -3,7 +3,9 @@
 Works against any Kafka broker: it uses only Metadata, CreateTopics,
 DeleteTopics, IncrementalAlterConfigs and ListOffsets. ``describe`` shows, per
 partition, leader, leader epoch, replicas, ISR and the log start offset, and
-per replica its log end offset, high watermark and lag behind the leader: it
+the last stable offset (what read_committed consumers read up to; below the
+high watermark while a transaction is open), and per replica its log end
+offset, high watermark and lag behind the leader: it
 asks each replica's broker with ListOffsets under Kafka's debugging replica id
 -2 (latest = that replica's log end offset; with read_committed, tidelog
 answers that replica's own high watermark).
@@ -136,6 +138,7 @@ async def _describe(connection: KafkaConnection, args) -> int:
                 by_broker.setdefault(int(replica), []).append(int(p.partition_index))
         replica_offsets: dict[tuple[int, int], tuple] = {}
         log_start: dict[int, int | None] = {}
+        stable: dict[int, int | None] = {}
         for broker_id, ids in by_broker.items():
             if broker_id not in brokers:
                 continue
@@ -148,6 +151,12 @@ async def _describe(connection: KafkaConnection, args) -> int:
                 end = await _offsets(peer, topic.name, ids, DEBUGGING_REPLICA_ID, LATEST)
                 high = await _offsets(peer, topic.name, ids, DEBUGGING_REPLICA_ID, LATEST, isolation_level=1)
                 start = await _offsets(peer, topic.name, ids, DEBUGGING_REPLICA_ID, EARLIEST)
+                led = [i for i in ids for p in partitions
+                       if int(p.partition_index) == i and int(p.leader_id) == broker_id]
+                # A consumer's read_committed "latest" from the leader: the last stable offset.
+                if led:
+                    stable.update(await _offsets(peer, topic.name, led, CONSUMER_REPLICA_ID, LATEST,
+                                                 isolation_level=1))
             finally:
                 peer.close()
             for i in ids:
@@ -161,7 +170,7 @@ async def _describe(connection: KafkaConnection, args) -> int:
             leader_end = replica_offsets.get((index, leader), (None, None))[0]
             print(f"\tPartition: {index}\tLeader: {leader}\tLeaderEpoch: {p.leader_epoch}\t"
                   f"Replicas: {','.join(map(str, p.replica_nodes))}\tIsr: {','.join(map(str, p.isr_nodes))}\t"
-                  f"LogStartOffset: {show(log_start.get(index))}")
+                  f"LogStartOffset: {show(log_start.get(index))}\tLastStableOffset: {show(stable.get(index))}")
             for replica in p.replica_nodes:
                 end, high = replica_offsets.get((index, int(replica)), (None, None))
                 lag = None if end is None or leader_end is None else max(0, leader_end - end)

@@ -73,7 +73,7 @@ class TransactionCoordinator(CoordinatorRuntime):
     def _send_markers(self, producer_id: int, producer_epoch: int, commit: bool, partitions: frozenset,
                       coordinator_epoch: int, on_done: Callable[[bool], None]) -> None:
         by_leader: dict[int, list[TopicPartition]] = {}
-        for tp in partitions:
+        for tp in sorted(partitions):                # a set's order varies with string hashing
             by_leader.setdefault(self._leader_of(tp), []).append(tp)
         if -1 in by_leader or self.write_markers is None:
             on_done(False)                      # a partition without a leader: retry later
