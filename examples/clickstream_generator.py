@@ -56,7 +56,10 @@ def generate(bootstrap: str, topic: str = "clicks", count: int = 10_000, rate: f
     synthetic = rate <= 0
     began = time.monotonic()
     produced = []
-    for i, event in enumerate(events(count, seed, (start_ms or int(time.time() * 1000)) if synthetic else None,
+    # Synthetic event times end about now: brokers refuse timestamps more than
+    # log.message.timestamp.after.max.ms (one hour, Kafka 4's default) in the future.
+    first_ms = start_ms if start_ms is not None else int(time.time() * 1000) - count * spacing_ms
+    for i, event in enumerate(events(count, seed, first_ms if synthetic else None,
                                      spacing_ms if synthetic else 0)):
         key = event["user"].encode()
         producer.append((topic, partition_for_key(key, count_partitions)),
