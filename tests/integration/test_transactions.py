@@ -80,9 +80,33 @@ def test_an_open_transaction_holds_read_committed_readers_back(cluster):
     assert _read(cluster.bootstrap, "txn-open", 1, "read_committed") == []          # stopped at the LSO
     assert _read(cluster.bootstrap, "txn-open", 1, "read_uncommitted") == [b"inside", b"after"]
     assert "LastStableOffset: 0" in _describe(cluster, "txn-open")                   # HW 2, LSO 0
+    assert [p["current_txn_start_offset"] for p in _producers(cluster, "txn-open") if p["open"]] == [0]
     producer.commit_transaction(30)
     assert _read(cluster.bootstrap, "txn-open", 1, "read_committed", expected=2) == [b"inside", b"after"]
     wait_until(lambda: "LastStableOffset: 3" in _describe(cluster, "txn-open"), what="the LSO past the marker")
+
+
+def _producers(cluster, topic: str) -> list[dict]:
+    """DescribeProducers on the partition's leader (what kafka-transactions.sh find-hanging asks)."""
+    import asyncio
+
+    from tidelog.protocol.api_keys import ApiKey
+    from tidelog.protocol.client import KafkaConnection
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+
+    async def ask():
+        connection = await KafkaConnection.connect("127.0.0.1", cluster.port(leader))
+        try:
+            response = await connection.request(ApiKey.DESCRIBE_PRODUCERS, {
+                "topics": [{"name": topic, "partition_indexes": [0]}]})
+        finally:
+            connection.close()
+        partition = response.topics[0].partitions[0]
+        assert partition.error_code.value == 0
+        return [{"producer_id": int(p.producer_id), "current_txn_start_offset": int(p.current_txn_start_offset),
+                 "open": int(p.current_txn_start_offset) >= 0} for p in partition.active_producers]
+    return asyncio.run(ask())
 
 
 def _describe(cluster, topic: str) -> str:

@@ -118,3 +118,17 @@ def test_bad_timeouts_and_concurrent_operations_are_refused():
     h.call("end_transaction", "app", 100, 0, False, T0)
     assert h.call("add_partitions", "app", 100, 0, {TP1}, T0) == ErrorCode.CONCURRENT_TRANSACTIONS
     assert h.call("end_transaction", "app", 100, 0, False, T0) == ErrorCode.CONCURRENT_TRANSACTIONS
+
+
+def test_a_silent_transactional_id_expires_but_not_one_with_an_open_transaction():
+    h = Harness()
+    h.shard.config.id_expiration_ms = 10_000
+    h.init("idle", fresh=100)
+    h.init("busy", fresh=200)
+    h.call("add_partitions", "busy", 200, 0, {TP0}, T0)
+    h.shard.config.max_timeout_ms = 10 ** 9
+    h.shard.transactions["busy"].timeout_ms = 10 ** 8          # it stays open past the expiration
+    h.shard.on_tick(T0 + 20_000)
+    assert "idle" not in h.shard.transactions and h.records[-1] == (b"\x00\x00\x00\x04idle", None)
+    assert h.shard.transactions["busy"].state == TxnState.ONGOING
+    assert h.init("idle", fresh=300) == (ErrorCode.NONE, 300, 0)   # a new producer id, as for a new id

@@ -56,6 +56,7 @@ class TxnApis:
         dispatcher.register(ApiKey.WRITE_TXN_MARKERS, self.handle_write_txn_markers, 1, 1)
         dispatcher.register(ApiKey.DESCRIBE_TRANSACTIONS, self.handle_describe_transactions, 0, 0)
         dispatcher.register(ApiKey.LIST_TRANSACTIONS, self.handle_list_transactions, 0, 1)
+        dispatcher.register(ApiKey.DESCRIBE_PRODUCERS, self.handle_describe_producers, 0, 0)
 
     @property
     def coordinator(self):
@@ -243,6 +244,34 @@ class TxnApis:
                 "error_code": int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if loading else ErrorCode.NONE),
                 "unknown_state_filters": [s for s in state_filters if s not in known],
                 "transaction_states": listed}
+
+
+    def handle_describe_producers(self, header, request):
+        """The producers each partition's leader remembers, with the first offset of an open
+        transaction: what ``kafka-transactions.sh find-hanging`` reads (KIP-664)."""
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for index in topic.partition_indexes:
+                tp = TopicPartition(topic.name, int(index))
+                partition = self.node.replica_manager.get_partition(tp)
+                entry = {"partition_index": int(index), "error_code": 0, "error_message": None, "active_producers": []}
+                if partition is None or not hasattr(partition, "is_leader"):
+                    known = self.node.image.partition(tp) is not None
+                    entry["error_code"] = int(ErrorCode.NOT_LEADER_OR_FOLLOWER if known
+                                              else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                elif not partition.is_leader:
+                    entry["error_code"] = int(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                else:
+                    entry["active_producers"] = [
+                        {"producer_id": pid, "producer_epoch": epoch, "last_sequence": sequence,
+                         "last_timestamp": timestamp, "coordinator_epoch": coordinator_epoch,
+                         "current_txn_start_offset": txn_start}
+                        for pid, epoch, sequence, timestamp, coordinator_epoch, txn_start
+                        in partition.log.active_producers()]
+                partitions.append(entry)
+            topics.append({"name": topic.name, "partitions": partitions})
+        return {"throttle_time": 0, "topics": topics}
 
 
 class MarkerChannel:

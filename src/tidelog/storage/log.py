@@ -298,6 +298,14 @@ class Log:
         i = bisect_left([txn.last_offset for txn in self._aborted], start_offset)
         return [txn for txn in self._aborted[i:] if txn.first_offset < upper_bound_offset]
 
+    def active_producers(self) -> list[tuple[int, int, int, int, int, int]]:
+        """(producer id, epoch, last sequence, last timestamp, coordinator epoch, open
+        transaction's first offset or -1) of every producer this partition remembers
+        (DescribeProducers)."""
+        return [(pid, entry.producer_epoch, entry.last_sequence, entry.last_timestamp, entry.coordinator_epoch,
+                 entry.current_txn_first_offset)
+                for pid, entry in sorted(self._producer_state.producers.items())]
+
     def ongoing_transactions(self) -> dict[int, int]:
         """Producer id → first offset of its open transaction (DescribeProducers)."""
         return dict(self._producer_state.ongoing)

@@ -52,11 +52,13 @@ class TxnConfig:
     max_timeout_ms: int = 900_000                 # transaction.max.timeout.ms
     abort_timed_out_interval_ms: int = 10_000      # transaction.abort.timed.out.transaction.cleanup.interval.ms
     commit_timeout_ms: int = 5_000                 # the internal writes' timeout
+    id_expiration_ms: int = 604_800_000            # transactional.id.expiration.ms (7 days)
 
     @classmethod
     def from_settings(cls, settings) -> "TxnConfig":
         return cls(settings["transaction.max.timeout.ms"],
-                   settings["transaction.abort.timed.out.transaction.cleanup.interval.ms"])
+                   settings["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
+                   id_expiration_ms=settings["transactional.id.expiration.ms"])
 
 
 @dataclass
@@ -281,6 +283,23 @@ class TxnShard:
                 self._abort_fenced(meta, now_ms)
         if now_ms >= self._next_timeout_check_ms:
             self._next_timeout_check_ms = now_ms + self.config.abort_timed_out_interval_ms
+            self._expire_ids(now_ms)
+
+    def _expire_ids(self, now_ms: int) -> None:
+        """``transactional.id.expiration.ms``: an id with no transaction open, silent that
+        long, is forgotten (a tombstone), as Kafka's ``TransactionStateManager`` does."""
+        for meta in list(self.transactions.values()):
+            if (not meta.pending and meta.producer_id >= 0
+                    and meta.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+                    and now_ms - meta.last_update_ms > self.config.id_expiration_ms):
+                meta.pending = True
+
+                def written(error: ErrorCode, meta=meta) -> None:
+                    if self.transactions.get(meta.transactional_id) is meta:
+                        meta.pending = False
+                log.info("transactional id %r expired (silent for %d ms)", meta.transactional_id,
+                         now_ms - meta.last_update_ms)
+                self._write([(encode_key(meta.transactional_id), None)], written)
 
     def next_deadline_ms(self) -> int | None:
         due = [meta.markers_due_ms for meta in self.transactions.values() if meta.markers_due_ms is not None]
