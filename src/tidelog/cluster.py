@@ -10,7 +10,9 @@ brokers (ids 1..N, ``process.roles=broker``) point at it through
 A port of 0 lets a node pick a free port; its real port is read from the
 node's ready line and recorded. With metrics (``metrics_base_port``), every node
 also serves Prometheus ``/metrics`` on its ``metrics_port`` (``metrics.port``;
-0 = a free port, read from the ready line the same way).
+0 = a free port, read from the ready line the same way). ``start_ui`` runs
+``tidelog ui`` for the cluster (tidelog/ui) as one more process, recorded in
+``ui.json`` and stopped by ``down``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ CONTROLLER_ID = 1000
 _READY = re.compile(r"tidelog ready: node (\d+) listening on \w+://([^:]+):(\d+)"
                     r"(?:, metrics on http://\S+:(\d+)/metrics)?")
 LAYOUT_FILE = "cluster.json"
+UI_FILE = "ui.json"
+_UI_READY = re.compile(r"tidelog ui ready: (http://\S+)")
 
 
 class ClusterError(Exception):
@@ -378,6 +382,65 @@ class ProcessCluster:
             pid = json.load(f)["pid"]
         if _alive(pid):
             os.kill(pid, signal.SIGTERM)
+        os.remove(path)
+
+    # ------------------------------------------------------------------ web view
+
+    def start_ui(self, port: int = 0, timeout_s: float = 15.0) -> str:
+        """Run ``tidelog ui`` for this cluster (fault drills on); returns its URL."""
+        self.stop_ui()
+        directory = self.layout.directory
+        log_path = os.path.join(directory, "ui.log")
+        start_at = os.path.getsize(log_path) if os.path.exists(log_path) else 0
+        with open(log_path, "ab") as out:
+            process = subprocess.Popen([sys.executable, "-m", "tidelog.cli.main", "ui", "-b", self.layout.bootstrap,
+                                        "--host", self.layout.host, "--port", str(port), "--cluster-dir", directory],
+                                       stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with open(log_path, "rb") as f:
+                f.seek(start_at)
+                match = _UI_READY.search(f.read().decode("utf-8", "replace"))
+            if match:
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                if process.poll() is None:
+                    process.kill()
+                raise ClusterError(f"tidelog ui did not start (see {log_path})")
+            time.sleep(0.02)
+        with open(os.path.join(directory, UI_FILE), "w") as f:
+            json.dump({"pid": process.pid, "pid_start": _start_time(process.pid), "url": match.group(1)}, f)
+        return match.group(1)
+
+    def ui_url(self) -> str | None:
+        """The URL of this cluster's running ``tidelog ui``, if any."""
+        try:
+            with open(os.path.join(self.layout.directory, UI_FILE)) as f:
+                ui = json.load(f)
+        except (OSError, ValueError):
+            return None
+        return ui["url"] if _alive(ui.get("pid"), ui.get("pid_start")) else None
+
+    def stop_ui(self) -> None:
+        path = os.path.join(self.layout.directory, UI_FILE)
+        try:
+            with open(path) as f:
+                ui = json.load(f)
+        except (OSError, ValueError):
+            return
+        pid, start = ui.get("pid"), ui.get("pid_start")
+        if _alive(pid, start):
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 5
+            while _alive(pid, start) and time.monotonic() < deadline:
+                try:   # our child (started by this process): reap it
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+                time.sleep(0.05)
+            if _alive(pid, start):
+                os.kill(pid, signal.SIGKILL)
         os.remove(path)
 
     def process_states(self) -> dict[int, str]:

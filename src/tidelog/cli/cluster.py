@@ -1,5 +1,6 @@
 """``tidelog cluster up|down|status|kill|pause|resume|restart`` — a local cluster of processes;
-``partition|cut|isolate|heal|links`` cut its links (with ``up --link-proxy``, tidelog.chaos)."""
+``partition|cut|isolate|heal|links`` cut its links (with ``up --link-proxy``, tidelog.chaos).
+``up`` also starts the live web view (``tidelog ui``, unless ``--no-ui``); ``down`` stops it."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ def add_parser(commands) -> None:
                     help="Prometheus /metrics of broker 1 on PORT, broker 2 on PORT+1, …, the controller after "
                          "them (default: the Kafka base port + 100; 0 picks free ports)")
     up.add_argument("--no-metrics", action="store_true", help="serve no /metrics")
+    up.add_argument("--ui-port", type=int, default=None, metavar="PORT",
+                    help="the live web view (tidelog ui) on PORT (default: the Kafka base port + 200; 0 picks a "
+                         "free port)")
+    up.add_argument("--no-ui", action="store_true", help="do not start the web view (it needs metrics)")
     up.add_argument("--link-proxy", action="store_true",
                     help="put a TCP proxy in front of every node so links can be cut (partition/cut/isolate/heal)")
     links = {"partition": "cut both directions between two nodes (broker ids, 1000, or 'client')",
@@ -84,11 +89,18 @@ def _run(args) -> int:
         for node in cluster.layout.nodes:
             if node.metrics_port is not None:
                 print(f"metrics: {node.name:11} {cluster.metrics_url(node.node_id)}")
+        if not args.no_ui and metrics_base_port is not None:
+            ui_port = args.ui_port if args.ui_port is not None else 0 if args.base_port == 0 else args.base_port + 200
+            try:
+                print(f"web view: {cluster.start_ui(ui_port)}")
+            except ClusterError as e:   # the cluster is up; the view is a convenience
+                print(f"web view not started: {e}", file=sys.stderr)
         return 0
     if args.verb in ("partition", "cut", "isolate", "heal", "links"):
         return _links(args)
     cluster = ProcessCluster.load(args.dir)
     if args.verb == "down":
+        cluster.stop_ui()
         cluster.down()
         cluster.stop_link_proxy()
         print("cluster down")
@@ -140,6 +152,9 @@ async def _status(cluster: ProcessCluster) -> int:
     except (OSError, asyncio.TimeoutError, ConnectionError) as e:
         controller_down = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
     print(f"cluster {layout.cluster_id} at {layout.directory}")
+    ui_url = cluster.ui_url()
+    if ui_url:
+        print(f"  web view {ui_url}")
     metrics = {n.node_id: f"  metrics {cluster.metrics_url(n.node_id)}" if n.metrics_port is not None else ""
                for n in layout.nodes}
     print(f"  controller {CONTROLLER_ID}  {layout.host}:{layout.controller.port}  process {states[CONTROLLER_ID]}"

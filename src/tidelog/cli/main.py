@@ -21,10 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("what", choices=["storage"])
     bench.add_argument("rest", nargs=argparse.REMAINDER)
 
-    from tidelog.cli import cluster, groups, topics
+    from tidelog.cli import cluster, groups, topics, ui
     topics.add_parser(commands)
     groups.add_parser(commands)
     cluster.add_parser(commands)
+    ui.add_parser(commands)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(topics.run(args))
     if args.command == "groups":
         return asyncio.run(groups.run(args))
+    if args.command == "ui":
+        return ui.run(args)
     parser.error(f"unknown command {args.command}")
     return 2
 

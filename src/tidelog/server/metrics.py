@@ -29,17 +29,21 @@ default one), so several servers in one process (tests) do not mix. ``MetricsHtt
 loop: it answers ``GET``/``HEAD /metrics`` with the text format Prometheus asks
 for (``Accept``: the classic text format or OpenMetrics), anything else with
 404 or 405, and closes the connection after each answer. A collector that
-raises is answered with 500 and logged; it never touches the broker.
+raises is answered with 500 and logged; it never touches the broker. The same
+server answers ``GET /state`` and ``GET /state-changes`` (server/state.py) with
+JSON, through ``routes``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 from bisect import bisect_left
 from time import perf_counter
-from typing import Iterator
+from typing import Callable, Iterator
+from urllib.parse import parse_qsl
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -345,6 +349,8 @@ class MetricsHttpServer:
         self._sock: socket.socket | None = None
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()     # connections being answered
+        # More read-only paths beside /metrics (/state, /state-changes): path → handler(query) → JSON
+        self.routes: dict[str, Callable[[dict[str, str]], object]] = {}
 
     def bind(self) -> int:
         """Bind now (a taken port fails the start; port 0 learns its real port)."""
@@ -412,11 +418,20 @@ class MetricsHttpServer:
         text = "text/plain; charset=utf-8"
         if len(words) != 3 or not words[2].startswith("HTTP/"):
             return "400 Bad Request", text, b"bad request\n"
-        method, target = words[0], words[1].split("?", 1)[0]
-        if target != "/metrics":
+        method, (target, _, query) = words[0], words[1].partition("?")
+        if target != "/metrics" and target not in self.routes:
             return "404 Not Found", text, b"tidelog serves Prometheus metrics at /metrics\n"
         if method not in ("GET", "HEAD"):
-            return "405 Method Not Allowed", text, b"GET /metrics\n"
+            return "405 Method Not Allowed", text, f"GET {target}\n".encode()
+        if target in self.routes:
+            try:
+                answer = self.routes[target](dict(parse_qsl(query)))
+            except ValueError as e:
+                return "400 Bad Request", text, f"{e}\n".encode()
+            except Exception:   # as a collector: answer 500, log it, serve on
+                log.exception("answering %s failed", target)
+                return "500 Internal Server Error", text, b"failed (see the server log)\n"
+            return "200 OK", "application/json", json.dumps(answer, separators=(",", ":")).encode()
         encoder, content_type = choose_encoder(headers.get("accept", ""))
         try:
             return "200 OK", content_type, encoder(self.registry)
@@ -439,3 +454,19 @@ class ServerMetrics:
 
     def add_controller(self, controller_server) -> None:
         self.registry.register(ControllerCollector(controller_server))
+
+    def add_state(self, server) -> None:
+        """``/state`` (server/state.py) and, on a broker, ``/state-changes?since=SEQ``."""
+        from tidelog.server.state import broker_state
+        self.http.routes["/state"] = lambda query: broker_state(server)
+        changes = server.state_changes
+        if changes is not None:
+            def state_changes(query: dict[str, str]) -> dict:
+                try:
+                    since, limit = int(query.get("since", "0")), int(query.get("limit", "1000"))
+                except ValueError:
+                    raise ValueError("since and limit are integers") from None
+                if server.node is not None:    # truncations since the last tick's look
+                    changes.maybe_scan_truncations(server.node.log_manager.all_logs())
+                return changes.since(since, limit)
+            self.http.routes["/state-changes"] = state_changes

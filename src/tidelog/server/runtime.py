@@ -23,6 +23,10 @@ bytes, fires timers and carries out what the core asks for, and decides nothing.
 With ``metrics.port`` set, ``ServerMetrics`` (server/metrics.py) observes every
 dispatcher and serves ``/metrics`` on the same loop from the start on, read at
 scrape time from the node and the controller; the ready line names its URL.
+It also answers ``/state`` and ``/state-changes`` (server/state.py). A broker
+keeps its state-change log (``<first log dir>/state-change.log``) whether or not
+metrics are on: the runtime hands ``StateChangeLog`` each published metadata
+image and lifecycle change, and lets it look for truncations from the tick loop.
 
 The simulator drives the same BrokerNode (sim/broker.py); the two drivers differ
 only in how bytes and time move. A broken invariant anywhere (an AssertionError
@@ -68,6 +72,7 @@ from tidelog.server.fetcher_driver import FetcherDriver
 from tidelog.server.group_apis import GroupApis
 from tidelog.server.txn_apis import TxnApis
 from tidelog.server.metrics import ServerMetrics
+from tidelog.server.state import StateChangeLog
 from tidelog.server.network import Listener, ServerLimits, raise_open_file_limit
 from tidelog.server.storage_format import META_PROPERTIES, StorageFormatError, format_log_dirs
 from tidelog.storage.checkpoint import set_retry_wait
@@ -113,6 +118,7 @@ class Server:
         self.controller_listeners: list[Listener] = []   # a combined node's controller.listener.names
         self.controller_server: ControllerServer | None = None
         self.metrics: ServerMetrics | None = None   # metrics.port set: /metrics
+        self.state_changes: StateChangeLog | None = None   # a broker's state-change.log
         self.exit_status = 0
         self._tasks: list[asyncio.Task] = []
         self._running = asyncio.Event()
@@ -172,8 +178,10 @@ class Server:
                 listener.bind()
                 self.controller_listeners.append(listener)
         if self.is_broker:
+            self.state_changes = StateChangeLog(config["log.dirs"][0], self.node_id)
             self._start_broker_role()
         if self.metrics is not None:
+            self.metrics.add_state(self)
             if self.is_controller:
                 self.metrics.add_controller(self.controller_server)
             if self.is_broker:
@@ -269,15 +277,25 @@ class Server:
                 self.fetcher_driver.stop(effect.fetcher)
             elif isinstance(effect, MetadataPublished):
                 self.fetcher_driver.wake_all()
+                self._record_state_changes(lambda log_: log_.on_metadata_published(self.node.image))
                 self._metadata_changed.set()
                 self._metadata_changed = asyncio.Event()
             elif isinstance(effect, StateChanged):
+                self._record_state_changes(lambda log_: log_.on_broker_state(effect.old, effect.new, effect.reason))
                 if effect.new == BrokerState.RUNNING:
                     self._running.set()
             elif isinstance(effect, StopNow):
                 log.info("stopping: %s", effect.reason)
                 self._stop_now.set()
         self._wake.set()
+
+    def _record_state_changes(self, step) -> None:
+        """A diagnostic: its failure is logged, never the broker's."""
+        if self.state_changes is not None:
+            try:
+                step(self.state_changes)
+            except Exception:
+                log.exception("recording state changes failed")
 
     async def _ask_controller(self, call, request, on_reply, on_failed) -> None:
         try:
@@ -325,6 +343,8 @@ class Server:
                 self.controller_server.on_tick()
             if self.node is not None:
                 self._carry_out(lambda node: node.on_tick(self.clock.monotonic_ms()))
+                self._record_state_changes(
+                    lambda log_: log_.maybe_scan_truncations(self.node.log_manager.all_logs()))
 
     async def _metadata_loop(self) -> None:
         """A broker-only node follows the controller's committed metadata log."""

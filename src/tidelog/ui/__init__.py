@@ -1,0 +1,412 @@
+"""``tidelog ui``: a live web view of a cluster — brokers, partitions, replica
+offsets and the state-change timeline — from the brokers' ``/state`` and
+``/state-changes`` (server/state.py).
+
+Theory of operation. One asyncio process, no framework::
+
+    browsers ── GET / (static page) ─────────────▶ UiServer (127.0.0.1:--port)
+             ◀─ GET /events (one SSE stream each) ──  │ one poll loop, every --interval s (≥ 1)
+                                                      ▼
+              Metadata (Kafka protocol) ─▶ the brokers: who they are (host, Kafka port)
+              GET /state, /state-changes?since=SEQ ─▶ each node's metrics port
+
+The poll loop is the only thing that talks to the cluster, whatever the number
+of browsers: every round it asks every known node for ``/state`` and for the
+state changes after the last ``seq`` it saw from that node, at once and with a
+short timeout (a paused or killed broker is shown unreachable, it never holds
+the round up). Brokers are found with Metadata from the bootstrap servers
+(again every ``REDISCOVER_ROUNDS`` rounds, and from the broker registrations in
+any ``/state``, which name the fenced ones Metadata leaves out); a broker's
+metrics port is its Kafka port + ``metrics_port_offset`` (what ``tidelog
+cluster up`` uses), unless given. Started by ``tidelog cluster`` (``cluster_dir``),
+it reads the nodes and their metrics ports from ``cluster.json`` instead — the
+controller included — and offers the fault drills (kill, pause, resume,
+restart a node), which run ``ProcessCluster`` in a thread.
+
+A round's result is merged into one snapshot: per node its reachability and
+state; per partition the newest registration any broker holds (highest
+partition epoch) and per replica what that replica's broker says of its own log
+(log start offset, high watermark, last stable offset, log end offset). The
+timeline merges the brokers' events: the same change seen by several brokers
+(same kind, partition or broker, and epochs) is one entry with ``seen_by``.
+Each browser gets one ``snapshot`` event when it connects, then ``state`` when
+the nodes or partitions change and ``changes`` with the new timeline entries; a
+comment every ``KEEPALIVE_S`` keeps proxies from closing a quiet stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from importlib import resources
+from urllib.parse import parse_qsl
+
+log = logging.getLogger("tidelog.ui")
+
+REDISCOVER_ROUNDS = 10
+HTTP_TIMEOUT_S = 0.8
+KEEPALIVE_S = 15.0
+TIMELINE_EVENTS = 500
+DRILLS = ("kill", "pause", "resume", "restart")
+_STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
+           "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+           "/style.css": ("style.css", "text/css; charset=utf-8")}
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    host, _, port = text.strip().rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+async def http_get_json(host: str, port: int, path: str, timeout_s: float = HTTP_TIMEOUT_S):
+    """One ``GET`` answered with JSON (HTTP/1.1, ``Connection: close``)."""
+    async def get():
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
+            await writer.drain()
+            data = await reader.read()
+        finally:
+            writer.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        status = head.split(b" ", 2)[1:2]
+        if status != [b"200"]:
+            raise ConnectionError(f"HTTP {status[0].decode() if status else '?'} from {path}")
+        return json.loads(body)
+    return await asyncio.wait_for(get(), timeout_s)
+
+
+@dataclass
+class NodeView:
+    node_id: int
+    role: str                       # "broker" or "controller"
+    host: str
+    port: int | None                # Kafka (or controller) port, if known
+    metrics_port: int | None
+    state: dict | None = None       # the last /state answered
+    error: str | None = None        # why the last round got no /state
+    since: int = 0                  # the last state-change seq seen
+    process: str | None = None      # running / paused / dead (started by tidelog cluster)
+    events: list = field(default_factory=list)
+
+
+def _event_key(event: dict) -> str:
+    """The same change seen by several brokers has the same key."""
+    own = event["kind"] in ("broker_state", "truncation", "metadata_loaded")
+    return json.dumps({k: v for k, v in event.items()
+                       if k not in ("seq", "time_ms") and (own or k != "broker")}, sort_keys=True)
+
+
+class UiServer:
+    def __init__(self, bootstrap: list[tuple[str, int]], host: str = "127.0.0.1", port: int = 0,
+                 metrics_port_offset: int = 100, metrics_ports: dict[int, int] | None = None,
+                 cluster_dir: str | None = None, interval_s: float = 1.0):
+        self.bootstrap = bootstrap
+        self.host = host
+        self.port = port
+        self.metrics_port_offset = metrics_port_offset
+        self.metrics_ports = dict(metrics_ports or {})
+        self.cluster_dir = cluster_dir
+        self.interval_s = max(1.0, interval_s)      # at most one round a second
+        self.nodes: dict[int, NodeView] = {}
+        self.timeline: deque[dict] = deque(maxlen=TIMELINE_EVENTS)
+        self._timeline_index: dict[str, dict] = {}
+        self.state: dict = {"nodes": [], "partitions": [], "controller_id": None}
+        self.rounds = 0
+        self.errors: list[str] = []                 # discovery problems, shown on the page
+        self._clients: set[asyncio.Queue] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._poller: asyncio.Task | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/"
+
+    # ---------------------------------------------------------------- life
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=64 * 1024)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._poller = asyncio.create_task(self._poll_loop())
+
+    async def stop(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+        for queue in list(self._clients):
+            queue.put_nowait(None)
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    # ----------------------------------------------------------- discovery
+
+    def _metrics_port(self, node_id: int, port: int | None) -> int | None:
+        if node_id in self.metrics_ports:
+            return self.metrics_ports[node_id]
+        return None if port is None else port + self.metrics_port_offset
+
+    def _learn(self, node_id: int, role: str, host: str, port: int | None, metrics_port: int | None) -> None:
+        node = self.nodes.get(node_id)
+        if node is None:
+            self.nodes[node_id] = NodeView(node_id, role, host, port, metrics_port)
+        else:
+            node.host, node.port, node.metrics_port = host, port or node.port, metrics_port or node.metrics_port
+
+    def _discover_from_layout(self) -> None:
+        from tidelog.cluster import ClusterError, ProcessCluster
+        try:
+            layout = ProcessCluster.load(self.cluster_dir).layout
+        except (ClusterError, OSError, ValueError) as e:
+            self.errors = [f"cannot read the cluster at {self.cluster_dir}: {e}"]
+            return
+        for n in layout.nodes:
+            self._learn(n.node_id, n.role, layout.host, n.port, n.metrics_port)
+            self.nodes[n.node_id].process = n.process_state()
+
+    async def _discover(self) -> None:
+        from tidelog.protocol.api_keys import ApiKey
+        from tidelog.protocol.client import KafkaConnection
+        addresses = list(self.bootstrap) + [(n.host, n.port) for n in self.nodes.values()
+                                            if n.role == "broker" and n.port]
+        errors = []
+        for host, port in dict.fromkeys(addresses):
+            try:
+                connection = await KafkaConnection.connect(host, port, "tidelog-ui", 2)
+            except (OSError, asyncio.TimeoutError) as e:
+                errors.append(f"{host}:{port}: {type(e).__name__}: {e}")
+                continue
+            try:
+                metadata = await connection.request(ApiKey.METADATA, {"topics": [],
+                                                                      "allow_auto_topic_creation": False},
+                                                     timeout_s=3)
+            except (OSError, asyncio.TimeoutError, ConnectionError) as e:
+                errors.append(f"{host}:{port}: {type(e).__name__}: {e}")
+                continue
+            finally:
+                connection.close()
+            for b in metadata.brokers:
+                node_id = int(b.node_id)
+                self._learn(node_id, "broker", b.host, int(b.port), self._metrics_port(node_id, int(b.port)))
+            self.errors = []
+            return
+        self.errors = errors or ["no bootstrap server"]
+
+    def _discover_from_states(self) -> None:
+        """Registrations in any /state name brokers Metadata leaves out (the fenced)."""
+        for node in list(self.nodes.values()):
+            for b in (node.state or {}).get("brokers", ()):
+                if b["id"] not in self.nodes and b["endpoints"]:
+                    e = b["endpoints"][0]
+                    self._learn(b["id"], "broker", e["host"], e["port"], self._metrics_port(b["id"], e["port"]))
+
+    # --------------------------------------------------------------- rounds
+
+    async def _poll_loop(self) -> None:
+        while True:
+            started = time.monotonic()
+            try:
+                await self.poll_once()
+            except Exception:
+                log.exception("poll round failed")
+            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+    async def poll_once(self) -> None:
+        if self.cluster_dir is not None:
+            self._discover_from_layout()
+        elif self.rounds % REDISCOVER_ROUNDS == 0 or not self.nodes:
+            await self._discover()
+        self.rounds += 1
+        nodes = [n for n in self.nodes.values() if n.metrics_port is not None]
+        await asyncio.gather(*(self._poll_node(n) for n in nodes))
+        if self.cluster_dir is None:
+            self._discover_from_states()
+        new_events = []
+        arrived = sorted((e for n in nodes for e in n.events), key=lambda e: (e["time_ms"], e["broker"], e["seq"]))
+        for node in nodes:
+            node.events = []
+        for event in arrived:
+            key = _event_key(event)
+            seen = self._timeline_index.get(key)
+            if seen is not None:
+                if event["broker"] not in seen["seen_by"]:
+                    seen["seen_by"].append(event["broker"])
+                continue
+            if len(self.timeline) == self.timeline.maxlen:
+                self._timeline_index.pop(self.timeline[0]["key"], None)
+            entry = {**event, "seen_by": [event["broker"]], "key": key}
+            self.timeline.append(entry)
+            self._timeline_index[key] = entry
+            new_events.append(entry)
+        state = self._merge()
+        if state != self.state:
+            self.state = state
+            self._broadcast("state", state)
+        if new_events:
+            self._broadcast("changes", {"events": [self._public(e) for e in new_events]})
+
+    async def _poll_node(self, node: NodeView) -> None:
+        try:
+            state, changes = await asyncio.gather(
+                http_get_json(node.host, node.metrics_port, "/state"),
+                http_get_json(node.host, node.metrics_port, f"/state-changes?since={node.since}")
+                if node.role == "broker" else asyncio.sleep(0, {"events": [], "last_seq": 0}))
+        except (OSError, asyncio.TimeoutError, ConnectionError, ValueError) as e:
+            node.state, node.error = None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            return
+        node.state, node.error = state, None
+        if changes["last_seq"] < node.since:        # a new log (its file was removed): start over
+            node.since = 0
+        node.events = changes["events"]
+        if node.events:
+            node.since = node.events[-1]["seq"]
+
+    def _merge(self) -> dict:
+        controller_id = None
+        views = {}                 # broker id → (metadata offset, its registration) from the newest image
+        partitions: dict[tuple[str, int], dict] = {}
+        for node in self.nodes.values():
+            state = node.state
+            if state is None:
+                continue
+            controller_id = state.get("controller_id", controller_id)
+            for b in state.get("brokers", ()):
+                if b["id"] not in views or views[b["id"]][0] < state["metadata_offset"]:
+                    views[b["id"]] = (state["metadata_offset"], b)
+            for p in state.get("partitions", ()):
+                key = (p["topic"], p["partition"])
+                merged = partitions.setdefault(key, {"topic": p["topic"], "partition": p["partition"],
+                                                     "partition_epoch": -1, "replica_offsets": {}})
+                if p.get("partition_epoch", -1) > merged["partition_epoch"]:
+                    merged.update({k: p[k] for k in ("leader", "leader_epoch", "partition_epoch", "isr", "replicas")
+                                   if k in p})
+                merged["replica_offsets"][str(node.node_id)] = {
+                    k: p.get(k) for k in ("role", "log_start_offset", "high_watermark", "last_stable_offset",
+                                          "log_end_offset")}
+        nodes = []
+        for node in sorted(self.nodes.values(), key=lambda n: (n.role != "broker", n.node_id)):
+            state = node.state or {}
+            registration = views.get(node.node_id, (None, None))[1]
+            nodes.append({
+                "id": node.node_id, "role": node.role, "host": node.host, "port": node.port,
+                "metrics_port": node.metrics_port, "reachable": node.state is not None, "error": node.error,
+                "process": node.process, "state": state.get("state"),
+                "broker_epoch": registration["broker_epoch"] if registration else (
+                    state.get("broker_epoch") if node.role == "broker" else None),
+                "registered": registration is not None,
+                "fenced": registration["fenced"] if registration else state.get("fenced"),
+                "in_controlled_shutdown": registration["in_controlled_shutdown"] if registration else None,
+                "is_controller": node.node_id == controller_id,
+            })
+        return {"controller_id": controller_id, "nodes": nodes, "errors": list(self.errors),
+                "partitions": [partitions[k] for k in sorted(partitions)]}
+
+    @staticmethod
+    def _public(entry: dict) -> dict:
+        return {k: v for k, v in entry.items() if k != "key"}
+
+    def snapshot(self) -> dict:
+        return {**self.state, "time_ms": int(time.time() * 1000), "drills": self.cluster_dir is not None,
+                "interval_s": self.interval_s, "events": [self._public(e) for e in self.timeline]}
+
+    def _broadcast(self, kind: str, data: dict) -> None:
+        message = f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+        for queue in self._clients:
+            queue.put_nowait(message)
+
+    # ----------------------------------------------------------------- HTTP
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError):
+                return
+            words = head.decode("latin-1").split("\r\n")[0].split()
+            if len(words) != 3:
+                return await self._reply(writer, "400 Bad Request", "text/plain", b"bad request\n")
+            method, (path, _, query) = words[0], words[1].partition("?")
+            if path == "/events" and method == "GET":
+                return await self._stream(writer)
+            if path == "/api/drill" and method == "POST":
+                status, body = await self._drill(dict(parse_qsl(query)))
+                return await self._reply(writer, status, "application/json", json.dumps(body).encode())
+            if method != "GET":
+                return await self._reply(writer, "405 Method Not Allowed", "text/plain", b"GET only\n")
+            if path == "/api/snapshot":
+                return await self._reply(writer, "200 OK", "application/json", json.dumps(self.snapshot()).encode())
+            if path in _STATIC:
+                name, content_type = _STATIC[path]
+                body = resources.files("tidelog.ui").joinpath("static", name).read_bytes()
+                return await self._reply(writer, "200 OK", content_type, body)
+            await self._reply(writer, "404 Not Found", "text/plain", b"not found\n")
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    @staticmethod
+    async def _reply(writer, status: str, content_type: str, body: bytes) -> None:
+        writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+                     f"Cache-Control: no-store\r\nConnection: close\r\n\r\n".encode("latin-1") + body)
+        await writer.drain()
+
+    async def _stream(self, writer: asyncio.StreamWriter) -> None:
+        """One browser's server-sent events: a snapshot, then what changes."""
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n"
+                     b"Connection: close\r\n\r\nretry: 2000\n\n")
+        queue: asyncio.Queue = asyncio.Queue()
+        queue.put_nowait(f"event: snapshot\ndata: {json.dumps(self.snapshot(), separators=(',', ':'))}\n\n"
+                         .encode())
+        self._clients.add(queue)
+        try:
+            while True:
+                try:
+                    message = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+                except asyncio.TimeoutError:
+                    message = b": keepalive\n\n"
+                if message is None:
+                    return
+                writer.write(message)
+                await writer.drain()
+        finally:
+            self._clients.discard(queue)
+
+    async def _drill(self, query: dict[str, str]) -> tuple[str, dict]:
+        if self.cluster_dir is None:
+            return "403 Forbidden", {"error": "fault drills need a cluster started by tidelog cluster up"}
+        action, node = query.get("action"), query.get("node", "")
+        if action not in DRILLS or not node.isdigit():
+            return "400 Bad Request", {"error": f"action must be one of {', '.join(DRILLS)}, node an id"}
+        from tidelog.cluster import ClusterError, ProcessCluster
+
+        def run() -> None:
+            cluster = ProcessCluster.load(self.cluster_dir)
+            getattr(cluster, action)(int(node))
+        try:
+            await asyncio.to_thread(run)
+        except ClusterError as e:
+            return "409 Conflict", {"error": str(e)}
+        log.info("fault drill: %s node %s", action, node)
+        return "200 OK", {"done": f"{action} {node}"}
+
+
+async def serve(server: UiServer, ready=None) -> None:
+    await server.start()
+    print(f"tidelog ui ready: {server.url}", flush=True)
+    if ready is not None:
+        ready()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()
+
+
+def ui_state_file(cluster_dir: str) -> str:
+    return os.path.join(cluster_dir, "ui.json")
