@@ -250,22 +250,27 @@ class ProcessCluster:
             time.sleep(0.02)
         self.save()
 
-    def up(self) -> None:
-        """Start the controller, then every broker (in parallel); return once all serve."""
+    def up(self, on_ready=None) -> None:
+        """Start the controller, then every broker (in parallel); return once all serve.
+        ``on_ready(node)`` is called as each node becomes ready (progress output)."""
         controller = self.layout.controller
         if not controller.alive():
             self.start_node(controller)
+        if on_ready is not None:
+            on_ready(controller)
         # Brokers start in parallel; each returns once it is RUNNING (unfenced).
-        self._start_parallel([b for b in self.layout.brokers if not b.alive()])
+        self._start_parallel([b for b in self.layout.brokers if not b.alive()], on_ready)
         self.save()
 
-    def _start_parallel(self, brokers: list[Node]) -> None:
+    def _start_parallel(self, brokers: list[Node], on_ready=None) -> None:
         import threading
         errors: list[Exception] = []
 
         def start(node: Node) -> None:
             try:
                 self.start_node(node)
+                if on_ready is not None:
+                    on_ready(node)
             except Exception as e:  # reported below
                 errors.append(e)
         threads = [threading.Thread(target=start, args=(b,)) for b in brokers]

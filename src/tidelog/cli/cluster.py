@@ -8,6 +8,7 @@ import asyncio
 import sys
 import time
 
+from tidelog.cli.progress import Progress
 from tidelog.cluster import CONTROLLER_ID, ClusterError, ProcessCluster
 from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
@@ -77,7 +78,9 @@ def _run(args) -> int:
             links = cluster.enable_link_proxy()
             print(f"link proxy on control port {links['control_port']}: brokers advertise proxy ports "
                   f"{', '.join(f'{k}:{v}' for k, v in sorted(links['ports'].items()))}")
-        cluster.up()
+        with Progress(f"starting the controller and {len(cluster.layout.brokers)} brokers",
+                      total=len(cluster.layout.nodes)) as progress:
+            cluster.up(on_ready=lambda node: progress.advance(note=f"{node.name} ready"))
         print(f"cluster up in {time.monotonic() - started:.2f} s: {len(cluster.layout.brokers)} brokers, "
               f"controller on {cluster.layout.host}:{cluster.layout.controller.port}, data in {cluster.layout.directory}")
         if args.link_proxy:

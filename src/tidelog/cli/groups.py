@@ -43,6 +43,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Iterable
 
+from tidelog.cli.progress import Progress
 from tidelog.cli.topics import CONSUMER_REPLICA_ID, EARLIEST, LATEST, _error, _metadata, _offsets
 from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.core.ids import TopicPartition
@@ -466,13 +467,15 @@ async def _reset_offsets(session: Session, args) -> int:
             f"cannot reset the offsets of group {args.group!r}: it is {group.state} with "
             f"{len(group.members)} active member(s); offsets can only be reset while the group is Empty "
             f"(stop its consumers first)")
-    targets = await _new_offsets(session, args, partitions, group.committed)
+    with Progress(f"reading the log offsets of {len(partitions)} partitions"):
+        targets = await _new_offsets(session, args, partitions, group.committed)
     _table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
            [[args.group, tp.topic, tp.partition, offset] for tp, offset in targets.items()])
     if not args.execute:
         print("(dry run: nothing was committed; add --execute to commit these offsets)", file=sys.stderr)
         return 0
-    await _commit(session, args.group, targets)
+    with Progress(f"committing {len(targets)} offsets for group {args.group}"):
+        await _commit(session, args.group, targets)
     return 0
 
 

@@ -13,13 +13,16 @@ answers that replica's own high watermark).
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
+from tidelog.cli.progress import Progress
 from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 
 EARLIEST, LATEST = -2, -1
+LEADER_WAIT_S = 30
 CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID = -1, -2
 
 
@@ -86,8 +89,28 @@ async def _create(connection: KafkaConnection, args) -> int:
     if error != ErrorCode.NONE:
         print(f"error creating {args.topic}: {error.name}: {result.error_message or ''}", file=sys.stderr)
         return 1
-    verb = "would be created" if args.validate_only else "created"
-    print(f"topic {args.topic} {verb}")
+    if args.validate_only:
+        print(f"topic {args.topic} would be created")
+        return 0
+    # As a user expects before producing: wait (up to 30 s) until every partition has a leader.
+    deadline = asyncio.get_running_loop().time() + LEADER_WAIT_S
+    with Progress(f"waiting for the leaders of {args.topic}", total=args.partitions if args.partitions > 0 else None
+                  ) as progress:
+        led = 0
+        while True:
+            metadata = await _metadata(connection, [args.topic])
+            partitions = metadata.topics[0].partitions if metadata.topics else ()
+            now_led = sum(1 for p in partitions if _error(p.error_code) == ErrorCode.NONE and int(p.leader_id) >= 0)
+            progress.advance(now_led - led)
+            led = now_led
+            if partitions and led == len(partitions):
+                break
+            if asyncio.get_running_loop().time() > deadline:
+                print(f"topic {args.topic} created; {led} of {len(partitions)} partitions have a leader so far",
+                      file=sys.stderr)
+                return 0
+            await asyncio.sleep(0.1)
+    print(f"topic {args.topic} created")
     return 0
 
 
