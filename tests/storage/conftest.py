@@ -7,6 +7,7 @@ import os
 import pytest
 
 from tidelog.core.clock import ManualClock
+from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.records.batch import build_batch, iter_batches, iter_records, validate_batch
 from tidelog.storage.config import LogConfig
 from tidelog.storage.crashable import CrashableFileSystem
@@ -92,3 +93,15 @@ def log_dir(tmp_path) -> str:
 def small_config() -> LogConfig:
     """Segments of ~1 KiB and an index entry every ~100 bytes: many rolls, dense indexes."""
     return LogConfig(segment_bytes=1024, index_interval_bytes=100)
+
+
+def code_of(call) -> ErrorCode:
+    """The Kafka error code ``call()`` raises."""
+    with pytest.raises(KafkaError) as e:
+        call()
+    return e.value.error_code
+
+
+@pytest.fixture
+def log(log_dir, small_config, clock, fs) -> Log:
+    return Log.open(log_dir, small_config, clock, fs)

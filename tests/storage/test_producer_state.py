@@ -5,29 +5,17 @@ rolls back with a truncation."""
 
 from __future__ import annotations
 
-import pytest
 
-from tidelog.core.errors import ErrorCode, KafkaError
+from tidelog.core.errors import ErrorCode
 from tidelog.records.batch import build_batch
 from tidelog.storage.log import Log
 
-from .conftest import T0_MS, read_all
+from .conftest import T0_MS, code_of, read_all
 
 
 def idem(sequence: int, *values: str, producer_id: int = 7, epoch: int = 0, base_offset: int = 0) -> bytes:
     return build_batch([v.encode() for v in values], producer_id=producer_id, producer_epoch=epoch,
                        base_sequence=sequence, timestamp_ms=T0_MS, base_offset=base_offset)
-
-
-def code_of(call) -> ErrorCode:
-    with pytest.raises(KafkaError) as e:
-        call()
-    return e.value.error_code
-
-
-@pytest.fixture
-def log(log_dir, small_config, clock, fs) -> Log:
-    return Log.open(log_dir, small_config, clock, fs)
 
 
 def test_a_retried_batch_gets_its_original_offsets_and_is_not_written_twice(log):

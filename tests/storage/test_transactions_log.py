@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import os
 
-import pytest
 
-from tidelog.core.errors import ErrorCode, KafkaError
+from tidelog.core.errors import ErrorCode
 from tidelog.records.batch import build_batch, build_marker
 from tidelog.storage.log import Log
 from tidelog.storage.producer_state import AbortedTxn
 
-from .conftest import T0_MS
+from .conftest import T0_MS, code_of
 
 
 def txn(sequence: int, *values: str, producer_id: int = 7, epoch: int = 0) -> bytes:
@@ -27,17 +26,6 @@ def marker(commit: bool, producer_id: int = 7, epoch: int = 0, coordinator_epoch
 
 def plain(*values: str) -> bytes:
     return build_batch([v.encode() for v in values], timestamp_ms=T0_MS)
-
-
-def code_of(call) -> ErrorCode:
-    with pytest.raises(KafkaError) as e:
-        call()
-    return e.value.error_code
-
-
-@pytest.fixture
-def log(log_dir, small_config, clock, fs) -> Log:
-    return Log.open(log_dir, small_config, clock, fs)
 
 
 def _settle(log: Log) -> None:

@@ -236,19 +236,7 @@ def _check_lengths(cls, buf, pos: int) -> int:
     end = len(buf)
     name = cls.__name__
 
-    def uvarint(p: int) -> tuple[int, int]:
-        value = shift = 0
-        while True:
-            if p >= end:
-                raise ProtocolError(f"{name}: varint past the end of the request")
-            byte = buf[p]
-            p += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value, p
-            shift += 7
-            if shift > 35:
-                raise ProtocolError(f"{name}: varint longer than 5 bytes")
+    uvarint = functools.partial(_read_uvarint, buf)
 
     def length(p: int, flexible: bool, size: int) -> tuple[int, int]:
         """A string/bytes length or array count (-1: null) and the position after it."""

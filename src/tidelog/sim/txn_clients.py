@@ -36,7 +36,7 @@ from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.records.batch import CONTROL_ABORT, build_batch, iter_batches, iter_records, read_control
 from tidelog.sim.checker import InvariantViolation
-from tidelog.sim.clients import DELIVERY_TIMEOUT_MS, RETRY_BACKOFF_MS, SEQUENCE_MODULUS, _Client
+from tidelog.sim.clients import DELIVERY_TIMEOUT_MS, RETRY_BACKOFF_MS, SEQUENCE_MODULUS, SimConsumer, _Client
 
 if TYPE_CHECKING:
     from tidelog.sim.world import World
@@ -281,21 +281,11 @@ class SimTxnProducer(_Client):
                    answered, lambda: self._end(commit))
 
 
-class SimTxnConsumer(_Client):
+class SimTxnConsumer(SimConsumer):
     """read_committed over ``tx``, from offset 0, dropping aborted transactions."""
 
     def __init__(self, sim: "World", name: str):
         super().__init__(sim, name, TXN_TOPIC)
-        self.positions: dict[TopicPartition, int] = {tp: 0 for tp in self.partitions}
-
-    def start(self) -> None:
-        super().start()
-        for tp in self.partitions:
-            self.after(self.sim.rng.randrange(1, 50), lambda tp=tp: self._poll(tp))
-
-    def _poll(self, tp: TopicPartition) -> None:
-        if self.active:
-            self._with_leader(tp, lambda leader: self._fetch(tp, leader))
 
     def _fetch(self, tp: TopicPartition, leader: int) -> None:
         position = self.positions[tp]
