@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test setup bench clean kcat sim-long chaos-long
+.PHONY: run test setup bench clean kcat browser sim-long chaos-long
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,14 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/tidelog serve
 
+# Chromium and its driver (Debian) for the web view's browser test.
+browser:
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null; \
+	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; fi; }
+
 # Sets everything up and runs the whole test suite.
-test: $(STAMP) kcat
+test: $(STAMP) kcat browser
 	$(PY) -m pytest -q
 
 # The deterministic simulator over thousands of seeds (beyond the 50 that `make test`

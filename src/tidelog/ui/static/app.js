@@ -51,7 +51,8 @@ function renderPartitions() {
     const offsets = p.replica_offsets || {};
     const replicas = p.replicas || Object.keys(offsets).map(Number);
     const known = Object.values(offsets).filter((o) => o.log_end_offset != null);
-    const max = Math.max(1, ...known.map((o) => o.log_end_offset));
+    const newest = Math.max(0, ...known.map((o) => o.log_end_offset));   // the furthest replica: lag is behind it
+    const max = Math.max(1, newest);                                        // the bars' scale
     const under = (p.isr || []).length < replicas.length;
     const rows = replicas.map((r) => {
       const o = offsets[String(r)];
@@ -68,7 +69,7 @@ function renderPartitions() {
           <div class="seg uncommitted" style="left:${pct(hw)};width:${pct(leo - hw)}"></div>
           ${lso < hw ? `<div class="lso" style="left:${pct(lso)}"></div>` : ""}</div>
         <span class="numbers">start ${start} · hw ${hw} · lso ${lso} · leo ${leo}${
-          leo < max ? ` · <span class="warn">lag ${max - leo}</span>` : ""}</span></div>`;
+          leo < newest ? ` · <span class="warn">lag ${newest - leo}</span>` : ""}</span></div>`;
     }).join("");
     return `<div class="partition ${under ? "under" : ""}"><div class="title">${esc(p.topic)}-${p.partition}
       <span class="meta">leader ${p.leader ?? "?"} · leader epoch ${p.leader_epoch ?? "?"} · ISR ${list(p.isr)}
