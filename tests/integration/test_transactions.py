@@ -242,3 +242,62 @@ def test_the_transaction_completes_when_its_coordinator_is_killed(when):
         new_coordinator = admin.list_topics("__transaction_state", timeout=10).topics[
             "__transaction_state"].partitions[index].leader
         assert new_coordinator not in (-1, coordinator)
+
+
+def test_a_transactional_write_to_a_partition_not_in_the_transaction_is_refused(cluster):
+    """KIP-890 part 1: the leader asks the coordinator (itself or, over the network,
+    another broker) before appending a transaction's first batch; a write to a partition
+    the producer never added (a late or zombie write) is refused instead of opening a
+    transaction nobody will end — on partitions led by the coordinator and by others."""
+    import asyncio
+
+    from tidelog.group.records import partition_for
+    from tidelog.protocol.api_keys import ApiKey
+    from tidelog.protocol.client import KafkaConnection
+    from tidelog.records.batch import build_batch
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("txn-verify", 3, 3)])["txn-verify"].result(15)
+    warm = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "verify"})
+    warm.init_transactions(30)                      # creates the coordinator's state for "verify"
+    coordinator = admin.list_topics("__transaction_state", timeout=10).topics[
+        "__transaction_state"].partitions[partition_for("verify", 50)].leader
+    leaders = {p: m.leader for p, m in admin.list_topics("txn-verify", timeout=10).topics["txn-verify"].partitions.items()}
+
+    async def scenario():
+        connections = {}
+
+        async def to(broker):
+            if broker not in connections:
+                connections[broker] = await KafkaConnection.connect("127.0.0.1", cluster.port(broker))
+            return connections[broker]
+        init = await (await to(coordinator)).request(ApiKey.INIT_PRODUCER_ID, {
+            "transactional_id": "verify", "transaction_timeout": 60000, "producer_id": -1, "producer_epoch": -1})
+        pid, epoch = int(init.producer_id), int(init.producer_epoch)
+
+        async def produce(partition, sequence):
+            batch = build_batch([b"value"], producer_id=pid, producer_epoch=epoch, base_sequence=sequence,
+                                is_transactional=True)
+            response = await (await to(leaders[partition])).request(ApiKey.PRODUCE, {
+                "transactional_id": "verify", "acks": -1, "timeout": 5000, "topic_data": [
+                    {"name": "txn-verify", "partition_data": [{"index": partition, "records": batch}]}]}, version=9)
+            return ErrorCode(response.responses[0].partition_responses[0].error_code.value)
+        refused = {p: await produce(p, 0) for p in leaders}
+        await (await to(coordinator)).request(ApiKey.ADD_PARTITIONS_TO_TXN, {
+            "v3_and_below_transactional_id": "verify", "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": epoch,
+            "v3_and_below_topics": [{"name": "txn-verify", "partitions": list(leaders)}]}, version=3)
+        accepted = {p: await produce(p, 0) for p in leaders}
+        await (await to(coordinator)).request(ApiKey.END_TXN, {
+            "transactional_id": "verify", "producer_id": pid, "producer_epoch": epoch, "committed": False})
+        for connection in connections.values():
+            connection.close()
+        return refused, accepted
+
+    from tidelog.core.errors import ErrorCode
+    refused, accepted = asyncio.run(scenario())
+    assert set(refused.values()) == {ErrorCode.INVALID_TXN_STATE}, refused
+    assert set(accepted.values()) == {ErrorCode.NONE}, accepted
+    assert {leaders[p] == coordinator for p in leaders} == {True, False} or len(set(leaders.values())) == 1
+    # Nothing of the refused writes is in the logs: the aborted transaction held 3 records in all.
+    values = _read(cluster.bootstrap, "txn-verify", 3, "read_uncommitted", expected=3)
+    assert values == [b"value"] * 3

@@ -140,6 +140,8 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("transaction.max.timeout.ms", int, 900_000, _positive),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", int, 10_000, _positive),
     ConfigDef("transactional.id.expiration.ms", int, 604_800_000, _positive),
+    ConfigDef("transaction.partition.verification.enable", bool, True, None,
+              "KIP-890: a leader asks the coordinator before appending a transaction's first batch"),
     # Prometheus metrics with Kafka's names (docs/observability.md); off unless metrics.port is set.
     ConfigDef("metrics.port", int, None, lambda v: 0 <= v <= 65535,
               "serve Prometheus /metrics on this port (0 picks a free one)"),

@@ -14,20 +14,24 @@ and partition state comes from the image; every change goes to the controller.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from tidelog.broker.node import BrokerNode
-from tidelog.core.errors import ErrorCode
+from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.core.ids import TopicPartition
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import ZERO_UUID, millis
+from tidelog.records.batch import BATCH_HEADER_SIZE_BYTES, read_header
 from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
 from tidelog.replication.fetcher import OffsetsForLeaderEpochPartition
 from tidelog.replication.partition import Isolation
 from tidelog.replication.replica_manager import DEBUGGING_REPLICA_ID
+
+log = logging.getLogger("tidelog.apis")
 
 LATEST_TIMESTAMP = -1
 
@@ -46,6 +50,9 @@ class ApiContext:
     listener_name: str
     auto_create_topics: Callable[[list[str]], dict]      # name → error code (auto.create.topics.enable)
     next_producer_id: Callable[[], Awaitable[int]]
+    # KIP-890 part 1: (transactional id, {tp: (producer id, epoch)}) -> {tp: error}, at
+    # once or awaitable; set by the transaction APIs (server/txn_apis.py).
+    verify_transactions: Callable | None = None
 
 
 class KafkaApis:
@@ -114,7 +121,24 @@ class KafkaApis:
                 else:
                     entries[tp] = data.records
         future, resolve = self._future()
-        self.replica_manager.append_records(acks, millis(request.timeout), entries, resolve)
+        unverified = self._unverified(request, entries)
+        if unverified:
+            verified = self.context.verify_transactions(request.transactional_id, unverified)
+            if isinstance(verified, dict):
+                self._refuse_unverified(verified, entries, errors)
+            else:
+                # Append once the coordinator answered (nothing of the request before).
+                async def verify_then_append():
+                    try:
+                        answer = await verified
+                    except Exception as e:       # the coordinator is unreachable: the client retries
+                        log.info("transaction verification failed: %s", e)
+                        answer = {tp: ErrorCode.NOT_ENOUGH_REPLICAS for tp in unverified}
+                    self._refuse_unverified(answer, entries, errors)
+                    self.replica_manager.append_records(acks, millis(request.timeout), entries, resolve)
+                    return build(await future)
+        if not unverified or isinstance(verified, dict):
+            self.replica_manager.append_records(acks, millis(request.timeout), entries, resolve)
 
         def build(responses: dict) -> dict | None:
             if acks == 0:
@@ -131,6 +155,12 @@ class KafkaApis:
                  "topic_id": topic_keys.get(topic, (None, None))[1] or ZERO_UUID,
                  "partition_responses": partitions} for topic, partitions in by_topic.items()]}
 
+        if unverified and not isinstance(verified, dict):
+            task = verify_then_append()
+            if acks == 0:
+                asyncio.ensure_future(task)
+                return None
+            return task
         if future.done():
             return build(future.result())
         if acks == 0:
@@ -139,6 +169,37 @@ class KafkaApis:
         async def later():
             return build(await future)
         return later()
+
+    def _unverified(self, request, entries: dict) -> dict:
+        """The transactional batches of a produce request whose producer has no open
+        transaction in that partition yet: the coordinator must confirm the partition
+        was added to the transaction (KIP-890 part 1) before they are appended."""
+        if self.context.verify_transactions is None or not getattr(request, "transactional_id", None):
+            return {}
+        out = {}
+        for tp, records in entries.items():
+            if len(records) < BATCH_HEADER_SIZE_BYTES:
+                continue
+            try:
+                header = read_header(records)
+            except KafkaError:
+                continue                        # the append refuses it with the right error
+            if not header.is_transactional or header.producer_id < 0:
+                continue
+            partition = self.replica_manager.get_partition(tp)
+            log_ = getattr(partition, "log", None)
+            if log_ is None or not partition.is_leader:
+                continue                        # the append answers NOT_LEADER_OR_FOLLOWER
+            if header.producer_id not in log_.ongoing_transactions():
+                out[tp] = (header.producer_id, header.producer_epoch)
+        return out
+
+    @staticmethod
+    def _refuse_unverified(answer: dict, entries: dict, errors: dict) -> None:
+        for tp, error in answer.items():
+            if error != ErrorCode.NONE:
+                entries.pop(tp, None)
+                errors[tp] = error
 
     # ------------------------------------------------------------------ fetch
 

@@ -243,6 +243,8 @@ class Server:
         self.txn_apis = TxnApis(self.node, self.listener_name, self.clock, self.next_producer_id,
                                 kafka_apis.handle_init_producer_id)
         self.txn_apis.register(self.dispatcher)
+        if self.config["transaction.partition.verification.enable"]:
+            kafka_apis.context.verify_transactions = self.txn_apis.verify
         self.admin.register(self.dispatcher)
 
     # -------------------------------------------------------------- the node

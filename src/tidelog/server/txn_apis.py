@@ -50,7 +50,7 @@ class TxnApis:
 
     def register(self, dispatcher) -> None:
         dispatcher.register(ApiKey.INIT_PRODUCER_ID, self.handle_init_producer_id, 0, 5)
-        dispatcher.register(ApiKey.ADD_PARTITIONS_TO_TXN, self.handle_add_partitions_to_txn, 0, 3)
+        dispatcher.register(ApiKey.ADD_PARTITIONS_TO_TXN, self.handle_add_partitions_to_txn, 0, 4)
         dispatcher.register(ApiKey.ADD_OFFSETS_TO_TXN, self.handle_add_offsets_to_txn, 0, 4)
         dispatcher.register(ApiKey.END_TXN, self.handle_end_txn, 0, 4)
         dispatcher.register(ApiKey.WRITE_TXN_MARKERS, self.handle_write_txn_markers, 1, 1)
@@ -99,6 +99,8 @@ class TxnApis:
     # ================================================ AddPartitionsToTxn
 
     def handle_add_partitions_to_txn(self, header, request):
+        if header.api_version >= 4:
+            return self._add_partitions_batched(request)
         transactional_id = request.v3_and_below_transactional_id
         topics = [(t.name, [int(p) for p in t.partitions]) for t in request.v3_and_below_topics]
         wanted = {TopicPartition(name, p) for name, partitions in topics for p in partitions}
@@ -118,6 +120,91 @@ class TxnApis:
         return self._add(transactional_id, int(request.v3_and_below_producer_id),
                          int(request.v3_and_below_producer_epoch), wanted,
                          lambda error: response({tp: error for tp in wanted}))
+
+    def _add_partitions_batched(self, request):
+        """v4+, sent by brokers (KIP-890): with ``verify_only``, whether each partition is in
+        the producer's open transaction; without it, add them (as v3 does, per transaction)."""
+        results: list = []
+        pending: list = []
+        for txn in request.transactions:
+            tps = [TopicPartition(t.name, int(p)) for t in txn.topics for p in t.partitions]
+            slot = {"transactional_id": txn.transactional_id, "topic_results": None}
+            results.append(slot)
+
+            def fill(errors: dict, slot=slot, tps=tps) -> None:
+                by_topic: dict[str, list] = {}
+                for tp in tps:
+                    by_topic.setdefault(tp.topic, []).append(
+                        {"partition_index": tp.partition, "partition_error_code": int(errors[tp])})
+                slot["topic_results"] = [{"name": n, "results_by_partition": ps} for n, ps in by_topic.items()]
+            shard = self.coordinator.shard_for(txn.transactional_id)
+            if isinstance(shard, ErrorCode):
+                fill({tp: shard for tp in tps})
+            elif txn.verify_only:
+                fill(shard.verify(txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch), tps))
+            else:
+                answer = _call(lambda respond, shard=shard, txn=txn, tps=tps: shard.add_partitions(
+                    txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch), set(tps), self._now(),
+                    respond), lambda error, tps=tps: {tp: error for tp in tps})
+                if isinstance(answer, dict):
+                    fill(answer)
+                else:
+                    pending.append((answer, fill))
+
+        def response() -> dict:
+            return {"throttle_time": 0, "error_code": 0, "results_by_transaction": results}
+        if not pending:
+            return response()
+
+        async def later():
+            for awaitable, fill in pending:
+                fill(await awaitable)
+            return response()
+        return later()
+
+    def verify(self, transactional_id: str, items: dict):
+        """KIP-890 part 1 for a produce request: ``items`` maps partitions to the (producer
+        id, epoch) of their first transactional batch; answers {tp: error}, at once when this
+        broker coordinates the id, else awaitable (AddPartitionsToTxn v4, verify_only)."""
+        shard = self.coordinator.shard_for(transactional_id)
+        producers = set(items.values())
+        if not isinstance(shard, ErrorCode):
+            out = {}
+            for producer_id, epoch in producers:
+                tps = [tp for tp, p in items.items() if p == (producer_id, epoch)]
+                out.update(shard.verify(transactional_id, producer_id, epoch, tps))
+            return out
+        index = self.coordinator.partition_for(transactional_id)
+        registration = self.node.image.partition(TopicPartition(self.coordinator.topic, index))
+        leader = -1 if registration is None else registration.leader
+        if shard == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or leader < 0 or leader == self.node.node_id:
+            # Retriable for the client (Kafka maps coordinator trouble to NOT_ENOUGH_REPLICAS).
+            return {tp: ErrorCode.NOT_ENOUGH_REPLICAS for tp in items}
+
+        async def remote():
+            out = {}
+            for producer_id, epoch in producers:
+                tps = [tp for tp, p in items.items() if p == (producer_id, epoch)]
+                by_topic: dict[str, list[int]] = {}
+                for tp in tps:
+                    by_topic.setdefault(tp.topic, []).append(tp.partition)
+                response = await self.channel.request(leader, ApiKey.ADD_PARTITIONS_TO_TXN, {
+                    "transactions": [{"transactional_id": transactional_id, "producer_id": producer_id,
+                                      "producer_epoch": epoch, "verify_only": True,
+                                      "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}]})
+                if ErrorCode(response.error_code.value) != ErrorCode.NONE:
+                    out.update({tp: ErrorCode.NOT_ENOUGH_REPLICAS for tp in tps})
+                    continue
+                for txn in response.results_by_transaction:
+                    for topic in txn.topic_results:
+                        for p in topic.results_by_partition:
+                            code = ErrorCode(p.partition_error_code.value)
+                            if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+                                code = ErrorCode.NOT_ENOUGH_REPLICAS
+                            out[TopicPartition(topic.name, int(p.partition_index))] = code
+            return out
+        return remote()
 
     def handle_add_offsets_to_txn(self, header, request):
         group_partition = self.node.group_coordinator.partition_for(request.group_id)
@@ -275,13 +362,24 @@ class TxnApis:
 
 
 class MarkerChannel:
-    """WriteTxnMarkers to other brokers: one connection per broker, opened on demand
-    and dropped on any failure (the shard retries the transaction's markers)."""
+    """Requests to other brokers (WriteTxnMarkers, verifications): one connection per
+    broker, opened on demand and dropped on any failure (the caller retries)."""
 
     def __init__(self, node, listener_name: str):
         self.node = node
         self.listener_name = listener_name
         self._connections: dict[int, KafkaConnection] = {}
+
+    async def request(self, broker_id: int, api_key: int, body: dict):
+        """One request to another broker on the shared connection (dropped on failure)."""
+        try:
+            connection = await self._connection(broker_id)
+            return await asyncio.wait_for(connection.request(api_key, body), MARKER_REQUEST_TIMEOUT_S)
+        except BaseException:
+            dropped = self._connections.pop(broker_id, None)
+            if dropped is not None:
+                dropped.close()
+            raise
 
     def send(self, broker_id: int, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
              partitions: list, on_done: Callable[[dict], None]) -> None:

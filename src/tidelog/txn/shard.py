@@ -200,6 +200,21 @@ class TxnShard:
                       last_update_ms=now_ms, start_ms=meta.start_ms if ongoing else now_ms, pending=False)
         self._store(meta, new, respond)
 
+    def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+               partitions) -> dict[TopicPartition, ErrorCode]:
+        """KIP-890 part 1 (AddPartitionsToTxn with verify_only, asked by a partition
+        leader before it appends a transactional batch): NONE for each partition the
+        producer's open transaction has, INVALID_TXN_STATE for the others (a late
+        or zombie write that would otherwise open a transaction nobody ends)."""
+        meta = self.transactions.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return {tp: ErrorCode.INVALID_PRODUCER_ID_MAPPING for tp in partitions}
+        if producer_epoch != meta.producer_epoch:
+            return {tp: ErrorCode.PRODUCER_FENCED for tp in partitions}
+        ongoing = meta.state == TxnState.ONGOING
+        return {tp: ErrorCode.NONE if ongoing and tp in meta.partitions else ErrorCode.INVALID_TXN_STATE
+                for tp in partitions}
+
     # ========================================================== EndTxn
 
     def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
