@@ -44,7 +44,8 @@ EARLIEST, LATEST = -2, -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 # Highest versions at which these APIs still name topics (v13 switched to topic ids).
-NAME_VERSION_MAX = {ApiKey.PRODUCE: 12, ApiKey.FETCH: 12}
+# Produce and Fetch name topics up to v12; AddPartitionsToTxn v4+ is for brokers (KIP-890).
+NAME_VERSION_MAX = {ApiKey.PRODUCE: 12, ApiKey.FETCH: 12, ApiKey.ADD_PARTITIONS_TO_TXN: 3}
 RESPONSE_SIZE_MAX_BYTES = 256 * 1024 * 1024
 
 # Errors after which the same request may succeed once metadata is refreshed or
