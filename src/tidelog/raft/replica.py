@@ -1,0 +1,477 @@
+"""One member of a KRaft quorum (KIP-595), sans-I/O: events in, messages out.
+
+Theory of operation. A ``RaftReplica`` is a voter (or an observer: a broker that
+only follows the log). It owns no socket, timer or file: the driver calls
+``on_message(message, now_ms)`` and ``on_tick(now_ms)``, sends the messages
+``take_outbox()`` returns, persists ``quorum_state()`` (Kafka's ``quorum-state``
+file) before sending anything when ``quorum_state_changed`` is set, and makes the
+log's appends durable. Randomness (election jitter) comes from an injected
+``random.Random``; time only from ``now_ms``.
+
+States, as Kafka's ``QuorumState``::
+
+    Unattached(epoch) ──election timeout──▶ Prospective ──pre-votes from a majority──▶ Candidate(epoch+1)
+         ▲   │ BeginQuorumEpoch / Fetch answer from a leader                    │ votes from a majority
+         │   ▼                                                                  ▼
+     Voted(epoch, for) ◀── Vote granted              Follower(epoch, leader) ◀── Leader(epoch)
+                                                         fetch timeout ──▶ Prospective
+
+* **Elections** (KIP-595, with KIP-996's pre-vote): a voter whose leader went
+  quiet (no fetch answer for ``fetch_timeout_ms``) or that has none for a random
+  ``election_timeout_ms .. 2×`` first asks a *pre-vote* at epoch + 1 without
+  bumping its epoch; only with a majority of pre-votes does it become a
+  candidate (epoch + 1, votes for itself). A vote is granted once per epoch, to
+  a candidate whose log is at least as up to date (last epoch, then end offset).
+  Pre-votes are granted by a voter that has no leader it hears from.
+* **Replication is pulled**: followers (and observers) send Fetch(fetch offset,
+  last fetched epoch); the leader answers records, or the *diverging epoch* when
+  the follower's log does not match (``end_offset_for_epoch``), and the follower
+  truncates there — the same rule as partitions (docs/replication.md). A
+  follower's Fetch carries its progress, so the leader's high watermark is the
+  largest offset a majority of voters has, counted only once it reaches the
+  start of the leader's epoch (Raft's "commit only your own epoch" rule).
+* **BeginQuorumEpoch** tells the voters a new leader exists; **EndQuorumEpoch**
+  (a leader resigning) lets them start an election at once.
+* **Check quorum**: a leader that has not been fetched from by a majority within
+  ``fetch_timeout_ms`` resigns (a partitioned old leader stops believing it leads).
+
+Messages are small dataclasses; the driver maps them onto Kafka's Vote,
+BeginQuorumEpoch, EndQuorumEpoch and Fetch requests. Snapshots (KIP-630) and
+dynamic voters (KIP-853) are not here yet.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+NO_LEADER = -1
+
+
+# ================================================================ the log
+
+
+class RaftLog:
+    """The replicated log: entries with the epoch that wrote them (in memory; a
+    durable implementation keeps the same interface)."""
+
+    def __init__(self):
+        self.entries: list[tuple[int, object]] = []     # (epoch, payload), offset = index
+
+    @property
+    def end_offset(self) -> int:
+        return len(self.entries)
+
+    @property
+    def last_epoch(self) -> int:
+        return self.entries[-1][0] if self.entries else 0
+
+    def epoch_at(self, offset: int) -> int:
+        return self.entries[offset][0]
+
+    def append(self, epoch: int, payloads: list) -> None:
+        self.entries.extend((epoch, p) for p in payloads)
+
+    def append_entries(self, start_offset: int, entries: list[tuple[int, object]]) -> None:
+        assert start_offset == len(self.entries), "appends must continue the log"
+        self.entries.extend(entries)
+
+    def truncate_to(self, offset: int) -> None:
+        del self.entries[offset:]
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(largest epoch <= ``epoch`` in the log, the end offset of that epoch) —
+        Kafka's ``endOffsetForEpoch``; (0, 0) when no entry has such an epoch."""
+        best_epoch, end = 0, 0
+        for offset, (entry_epoch, _) in enumerate(self.entries):
+            if entry_epoch <= epoch:
+                best_epoch, end = entry_epoch, offset + 1
+            else:
+                break
+        return best_epoch, end
+
+    def read(self, start_offset: int, max_entries: int) -> list[tuple[int, object]]:
+        return self.entries[start_offset:start_offset + max_entries]
+
+
+# ================================================================ messages
+
+
+@dataclass(frozen=True)
+class VoteRequest:
+    epoch: int                 # the candidate's epoch (for a pre-vote: its epoch + 1)
+    candidate_id: int
+    last_epoch: int
+    end_offset: int
+    pre_vote: bool = False
+
+
+@dataclass(frozen=True)
+class VoteResponse:
+    epoch: int                 # the voter's epoch
+    granted: bool
+    leader_id: int = NO_LEADER
+    pre_vote: bool = False
+
+
+@dataclass(frozen=True)
+class BeginQuorumEpoch:
+    epoch: int
+    leader_id: int
+
+
+@dataclass(frozen=True)
+class EndQuorumEpoch:
+    epoch: int
+    leader_id: int
+
+
+@dataclass(frozen=True)
+class FetchRequest:
+    epoch: int                 # the epoch the fetcher believes in
+    replica_id: int
+    fetch_offset: int
+    last_fetched_epoch: int
+
+
+@dataclass(frozen=True)
+class FetchResponse:
+    epoch: int
+    leader_id: int
+    high_watermark: int = 0
+    start_offset: int = 0
+    entries: tuple = ()
+    diverging: tuple[int, int] | None = None      # (epoch, end offset): truncate there
+    fenced: bool = False                          # the fetcher's epoch is newer (or not a leader here)
+
+
+@dataclass(frozen=True)
+class Envelope:
+    source: int
+    destination: int
+    message: object
+
+
+# ================================================================ the replica
+
+
+@dataclass
+class RaftConfig:
+    election_timeout_ms: int = 1000      # controller.quorum.election.timeout.ms
+    fetch_timeout_ms: int = 2000         # controller.quorum.fetch.timeout.ms
+    fetch_interval_ms: int = 50          # how soon a follower fetches again after an answer
+    max_fetch_entries: int = 100
+
+
+UNATTACHED, VOTED, PROSPECTIVE, CANDIDATE, LEADER, FOLLOWER = (
+    "Unattached", "Voted", "Prospective", "Candidate", "Leader", "Follower")
+
+
+@dataclass
+class QuorumStateRecord:
+    """What ``quorum-state`` holds: enough that a restart never votes twice in an epoch."""
+    epoch: int
+    voted_for: int
+    leader_id: int
+
+
+@dataclass
+class RaftReplica:
+    node_id: int
+    voters: tuple[int, ...]
+    log: RaftLog
+    rng: random.Random
+    config: RaftConfig = field(default_factory=RaftConfig)
+    epoch: int = 0
+    voted_for: int = NO_LEADER
+    leader_id: int = NO_LEADER
+    state: str = UNATTACHED
+    high_watermark: int = 0
+
+    def __post_init__(self):
+        self._outbox: list[Envelope] = []
+        self.quorum_state_changed = False
+        self._votes: set[int] = set()
+        self._election_deadline_ms: int | None = None
+        self._fetch_deadline_ms: int | None = None
+        self._next_fetch_ms: int | None = None
+        self._fetch_in_flight = False
+        self._follower_end: dict[int, int] = {}
+        self._last_fetch_ms: dict[int, int] = {}
+        self._epoch_start_offset = 0
+        self._leader_since_ms = 0
+        self._next_begin_epoch_ms = 0
+
+    # ------------------------------------------------------------ driver API
+
+    @property
+    def is_voter(self) -> bool:
+        return self.node_id in self.voters
+
+    @property
+    def majority(self) -> int:
+        return len(self.voters) // 2 + 1
+
+    def start(self, now_ms: int, persisted: QuorumStateRecord | None = None) -> None:
+        if persisted is not None:
+            self.epoch, self.voted_for, self.leader_id = persisted.epoch, persisted.voted_for, persisted.leader_id
+            self.state = VOTED if self.voted_for != NO_LEADER else UNATTACHED
+            if self.leader_id == self.node_id:
+                self.leader_id, self.state = NO_LEADER, UNATTACHED   # a restarted leader starts over
+            elif self.leader_id != NO_LEADER:
+                self._become_follower(self.leader_id, now_ms, persist=False)
+                return
+        self._arm_election(now_ms)
+
+    def take_outbox(self) -> list[Envelope]:
+        out, self._outbox = self._outbox, []
+        return out
+
+    def quorum_state(self) -> QuorumStateRecord:
+        self.quorum_state_changed = False
+        return QuorumStateRecord(self.epoch, self.voted_for, self.leader_id)
+
+    def append(self, payloads: list) -> int | None:
+        """The leader appends (a controller's records); the offset of the first, or None
+        when this replica does not lead."""
+        if self.state != LEADER:
+            return None
+        first = self.log.end_offset
+        self.log.append(self.epoch, payloads)
+        self._maybe_advance_high_watermark()
+        return first
+
+    def next_wakeup_ms(self) -> int | None:
+        times = [t for t in (self._election_deadline_ms, self._fetch_deadline_ms, self._next_fetch_ms,
+                             self._next_begin_epoch_ms if self.state == LEADER else None)
+                 if t is not None]
+        return min(times) if times else None
+
+    # ------------------------------------------------------------ time
+
+    def on_tick(self, now_ms: int) -> None:
+        if self.state == LEADER:
+            live = 1 + sum(1 for v in self.voters if v != self.node_id
+                           and now_ms - self._last_fetch_ms.get(v, -1 << 62) <= self.config.fetch_timeout_ms)
+            if live < self.majority and now_ms - self._leader_since_ms > self.config.fetch_timeout_ms:
+                self._resign(now_ms)                      # check quorum: a minority leader steps down
+                return
+            if now_ms >= self._next_begin_epoch_ms:
+                # BeginQuorumEpoch again to voters that do not fetch (theirs may have been lost).
+                self._next_begin_epoch_ms = now_ms + self.config.fetch_timeout_ms // 2
+                for voter in self.voters:
+                    if voter != self.node_id and now_ms - self._last_fetch_ms.get(voter, -1 << 62) > \
+                            self.config.fetch_timeout_ms // 2:
+                        self._send(voter, BeginQuorumEpoch(self.epoch, self.node_id))
+            return
+        if self.state == FOLLOWER:
+            if self._fetch_deadline_ms is not None and now_ms >= self._fetch_deadline_ms:
+                if self.is_voter:
+                    self._start_pre_vote(now_ms)
+                else:
+                    self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms
+                    self._send_fetch(now_ms)
+                return
+            if self._next_fetch_ms is not None and now_ms >= self._next_fetch_ms:
+                self._send_fetch(now_ms)          # the next fetch, or again if the answer was lost
+            return
+        if self._election_deadline_ms is not None and now_ms >= self._election_deadline_ms and self.is_voter:
+            if self.state == CANDIDATE:
+                self._become_candidate(now_ms)            # a split vote: try again, next epoch
+            else:
+                self._start_pre_vote(now_ms)
+
+    # ------------------------------------------------------------ messages
+
+    def on_message(self, source: int, message, now_ms: int) -> None:
+        handler = getattr(self, "_on_" + type(message).__name__)
+        handler(source, message, now_ms)
+
+    def _on_VoteRequest(self, source: int, request: VoteRequest, now_ms: int) -> None:
+        up_to_date = (request.last_epoch, request.end_offset) >= (self.log.last_epoch, self.log.end_offset)
+        if request.pre_vote:
+            # Granted only by a voter that does not hear from a leader of its own.
+            hears_leader = self.state == LEADER or (self.state == FOLLOWER and self._fetch_deadline_ms is not None
+                                                    and now_ms < self._fetch_deadline_ms)
+            granted = request.epoch > self.epoch and up_to_date and not hears_leader
+            self._send(source, VoteResponse(self.epoch, granted, self.leader_id, pre_vote=True))
+            return
+        if request.epoch > self.epoch:
+            self._become_unattached(request.epoch, now_ms)
+        granted = False
+        if request.epoch == self.epoch and self.state in (UNATTACHED, VOTED) and up_to_date \
+                and self.voted_for in (NO_LEADER, request.candidate_id):
+            granted = True
+            if self.voted_for != request.candidate_id:
+                self.voted_for, self.state = request.candidate_id, VOTED
+                self.quorum_state_changed = True
+            self._arm_election(now_ms)
+        self._send(source, VoteResponse(self.epoch, granted, self.leader_id))
+
+    def _on_VoteResponse(self, source: int, response: VoteResponse, now_ms: int) -> None:
+        if response.epoch > self.epoch:
+            # A newer epoch: follow its leader if the voter knows one (KIP-996), else wait in it.
+            if response.leader_id not in (NO_LEADER, self.node_id):
+                self.epoch, self.voted_for = response.epoch, NO_LEADER
+                self._become_follower(response.leader_id, now_ms)
+            else:
+                self._become_unattached(response.epoch, now_ms)
+            return
+        if response.pre_vote and self.state == PROSPECTIVE and response.granted:
+            self._votes.add(source)
+            if len(self._votes) >= self.majority:
+                self._become_candidate(now_ms)
+        elif not response.pre_vote and self.state == CANDIDATE and response.epoch == self.epoch and response.granted:
+            self._votes.add(source)
+            if len(self._votes) >= self.majority:
+                self._become_leader(now_ms)
+
+    def _on_BeginQuorumEpoch(self, source: int, message: BeginQuorumEpoch, now_ms: int) -> None:
+        if message.epoch > self.epoch or (message.epoch == self.epoch and self.state != LEADER):
+            if message.epoch > self.epoch:
+                self.epoch, self.voted_for = message.epoch, NO_LEADER
+            self._become_follower(message.leader_id, now_ms)
+
+    def _on_EndQuorumEpoch(self, source: int, message: EndQuorumEpoch, now_ms: int) -> None:
+        if message.epoch == self.epoch and self.state == FOLLOWER and self.leader_id == message.leader_id:
+            self._start_pre_vote(now_ms)
+
+    def _on_FetchRequest(self, source: int, request: FetchRequest, now_ms: int) -> None:
+        if self.state != LEADER or request.epoch > self.epoch:
+            self._send(source, FetchResponse(self.epoch, self.leader_id, fenced=True))
+            return
+        if request.epoch < self.epoch and request.epoch >= 0:
+            pass                                   # an old epoch's fetcher learns the leader below
+        log_ = self.log
+        if request.fetch_offset > 0 and request.last_fetched_epoch >= 0:
+            epoch, end = log_.end_offset_for_epoch(request.last_fetched_epoch)
+            if epoch < request.last_fetched_epoch or end < request.fetch_offset:
+                self._send(source, FetchResponse(self.epoch, self.node_id, self.high_watermark,
+                                                 diverging=(epoch, end)))
+                return
+        if request.fetch_offset > log_.end_offset:
+            self._send(source, FetchResponse(self.epoch, self.node_id, self.high_watermark,
+                                             diverging=log_.end_offset_for_epoch(log_.last_epoch)))
+            return
+        if source in self.voters:
+            self._follower_end[source] = request.fetch_offset
+            self._last_fetch_ms[source] = now_ms
+            self._maybe_advance_high_watermark()
+        entries = tuple(log_.read(request.fetch_offset, self.config.max_fetch_entries))
+        self._send(source, FetchResponse(self.epoch, self.node_id, self.high_watermark, request.fetch_offset,
+                                         entries))
+
+    def _on_FetchResponse(self, source: int, response: FetchResponse, now_ms: int) -> None:
+        self._fetch_in_flight = False
+        if response.epoch > self.epoch and response.leader_id != NO_LEADER:
+            self.epoch, self.voted_for = response.epoch, NO_LEADER
+            self._become_follower(response.leader_id, now_ms)
+            return
+        if self.state != FOLLOWER or response.epoch != self.epoch or response.fenced:
+            if response.fenced and self.state == FOLLOWER:
+                self._next_fetch_ms = now_ms + self.config.fetch_interval_ms
+            return
+        self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms
+        if response.diverging is not None:
+            epoch, end = response.diverging
+            self.log.truncate_to(min(end, self.log.end_offset))
+            self.high_watermark = min(self.high_watermark, self.log.end_offset)
+            self._send_fetch(now_ms)
+            return
+        if response.entries and response.start_offset == self.log.end_offset:
+            self.log.append_entries(response.start_offset, list(response.entries))
+        self.high_watermark = max(self.high_watermark, min(response.high_watermark, self.log.end_offset))
+        if response.entries:
+            self._send_fetch(now_ms)
+        else:
+            self._next_fetch_ms = now_ms + self.config.fetch_interval_ms
+
+    # ------------------------------------------------------------ transitions
+
+    def _send(self, destination: int, message) -> None:
+        self._outbox.append(Envelope(self.node_id, destination, message))
+
+    def _arm_election(self, now_ms: int) -> None:
+        timeout = self.config.election_timeout_ms
+        self._election_deadline_ms = now_ms + timeout + self.rng.randrange(timeout)
+        self._fetch_deadline_ms = self._next_fetch_ms = None
+
+    def _become_unattached(self, epoch: int, now_ms: int) -> None:
+        self.epoch, self.voted_for, self.leader_id, self.state = epoch, NO_LEADER, NO_LEADER, UNATTACHED
+        self.quorum_state_changed = True
+        self._arm_election(now_ms)
+
+    def _start_pre_vote(self, now_ms: int) -> None:
+        self.state, self.leader_id = PROSPECTIVE, NO_LEADER
+        self._votes = {self.node_id}
+        self._arm_election(now_ms)
+        if len(self._votes) >= self.majority:
+            self._become_candidate(now_ms)
+            return
+        for voter in self.voters:
+            if voter != self.node_id:
+                self._send(voter, VoteRequest(self.epoch + 1, self.node_id, self.log.last_epoch,
+                                              self.log.end_offset, pre_vote=True))
+
+    def _become_candidate(self, now_ms: int) -> None:
+        self.epoch += 1
+        self.state, self.voted_for, self.leader_id = CANDIDATE, self.node_id, NO_LEADER
+        self.quorum_state_changed = True
+        self._votes = {self.node_id}
+        self._arm_election(now_ms)
+        if len(self._votes) >= self.majority:
+            self._become_leader(now_ms)
+            return
+        for voter in self.voters:
+            if voter != self.node_id:
+                self._send(voter, VoteRequest(self.epoch, self.node_id, self.log.last_epoch, self.log.end_offset))
+
+    def _become_leader(self, now_ms: int) -> None:
+        self.state, self.leader_id = LEADER, self.node_id
+        self.quorum_state_changed = True
+        self._election_deadline_ms = self._fetch_deadline_ms = self._next_fetch_ms = None
+        self._follower_end = {}
+        self._last_fetch_ms = {}
+        self._leader_since_ms = now_ms
+        self._next_begin_epoch_ms = now_ms + self.config.fetch_timeout_ms // 2
+        # KRaft's leader writes a LeaderChangeMessage control record first: its epoch's start.
+        self._epoch_start_offset = self.log.end_offset
+        self.log.append(self.epoch, [("leader-change", self.node_id)])
+        self._maybe_advance_high_watermark()
+        for voter in self.voters:
+            if voter != self.node_id:
+                self._send(voter, BeginQuorumEpoch(self.epoch, self.node_id))
+
+    def _become_follower(self, leader_id: int, now_ms: int, persist: bool = True) -> None:
+        self.state, self.leader_id = FOLLOWER, leader_id
+        if persist:
+            self.quorum_state_changed = True
+        self._election_deadline_ms = None
+        self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms
+        self._fetch_in_flight = False
+        self._send_fetch(now_ms)
+
+    def _resign(self, now_ms: int) -> None:
+        for voter in self.voters:
+            if voter != self.node_id:
+                self._send(voter, EndQuorumEpoch(self.epoch, self.node_id))
+        self.state, self.leader_id = UNATTACHED, NO_LEADER
+        self.quorum_state_changed = True
+        self._arm_election(now_ms)
+
+    def _send_fetch(self, now_ms: int) -> None:
+        if self.leader_id in (NO_LEADER, self.node_id):
+            return
+        end = self.log.end_offset
+        last_epoch = self.log.epoch_at(end - 1) if end > 0 else -1
+        self._send(self.leader_id, FetchRequest(self.epoch, self.node_id, end, last_epoch))
+        self._fetch_in_flight = True
+        self._next_fetch_ms = now_ms + self.config.fetch_timeout_ms // 2      # resend if the answer is lost
+
+    def _maybe_advance_high_watermark(self) -> None:
+        ends = sorted([self.log.end_offset] + [self._follower_end.get(v, 0) for v in self.voters
+                                               if v != self.node_id], reverse=True)
+        candidate = ends[self.majority - 1]
+        # Only once the majority holds an entry of this epoch (Raft's commit rule).
+        if candidate > self._epoch_start_offset and candidate > self.high_watermark:
+            self.high_watermark = candidate

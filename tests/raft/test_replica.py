@@ -1,0 +1,153 @@
+"""The Raft core under a randomized network: messages delayed, dropped and
+partitioned, voters crashing (keeping their log and quorum-state) — and after
+every step: at most one leader per epoch, and no entry below a voter's high
+watermark ever changes (committed entries are never lost or rewritten)."""
+
+from __future__ import annotations
+
+import heapq
+import random
+
+import pytest
+
+from tidelog.raft.replica import (
+    LEADER,
+    FetchRequest,
+    QuorumStateRecord,
+    RaftConfig,
+    RaftLog,
+    RaftReplica,
+)
+
+
+class Net:
+    def __init__(self, seed: int, voters=(1, 2, 3)):
+        self.rng = random.Random(seed)
+        self.now = 0
+        self.queue: list = []
+        self.seq = 0
+        self.voters = voters
+        self.logs = {v: RaftLog() for v in voters}
+        self.states = {v: None for v in voters}
+        self.replicas = {v: self._boot(v) for v in voters}
+        self.down: set[int] = set()
+        self.cut: set[frozenset] = set()
+        self.leaders: dict[int, int] = {}          # epoch -> leader
+        self.committed: list = []                  # the longest committed prefix seen
+
+    def _boot(self, v: int) -> RaftReplica:
+        replica = RaftReplica(v, self.voters, self.logs[v], random.Random(self.rng.random()),
+                              RaftConfig(election_timeout_ms=300, fetch_timeout_ms=600, fetch_interval_ms=20))
+        replica.start(self.now, self.states[v])
+        return replica
+
+    def deliver_all(self, replica: RaftReplica) -> None:
+        if replica.quorum_state_changed:
+            self.states[replica.node_id] = replica.quorum_state()     # persisted before sending
+        for envelope in replica.take_outbox():
+            if self.rng.random() < 0.05 or frozenset((envelope.source, envelope.destination)) in self.cut:
+                continue                                              # lost
+            self.seq += 1
+            heapq.heappush(self.queue, (self.now + self.rng.randrange(1, 30), self.seq, envelope))
+
+    def step(self) -> None:
+        self.now += 5
+        while self.queue and self.queue[0][0] <= self.now:
+            _, _, envelope = heapq.heappop(self.queue)
+            if envelope.destination in self.down:
+                continue
+            replica = self.replicas[envelope.destination]
+            replica.on_message(envelope.source, envelope.message, self.now)
+            self.deliver_all(replica)
+        for v, replica in self.replicas.items():
+            if v not in self.down:
+                replica.on_tick(self.now)
+                self.deliver_all(replica)
+        self.check()
+
+    def check(self) -> None:
+        for v, replica in self.replicas.items():
+            if v in self.down:
+                continue
+            if replica.state == LEADER:
+                holder = self.leaders.setdefault(replica.epoch, v)
+                assert holder == v, f"epoch {replica.epoch} has two leaders: {holder} and {v}"
+            committed = replica.log.entries[:replica.high_watermark]
+            shorter, longer = sorted((committed, self.committed), key=len)
+            assert longer[:len(shorter)] == shorter, f"node {v} committed {committed} vs {self.committed}"
+            if len(committed) > len(self.committed):
+                self.committed = list(committed)
+
+    def leader(self):
+        up = [r for v, r in self.replicas.items() if v not in self.down and r.state == LEADER]
+        return up[0] if len(up) == 1 else None
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_one_leader_per_epoch_and_committed_entries_never_change(seed):
+    net = Net(seed)
+    written = 0
+    for step in range(3000):
+        net.step()
+        rng = net.rng
+        if rng.random() < 0.01:                      # a partition between two voters, or its end
+            pair = frozenset(rng.sample(net.voters, 2))
+            net.cut.symmetric_difference_update({pair})
+        if rng.random() < 0.004:                     # a crash (log and quorum-state kept) or a restart
+            v = rng.choice(net.voters)
+            if v in net.down:
+                net.down.discard(v)
+                net.replicas[v] = net._boot(v)
+            elif len(net.down) == 0:
+                net.down.add(v)
+        leader = net.leader()
+        if leader is not None and rng.random() < 0.2:
+            written += 1
+            leader.append([f"record-{written}"])
+            net.deliver_all(leader)
+    # Heal: everything up, no cuts; the quorum elects a leader and commits everything it has.
+    net.cut.clear()
+    for v in list(net.down):
+        net.down.discard(v)
+        net.replicas[v] = net._boot(v)
+    for _ in range(2000):
+        net.step()
+        leader = net.leader()
+        if leader is not None and all(r.high_watermark == leader.log.end_offset
+                                      and r.log.end_offset == leader.log.end_offset for r in net.replicas.values()):
+            break
+    leader = net.leader()
+    assert leader is not None, "no leader after healing"
+    assert all(r.log.entries == leader.log.entries for r in net.replicas.values())
+    assert leader.high_watermark == leader.log.end_offset
+    assert len(net.leaders) >= 1 and written > 0
+
+
+def test_a_vote_is_given_once_per_epoch_and_survives_a_restart():
+    log = RaftLog()
+    voter = RaftReplica(2, (1, 2, 3), log, random.Random(0))
+    voter.start(0)
+    from tidelog.raft.replica import VoteRequest
+    voter.on_message(1, VoteRequest(5, 1, 0, 0), 10)
+    assert [e.message.granted for e in voter.take_outbox()] == [True]
+    persisted = voter.quorum_state()
+    assert persisted == QuorumStateRecord(5, 1, -1)
+    restarted = RaftReplica(2, (1, 2, 3), log, random.Random(1))
+    restarted.start(20, persisted)
+    restarted.on_message(3, VoteRequest(5, 3, 0, 0), 30)
+    assert [e.message.granted for e in restarted.take_outbox()] == [False]
+
+
+def test_a_follower_with_a_diverging_tail_truncates_to_the_leaders_epoch_end():
+    leader_log, follower_log = RaftLog(), RaftLog()
+    leader_log.append(1, ["a", "b"])
+    leader_log.append(3, ["c"])
+    follower_log.append(1, ["a", "b"])
+    follower_log.append(2, ["x", "y"])                       # written by a deposed leader of epoch 2
+    leader = RaftReplica(1, (1, 2, 3), leader_log, random.Random(0), state=LEADER, epoch=3, leader_id=1)
+    leader.on_message(2, FetchRequest(3, 2, 4, 2), 0)
+    answer = leader.take_outbox()[0].message
+    assert answer.diverging == (1, 2)                        # epoch 2 is unknown: it ends where epoch 1 ends
+    follower = RaftReplica(2, (1, 2, 3), follower_log, random.Random(0), state="Follower", epoch=3, leader_id=1)
+    follower.on_message(1, answer, 1)
+    assert follower_log.entries == [(1, "a"), (1, "b")]
