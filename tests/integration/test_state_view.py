@@ -135,20 +135,29 @@ def test_state_changes_name_the_election_and_isr_shrink_of_a_killed_leader(clust
         cluster.start_node(victim)
 
 
-def read_sse_event(sock: socket.socket, kind: str, timeout_s: float = 20.0) -> dict:
-    """The data of the first server-sent event of ``kind`` on ``sock``."""
-    sock.settimeout(timeout_s)
-    buffer = b""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        chunk = sock.recv(65536)
-        assert chunk, "the event stream closed"
-        buffer += chunk
-        for block in buffer.split(b"\n\n")[:-1]:
-            lines = block.decode().split("\n")
-            if f"event: {kind}" in lines:
-                return json.loads("".join(line[6:] for line in lines if line.startswith("data: ")))
-    raise AssertionError(f"no {kind} event within {timeout_s} s")
+class EventStream:
+    """Server-sent events read off a socket; bytes that came with the response head
+    (the first event may share its segment) are kept, not dropped."""
+
+    def __init__(self, sock: socket.socket, already: bytes = b""):
+        self.sock = sock
+        self.buffer = already
+
+    def next(self, kind: str, timeout_s: float = 30.0) -> dict:
+        """The data of the next server-sent event of ``kind``."""
+        self.sock.settimeout(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            while b"\n\n" in self.buffer:
+                block, self.buffer = self.buffer.split(b"\n\n", 1)
+                lines = block.decode().split("\n")
+                if f"event: {kind}" in lines:
+                    return json.loads("".join(line[6:] for line in lines if line.startswith("data: ")))
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"no {kind} event within {timeout_s} s")
+            chunk = self.sock.recv(65536)
+            assert chunk, "the event stream closed"
+            self.buffer += chunk
 
 
 def test_tidelog_ui_serves_its_page_and_streams_a_snapshot_of_the_cluster(cluster):
@@ -171,15 +180,21 @@ def test_tidelog_ui_serves_its_page_and_streams_a_snapshot_of_the_cluster(cluste
         host, port = urlsplit(url).hostname, urlsplit(url).port
         with socket.create_connection((host, port), timeout=10) as sock:
             sock.sendall(b"GET /events HTTP/1.1\r\nHost: ui\r\nAccept: text/event-stream\r\n\r\n")
-            head = sock.recv(4096)
+            received = b""
+            while b"\r\n\r\n" not in received:
+                chunk = sock.recv(65536)
+                assert chunk, "the UI closed the event stream"
+                received += chunk
+            head, rest = received.split(b"\r\n\r\n", 1)
             assert head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head
-            snapshot = read_sse_event(sock, "snapshot")
+            events = EventStream(sock, rest)
+            snapshot = events.next("snapshot")
             deadline = time.monotonic() + 60
             # Connected before a round reached every broker (a busy machine: each poll has a
             # 0.8 s timeout): the next state events complete the picture.
             while not {n["id"] for n in snapshot["nodes"] if n["reachable"]} >= set(BROKERS):
                 assert time.monotonic() < deadline, snapshot["nodes"]
-                snapshot = read_sse_event(sock, "state")
+                snapshot = events.next("state")
         nodes = {n["id"]: n for n in snapshot["nodes"]}
         assert set(nodes) == set(BROKERS)
         for b in BROKERS:
