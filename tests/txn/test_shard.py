@@ -132,3 +132,21 @@ def test_a_silent_transactional_id_expires_but_not_one_with_an_open_transaction(
     assert "idle" not in h.shard.transactions and h.records[-1] == (b"\x00\x00\x00\x04idle", None)
     assert h.shard.transactions["busy"].state == TxnState.ONGOING
     assert h.init("idle", fresh=300) == (ErrorCode.NONE, 300, 0)   # a new producer id, as for a new id
+
+
+def test_a_marker_a_live_partition_refuses_as_unknown_is_retried():
+    """A broker still loading its metadata answers UNKNOWN_TOPIC_OR_PARTITION for a live
+    partition: the transaction must not complete without that marker (found by the
+    simulator, seed 1033: an abort 'completed' with no marker, and the next commit
+    made the aborted records visible). Only a topic gone from the metadata is done."""
+    from tidelog.txn.coordinator import TransactionCoordinator
+    answers = []
+
+    coordinator = TransactionCoordinator.__new__(TransactionCoordinator)
+    coordinator._leader_of = lambda tp: 1
+    coordinator._partition_exists = lambda tp: tp != TP1           # TP1's topic was deleted
+    coordinator.write_markers = lambda broker, pid, epoch, commit, cepoch, tps, done: done(
+        {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for tp in tps})
+    coordinator._send_markers(100, 0, False, frozenset({TP0}), 3, answers.append)
+    coordinator._send_markers(100, 0, False, frozenset({TP1}), 3, answers.append)
+    assert answers == [False, True]

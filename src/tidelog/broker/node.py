@@ -178,7 +178,7 @@ class BrokerNode:
             new_member_id)
         self.txn_coordinator = TransactionCoordinator(
             TxnConfig.from_settings(config), self.replica_manager, clock, self.transaction_topic_partition_count,
-            self._leader_of)
+            self._leader_of, lambda tp: self.image.partition(tp) is not None)
         # Timers, in this node's monotonic milliseconds; None = not armed.
         self._registration_backoff_ms = REGISTRATION_BACKOFF_MS_MIN
         self._registration_in_flight = False

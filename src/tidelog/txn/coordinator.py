@@ -12,8 +12,10 @@ refused by the partitions (TRANSACTION_COORDINATOR_FENCED).
 Markers: ``send_markers`` groups a transaction's partitions by their current
 leader (``leader_of``) and hands each group to ``write_markers`` (the broker's
 own replica manager, or a WriteTxnMarkers request to another broker). The
-transaction is complete when every partition answered NONE, or names a topic
-that no longer exists; otherwise the shard retries after a backoff.
+transaction is complete when every partition answered NONE, or UNKNOWN_TOPIC_OR_PARTITION
+for a topic the coordinator's metadata no longer has (deleted) — a broker still
+loading its metadata says the same of a live partition, and its marker must be
+retried; otherwise the shard retries after a backoff.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ TRANSACTION_STATE_TOPIC = "__transaction_state"
 #               on_done({tp: ErrorCode}))
 WriteMarkers = Callable[[int, int, int, bool, int, list, Callable[[dict], None]], None]
 
-# Partition errors after which a marker need not be written again.
-_MARKER_DONE = {ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID}
+# A partition that answers these is done only if the topic is really gone from the
+# coordinator's metadata (deleted); a broker still loading may say the same of a live one.
+_UNKNOWN = {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID}
 
 
 def transaction_state_topic(settings, alive_brokers: int) -> CreatableTopic:
@@ -61,10 +64,12 @@ class TransactionCoordinator(CoordinatorRuntime):
     topic = TRANSACTION_STATE_TOPIC
 
     def __init__(self, config: TxnConfig, replica_manager: ReplicaManager, clock: Clock,
-                 partition_count: Callable[[], int], leader_of: Callable[[TopicPartition], int]):
+                 partition_count: Callable[[], int], leader_of: Callable[[TopicPartition], int],
+                 partition_exists: Callable[[TopicPartition], bool] = lambda tp: True):
         super().__init__(replica_manager, clock, partition_count, config.commit_timeout_ms)
         self.config = config
         self._leader_of = leader_of
+        self._partition_exists = partition_exists
         self.write_markers: WriteMarkers | None = None     # set by the server layer
 
     def _new_shard(self, index: int, leader_epoch: int) -> TxnShard:
@@ -85,7 +90,8 @@ class TransactionCoordinator(CoordinatorRuntime):
             if broker_id not in waiting:
                 return
             waiting.discard(broker_id)
-            failed.extend((tp, e) for tp, e in errors.items() if ErrorCode(e) not in _MARKER_DONE)
+            failed.extend((tp, e) for tp, e in errors.items() if ErrorCode(e) != ErrorCode.NONE
+                          and not (ErrorCode(e) in _UNKNOWN and not self._partition_exists(tp)))
             if not waiting:
                 if failed:
                     log.info("markers for producer %d not written yet: %s", producer_id,
