@@ -20,18 +20,31 @@ def _segment_files(broker: Broker) -> list[str]:
     return sorted(glob.glob(os.path.join(broker.data_dir, "data", f"{TOPIC}-0", "*.log")))
 
 
+def _while_files_settle(read):
+    """``read()`` over the partition's files, again if the cleaner swapped a segment
+    between listing the directory and opening a file."""
+    for _ in range(100):
+        try:
+            return read()
+        except FileNotFoundError:
+            time.sleep(0.05)
+    return read()
+
+
 def _log_bytes(broker: Broker) -> int:
-    return sum(os.path.getsize(path) for path in _segment_files(broker))
+    return _while_files_settle(lambda: sum(os.path.getsize(path) for path in _segment_files(broker)))
 
 
 def _empty_producer_batches(broker: Broker) -> int:
     """Batches of an idempotent producer with no record left, in the partition's files."""
-    count = 0
-    for path in _segment_files(broker):
-        with open(path, "rb") as f:
-            data = f.read()
-        count += sum(1 for _, header in iter_batches(data) if header.record_count == 0 and header.producer_id >= 0)
-    return count
+    def count() -> int:
+        found = 0
+        for path in _segment_files(broker):
+            with open(path, "rb") as f:
+                data = f.read()
+            found += sum(1 for _, header in iter_batches(data) if header.record_count == 0 and header.producer_id >= 0)
+        return found
+    return _while_files_settle(count)
 
 
 def _consume_all(bootstrap: str) -> list[tuple[int, bytes, bytes | None]]:
