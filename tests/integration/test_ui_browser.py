@@ -41,7 +41,11 @@ def _browser():
 
 
 def _text(driver, element_id: str) -> str:
-    return driver.find_element("id", element_id).text
+    from selenium.common.exceptions import StaleElementReferenceException
+    try:
+        return driver.find_element("id", element_id).text
+    except StaleElementReferenceException:      # re-rendered while read: the wait loop asks again
+        return ""
 
 
 def _wait_for(driver, condition, what: str, timeout_s: float = 30.0) -> None:
@@ -62,10 +66,14 @@ def _shot(driver, name: str) -> str:
 
 
 def _broker_row(driver, node_id: int) -> str:
-    for row in driver.find_elements("css selector", "#brokers tbody tr"):
-        cells = row.find_elements("tag name", "td")
-        if cells and cells[0].text.split()[0] == str(node_id):
-            return row.text
+    from selenium.common.exceptions import StaleElementReferenceException
+    try:
+        for row in driver.find_elements("css selector", "#brokers tbody tr"):
+            cells = row.find_elements("tag name", "td")
+            if cells and cells[0].text.split()[0] == str(node_id):
+                return row.text
+    except StaleElementReferenceException:      # the table was re-rendered while read
+        pass
     return ""
 
 
@@ -101,9 +109,9 @@ def test_the_page_shows_the_cluster_and_a_killed_broker_fenced_with_a_new_leader
                       and _text(driver, "partitions").count("leo 500") == 3,
                       "three unfenced brokers and ui-orders-0 at offset 500 on every replica")
             assert "lag" not in _text(driver, "partitions")
-            assert _text(driver, "status") == "live"
+            _wait_for(driver, lambda: _text(driver, "status") == "live", "the stream live")
             leader = admin.list_topics("ui-orders", timeout=10).topics["ui-orders"].partitions[0].leader
-            assert f"leader {leader}" in _text(driver, "partitions")
+            _wait_for(driver, lambda: f"leader {leader}" in _text(driver, "partitions"), f"leader {leader}")
             _shot(driver, "cluster")
 
             killed_at = time.monotonic()
@@ -114,8 +122,8 @@ def test_the_page_shows_the_cluster_and_a_killed_broker_fenced_with_a_new_leader
                       not in (str(leader), "-1"),
                       f"broker {leader} fenced and a new leader for ui-orders-0", timeout_s=30)
             shown_after_s = time.monotonic() - killed_at
-            timeline = _text(driver, "timeline")
-            assert "leader_election" in timeline and f"leader {leader} →" in timeline
+            _wait_for(driver, lambda: "leader_election" in _text(driver, "timeline")
+                      and f"leader {leader} →" in _text(driver, "timeline"), "the election in the timeline")
             _shot(driver, "after-kill")
             assert shown_after_s < 30
         finally:
