@@ -7,7 +7,11 @@ timeout) validates against memory, writes the *new* metadata as one record and
 changes nothing until that record commits: ``replay`` is the only writer of
 state, on the leader after its write and on a coordinator loading the partition
 alike. While a write is in flight the id is ``pending`` and other requests for
-it get CONCURRENT_TRANSACTIONS (Kafka's ``pendingState``).
+it get CONCURRENT_TRANSACTIONS (Kafka's ``pendingState``). A write that timed
+out waiting for acks=all (REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+is still in the leader's log and may commit later: the id stays ``pending``
+until its replay (or until the shard is unloaded), so no conflicting decision
+is validated against a memory the log is about to change.
 
     Empty ──AddPartitions──▶ Ongoing ──EndTxn(commit)──▶ PrepareCommit ──markers──▶ CompleteCommit
       ▲                        │  └──EndTxn(abort) / timeout──▶ PrepareAbort ──markers──▶ CompleteAbort
@@ -17,8 +21,10 @@ Ending a transaction is two-phase, as in Kafka: the PREPARE record is the
 decision (the client is answered once it commits); then the coordinator writes
 a COMMIT or ABORT marker to every partition of the transaction
 (``send_markers``, WriteTxnMarkers) and, when all succeeded, the COMPLETE
-record. A coordinator that loads a partition finishes every transaction it
-finds in a PREPARE state; markers that failed are retried on the next tick.
+record. Whatever replays a PREPARE decision — the write's own commit, a
+write that timed out and committed later, or a coordinator loading the
+partition — schedules its markers (``markers_due_ms``), so every decision in
+the log gets its markers; markers that failed are retried after a backoff.
 An ongoing transaction older than its timeout is aborted with the producer's
 epoch bumped, which fences the producer (its next request gets PRODUCER_FENCED).
 
@@ -41,6 +47,11 @@ log = logging.getLogger("tidelog.txn")
 
 PRODUCER_EPOCH_MAX = 0x7FFF - 1        # Kafka's Short.MaxValue - 1: then a new producer id
 MARKER_RETRY_BACKOFF_MS = 200
+
+_PREPARE_STATES = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+# Append errors after which the record is in the leader's log and may still commit:
+# the delayed produce expired, or the ISR shrank below min.insync.replicas after the append.
+_OUTCOME_UNKNOWN = {ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
 
 Respond = Callable[[ErrorCode], None]
 # send_markers(producer_id, producer_epoch, commit, partitions, coordinator_epoch, on_done(ok))
@@ -101,8 +112,17 @@ class TxnShard:
         old = self.transactions.get(transactional_id)
         meta = TxnMetadata(transactional_id, value.producer_id, value.producer_epoch, value.timeout_ms,
                            value.state, value.partitions, value.last_update_ms, value.start_ms)
-        if old is not None:
-            meta.pending = old.pending
+        # ``pending`` stays False: an id has at most one record not yet replayed (its
+        # pending write, kept pending even when the write timed out), and this is it.
+        if meta.state in _PREPARE_STATES and not self.loading:
+            if old is not None and (old.producer_id, old.producer_epoch, old.state) == \
+                    (meta.producer_id, meta.producer_epoch, meta.state):
+                meta.markers_due_ms = old.markers_due_ms     # the same decision: keep its schedule
+            else:
+                # A new decision: its markers are due now, whoever wrote it and whether
+                # or not its writer was told it committed (a timed-out write that
+                # committed later has nobody else to send them).
+                meta.markers_due_ms = now_ms
         self.transactions[transactional_id] = meta
 
     def loaded(self, now_ms: int) -> None:
@@ -126,8 +146,10 @@ class TxnShard:
 
         def written(error: ErrorCode) -> None:
             current = self.transactions.get(meta.transactional_id)
-            if current is not None:
+            if current is not None and error not in _OUTCOME_UNKNOWN:
                 current.pending = False
+            # else the record may still commit: the id stays pending until it is replayed
+            # (or the shard is unloaded, when a new leader replays whatever committed).
             done(append_error(error))
         self._write([(encode_key(new.transactional_id), encode_value(new.value()))], written)
 
@@ -157,7 +179,8 @@ class TxnShard:
             placeholder = self.transactions[transactional_id] = replace(new, producer_id=-1, producer_epoch=-1)
 
             def created(error: ErrorCode) -> None:
-                if error != ErrorCode.NONE and self.transactions.get(transactional_id) is placeholder:
+                if (error != ErrorCode.NONE and self.transactions.get(transactional_id) is placeholder
+                        and not placeholder.pending):
                     del self.transactions[transactional_id]      # nothing was written
                 respond(error, *((fresh_producer_id, 0) if error == ErrorCode.NONE else (-1, -1)))
             return self._store(placeholder, new, created)
@@ -310,14 +333,15 @@ class TxnShard:
                 meta.pending = True
 
                 def written(error: ErrorCode, meta=meta) -> None:
-                    if self.transactions.get(meta.transactional_id) is meta:
+                    if self.transactions.get(meta.transactional_id) is meta and error not in _OUTCOME_UNKNOWN:
                         meta.pending = False
                 log.info("transactional id %r expired (silent for %d ms)", meta.transactional_id,
                          now_ms - meta.last_update_ms)
                 self._write([(encode_key(meta.transactional_id), None)], written)
 
     def next_deadline_ms(self) -> int | None:
-        due = [meta.markers_due_ms for meta in self.transactions.values() if meta.markers_due_ms is not None]
+        due = [meta.markers_due_ms for meta in self.transactions.values()
+               if meta.markers_due_ms is not None and not meta.pending]    # on_tick skips pending ids
         due.append(self._next_timeout_check_ms)
         return min(due)
 
