@@ -1,12 +1,15 @@
-"""A local multi-process tidelog cluster: one controller and N brokers.
+"""A local multi-process tidelog cluster: a controller quorum and N brokers.
 
 Theory of operation. Each node is a ``tidelog serve`` process with its own data
 directory under the cluster directory and its own log file (``server.log``); the
 layout and pids are kept in ``cluster.json`` so separate invocations of
 ``tidelog cluster …`` (and tests) can find, kill, pause, resume and restart
-nodes. The controller (node id 1000, ``process.roles=controller``) starts first;
-brokers (ids 1..N, ``process.roles=broker``) point at it through
-``controller.quorum.voters``. All nodes share one cluster id, fixed at ``up``.
+nodes. The controllers (node ids 1000, 1001, …, ``process.roles=controller``; one
+by default, three for a quorum that survives a controller's death) start first;
+brokers (ids 1..N, ``process.roles=broker``) find the active one through
+``controller.quorum.voters``, which lists every controller. A quorum of several
+controllers needs its ports before any starts (each voter must know the others):
+with a base port of 0 free ports are picked for them up front. All nodes share one cluster id, fixed at ``up``.
 A port of 0 lets a node pick a free port; its real port is read from the
 node's ready line and recorded. With metrics (``metrics_base_port``), every node
 also serves Prometheus ``/metrics`` on its ``metrics_port`` (``metrics.port``;
@@ -57,7 +60,9 @@ class Node:
 
     @property
     def name(self) -> str:
-        return "controller" if self.role == "controller" else f"broker-{self.node_id}"
+        if self.role == "controller":
+            return "controller" if self.node_id == CONTROLLER_ID else f"controller-{self.node_id}"
+        return f"broker-{self.node_id}"
 
     def alive(self) -> bool:
         return _alive(self.pid, self.pid_start)
@@ -76,7 +81,17 @@ class Layout:
 
     @property
     def controller(self) -> Node:
+        """The first controller (the only one unless the cluster has a quorum)."""
         return next(n for n in self.nodes if n.role == "controller")
+
+    @property
+    def controllers(self) -> list[Node]:
+        return [n for n in self.nodes if n.role == "controller"]
+
+    @property
+    def quorum_voters(self) -> str:
+        """``controller.quorum.voters``: every controller as id@host:port."""
+        return ",".join(f"{n.node_id}@{self.host}:{n.port}" for n in self.controllers)
 
     @property
     def brokers(self) -> list[Node]:
@@ -133,6 +148,14 @@ def _process_state(pid: int | None, start: int | None = None) -> str:
         return "running"
 
 
+def _free_port(host: str) -> int:
+    """A port free now (a quorum's voters must know each other's ports before they start)."""
+    import socket
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
 class ProcessCluster:
     def __init__(self, layout: Layout):
         import threading
@@ -163,11 +186,15 @@ class ProcessCluster:
 
     @classmethod
     def create(cls, directory: str, brokers: int, base_port: int = 9092, host: str = "127.0.0.1",
-               overrides: dict[str, str] | None = None, metrics_base_port: int | None = None) -> "ProcessCluster":
-        """A new cluster layout (or the stopped one at ``directory``). ``metrics_base_port``
-        turns on /metrics: brokers on it, +1, …, the controller after them (0: free ports)."""
+               overrides: dict[str, str] | None = None, metrics_base_port: int | None = None,
+               controllers: int = 1) -> "ProcessCluster":
+        """A new cluster layout (or the stopped one at ``directory``). Brokers listen on
+        ``base_port``, +1, …, the controllers after them. ``metrics_base_port`` turns on
+        /metrics in the same order (0: free ports)."""
         if brokers < 1:
             raise ClusterError("a cluster needs at least one broker")
+        if controllers < 1:
+            raise ClusterError("a cluster needs at least one controller")
         directory = os.path.abspath(directory)
         if os.path.exists(os.path.join(directory, LAYOUT_FILE)):
             existing = cls.load(directory)
@@ -175,11 +202,14 @@ class ProcessCluster:
                 raise ClusterError(f"a cluster is already running at {directory} (`tidelog cluster down` first)")
             if len(existing.layout.brokers) != brokers:
                 raise ClusterError(f"{directory} holds a {len(existing.layout.brokers)}-broker cluster")
+            if len(existing.layout.controllers) != controllers:
+                raise ClusterError(f"{directory} holds a cluster with {len(existing.layout.controllers)} controllers")
             existing.layout.overrides.update(overrides or {})
             existing._assign_metrics_ports(metrics_base_port)
             return existing
         port = lambda offset: 0 if base_port == 0 else base_port + offset
-        nodes = [Node(CONTROLLER_ID, "controller", port(brokers))]
+        controller_port = port if controllers == 1 or base_port != 0 else lambda offset: _free_port(host)
+        nodes = [Node(CONTROLLER_ID + i, "controller", controller_port(brokers + i)) for i in range(controllers)]
         nodes += [Node(i, "broker", port(i - 1)) for i in range(1, brokers + 1)]
         cluster = cls(Layout(directory, new_cluster_id(), host, dict(overrides or {}), nodes))
         cluster._assign_metrics_ports(metrics_base_port)
@@ -189,7 +219,7 @@ class ProcessCluster:
         if base is None:
             return
         brokers = self.layout.brokers
-        for offset, node in enumerate([*brokers, self.layout.controller]):
+        for offset, node in enumerate([*brokers, *self.layout.controllers]):
             if node.metrics_port is None:
                 node.metrics_port = 0 if base == 0 else base + offset
 
@@ -204,12 +234,11 @@ class ProcessCluster:
 
     def _args(self, node: Node) -> list[str]:
         layout = self.layout
-        controller = layout.controller
         settings = {
             "node.id": str(node.node_id), "process.roles": node.role, "cluster.id": layout.cluster_id,
             "log.dirs": os.path.join(self._node_dir(node), "data"),
             "listeners": f"{'CONTROLLER' if node.role == 'controller' else 'PLAINTEXT'}://{layout.host}:{node.port}",
-            "controller.quorum.voters": f"{CONTROLLER_ID}@{layout.host}:{controller.port}",
+            "controller.quorum.voters": layout.quorum_voters,
             **({"metrics.port": str(node.metrics_port), "metrics.host": layout.host}
                if node.metrics_port is not None else {}),
             **layout.overrides,
@@ -251,13 +280,13 @@ class ProcessCluster:
         self.save()
 
     def up(self, on_ready=None) -> None:
-        """Start the controller, then every broker (in parallel); return once all serve.
+        """Start the controllers, then every broker (in parallel); return once all serve.
         ``on_ready(node)`` is called as each node becomes ready (progress output)."""
-        controller = self.layout.controller
-        if not controller.alive():
-            self.start_node(controller)
-        if on_ready is not None:
-            on_ready(controller)
+        for controller in self.layout.controllers:
+            if not controller.alive():
+                self.start_node(controller)
+            if on_ready is not None:
+                on_ready(controller)
         # Brokers start in parallel; each returns once it is RUNNING (unfenced).
         self._start_parallel([b for b in self.layout.brokers if not b.alive()], on_ready)
         self.save()
@@ -345,7 +374,14 @@ class ProcessCluster:
             t.start()
         for t in threads:
             t.join()
-        self.stop_node(CONTROLLER_ID)
+        for controller in self.layout.controllers:
+            if controller.alive() and controller.process_state() == "paused":
+                os.kill(controller.pid, signal.SIGCONT)
+        threads = [threading.Thread(target=self.stop_node, args=(c.node_id,)) for c in self.layout.controllers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
     # ---------------------------------------------------------- link proxy (chaos)
 
@@ -354,6 +390,8 @@ class ProcessCluster:
         advertises its proxy port and reaches the controller through the controller's
         proxy, so ``partition``/``cut``/``isolate``/``heal`` can cut any link."""
         from tidelog.chaos.proxyd import LINKS_FILE
+        if len(self.layout.controllers) > 1:
+            raise ClusterError("the link proxy supports a single controller")
         self.save()
         links_path = os.path.join(self.layout.directory, LINKS_FILE)
         if os.path.exists(links_path):

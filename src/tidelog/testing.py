@@ -153,8 +153,9 @@ except ImportError:  # pytest is optional for users of Broker itself
 
 
 class Cluster:
-    """A real multi-process cluster for tests: a controller and ``brokers`` brokers
-    on free loopback ports, data in a temporary directory::
+    """A real multi-process cluster for tests: ``controllers`` controllers (a Raft
+    quorum when more than one: ids 1000, 1001, …) and ``brokers`` brokers on free
+    loopback ports, data in a temporary directory::
 
         with Cluster(brokers=3) as cluster:
             producer = confluent_kafka.Producer({"bootstrap.servers": cluster.bootstrap})
@@ -166,12 +167,12 @@ class Cluster:
     """
 
     def __init__(self, brokers: int = 3, overrides: dict[str, str] | None = None, directory: str | None = None,
-                 metrics: bool = False):
+                 metrics: bool = False, controllers: int = 1):
         from tidelog.cluster import ProcessCluster
         self._own_dir = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix="tidelog-cluster-")
         self.processes = ProcessCluster.create(self.directory, brokers, base_port=0, overrides=overrides,
-                                               metrics_base_port=0 if metrics else None)
+                                               metrics_base_port=0 if metrics else None, controllers=controllers)
 
     @property
     def bootstrap(self) -> str:

@@ -27,13 +27,23 @@ class Net:
         self.queue: list = []
         self.seq = 0
         self.voters = voters
-        self.logs = {v: RaftLog() for v in voters}
+        self.logs = {v: self.make_log(v) for v in voters}
         self.states = {v: None for v in voters}
         self.replicas = {v: self._boot(v) for v in voters}
         self.down: set[int] = set()
         self.cut: set[frozenset] = set()
         self.leaders: dict[int, int] = {}          # epoch -> leader
         self.committed: list = []                  # the longest committed prefix seen
+
+    def make_log(self, voter: int):
+        return RaftLog()
+
+    def payload(self, n: int):
+        return f"record-{n}"
+
+    def entries(self, replica, upto: int | None = None) -> list:
+        """The replica's log entries (below offset ``upto``), comparable across voters."""
+        return replica.log.entries[:upto]
 
     def _boot(self, v: int) -> RaftReplica:
         replica = RaftReplica(v, self.voters, self.logs[v], random.Random(self.rng.random()),
@@ -72,7 +82,7 @@ class Net:
             if replica.state == LEADER:
                 holder = self.leaders.setdefault(replica.epoch, v)
                 assert holder == v, f"epoch {replica.epoch} has two leaders: {holder} and {v}"
-            committed = replica.log.entries[:replica.high_watermark]
+            committed = self.entries(replica, replica.high_watermark)
             shorter, longer = sorted((committed, self.committed), key=len)
             assert longer[:len(shorter)] == shorter, f"node {v} committed {committed} vs {self.committed}"
             if len(committed) > len(self.committed):
@@ -85,9 +95,12 @@ class Net:
 
 @pytest.mark.parametrize("seed", range(30))
 def test_one_leader_per_epoch_and_committed_entries_never_change(seed):
-    net = Net(seed)
+    run_random_quorum(Net(seed), steps=3000)
+
+
+def run_random_quorum(net: Net, steps: int) -> None:
     written = 0
-    for step in range(3000):
+    for step in range(steps):
         net.step()
         rng = net.rng
         if rng.random() < 0.01:                      # a partition between two voters, or its end
@@ -103,7 +116,7 @@ def test_one_leader_per_epoch_and_committed_entries_never_change(seed):
         leader = net.leader()
         if leader is not None and rng.random() < 0.2:
             written += 1
-            leader.append([f"record-{written}"])
+            leader.append([net.payload(written)])
             net.deliver_all(leader)
     # Heal: everything up, no cuts; the quorum elects a leader and commits everything it has.
     net.cut.clear()
@@ -118,7 +131,7 @@ def test_one_leader_per_epoch_and_committed_entries_never_change(seed):
             break
     leader = net.leader()
     assert leader is not None, "no leader after healing"
-    assert all(r.log.entries == leader.log.entries for r in net.replicas.values())
+    assert all(net.entries(r) == net.entries(leader) for r in net.replicas.values())
     assert leader.high_watermark == leader.log.end_offset
     assert len(net.leaders) >= 1 and written > 0
 
@@ -140,10 +153,10 @@ def test_a_vote_is_given_once_per_epoch_and_survives_a_restart():
 
 def test_a_follower_with_a_diverging_tail_truncates_to_the_leaders_epoch_end():
     leader_log, follower_log = RaftLog(), RaftLog()
-    leader_log.append(1, ["a", "b"])
-    leader_log.append(3, ["c"])
-    follower_log.append(1, ["a", "b"])
-    follower_log.append(2, ["x", "y"])                       # written by a deposed leader of epoch 2
+    leader_log.append_as_leader(1, ["a", "b"])
+    leader_log.append_as_leader(3, ["c"])
+    follower_log.append_as_leader(1, ["a", "b"])
+    follower_log.append_as_leader(2, ["x", "y"])                       # written by a deposed leader of epoch 2
     leader = RaftReplica(1, (1, 2, 3), leader_log, random.Random(0), state=LEADER, epoch=3, leader_id=1)
     leader.on_message(2, FetchRequest(3, 2, 4, 2), 0)
     answer = leader.take_outbox()[0].message
@@ -151,3 +164,23 @@ def test_a_follower_with_a_diverging_tail_truncates_to_the_leaders_epoch_end():
     follower = RaftReplica(2, (1, 2, 3), follower_log, random.Random(0), state="Follower", epoch=3, leader_id=1)
     follower.on_message(1, answer, 1)
     assert follower_log.entries == [(1, "a"), (1, "b")]
+
+
+def test_a_new_leader_commits_earlier_epochs_entries_only_with_one_of_its_own():
+    """Raft's Figure 8: entries of an earlier epoch held by a majority are not yet
+    committed; only once the leader's own first entry (its LeaderChange) reaches a
+    majority does the high watermark move — and then past all of them."""
+    from tidelog.raft.replica import VoteResponse
+    log = RaftLog()
+    log.append_as_leader(1, ["a"])
+    log.append_as_leader(2, ["b"])              # written by a leader of epoch 2 that died
+    replica = RaftReplica(3, (1, 2, 3), log, random.Random(0), RaftConfig(election_timeout_ms=100))
+    replica.start(0, QuorumStateRecord(2, -1, -1))
+    replica.on_tick(1000)                      # election timeout: ask for pre-votes
+    replica.on_message(1, VoteResponse(2, True, pre_vote=True), 1001)
+    replica.on_message(1, VoteResponse(3, True), 1002)
+    assert replica.state == LEADER and replica.epoch == 3 and log.end_offset == 3   # a, b, its LeaderChange
+    replica.on_message(1, FetchRequest(3, 1, 2, 2), 1003)        # voter 1 holds a and b
+    assert replica.high_watermark == 0                           # a majority has b, but b is not committed
+    replica.on_message(1, FetchRequest(3, 1, 3, 3), 1004)        # and now the leader's own entry
+    assert replica.high_watermark == 3

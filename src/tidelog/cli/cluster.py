@@ -10,16 +10,19 @@ import time
 
 from tidelog.cli.progress import Progress
 from tidelog.cluster import CONTROLLER_ID, ClusterError, ProcessCluster
-from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
+from tidelog.metadata.log import METADATA_TOPIC
 from tidelog.protocol.client import KafkaConnection
+from tidelog.server.controller_channel import RemoteController
 
 
 def add_parser(commands) -> None:
     cluster = commands.add_parser("cluster", help="run a local multi-broker cluster (separate processes)")
     verbs = cluster.add_subparsers(dest="verb", required=True)
-    up = verbs.add_parser("up", help="start a controller and N brokers; returns once all are RUNNING")
+    up = verbs.add_parser("up", help="start the controllers and N brokers; returns once all are RUNNING")
     up.add_argument("-n", "--brokers", type=int, default=3)
+    up.add_argument("--controllers", type=int, default=1,
+                    help="controller processes (a Raft quorum; 3 survives the death of one; ids 1000, 1001, …)")
     up.add_argument("--base-port", type=int, default=9092, help="brokers on PORT, PORT+1, …; controller after them")
     up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting for every node (repeatable)")
@@ -49,7 +52,8 @@ def add_parser(commands) -> None:
         parser = up if name == "up" else verbs.add_parser(name)
         parser.add_argument("--dir", default="./cluster", help="cluster directory (default ./cluster)")
         if name in ("kill", "pause", "resume", "restart"):
-            parser.add_argument("node_id", type=int, help=f"broker id, or {CONTROLLER_ID} for the controller")
+            parser.add_argument("node_id", type=int,
+                                help=f"broker id, or a controller's ({CONTROLLER_ID}, {CONTROLLER_ID + 1}, …)")
 
 
 def run(args) -> int:
@@ -73,16 +77,18 @@ def _run(args) -> int:
             args.metrics_base_port if args.metrics_base_port is not None else
             0 if args.base_port == 0 else args.base_port + 100)
         cluster = ProcessCluster.create(args.dir, args.brokers, args.base_port, overrides=overrides,
-                                        metrics_base_port=metrics_base_port)
+                                        metrics_base_port=metrics_base_port, controllers=args.controllers)
         if args.link_proxy:
             links = cluster.enable_link_proxy()
             print(f"link proxy on control port {links['control_port']}: brokers advertise proxy ports "
                   f"{', '.join(f'{k}:{v}' for k, v in sorted(links['ports'].items()))}")
-        with Progress(f"starting the controller and {len(cluster.layout.brokers)} brokers",
+        controllers = len(cluster.layout.controllers)
+        with Progress(f"starting {'the controller' if controllers == 1 else f'{controllers} controllers'} "
+                      f"and {len(cluster.layout.brokers)} brokers",
                       total=len(cluster.layout.nodes)) as progress:
             cluster.up(on_ready=lambda node: progress.advance(note=f"{node.name} ready"))
         print(f"cluster up in {time.monotonic() - started:.2f} s: {len(cluster.layout.brokers)} brokers, "
-              f"controller on {cluster.layout.host}:{cluster.layout.controller.port}, data in {cluster.layout.directory}")
+              f"controller.quorum.voters={cluster.layout.quorum_voters}, data in {cluster.layout.directory}")
         if args.link_proxy:
             ports = links["ports"]
             print(f"bootstrap servers (through the proxies): "
@@ -144,24 +150,35 @@ async def _status(cluster: ProcessCluster) -> int:
     states = cluster.process_states()
     registrations = {}
     controller_down = None
+    quorum = None
+    channel = RemoteController([(c.node_id, layout.host, c.port) for c in layout.controllers], "tidelog-cluster")
     try:
-        controller = await KafkaConnection.connect(layout.host, layout.controller.port, "tidelog-cluster", 3)
-        try:
-            described = await controller.request(ApiKey.DESCRIBE_CLUSTER,
-                                                 {"include_cluster_authorized_operations": False})
-            registrations = {int(b.broker_id): b for b in described.brokers}
-        finally:
-            controller.close()
+        described = await channel.request(ApiKey.DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False},
+                                          timeout_s=3)
+        registrations = {int(b.broker_id): b for b in described.brokers}
+        answer = await channel.request(ApiKey.DESCRIBE_QUORUM, {"topics": [
+            {"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]}, timeout_s=3)
+        partition = answer.topics[0].partitions[0]
+        if int(partition.error_code.value) == 0:
+            quorum = partition
     except (OSError, asyncio.TimeoutError, ConnectionError) as e:
         controller_down = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    finally:
+        channel.close()
     print(f"cluster {layout.cluster_id} at {layout.directory}")
     ui_url = cluster.ui_url()
     if ui_url:
         print(f"  web view {ui_url}")
     metrics = {n.node_id: f"  metrics {cluster.metrics_url(n.node_id)}" if n.metrics_port is not None else ""
                for n in layout.nodes}
-    print(f"  controller {CONTROLLER_ID}  {layout.host}:{layout.controller.port}  process {states[CONTROLLER_ID]}"
-          f"{metrics[CONTROLLER_ID]}")
+    for controller in layout.controllers:
+        role = "" if quorum is None else "  leader" if int(quorum.leader_id) == controller.node_id else "  voter"
+        print(f"  controller {controller.node_id}  {layout.host}:{controller.port}  "
+              f"process {states[controller.node_id]}{role}{metrics[controller.node_id]}")
+    if quorum is not None:
+        _print_quorum(quorum)
+    elif controller_down is None:
+        print("  quorum: no leader answered DescribeQuorum (an election may be under way)")
     for broker in layout.brokers:
         registration = registrations.get(broker.node_id)
         registered = ("registration unknown" if controller_down else
@@ -194,7 +211,7 @@ async def _status(cluster: ProcessCluster) -> int:
     if metadata is None:
         print("no running broker answered: partition state unknown")
         if controller_down:
-            print(f"UNHEALTHY: controller {CONTROLLER_ID} is unreachable ({controller_down})")
+            print(f"UNHEALTHY: no controller is reachable ({controller_down})")
         return 1
     under_replicated, under_min_isr, leaderless = [], [], []
     for topic in sorted(metadata.topics, key=lambda t: t.name):
@@ -213,8 +230,24 @@ async def _status(cluster: ProcessCluster) -> int:
                          ("leaderless", leaderless)):
         print(f"  {label}: {len(items)}" + ("" if not items else "\n    " + "\n    ".join(items)))
     if controller_down:
-        print(f"UNHEALTHY: controller {CONTROLLER_ID} is unreachable ({controller_down}); the partition "
+        print(f"UNHEALTHY: no controller is reachable ({controller_down}); the partition "
               "state above is the brokers' last view of it, and until the controller is back no broker "
               "can be fenced, no leader elected and no topic created")
         return 1
     return 0
+
+
+def _print_quorum(quorum) -> None:
+    """As ``kafka-metadata-quorum describe --status`` and ``--replication`` do."""
+    high_watermark = int(quorum.high_watermark)
+    now_ms = int(time.time() * 1000)
+    print(f"  quorum: leader {int(quorum.leader_id)}, epoch {int(quorum.leader_epoch)}, "
+          f"high watermark {high_watermark}")
+    for kind, replicas in (("voter", quorum.current_voters), ("observer", quorum.observers)):
+        for r in sorted(replicas, key=lambda r: int(r.replica_id)):
+            end = int(r.log_end_offset)
+            fetched = getattr(r, "last_fetch_timestamp", -1)
+            fetched = int(fetched.timestamp() * 1000) if hasattr(fetched, "timestamp") else int(fetched)
+            ago = f"{(now_ms - fetched) / 1000:.1f} s ago" if fetched > 0 else "never"
+            lag = max(0, high_watermark - end) if end >= 0 else "?"
+            print(f"    {kind:8} {int(r.replica_id):5}  log end offset {end:7}  lag {lag}  last fetch {ago}")

@@ -8,16 +8,26 @@ flushes it, and moves the high watermark to the log end; ``committed_offset`` is
 disk; since each was fsynced before its write was acknowledged, all of them are
 committed. Snapshots are files ``<end offset:020d>-<epoch:010d>.checkpoint`` in
 the same directory holding the image's records as batches, written atomically.
+
+The same file is the controller quorum's Raft log (``tidelog.raft``): each entry is
+one record batch whose ``partitionLeaderEpoch`` is the Raft epoch that wrote it, so
+the storage log's leader-epoch cache answers the Raft epoch questions; a new leader's
+first entry is a LeaderChange control batch (Kafka's ``LeaderChangeMessage``), which
+metadata readers skip. With a quorum, the high watermark is the quorum's (the Raft
+driver sets it); batches past it may still be truncated away. ``quorum-state`` beside
+the segments is the Raft vote and epoch (``QuorumStateFile``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Iterator, Sequence
 
 from tidelog.core.clock import Clock
 from tidelog.metadata.log import METADATA_TOPIC, MetadataLogError, MetadataSnapshot
 from tidelog.metadata.records import MetadataRecord, iter_batch_records, records_to_batch
+from tidelog.records.batch import SimpleRecord, build_batch, iter_batches
 from tidelog.storage.config import LogConfig
 from tidelog.storage.files import FileSystem, RealFileSystem
 from tidelog.storage.log import Log
@@ -72,20 +82,24 @@ class FileMetadataLog:
         self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
         return self.log.log_end_offset
 
-    def read(self, start_offset: int) -> Iterator[tuple[int, MetadataRecord]]:
+    def read(self, start_offset: int, end_offset: int | None = None) -> Iterator[tuple[int, MetadataRecord]]:
+        """Committed records from ``start_offset``, up to the high watermark (or
+        ``end_offset``, exclusive, when given)."""
         if start_offset < self.log.log_start_offset:
             raise MetadataLogError(f"offset {start_offset} is below the metadata log start "
                                    f"{self.log.log_start_offset}")
         offset = start_offset
-        end = self.log.high_watermark
+        end = self.log.high_watermark if end_offset is None else min(end_offset, self.log.log_end_offset)
         while offset < end:
             data = self.log.read(offset, _READ_CHUNK_BYTES, max_offset=end).records.read_bytes()
             if not data:
                 return
+            next_offset = offset
+            for _, header in iter_batches(data):      # control batches hold no metadata records
+                next_offset = header.last_offset + 1
             for record_offset, record in iter_batch_records(data):
                 if record_offset >= offset:
                     yield record_offset, record
-                    next_offset = record_offset + 1
             offset = next_offset
 
     def write_snapshot(self, snapshot: MetadataSnapshot) -> None:
@@ -124,6 +138,119 @@ class FileMetadataLog:
             handle.close()
         return MetadataSnapshot(end_offset - 1, tuple(r for _, r in iter_batch_records(data)))
 
+    # ------------------------------------------------------------ the Raft log
+
+    @property
+    def last_epoch(self) -> int:
+        return self.log.latest_epoch or 0
+
+    def epoch_at(self, offset: int) -> int:
+        epoch = self.log.leader_epoch_cache.epoch_for_offset(offset)
+        return 0 if epoch is None else epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(the largest epoch <= ``epoch`` in the log, where it ends); (0, start of the
+        first epoch) when there is none. Batches written before the quorum existed
+        carry no epoch and count as epoch 0."""
+        entries = self.log.leader_epoch_cache.entries
+        end_of_log = self.log.log_end_offset
+        best, end = 0, entries[0].start_offset if entries else end_of_log
+        for i, entry in enumerate(entries):
+            if entry.epoch > epoch:
+                break
+            best = entry.epoch
+            end = entries[i + 1].start_offset if i + 1 < len(entries) else end_of_log
+        return best, end
+
+    def append_as_leader(self, epoch: int, payloads: list[Sequence[MetadataRecord]]) -> None:
+        """Each payload (one controller write's records) becomes one batch of ``epoch``,
+        fsynced before the leader counts it towards the high watermark."""
+        for records in payloads:
+            self.log.append_as_follower(records_to_batch(
+                records, base_offset=self.log.log_end_offset, leader_epoch=epoch,
+                timestamp_ms=self.clock.now_ms()))
+        self.log.flush()
+
+    def append_leader_change(self, epoch: int, leader_id: int) -> None:
+        """A new leader's first entry: a LeaderChange control batch."""
+        self.log.append_as_follower(build_leader_change(self.log.log_end_offset, epoch, leader_id,
+                                                        self.clock.now_ms()))
+        self.log.flush()
+
+    def read_entries(self, start_offset: int, max_entries: int) -> list[tuple[int, bytes]]:
+        """Whole batches from ``start_offset`` (a batch boundary) to the log end: (epoch, bytes)."""
+        if start_offset >= self.log.log_end_offset:
+            return []
+        data = self.log.read(start_offset, _READ_CHUNK_BYTES).records.read_bytes()
+        out = []
+        for position, header in iter_batches(data):
+            if position + header.size_bytes > len(data) or len(out) >= max_entries:
+                break
+            out.append((max(header.partition_leader_epoch, 0), data[position:position + header.size_bytes]))
+        return out
+
+    def append_entries(self, start_offset: int, entries: list[tuple[int, bytes]]) -> None:
+        """A follower appends the leader's batches, which continue its log."""
+        if start_offset != self.log.log_end_offset:
+            raise MetadataLogError(f"entries at {start_offset} do not continue the log "
+                                   f"(end {self.log.log_end_offset})")
+        if entries:
+            self.log.append_as_follower(b"".join(batch for _, batch in entries))
+            self.log.flush()
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+
     def close(self) -> None:
         self.log.flush()
         self.log.close()
+
+
+# Kafka's ControlRecordType.LEADER_CHANGE and LeaderChangeMessage (version 0, flexible):
+# Version int16, LeaderId int32, Voters and GrantingVoters as compact arrays, tagged fields.
+CONTROL_LEADER_CHANGE = 2
+
+
+def build_leader_change(base_offset: int, epoch: int, leader_id: int, timestamp_ms: int) -> bytes:
+    key = (0).to_bytes(2, "big") + CONTROL_LEADER_CHANGE.to_bytes(2, "big")
+    value = (0).to_bytes(2, "big") + leader_id.to_bytes(4, "big", signed=True) + bytes([1, 1, 0])
+    return build_batch([SimpleRecord(value, key)], base_offset=base_offset, partition_leader_epoch=epoch,
+                       timestamp_ms=timestamp_ms, is_control=True)
+
+
+class QuorumStateFile:
+    """``quorum-state``: the Raft epoch, vote and leader as JSON (Kafka's file and
+    field names), written atomically before any message that depends on it is sent."""
+
+    def __init__(self, directory: str, fs: FileSystem):
+        self.fs, self.directory = fs, directory
+        self.path = os.path.join(directory, "quorum-state")
+
+    def read(self) -> dict | None:
+        if not self.fs.exists(self.path):
+            return None
+        handle = self.fs.open(self.path, create=False)
+        try:
+            data = handle.pread(handle.size(), 0)
+        finally:
+            handle.close()
+        try:
+            return json.loads(data)
+        except ValueError as e:
+            raise MetadataLogError(f"{self.path} is not valid JSON: {e}") from None
+
+    def write(self, epoch: int, voted_for: int, leader_id: int, voters: Sequence[int]) -> None:
+        data = json.dumps({"clusterId": "", "leaderId": leader_id, "leaderEpoch": epoch, "votedId": voted_for,
+                           "appliedOffset": 0, "currentVoters": [{"voterId": v} for v in voters],
+                           "data_version": 0}).encode()
+        temp = self.path + ".tmp"
+        if self.fs.exists(temp):
+            self.fs.remove(temp)
+        handle = self.fs.open(temp)
+        try:
+            handle.append(data)
+            handle.fsync()
+        finally:
+            handle.close()
+        self.fs.rename(temp, self.path)
+        self.fs.fsync_dir(self.directory)

@@ -498,6 +498,9 @@ def iter_batch_records(buf: bytes) -> Iterator[tuple[int, MetadataRecord]]:
     pos = 0
     for pos, header in iter_batches(buf):
         validate_batch(buf, pos)
+        if header.is_control:              # the quorum's LeaderChange entries
+            pos += header.size_bytes
+            continue
         for record in iter_records(buf, pos):
             if record.value is None:
                 raise InvalidMetadataRecordError(f"metadata record at offset {record.offset} is null")

@@ -69,8 +69,12 @@ class RaftLog:
     def epoch_at(self, offset: int) -> int:
         return self.entries[offset][0]
 
-    def append(self, epoch: int, payloads: list) -> None:
+    def append_as_leader(self, epoch: int, payloads: list) -> None:
         self.entries.extend((epoch, p) for p in payloads)
+
+    def append_leader_change(self, epoch: int, leader_id: int) -> None:
+        """The entry a new leader writes first (KRaft's LeaderChangeMessage)."""
+        self.entries.append((epoch, ("leader-change", leader_id)))
 
     def append_entries(self, start_offset: int, entries: list[tuple[int, object]]) -> None:
         assert start_offset == len(self.entries), "appends must continue the log"
@@ -90,7 +94,7 @@ class RaftLog:
                 break
         return best_epoch, end
 
-    def read(self, start_offset: int, max_entries: int) -> list[tuple[int, object]]:
+    def read_entries(self, start_offset: int, max_entries: int) -> list[tuple[int, object]]:
         return self.entries[start_offset:start_offset + max_entries]
 
 
@@ -221,7 +225,40 @@ class RaftReplica:
             elif self.leader_id != NO_LEADER:
                 self._become_follower(self.leader_id, now_ms, persist=False)
                 return
+        if self.voters == (self.node_id,):
+            self._become_candidate(now_ms)      # the only voter: no one to wait for (as Kafka's)
+            return
         self._arm_election(now_ms)
+
+    @property
+    def epoch_start_offset(self) -> int:
+        """The offset of this leader's leader-change entry (the start of its epoch)."""
+        return self._epoch_start_offset
+
+    @property
+    def is_active_leader(self) -> bool:
+        """Leads, and its leader-change entry is committed: every entry before it is
+        committed too, so a state machine on top may act (Kafka's controller claims
+        leadership only then)."""
+        return self.state == LEADER and self.high_watermark > self._epoch_start_offset
+
+    def voter_progress(self) -> dict[int, tuple[int, int]]:
+        """The leader's view of each other voter and observer: (log end offset known from
+        its last fetch, when that fetch arrived, in ms; -1 if never)."""
+        return {replica: (self._follower_end.get(replica, -1), self._last_fetch_ms.get(replica, -1))
+                for replica in set(self._follower_end) | set(self._last_fetch_ms)}
+
+    def on_leader_unreachable(self, now_ms: int) -> None:
+        """The driver could not reach the leader at all (connection refused or lost): a
+        voter need not wait the whole fetch timeout to ask for pre-votes — a leader
+        that is alive still has the others, who refuse them (KIP-996) — but waits a
+        random fraction of the election timeout, so that two followers who lost the
+        same leader at the same instant do not split the vote."""
+        if self.state == FOLLOWER and self.is_voter and self._fetch_deadline_ms is not None:
+            self._fetch_deadline_ms = min(self._fetch_deadline_ms, now_ms + 1 + self._jitter())
+
+    def _jitter(self) -> int:
+        return self.rng.randrange(max(1, self.config.election_timeout_ms // 4))
 
     def take_outbox(self) -> list[Envelope]:
         out, self._outbox = self._outbox, []
@@ -237,7 +274,7 @@ class RaftReplica:
         if self.state != LEADER:
             return None
         first = self.log.end_offset
-        self.log.append(self.epoch, payloads)
+        self.log.append_as_leader(self.epoch, payloads)
         self._maybe_advance_high_watermark()
         return first
 
@@ -353,11 +390,11 @@ class RaftReplica:
             self._send(source, FetchResponse(self.epoch, self.node_id, self.high_watermark,
                                              diverging=log_.end_offset_for_epoch(log_.last_epoch)))
             return
+        self._follower_end[source] = request.fetch_offset
+        self._last_fetch_ms[source] = now_ms
         if source in self.voters:
-            self._follower_end[source] = request.fetch_offset
-            self._last_fetch_ms[source] = now_ms
             self._maybe_advance_high_watermark()
-        entries = tuple(log_.read(request.fetch_offset, self.config.max_fetch_entries))
+        entries = tuple(log_.read_entries(request.fetch_offset, self.config.max_fetch_entries))
         self._send(source, FetchResponse(self.epoch, self.node_id, self.high_watermark, request.fetch_offset,
                                          entries))
 
@@ -371,7 +408,7 @@ class RaftReplica:
             if response.fenced and self.state == FOLLOWER:
                 self._next_fetch_ms = now_ms + self.config.fetch_interval_ms
             return
-        self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms
+        self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms + self._jitter()
         if response.diverging is not None:
             epoch, end = response.diverging
             self.log.truncate_to(min(end, self.log.end_offset))
@@ -436,7 +473,7 @@ class RaftReplica:
         self._next_begin_epoch_ms = now_ms + self.config.fetch_timeout_ms // 2
         # KRaft's leader writes a LeaderChangeMessage control record first: its epoch's start.
         self._epoch_start_offset = self.log.end_offset
-        self.log.append(self.epoch, [("leader-change", self.node_id)])
+        self.log.append_leader_change(self.epoch, self.node_id)
         self._maybe_advance_high_watermark()
         for voter in self.voters:
             if voter != self.node_id:
@@ -447,7 +484,7 @@ class RaftReplica:
         if persist:
             self.quorum_state_changed = True
         self._election_deadline_ms = None
-        self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms
+        self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms + self._jitter()
         self._fetch_in_flight = False
         self._send_fetch(now_ms)
 

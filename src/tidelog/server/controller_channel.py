@@ -53,27 +53,75 @@ def parse_quorum_voters(voters: list[str]) -> list[tuple[int, str, int]]:
 
 
 class RemoteController:
-    """The controller behind ``controller.quorum.voters`` (one voter for now)."""
+    """The active controller among ``controller.quorum.voters``.
 
-    def __init__(self, host: str, port: int, client_id: str):
-        self.host, self.port, self.client_id = host, port, client_id
-        self._connection: KafkaConnection | None = None
+    Requests go to the voter believed to be active. An answer of NOT_CONTROLLER (or
+    NOT_LEADER_OR_FOLLOWER to a metadata fetch) or a lost connection moves on — to the
+    leader the answer names, else to the next voter — and the request is sent again,
+    until its deadline. With a single voter a lost connection is the caller's at once.
+    """
+
+    ATTEMPT_TIMEOUT_S = 5.0      # per voter, beyond a request's own long-poll wait
+
+    def __init__(self, voters: list[tuple[int, str, int]], client_id: str):
+        self.voters = list(voters)
+        self.client_id = client_id
+        self._index = 0
+        self._connections: dict[int, KafkaConnection] = {}
         self._lock = asyncio.Lock()
 
-    async def _conn(self) -> KafkaConnection:
-        async with self._lock:
-            if self._connection is None or self._connection.closed:
-                self._connection = await KafkaConnection.connect(self.host, self.port, self.client_id,
-                                                                 timeout_s=5)
-            return self._connection
+    @property
+    def leader_guess(self) -> int:
+        return self.voters[self._index][0]
 
-    async def request(self, api_key: int, body, version: int | None = None, timeout_s: float = 30):
-        connection = await self._conn()
-        try:
-            return await connection.request(api_key, body, version=version, timeout_s=timeout_s)
-        except (ConnectionError, OSError, asyncio.TimeoutError):
+    async def _conn(self, index: int) -> KafkaConnection:
+        async with self._lock:
+            connection = self._connections.get(index)
+            if connection is None or connection.closed:
+                _, host, port = self.voters[index]
+                connection = await KafkaConnection.connect(host, port, self.client_id, timeout_s=5)
+                self._connections[index] = connection
+            return connection
+
+    def _drop(self, index: int) -> None:
+        connection = self._connections.pop(index, None)
+        if connection is not None:
             connection.close()
-            raise
+
+    def _move_on(self, index: int, hint: int) -> None:
+        ids = [voter for voter, _, _ in self.voters]
+        if hint in ids and ids.index(hint) != index:
+            self._index = ids.index(hint)
+        elif self._index == index:
+            self._index = (index + 1) % len(self.voters)
+
+    async def request(self, api_key: int, body, version: int | None = None, timeout_s: float = 30,
+                      wait_ms: int = 0):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        backoff_s = 0.05
+        while True:
+            index = self._index
+            remaining = deadline - loop.time()
+            attempt_s = remaining if len(self.voters) == 1 else \
+                min(remaining, self.ATTEMPT_TIMEOUT_S + wait_ms / 1000)
+            try:
+                connection = await self._conn(index)
+                response = await connection.request(api_key, body, version=version, timeout_s=max(0.01, attempt_s))
+            except (ConnectionError, OSError, asyncio.TimeoutError):
+                self._drop(index)
+                if len(self.voters) == 1 or loop.time() + backoff_s >= deadline:
+                    raise
+                self._move_on(index, -1)
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 0.25)
+                continue
+            hint = not_active_hint(api_key, response)
+            if hint is None or loop.time() + backoff_s >= deadline:
+                return response
+            self._move_on(index, hint)
+            await asyncio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, 0.25)
 
     async def register(self, request: BrokerRegistrationRequest) -> BrokerRegistrationReply:
         reply = await self.request(ApiKey.BROKER_REGISTRATION, {
@@ -125,7 +173,7 @@ class RemoteController:
             "topics": [{"topic": METADATA_TOPIC, "partitions": [{
                 "partition": 0, "fetch_offset": fetch_offset, "partition_max_bytes": 8 * 1024 * 1024,
                 "current_leader_epoch": -1, "last_fetched_epoch": -1, "log_start_offset": -1}]}]},
-            version=12, timeout_s=max_wait_ms / 1000 + 30)
+            version=12, timeout_s=max_wait_ms / 1000 + 30, wait_ms=max_wait_ms)
         partition = response.responses[0].partitions[0]
         return int(partition.error_code.value), partition.records or b"", int(partition.high_watermark)
 
@@ -133,8 +181,28 @@ class RemoteController:
         return await self.request(api_key, request, version=version)
 
     def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
+        for index in list(self._connections):
+            self._drop(index)
+
+
+def not_active_hint(api_key: int, response) -> int | None:
+    """None if ``response`` is an answer of the active controller; else the leader it
+    names (-1 if none): NOT_CONTROLLER at the top or on any item (forwarded admin
+    requests answer per topic or resource), NOT_LEADER_OR_FOLLOWER to a metadata fetch
+    or a DescribeQuorum."""
+    if _code(getattr(response, "error_code", 0)) == ErrorCode.NOT_CONTROLLER:
+        return -1
+    for field in ("topics", "responses", "results"):
+        for item in getattr(response, field, None) or ():
+            if _code(getattr(item, "error_code", 0)) == ErrorCode.NOT_CONTROLLER:
+                return -1
+            if api_key not in (ApiKey.FETCH, ApiKey.DESCRIBE_QUORUM):
+                continue
+            for partition in getattr(item, "partitions", None) or ():
+                if _code(partition.error_code) == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                    leader = getattr(partition, "current_leader", None)
+                    return int(leader.leader_id) if leader is not None else int(partition.leader_id)
+    return None
 
 
 class InProcessController:

@@ -20,6 +20,7 @@ stale-broker check runs on a timer at ``controller.next_deadline_ms()``.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import random
 
@@ -41,7 +42,11 @@ from tidelog.metadata.log import METADATA_TOPIC
 from tidelog.metadata.records import BrokerFeature, Endpoint
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import ZERO_UUID, millis
+from tidelog.raft.metadata_log import RaftMetadataLog
+from tidelog.raft.replica import RaftConfig
 from tidelog.server.admin import AdminApis
+from tidelog.server.controller_channel import parse_quorum_voters
+from tidelog.server.raft_driver import RaftDriver
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.topic_configs import topic_config_values
 
@@ -52,6 +57,35 @@ log = logging.getLogger("tidelog.controller_server")
 STATIC_TOPIC_DEFAULTS = ("unclean.leader.election.enable", "min.insync.replicas")
 
 METADATA_FETCH_BYTES_MAX = 8 * 1024 * 1024
+WRITE_COMMIT_TIMEOUT_S = 30        # a write's records not committed by then: NOT_CONTROLLER
+
+
+class NotControllerError(Exception):
+    """This node stopped being the active controller before a write was committed."""
+
+
+def not_controller_answer(api_key: int, request) -> dict:
+    """The answer of a controller that is not the active one (Kafka's NOT_CONTROLLER),
+    in each write API's shape; the broker's channel then asks another voter."""
+    code = int(ErrorCode.NOT_CONTROLLER)
+    message = "not the active controller"
+    if api_key == ApiKey.CREATE_TOPICS:
+        return {"throttle_time": 0, "topics": [{"name": t.name, "error_code": code, "error_message": message,
+                                                "num_partitions": -1, "replication_factor": -1}
+                                               for t in request.topics]}
+    if api_key == ApiKey.DELETE_TOPICS:
+        names = list(getattr(request, "topic_names", None) or []) + [
+            t.name for t in getattr(request, "topics", None) or []]
+        return {"throttle_time": 0, "responses": [{"name": n, "error_code": code, "error_message": message}
+                                                  for n in names]}
+    if api_key == ApiKey.CREATE_PARTITIONS:
+        return {"throttle_time": 0, "results": [{"name": t.name, "error_code": code, "error_message": message}
+                                                for t in request.topics]}
+    if api_key in (ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS):
+        return {"throttle_time": 0, "responses": [{"error_code": code, "error_message": message,
+                                           "resource_type": r.resource_type, "resource_name": r.resource_name}
+                                          for r in request.resources]}
+    return {"throttle_time": 0, "error_code": code, "error_message": message}
 
 
 class ControllerServer:
@@ -63,17 +97,109 @@ class ControllerServer:
         self._next_balance_ms = clock.monotonic_ms() + config["leader.imbalance.check.interval.seconds"] * 1000
         self.cluster_id = cluster_id
         self.node_id = config["node.id"]
-        self.metadata_log = FileMetadataLog(config["log.dirs"][0], clock)
+        self.metadata_log = FileMetadataLog(config["log.dirs"][0], clock, follower=True)
+        voters = parse_quorum_voters(config["controller.quorum.voters"] or [])
+        if not voters:                      # a lone `tidelog serve`: its own single voter
+            voters = [(self.node_id, "127.0.0.1", 0)]
+        if self.node_id not in {voter for voter, _, _ in voters}:
+            raise ValueError(f"node {self.node_id} has the controller role but is not in "
+                             f"controller.quorum.voters {config['controller.quorum.voters']}")
+        self.raft = RaftDriver(self.node_id, voters, self.metadata_log, clock,
+                               RaftConfig(election_timeout_ms=config["controller.quorum.election.timeout.ms"],
+                                          fetch_timeout_ms=config["controller.quorum.fetch.timeout.ms"]),
+                               cluster_id, self._on_quorum_change, rng)
         self.controller = QuorumController(
-            clock=clock, log=self.metadata_log, cluster_id=cluster_id, rng=rng or random.Random(),
+            clock=clock, log=RaftMetadataLog(self.raft.replica, self.metadata_log, self.raft.appended),
+            cluster_id=cluster_id, rng=rng or random.Random(),
             session_timeout_ms=config["broker.session.timeout.ms"],
             default_num_partitions=config["num.partitions"],
             default_replication_factor=config["default.replication.factor"],
             co_located_broker_id=co_located_broker_id,
             static_configs={name: str(config[name]).lower() if isinstance(config[name], bool) else str(config[name])
                             for name in STATIC_TOPIC_DEFAULTS if name in config.originals})
+        # Only the quorum leader is the active controller, once its leader-change entry
+        # (and so everything before it) is committed.
+        self.active = False
+        self._waiting_commit: list[tuple[int, asyncio.Future]] = []
         self._committed = asyncio.Event()
         self._publish_hooks: list = []
+        self._observers: dict[int, tuple[int, int]] = {}     # broker → (fetch offset, at ms)
+
+    def start(self) -> None:
+        """Join the quorum (a single voter leads, and so is active, at once)."""
+        self.raft.start()
+
+    @property
+    def single_voter(self) -> bool:
+        return self.raft.replica.voters == (self.node_id,)
+
+    # ---------------------------------------------------- the quorum
+
+    def _on_quorum_change(self) -> None:
+        """Leadership or the high watermark moved: (de)activate, publish what is committed,
+        answer the writes that now are."""
+        leads = self.raft.replica.is_active_leader
+        if leads and not self.active:
+            # Everything committed, from this leader's and earlier epochs, into fresh
+            # managers; every registered broker gets a new session (no broker is fenced
+            # because the controller moved).
+            self.controller.renounce()
+            self.controller.co_located_broker_id = None     # only a process restart loses it
+            self.active = True
+            self._next_balance_ms = self.clock.monotonic_ms() + \
+                self.config["leader.imbalance.check.interval.seconds"] * 1000
+            log.info("node %d is the active controller (epoch %d)", self.node_id, self.raft.replica.epoch)
+        elif not leads and self.active:
+            self.active = False
+            log.info("node %d is no longer the active controller (epoch %d, leader %d)", self.node_id,
+                     self.raft.replica.epoch, self.raft.replica.leader_id)
+            for _, waiter in self._waiting_commit:
+                if not waiter.done():
+                    waiter.set_exception(NotControllerError())
+            self._waiting_commit = []
+            self.controller.renounce()
+        self.controller.on_commit()
+        committed = self.controller.committed_offset
+        still = []
+        for offset, waiter in self._waiting_commit:
+            if offset <= committed:
+                if not waiter.done():
+                    waiter.set_result(None)
+            else:
+                still.append((offset, waiter))
+        self._waiting_commit = still
+        self.publish()
+
+    async def _until_committed(self, offset: int) -> None:
+        if offset <= self.controller.committed_offset:
+            return
+        if not self.active:
+            raise NotControllerError()
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting_commit.append((offset, waiter))
+        await asyncio.wait_for(waiter, WRITE_COMMIT_TIMEOUT_S)
+
+    def _when_active(self, handler):
+        """A write API: refused with NOT_CONTROLLER unless this node is the active
+        controller; answered once the records it wrote are committed by the quorum."""
+        def run(header, request):
+            if not self.active:
+                return not_controller_answer(header.api_key, request)
+            result = handler(header, request)
+            if not inspect.isawaitable(result) and self.controller.last_write_offset <= \
+                    self.controller.committed_offset:
+                return result
+            return self._answer_when_committed(result, header, request)
+        return run
+
+    async def _answer_when_committed(self, result, header, request):
+        if inspect.isawaitable(result):
+            result = await result
+        try:
+            await self._until_committed(self.controller.last_write_offset)
+        except (NotControllerError, asyncio.TimeoutError):
+            return not_controller_answer(header.api_key, request)
+        return result
 
     # ---------------------------------------------------- AdminApis' view of us
 
@@ -100,20 +226,31 @@ class ControllerServer:
         """Put the controller's APIs on a controller listener — never on a client
         listener (runtime.plan_listeners), where anyone could fence or shut down a
         broker: the broker lifecycle (BrokerRegistration, BrokerHeartbeat,
-        AlterPartition, AllocateProducerIds), the metadata log's Fetch, and the admin
-        APIs brokers forward."""
-        dispatcher.register(ApiKey.BROKER_REGISTRATION, self.handle_broker_registration, 0, 4)
-        dispatcher.register(ApiKey.BROKER_HEARTBEAT, self.handle_broker_heartbeat, 0, 1)
-        dispatcher.register(ApiKey.ALTER_PARTITION, self.handle_alter_partition, 2, 3)
-        dispatcher.register(ApiKey.ALLOCATE_PRODUCER_IDS, self.handle_allocate_producer_ids, 0, 0)
-        dispatcher.register(ApiKey.FETCH, self.handle_metadata_fetch, 4, 18)
-        AdminApis(self).register(dispatcher)
+        AlterPartition, AllocateProducerIds) and the admin APIs brokers forward —
+        writes, served by the active controller only —, the metadata log's Fetch
+        (brokers from the active controller, voters from the quorum leader), the
+        quorum's own RPCs, DescribeQuorum and DescribeCluster."""
+        writes = _ActiveOnly(dispatcher, self._when_active)
+        writes.register(ApiKey.BROKER_REGISTRATION, self.handle_broker_registration, 0, 4)
+        writes.register(ApiKey.BROKER_HEARTBEAT, self.handle_broker_heartbeat, 0, 1)
+        writes.register(ApiKey.ALTER_PARTITION, self.handle_alter_partition, 2, 3)
+        writes.register(ApiKey.ALLOCATE_PRODUCER_IDS, self.handle_allocate_producer_ids, 0, 0)
+        admin = AdminApis(self)
+        admin.register(writes)
+        dispatcher.register(ApiKey.DESCRIBE_CONFIGS, admin.handle_describe_configs, 1, 4)   # a read: any voter
+        dispatcher.register(ApiKey.FETCH, self.handle_fetch, 4, 18)
+        dispatcher.register(ApiKey.VOTE, self.raft.handle_vote, 2, 2)
+        dispatcher.register(ApiKey.BEGIN_QUORUM_EPOCH, self.raft.handle_begin_quorum_epoch, 0, 0)
+        dispatcher.register(ApiKey.END_QUORUM_EPOCH, self.raft.handle_end_quorum_epoch, 0, 0)
+        dispatcher.register(ApiKey.DESCRIBE_QUORUM, self.handle_describe_quorum, 0, 2)
         dispatcher.register(ApiKey.DESCRIBE_CLUSTER, self.handle_describe_cluster, 0, 2)
 
     # The broker lifecycle, as the controller's own request objects (an in-process
     # broker calls these directly; the wire handlers below translate to them).
 
     def register_broker(self, request: BrokerRegistrationRequest) -> BrokerRegistrationReply:
+        if not self.active:
+            return BrokerRegistrationReply(ErrorCode.NOT_CONTROLLER, None, -1)
         reply = self.controller.register_broker(request)
         self.publish()
         if reply.error_code == ErrorCode.NONE:
@@ -121,11 +258,15 @@ class ControllerServer:
         return reply
 
     def broker_heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatReply:
+        if not self.active:
+            return BrokerHeartbeatReply(ErrorCode.NOT_CONTROLLER, None, False, True, False, False)
         reply = self.controller.process_broker_heartbeat(request)
         self.publish()
         return reply
 
     def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        if not self.active:
+            return AlterPartitionResponse(ErrorCode.NOT_CONTROLLER, None, ())
         response = self.controller.alter_partition(request)
         self.publish()
         return response
@@ -180,6 +321,8 @@ class ControllerServer:
                 "topics": [{"topic_id": tid, "partitions": parts} for tid, parts in topics.items()]}
 
     def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> AllocateProducerIdsReply:
+        if not self.active:
+            return AllocateProducerIdsReply(ErrorCode.NOT_CONTROLLER, None, -1, 0)
         reply = self.controller.allocate_producer_ids(broker_id, broker_epoch)
         self.publish()
         return reply
@@ -189,8 +332,15 @@ class ControllerServer:
         return {"throttle_time": 0, "error_code": int(reply.error_code),
                 "producer_id_start": reply.producer_id_start, "producer_id_len": reply.producer_id_len}
 
+    def handle_fetch(self, header, request):
+        if self.raft.is_voter_fetch(request):
+            return self.raft.handle_fetch(header, request)
+        return self.handle_metadata_fetch(header, request)
+
     def handle_metadata_fetch(self, header, request):
-        """Serve ``__cluster_metadata-0`` up to the committed offset, long-polling."""
+        """A broker follows ``__cluster_metadata-0`` up to the committed offset,
+        long-polling, from the active controller only (others answer
+        NOT_LEADER_OR_FOLLOWER naming the leader they know)."""
         wanted = None
         for topic in request.topics:
             name = getattr(topic, "topic", None)
@@ -202,6 +352,13 @@ class ControllerServer:
             return {"throttle_time": 0, "error_code": int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                     "session_id": 0, "responses": []}
         fetch_offset = int(wanted[1].fetch_offset)
+        replica_id = int(getattr(getattr(request, "replica_state", None), "replica_id", -1))
+        if replica_id < 0:
+            replica_id = int(getattr(request, "replica_id", -1))
+        if not self.active:
+            return self._metadata_fetch_response(fetch_offset, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if replica_id >= 0:
+            self._observers[replica_id] = (fetch_offset, self.clock.monotonic_ms())
         max_wait_ms = millis(request.max_wait)
         if fetch_offset >= self.metadata_log.log.high_watermark and max_wait_ms > 0:
             return self._metadata_fetch_later(fetch_offset, max_wait_ms)
@@ -214,18 +371,46 @@ class ControllerServer:
             pass
         return self._metadata_fetch_response(fetch_offset)
 
-    def _metadata_fetch_response(self, fetch_offset: int) -> dict:
+    def _metadata_fetch_response(self, fetch_offset: int, error: ErrorCode = ErrorCode.NONE) -> dict:
         log_ = self.metadata_log.log
-        entry = {"partition_index": 0, "error_code": 0, "high_watermark": log_.high_watermark,
+        replica = self.raft.replica
+        entry = {"partition_index": 0, "error_code": int(error), "high_watermark": log_.high_watermark,
                  "last_stable_offset": log_.high_watermark, "log_start_offset": log_.log_start_offset,
+                 "current_leader": {"leader_id": replica.leader_id, "leader_epoch": replica.epoch},
                  "preferred_read_replica": -1, "records": b""}
-        if fetch_offset < log_.log_start_offset or fetch_offset > log_.log_end_offset:
+        if error != ErrorCode.NONE:
+            pass
+        elif fetch_offset < log_.log_start_offset or fetch_offset > log_.log_end_offset:
             entry["error_code"] = int(ErrorCode.OFFSET_OUT_OF_RANGE)
         elif fetch_offset < log_.high_watermark:
             entry["records"] = log_.read(fetch_offset, METADATA_FETCH_BYTES_MAX,
                                          max_offset=log_.high_watermark).records.read_bytes()
         return {"throttle_time": 0, "error_code": 0, "session_id": 0,
                 "responses": [{"topic": METADATA_TOPIC, "topic_id": ZERO_UUID, "partitions": [entry]}]}
+
+    def handle_describe_quorum(self, header, request):
+        """Kafka's DescribeQuorum (``kafka-metadata-quorum describe``), from the leader;
+        brokers following the metadata log are the observers."""
+        if self.raft.replica.leader_id != self.node_id:
+            return {"error_code": 0, "topics": [{"topic_name": METADATA_TOPIC, "partitions": [{
+                "partition_index": 0, "error_code": int(ErrorCode.NOT_LEADER_OR_FOLLOWER),
+                "error_message": "not the quorum leader", "leader_id": self.raft.replica.leader_id,
+                "leader_epoch": self.raft.replica.epoch, "high_watermark": -1,
+                "current_voters": [], "observers": []}]}], "nodes": []}
+        partition = self.raft.describe()
+        now_ms, wall_ms = self.clock.monotonic_ms(), self.clock.now_ms()
+        high_watermark = self.raft.replica.high_watermark
+        for broker_id, (offset, at_ms) in sorted(self._observers.items()):
+            if broker_id in self.raft.replica.voters:
+                continue
+            fetched = wall_ms - (now_ms - at_ms)
+            partition["observers"].append({"replica_id": broker_id, "log_end_offset": offset,
+                                           "last_fetch_timestamp": fetched,
+                                           "last_caught_up_timestamp": fetched if offset >= high_watermark else -1})
+        nodes = [{"node_id": voter, "listeners": [{"name": "CONTROLLER", "host": host, "port": port}]}
+                 for voter, (host, port) in sorted(self.raft.addresses.items())]
+        return {"error_code": 0, "topics": [{"topic_name": METADATA_TOPIC, "partitions": [partition]}],
+                "nodes": nodes}
 
     def handle_describe_cluster(self, header, request):
         brokers = []
@@ -237,12 +422,14 @@ class ControllerServer:
             brokers.append({"broker_id": broker_id, "host": endpoint.host, "port": endpoint.port,
                             "rack": registration.rack, "is_fenced": registration.fenced})
         return {"throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 2,
-                "cluster_id": self.cluster_id, "controller_id": self.node_id, "brokers": brokers,
+                "cluster_id": self.cluster_id, "controller_id": self.raft.replica.leader_id, "brokers": brokers,
                 "cluster_authorized_operations": -2147483648}
 
     # ------------------------------------------------------------------ timers
 
     def on_tick(self) -> None:
+        if not self.active:
+            return
         fenced = self.controller.fire_due_deadlines()
         if fenced:
             for broker_id in fenced:
@@ -257,4 +444,15 @@ class ControllerServer:
                 self.publish()
 
     def close(self) -> None:
+        self.raft.close()
         self.metadata_log.close()
+
+
+class _ActiveOnly:
+    """A dispatcher view that registers every handler through ``wrap``."""
+
+    def __init__(self, dispatcher, wrap):
+        self.dispatcher, self.wrap = dispatcher, wrap
+
+    def register(self, api_key: int, handler, min_version: int, max_version: int) -> None:
+        self.dispatcher.register(api_key, self.wrap(handler), min_version, max_version)

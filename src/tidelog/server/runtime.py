@@ -148,9 +148,12 @@ class Server:
 
     async def start(self) -> None:
         config = self.config
-        if not self.is_controller:
-            _, host, port = parse_quorum_voters(config["controller.quorum.voters"])[0]
-            self.channel = RemoteController(host, port, client_id=f"broker-{self.node_id}")
+        voters = parse_quorum_voters(config["controller.quorum.voters"] or [])
+        # A broker reaches the active controller over the wire, unless its own process
+        # is the quorum's only voter (a lone `tidelog serve`).
+        self.in_process_controller = self.is_controller and len(voters) <= 1
+        if self.is_broker and not self.in_process_controller:
+            self.channel = RemoteController(voters, client_id=f"broker-{self.node_id}")
         self.cluster_id = format_log_dirs(config["log.dirs"], self.node_id, await self._discover_cluster_id())
         if config["metrics.port"] is not None:
             self.metrics = ServerMetrics(config["metrics.host"], config["metrics.port"])
@@ -165,6 +168,7 @@ class Server:
                 config, self.clock, self.cluster_id,
                 co_located_broker_id=self.node_id if self.is_broker else None)
             self.controller = self.controller_server.controller
+            self.controller_server.start()
             # The controller's APIs only on controller listeners (Kafka's "listeners"
             # scopes): on a client listener anyone could fence or stop a broker. A
             # combined node's broker reaches its controller in-process.
@@ -222,12 +226,16 @@ class Server:
     def _start_broker_role(self) -> None:
         config = self.config
         if self.is_controller:
+            # The broker reads the committed part of its controller's log (nothing
+            # past the quorum's high watermark is ever published).
             metadata_log = self.controller_server.metadata_log
-            self.channel = InProcessController(self.controller_server)
             self.controller_server.on_publish(self.publish)
-            self.admin = AdminApis(self)
         else:
             metadata_log = FileMetadataLog(config["log.dirs"][0], self.clock, follower=True)
+        if self.in_process_controller:
+            self.channel = InProcessController(self.controller_server)
+            self.admin = AdminApis(self)
+        else:
             self.admin = ForwardingAdminApis(self)
         endpoint = Endpoint(self.listener_name, self.advertised_host, self.advertised_port or self.bind_port)
         self.node = BrokerNode(config, self.clock, metadata_log, self.cluster_id, uuid.uuid4(), (endpoint,),
@@ -246,6 +254,14 @@ class Server:
         if self.config["transaction.partition.verification.enable"]:
             kafka_apis.context.verify_transactions = self.txn_apis.verify
         self.admin.register(self.dispatcher)
+        # DescribeQuorum on the client listener, as Kafka's brokers forward it
+        # (kafka-metadata-quorum --bootstrap-server): answered by the quorum leader.
+        self.dispatcher.register(ApiKey.DESCRIBE_QUORUM, self._describe_quorum, 0, 2)
+
+    def _describe_quorum(self, header, request):
+        if self.in_process_controller:
+            return self.controller_server.handle_describe_quorum(header, request)
+        return self.channel.forward(header.api_key, header.api_version, request)
 
     # -------------------------------------------------------------- the node
 
@@ -442,6 +458,7 @@ class Server:
             self.node.shutdown()
             if not self.is_controller:
                 self.node.metadata_log.close()
+            if not self.in_process_controller:
                 self.channel.close()
         if self.controller_server is not None:
             self.controller_server.close()

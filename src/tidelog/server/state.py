@@ -79,11 +79,14 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
 # ------------------------------------------------------------------ /state
 
 def _quorum_controller_id(server) -> int:
-    """The node that runs the controller (not the alive broker Metadata names as one)."""
-    if server.is_controller:
-        return server.node_id
-    from tidelog.server.controller_channel import parse_quorum_voters
-    return parse_quorum_voters(server.config["controller.quorum.voters"])[0][0]
+    """The active controller as this node knows it (not the alive broker Metadata names
+    as one): the quorum leader on a controller, the voter a broker talks to otherwise."""
+    if server.controller_server is not None and server.controller_server.raft.replica.leader_id >= 0:
+        return server.controller_server.raft.replica.leader_id
+    channel = getattr(server, "channel", None)
+    if hasattr(channel, "leader_guess"):
+        return channel.leader_guess
+    return server.node_id
 
 
 def broker_state(server) -> dict:

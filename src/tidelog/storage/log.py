@@ -472,7 +472,7 @@ class Log:
                 for position, header in segment.headers(0, segment.size_bytes):
                     if header.base_offset < start:
                         continue
-                    if header.is_control:
+                    if header.is_control and header.producer_id >= 0:   # a transaction marker
                         batch = segment.log.pread(header.size_bytes, position)
                         self._update_producer_state(header, header.base_offset, read_control(batch, 0))
                     elif is_idempotent(header):
@@ -526,7 +526,7 @@ class Log:
                 first_offset = header.base_offset
             if header.partition_leader_epoch >= 0:
                 epochs.append((header.partition_leader_epoch, header.base_offset))
-            if header.is_control:
+            if header.is_control and header.producer_id >= 0:   # a transaction marker
                 follower_producers.append((header, read_control(records, position)))
             elif is_idempotent(header):
                 follower_producers.append((header, None))

@@ -1,0 +1,396 @@
+"""The controller quorum on the wire: a ``RaftReplica`` carried over Kafka's KRaft RPCs.
+
+Theory of operation. ``RaftDriver`` is the thin asyncio layer around the sans-I/O
+``tidelog.raft.RaftReplica`` (docs/raft.md). It owns nothing the replica decides:
+
+* **inputs** — a request from another voter (Vote, BeginQuorumEpoch,
+  EndQuorumEpoch, and Fetch of ``__cluster_metadata-0`` with the voter's id as
+  ``replica_id``) becomes the replica's message; the replica's answer to that
+  voter, found in its outbox, becomes the response. An answer to a request this
+  node sent becomes a message too. A timer fires ``on_tick`` at the replica's
+  ``next_wakeup_ms``.
+* **effects** — after every input: the ``quorum-state`` file is written when the
+  vote or epoch changed (before anything is sent), the metadata log's high
+  watermark is set to the quorum's, the outbox's requests go out (one connection
+  per voter for fetches and one for the rest, since a connection answers in
+  order and a held fetch must not delay a vote), and ``on_change`` tells the
+  controller that leadership or the high watermark may have moved.
+* **long polling** — a voter's Fetch that would bring nothing new (no records,
+  the same high watermark as last sent to it) is held until the log or the high
+  watermark changes, or ``FETCH_WAIT_MAX_MS`` passes, then answered afresh; so a
+  write is committed two round trips after it is appended, without busy fetching.
+
+Brokers are observers that never vote: they fetch the *committed* metadata log
+from the active controller through the controller's own Fetch handler
+(``controller_server``), so they never need to truncate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import Callable
+
+from tidelog.core.clock import Clock
+from tidelog.core.errors import ErrorCode
+from tidelog.metadata.file_log import FileMetadataLog, QuorumStateFile
+from tidelog.metadata.log import METADATA_TOPIC
+from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.client import KafkaConnection
+from tidelog.protocol.codec import ZERO_UUID, ProtocolError, millis
+from tidelog.records.batch import iter_batches
+from tidelog.raft.replica import (
+    BeginQuorumEpoch,
+    EndQuorumEpoch,
+    Envelope,
+    FetchRequest,
+    FetchResponse,
+    QuorumStateRecord,
+    RaftConfig,
+    RaftReplica,
+    VoteRequest,
+    VoteResponse,
+)
+
+log = logging.getLogger("tidelog.raft")
+
+FETCH_WAIT_MAX_MS = 500            # how long a caught-up voter's Fetch is held
+FETCH_MAX_BYTES = 8 * 1024 * 1024
+_PEER_ERRORS = (OSError, ConnectionError, asyncio.TimeoutError, ProtocolError)
+_VOTE_VERSION, _QUORUM_EPOCH_VERSION, _FETCH_VERSION = 2, 0, 12   # Vote v2 carries KIP-996 pre-votes
+
+
+def _code(value) -> int:
+    return int(getattr(value, "value", value))
+
+
+class RaftDriver:
+    def __init__(self, node_id: int, voters: list[tuple[int, str, int]], metadata_log: FileMetadataLog,
+                 clock: Clock, config: RaftConfig, cluster_id: str,
+                 on_change: Callable[[], None], rng: random.Random | None = None):
+        self.node_id = node_id
+        self.addresses = {voter: (host, port) for voter, host, port in voters}
+        self.metadata_log = metadata_log
+        self.clock = clock
+        self.cluster_id = cluster_id
+        self.on_change = on_change
+        self.replica = RaftReplica(node_id, tuple(sorted(self.addresses)), metadata_log, rng or random.Random(),
+                                   config)
+        self.state_file = QuorumStateFile(metadata_log.directory, metadata_log.fs)
+        self._connections: dict[tuple[int, str], KafkaConnection] = {}
+        self._connecting: dict[tuple[int, str], asyncio.Lock] = {}
+        self._changed = asyncio.Event()       # log end or high watermark moved (held fetches)
+        self._wake = asyncio.Event()          # the next wake-up may have moved
+        self._sent_high_watermark: dict[int, int] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._timer: asyncio.Task | None = None
+        self._last = (None, None, None, None)
+
+    # ------------------------------------------------------------------ life
+
+    def start(self) -> None:
+        persisted = self.state_file.read()
+        record = None
+        if persisted is not None:
+            record = QuorumStateRecord(int(persisted["leaderEpoch"]), int(persisted["votedId"]),
+                                       int(persisted["leaderId"]))
+        self._step(lambda now: self.replica.start(now, record))
+        self._timer = asyncio.get_running_loop().create_task(self._timer_loop())
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        for connection in self._connections.values():
+            connection.close()
+
+    async def _timer_loop(self) -> None:
+        while True:
+            wakeup = self.replica.next_wakeup_ms()
+            delay_ms = 1000 if wakeup is None else max(0, wakeup - self.clock.monotonic_ms())
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay_ms / 1000)
+                continue
+            except asyncio.TimeoutError:
+                pass
+            self._step(lambda now: self.replica.on_tick(now))
+
+    # ------------------------------------------------------------ one input
+
+    def appended(self) -> None:
+        """The leader appended (inside a controller write): move the high watermark and
+        wake held fetches now; tell the controller once the write has returned."""
+        self._step(lambda now: None, defer_notify=True)
+
+    def _step(self, feed: Callable[[int], None], answer_to: int | None = None,
+              answer_type: type | None = None, defer_notify: bool = False):
+        """Feed the replica one input, carry out its effects; return the message it
+        addressed to ``answer_to`` of ``answer_type`` (the response to a request)."""
+        replica = self.replica
+        before = (replica.log.end_offset, replica.high_watermark)
+        feed(self.clock.monotonic_ms())
+        if replica.quorum_state_changed:
+            state = replica.quorum_state()
+            self.state_file.write(state.epoch, state.voted_for, state.leader_id, replica.voters)
+        log_ = self.metadata_log.log
+        log_.update_high_watermark(min(replica.high_watermark, log_.log_end_offset))
+        answer = None
+        for envelope in replica.take_outbox():
+            if answer is None and envelope.destination == answer_to and isinstance(envelope.message, answer_type):
+                answer = envelope.message
+            else:
+                self._send(envelope)
+        if (replica.log.end_offset, replica.high_watermark) != before:
+            self._changed.set()
+            self._changed = asyncio.Event()
+        if defer_notify:
+            asyncio.get_running_loop().call_soon(self._notify)
+        else:
+            self._notify()
+        self._wake.set()
+        return answer
+
+    def _notify(self) -> None:
+        replica = self.replica
+        now_state = (replica.state, replica.epoch, replica.leader_id, replica.high_watermark)
+        if now_state[:3] != self._last[:3]:
+            log.info("quorum: node %d is %s in epoch %d (leader %d)", self.node_id, replica.state,
+                     replica.epoch, replica.leader_id)
+        if now_state != self._last:
+            self._last = now_state
+            self.on_change()
+
+    # ------------------------------------------------------------ outgoing
+
+    def _send(self, envelope: Envelope) -> None:
+        if envelope.destination not in self.addresses:
+            return
+        task = asyncio.get_running_loop().create_task(self._exchange(envelope.destination, envelope.message))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _connection(self, voter: int, lane: str) -> KafkaConnection:
+        key = (voter, lane)
+        lock = self._connecting.setdefault(key, asyncio.Lock())
+        async with lock:
+            connection = self._connections.get(key)
+            if connection is None or connection.closed:
+                host, port = self.addresses[voter]
+                connection = await KafkaConnection.connect(host, port, f"raft-{self.node_id}", timeout_s=2)
+                self._connections[key] = connection
+            return connection
+
+    async def _exchange(self, voter: int, message) -> None:
+        """Send one request to ``voter``; feed its answer to the replica. A lost
+        request is the replica's to retry (its timers), never ours."""
+        timeout_s = self.replica.config.fetch_timeout_ms / 1000
+        try:
+            if isinstance(message, FetchRequest):
+                connection = await self._connection(voter, "fetch")
+                response = await connection.request(ApiKey.FETCH, self._fetch_body(message),
+                                                    version=_FETCH_VERSION, timeout_s=timeout_s)
+                reply = self._fetch_reply(response)
+            elif isinstance(message, VoteRequest):
+                connection = await self._connection(voter, "control")
+                response = await connection.request(ApiKey.VOTE, self._vote_body(voter, message),
+                                                    version=_VOTE_VERSION, timeout_s=timeout_s)
+                reply = self._vote_reply(response, message.pre_vote)
+            elif isinstance(message, (BeginQuorumEpoch, EndQuorumEpoch)):
+                connection = await self._connection(voter, "control")
+                api_key = ApiKey.BEGIN_QUORUM_EPOCH if isinstance(message, BeginQuorumEpoch) \
+                    else ApiKey.END_QUORUM_EPOCH
+                await connection.request(api_key, self._quorum_epoch_body(voter, message),
+                                         version=_QUORUM_EPOCH_VERSION, timeout_s=timeout_s)
+                return
+            else:
+                raise AssertionError(f"the replica sent a message the driver cannot carry: {message}")
+        except _PEER_ERRORS as e:
+            log.debug("quorum: %s to voter %d failed: %s", type(message).__name__, voter, e)
+            if isinstance(message, FetchRequest) and not isinstance(e, asyncio.TimeoutError):
+                self._step(lambda now: self.replica.on_leader_unreachable(now))
+            connection = self._connections.pop((voter, "fetch" if isinstance(message, FetchRequest)
+                                                else "control"), None)
+            if connection is not None:
+                connection.close()
+            return
+        if reply is not None:
+            self._step(lambda now: self.replica.on_message(voter, reply, now))
+
+    def _partition(self, **fields) -> dict:
+        return {"topics": [{"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0, **fields}]}]}
+
+    def _vote_body(self, voter: int, request: VoteRequest) -> dict:
+        body = self._partition(replica_epoch=request.epoch, replica_id=request.candidate_id,
+                               last_offset_epoch=request.last_epoch, last_offset=request.end_offset,
+                               pre_vote=request.pre_vote)
+        body.update(cluster_id=self.cluster_id, voter_id=voter)
+        return body
+
+    def _vote_reply(self, response, pre_vote: bool) -> VoteResponse | None:
+        if _code(response.error_code) != 0 or not response.topics or not response.topics[0].partitions:
+            return None
+        p = response.topics[0].partitions[0]
+        if _code(p.error_code) not in (0, ErrorCode.FENCED_LEADER_EPOCH):
+            return None
+        return VoteResponse(int(p.leader_epoch), bool(p.vote_granted), int(p.leader_id), pre_vote=pre_vote)
+
+    def _quorum_epoch_body(self, voter: int, message) -> dict:
+        body = self._partition(leader_id=message.leader_id, leader_epoch=message.epoch, preferred_successors=[])
+        body.update(cluster_id=self.cluster_id)
+        return body
+
+    def _fetch_body(self, request: FetchRequest) -> dict:
+        return {"cluster_id": self.cluster_id, "replica_id": request.replica_id,
+                "replica_state": {"replica_id": request.replica_id, "replica_epoch": -1},
+                "max_wait": FETCH_WAIT_MAX_MS, "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES,
+                "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": METADATA_TOPIC, "topic_id": ZERO_UUID, "partitions": [{
+                    "partition": 0, "current_leader_epoch": request.epoch, "fetch_offset": request.fetch_offset,
+                    "last_fetched_epoch": request.last_fetched_epoch, "log_start_offset": -1,
+                    "partition_max_bytes": FETCH_MAX_BYTES}]}],
+                "forgotten_topics_data": [], "rack_id": ""}
+
+    def _fetch_reply(self, response) -> FetchResponse | None:
+        if _code(response.error_code) != 0 or not response.responses or not response.responses[0].partitions:
+            return None
+        p = response.responses[0].partitions[0]
+        epoch, leader = int(p.current_leader.leader_epoch), int(p.current_leader.leader_id)
+        error = _code(p.error_code)
+        if error != 0:
+            return FetchResponse(epoch, leader, fenced=True)
+        diverging = None
+        if int(p.diverging_epoch.epoch) >= 0:
+            diverging = (int(p.diverging_epoch.epoch), int(p.diverging_epoch.end_offset))
+        entries, start = (), -1
+        records = p.records or b""
+        if records:
+            batches = [(max(h.partition_leader_epoch, 0), h.base_offset, bytes(records[pos:pos + h.size_bytes]))
+                       for pos, h in iter_batches(records) if pos + h.size_bytes <= len(records)]
+            if batches:
+                start = batches[0][1]
+                entries = tuple((epoch, batch) for epoch, _, batch in batches)
+        if start < 0:
+            start = self.replica.log.end_offset
+        return FetchResponse(epoch, leader, int(p.high_watermark), start, entries, diverging)
+
+    # ------------------------------------------------------------ incoming
+
+    def handle_vote(self, header, request):
+        p = request.topics[0].partitions[0]
+        pre_vote = bool(getattr(p, "pre_vote", False))
+        epoch = p.replica_epoch if hasattr(p, "replica_epoch") else p.candidate_epoch    # v2 renamed them
+        candidate = p.replica_id if hasattr(p, "replica_id") else p.candidate_id
+        message = VoteRequest(int(epoch), int(candidate), int(p.last_offset_epoch), int(p.last_offset),
+                              pre_vote=pre_vote)
+        answer = self._step(lambda now: self.replica.on_message(message.candidate_id, message, now),
+                            message.candidate_id, VoteResponse)
+        if answer is None:
+            answer = VoteResponse(self.replica.epoch, False, self.replica.leader_id)
+        return {"error_code": 0, "topics": [{"topic_name": METADATA_TOPIC, "partitions": [{
+            "partition_index": 0, "error_code": 0, "leader_id": answer.leader_id,
+            "leader_epoch": answer.epoch, "vote_granted": answer.granted}]}], "node_endpoints": []}
+
+    def _quorum_epoch_answer(self) -> dict:
+        return {"error_code": 0, "topics": [{"topic_name": METADATA_TOPIC, "partitions": [{
+            "partition_index": 0, "error_code": 0, "leader_id": self.replica.leader_id,
+            "leader_epoch": self.replica.epoch}]}], "node_endpoints": []}
+
+    def handle_begin_quorum_epoch(self, header, request):
+        p = request.topics[0].partitions[0]
+        message = BeginQuorumEpoch(int(p.leader_epoch), int(p.leader_id))
+        self._step(lambda now: self.replica.on_message(message.leader_id, message, now))
+        return self._quorum_epoch_answer()
+
+    def handle_end_quorum_epoch(self, header, request):
+        p = request.topics[0].partitions[0]
+        message = EndQuorumEpoch(int(p.leader_epoch), int(p.leader_id))
+        self._step(lambda now: self.replica.on_message(message.leader_id, message, now))
+        return self._quorum_epoch_answer()
+
+    def is_voter_fetch(self, request) -> bool:
+        replica_id = int(getattr(getattr(request, "replica_state", None), "replica_id", -1))
+        if replica_id < 0:
+            replica_id = int(getattr(request, "replica_id", -1))
+        return replica_id in self.addresses and replica_id != self.node_id
+
+    def handle_fetch(self, header, request):
+        """A voter's Fetch: answered at once, or held while there is nothing new."""
+        replica_id = int(request.replica_state.replica_id) if getattr(request, "replica_state", None) \
+            else int(request.replica_id)
+        p = request.topics[0].partitions[0]
+        message = FetchRequest(int(p.current_leader_epoch), replica_id, int(p.fetch_offset),
+                               int(p.last_fetched_epoch))
+        answer = self._answer_fetch(message)
+        if self._nothing_new(replica_id, answer):
+            return self._answer_fetch_later(message, min(millis(request.max_wait), FETCH_WAIT_MAX_MS))
+        return self._fetch_body_of(replica_id, answer)
+
+    def _answer_fetch(self, message: FetchRequest) -> FetchResponse:
+        answer = self._step(lambda now: self.replica.on_message(message.replica_id, message, now),
+                            message.replica_id, FetchResponse)
+        return answer or FetchResponse(self.replica.epoch, self.replica.leader_id, fenced=True)
+
+    def _nothing_new(self, replica_id: int, answer: FetchResponse) -> bool:
+        return (not answer.fenced and not answer.entries and answer.diverging is None
+                and self._sent_high_watermark.get(replica_id) == answer.high_watermark)
+
+    async def _answer_fetch_later(self, message: FetchRequest, max_wait_ms: int):
+        deadline = self.clock.monotonic_ms() + max_wait_ms
+        answer = None
+        while True:
+            remaining = deadline - self.clock.monotonic_ms()
+            if remaining <= 0:
+                break
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining / 1000)
+            except asyncio.TimeoutError:
+                break
+            answer = self._answer_fetch(message)
+            if not self._nothing_new(message.replica_id, answer):
+                return self._fetch_body_of(message.replica_id, answer)
+        answer = self._answer_fetch(message)
+        return self._fetch_body_of(message.replica_id, answer)
+
+    def _fetch_body_of(self, replica_id: int, answer: FetchResponse) -> dict:
+        entry = {"partition_index": 0, "error_code": 0, "high_watermark": answer.high_watermark,
+                 "last_stable_offset": answer.high_watermark, "log_start_offset": self.metadata_log.log_start_offset,
+                 "diverging_epoch": {"epoch": -1, "end_offset": -1},
+                 "current_leader": {"leader_id": answer.leader_id, "leader_epoch": answer.epoch},
+                 "snapshot_id": {"end_offset": -1, "epoch": -1},
+                 "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
+        if answer.fenced:
+            entry["error_code"] = int(ErrorCode.NOT_LEADER_OR_FOLLOWER if self.replica.leader_id != self.node_id
+                                      else ErrorCode.FENCED_LEADER_EPOCH)
+            entry["current_leader"] = {"leader_id": self.replica.leader_id, "leader_epoch": self.replica.epoch}
+        elif answer.diverging is not None:
+            entry["diverging_epoch"] = {"epoch": answer.diverging[0], "end_offset": answer.diverging[1]}
+        else:
+            entry["records"] = b"".join(batch for _, batch in answer.entries)
+            self._sent_high_watermark[replica_id] = answer.high_watermark
+        return {"throttle_time": 0, "error_code": 0, "session_id": 0,
+                "responses": [{"topic": METADATA_TOPIC, "topic_id": ZERO_UUID, "partitions": [entry]}]}
+
+    # ------------------------------------------------------------ DescribeQuorum
+
+    def describe(self) -> dict:
+        """Kafka's DescribeQuorum partition: the leader's view of every replica."""
+        replica = self.replica
+        now_ms = self.clock.monotonic_ms()
+        wall_ms = self.clock.now_ms()
+        progress = replica.voter_progress()
+
+        def state(replica_id: int) -> dict:
+            if replica_id == self.node_id:
+                end, fetched = replica.log.end_offset, now_ms
+            else:
+                end, fetched = progress.get(replica_id, (-1, -1))
+            last_fetch = wall_ms - (now_ms - fetched) if fetched >= 0 else -1
+            return {"replica_id": replica_id, "log_end_offset": end, "last_fetch_timestamp": last_fetch,
+                    "last_caught_up_timestamp": last_fetch if end >= replica.high_watermark else -1}
+        return {"partition_index": 0, "error_code": 0, "leader_id": replica.leader_id,
+                "leader_epoch": replica.epoch, "high_watermark": replica.high_watermark,
+                "current_voters": [state(v) for v in replica.voters],
+                "observers": [state(o) for o in sorted(progress) if o not in replica.voters]}
