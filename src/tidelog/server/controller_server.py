@@ -35,6 +35,7 @@ from tidelog.controller.messages import (
     BrokerRegistrationRequest,
 )
 from tidelog.controller.quorum_controller import QuorumController
+from tidelog.controller.quorum_member import ACTIVATED, DEACTIVATED, QuorumMember
 from tidelog.core.clock import Clock
 from tidelog.core.errors import ErrorCode
 from tidelog.metadata.file_log import FileMetadataLog
@@ -118,9 +119,8 @@ class ControllerServer:
             static_configs={name: str(config[name]).lower() if isinstance(config[name], bool) else str(config[name])
                             for name in STATIC_TOPIC_DEFAULTS if name in config.originals})
         # Only the quorum leader is the active controller, once its leader-change entry
-        # (and so everything before it) is committed.
-        self.active = False
-        self._waiting_commit: list[tuple[int, asyncio.Future]] = []
+        # (and so everything before it) is committed (controller/quorum_member.py).
+        self.member = QuorumMember(self.controller, self.raft.replica)
         self._committed = asyncio.Event()
         self._publish_hooks: list = []
         self._observers: dict[int, tuple[int, int]] = {}     # broker → (fetch offset, at ms)
@@ -135,49 +135,29 @@ class ControllerServer:
 
     # ---------------------------------------------------- the quorum
 
+    @property
+    def active(self) -> bool:
+        return self.member.active
+
     def _on_quorum_change(self) -> None:
         """Leadership or the high watermark moved: (de)activate, publish what is committed,
         answer the writes that now are."""
-        leads = self.raft.replica.is_active_leader
-        if leads and not self.active:
-            # Everything committed, from this leader's and earlier epochs, into fresh
-            # managers; every registered broker gets a new session (no broker is fenced
-            # because the controller moved).
-            self.controller.renounce()
-            self.controller.co_located_broker_id = None     # only a process restart loses it
-            self.active = True
+        change = self.member.on_quorum_change()
+        replica = self.raft.replica
+        if change == ACTIVATED:
             self._next_balance_ms = self.clock.monotonic_ms() + \
                 self.config["leader.imbalance.check.interval.seconds"] * 1000
-            log.info("node %d is the active controller (epoch %d)", self.node_id, self.raft.replica.epoch)
-        elif not leads and self.active:
-            self.active = False
+            log.info("node %d is the active controller (epoch %d)", self.node_id, replica.epoch)
+        elif change == DEACTIVATED:
             log.info("node %d is no longer the active controller (epoch %d, leader %d)", self.node_id,
-                     self.raft.replica.epoch, self.raft.replica.leader_id)
-            for _, waiter in self._waiting_commit:
-                if not waiter.done():
-                    waiter.set_exception(NotControllerError())
-            self._waiting_commit = []
-            self.controller.renounce()
-        self.controller.on_commit()
-        committed = self.controller.committed_offset
-        still = []
-        for offset, waiter in self._waiting_commit:
-            if offset <= committed:
-                if not waiter.done():
-                    waiter.set_result(None)
-            else:
-                still.append((offset, waiter))
-        self._waiting_commit = still
+                     replica.epoch, replica.leader_id)
         self.publish()
 
     async def _until_committed(self, offset: int) -> None:
-        if offset <= self.controller.committed_offset:
-            return
-        if not self.active:
-            raise NotControllerError()
         waiter = asyncio.get_running_loop().create_future()
-        self._waiting_commit.append((offset, waiter))
-        await asyncio.wait_for(waiter, WRITE_COMMIT_TIMEOUT_S)
+        self.member.after_commit(offset, lambda ok: waiter.done() or waiter.set_result(ok))
+        if not await asyncio.wait_for(waiter, WRITE_COMMIT_TIMEOUT_S):
+            raise NotControllerError()
 
     def _when_active(self, handler):
         """A write API: refused with NOT_CONTROLLER unless this node is the active
