@@ -108,3 +108,19 @@ class FileNet(test_replica.Net):
 @pytest.mark.parametrize("seed", range(3))
 def test_the_randomized_quorum_over_real_files(seed, tmp_path):
     test_replica.run_random_quorum(FileNet(seed, tmp_path), steps=1500)
+
+
+def test_a_loader_is_caught_up_to_a_committed_leader_change_entry(tmp_path):
+    """A broker reports the offset it has read up to (BrokerHeartbeat's
+    current_metadata_offset); a LeaderChange entry at the end of the committed log
+    must not leave it one short of caught up forever."""
+    from tidelog.metadata.loader import MetadataLoader
+    file_log = FileMetadataLog(str(tmp_path), ManualClock(), follower=True)
+    replica = RaftReplica(1, (1,), file_log, random.Random(0))
+    replica.start(0)
+    log = RaftMetadataLog(replica, file_log)
+    log.append(records(1))
+    replica.start(1)                                   # a second election: a LeaderChange at the end
+    loader = MetadataLoader(log)
+    loader.catch_up()
+    assert file_log.end_offset == 3 and log.committed_offset == 2 and loader.image.offset == 2

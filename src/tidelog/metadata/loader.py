@@ -43,6 +43,9 @@ class MetadataLoader:
             delta = MetadataDelta(self.image)
         for offset, record in self.log.read(start):
             delta.replay(record, offset)
+        # Everything committed has been read, control batches (the quorum's
+        # LeaderChange entries) included: the image is as of the committed offset.
+        delta.offset = max(delta.offset, committed_offset)
         image = delta.apply()
         assert image.offset >= self.image.offset
         self.image = image
