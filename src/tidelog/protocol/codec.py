@@ -179,7 +179,7 @@ _FIXED_SIZES = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "error_code": 2, 
                 "int64": 8, "timedelta_i64": 8, "datetime_i64": 8, "float64": 8, "uuid": 16}
 
 
-_FIXED, _STRING, _BYTES, _ARRAY_FIXED, _ARRAY, _ENTITY, _ARRAY_STRING = range(7)
+_FIXED, _STRING, _BYTES, _ARRAY_FIXED, _ARRAY, _ENTITY, _ARRAY_STRING, _NULLABLE_ENTITY = range(8)
 
 
 @functools.cache
@@ -207,6 +207,8 @@ def _layout(cls) -> tuple[bool, tuple, int | None]:
             size = _layout(kind.type_)[2]
             if kind.is_array:
                 steps.append((_ARRAY_FIXED, size) if size is not None else (_ARRAY, kind.type_))
+            elif is_optional(field):
+                steps.append((_NULLABLE_ENTITY, kind.type_))     # int8 -1 (null) or 1, then the struct
             elif size is not None:
                 fixed(size)
             else:
@@ -264,6 +266,15 @@ def _check_lengths(cls, buf, pos: int) -> int:
             elif kind == _BYTES:
                 n, p = length(p, flexible, 4)
                 p = skip(p, n)
+            elif kind == _ENTITY:                # a nested struct (not an array of them)
+                p = entity(step[1], p)
+            elif kind == _NULLABLE_ENTITY:
+                if p + 1 > end:
+                    raise ProtocolError(f"{name}: a struct marker past the end of the request")
+                present = buf[p] != 0xFF
+                p += 1
+                if present:
+                    p = entity(step[1], p)
             else:
                 count, p = length(p, flexible, 4)
                 if count < -1 or count > end - p:
@@ -274,13 +285,12 @@ def _check_lengths(cls, buf, pos: int) -> int:
                 elif kind == _ARRAY:
                     for _ in range(count):
                         p = entity(step[1], p)
-                elif kind == _ARRAY_STRING:
+                else:
+                    assert kind == _ARRAY_STRING, kind
                     width = 2 if step[1] == "string" else 4
                     for _ in range(count):
                         n, p = length(p, flexible, width)
                         p = skip(p, n)
-                else:
-                    p = entity(step[1], p)
         if flexible:
             count, p = uvarint(p)
             if count > end - p:
