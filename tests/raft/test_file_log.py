@@ -124,3 +124,58 @@ def test_a_loader_is_caught_up_to_a_committed_leader_change_entry(tmp_path):
     loader = MetadataLoader(log)
     loader.catch_up()
     assert file_log.end_offset == 3 and log.committed_offset == 2 and loader.image.offset == 2
+
+
+def test_a_lagging_voter_catches_up_by_snapshot(tmp_path):
+    """KIP-630: the leader's log starts at its snapshot; a voter that was down fetches
+    below that start, is told the snapshot id, fetches the snapshot (FetchSnapshot),
+    installs it and fetches the tail — ending with the leader's log and high watermark."""
+    from tidelog.metadata.log import MetadataSnapshot
+    from tidelog.raft.replica import RaftConfig
+    clock = ManualClock()
+    logs = {v: FileMetadataLog(str(tmp_path / str(v)), clock, follower=True, segment_bytes=1024) for v in (1, 2, 3)}
+    replicas = {v: RaftReplica(v, (1, 2, 3), logs[v], random.Random(v), RaftConfig(election_timeout_ms=100))
+                for v in (1, 2, 3)}
+    up = {1, 2}
+    now = 0
+
+    def pump(rounds=200):
+        nonlocal now
+        for _ in range(rounds):
+            now += 10
+            for v in sorted(up):
+                replicas[v].on_tick(now)
+            moved = True
+            while moved:
+                moved = False
+                for v in sorted(up):
+                    for envelope in replicas[v].take_outbox():
+                        if envelope.destination in up:
+                            replicas[envelope.destination].on_message(v, envelope.message, now)
+                            moved = True
+    for v in (1, 2):
+        replicas[v].start(now)
+    pump()
+    leader = next(r for r in replicas.values() if r.state == LEADER)
+    for n in range(60):
+        leader.append([records(n)])
+        pump(2)
+    pump(20)
+    assert leader.high_watermark == leader.log.end_offset > 60
+    snapshot_end = leader.high_watermark
+    leader.log.log.update_high_watermark(leader.high_watermark)     # as the driver keeps it
+    leader.log.write_snapshot(MetadataSnapshot(snapshot_end - 1, tuple(records(-1))))
+    leader.log.delete_before_snapshot()
+    assert leader.log.log_start_offset == snapshot_end and len(leader.log.log.segments) >= 1
+    for n in range(5):                                  # a tail after the snapshot
+        leader.append([records(100 + n)])
+        pump(2)
+    up.add(3)
+    replicas[3].start(now)
+    pump(300)
+    lagging = replicas[3]
+    assert lagging.log.snapshot_id() == leader.log.snapshot_id()
+    assert lagging.log.log_start_offset == snapshot_end
+    assert lagging.log.read_entries(snapshot_end, 100) == leader.log.read_entries(snapshot_end, 100)
+    assert lagging.high_watermark == leader.high_watermark == leader.log.end_offset
+    assert [r.records for r in [lagging.log.latest_snapshot()]] == [tuple(records(-1))]

@@ -33,20 +33,24 @@ from tidelog.storage.files import FileSystem, RealFileSystem
 from tidelog.storage.log import Log
 
 SNAPSHOT_SUFFIX = ".checkpoint"
+SEGMENT_BYTES_DEFAULT = 64 * 1024 * 1024      # metadata.log.segment.bytes
 _READ_CHUNK_BYTES = 8 * 1024 * 1024
 _SNAPSHOT_BATCH_RECORDS = 1000
 
 
 class FileMetadataLog:
     def __init__(self, log_dir: str, clock: Clock, fs: FileSystem | None = None,
-                 follower: bool = False):
+                 follower: bool = False, segment_bytes: int = SEGMENT_BYTES_DEFAULT):
         self.fs = fs or RealFileSystem()
         self.clock = clock
         self.directory = os.path.join(os.path.abspath(log_dir), f"{METADATA_TOPIC}-0")
         self.fs.mkdir(self.directory)
-        self.log = Log.open(self.directory, LogConfig(segment_bytes=64 * 1024 * 1024,
+        self.log = Log.open(self.directory, LogConfig(segment_bytes=segment_bytes,
                                                       retention_ms=-1, retention_bytes=-1),
                             clock, self.fs, high_watermark=0)
+        self._snapshot_id = self._find_snapshot_id()
+        # metadata.log.max.record.bytes.between.snapshots counts from here.
+        self.bytes_since_snapshot = self.log.size_bytes
         # A controller wrote (and fsynced) every record it still has, so all are
         # committed. A broker's copy commits only what the controller says is.
         if not follower:
@@ -102,7 +106,11 @@ class FileMetadataLog:
                     yield record_offset, record
             offset = next_offset
 
+    # ------------------------------------------------------------ snapshots (KIP-630)
+
     def write_snapshot(self, snapshot: MetadataSnapshot) -> None:
+        """``<end offset>-<epoch>.checkpoint``: the image's records as batches, written
+        atomically; the epoch is that of the last offset it covers."""
         if snapshot.last_offset > self.committed_offset:
             raise MetadataLogError(f"snapshot at {snapshot.last_offset} is past the committed "
                                    f"offset {self.committed_offset}")
@@ -111,40 +119,97 @@ class FileMetadataLog:
         for start in range(0, len(records), _SNAPSHOT_BATCH_RECORDS):
             chunk = records[start:start + _SNAPSHOT_BATCH_RECORDS]
             data += records_to_batch(chunk, base_offset=start)
-        name = f"{snapshot.last_offset + 1:020d}-{0:010d}{SNAPSHOT_SUFFIX}"
-        path = os.path.join(self.directory, name)
+        end_offset = snapshot.last_offset + 1
+        self._write_snapshot_file(end_offset, self.epoch_at(snapshot.last_offset) if end_offset > 0 else 0,
+                                  bytes(data))
+        self.bytes_since_snapshot = 0
+
+    def _write_snapshot_file(self, end_offset: int, epoch: int, data: bytes) -> None:
+        path = os.path.join(self.directory, f"{end_offset:020d}-{epoch:010d}{SNAPSHOT_SUFFIX}")
         temp = path + ".tmp"
         if self.fs.exists(temp):
             self.fs.remove(temp)
         handle = self.fs.open(temp)
         try:
-            handle.append(bytes(data))
+            handle.append(data)
             handle.fsync()
         finally:
             handle.close()
         self.fs.rename(temp, path)
         self.fs.fsync_dir(self.directory)
+        if self._snapshot_id is None or end_offset >= self._snapshot_id[0]:
+            self._snapshot_id = (end_offset, epoch)
 
-    def latest_snapshot(self) -> MetadataSnapshot | None:
-        names = sorted(n for n in self.fs.listdir(self.directory) if n.endswith(SNAPSHOT_SUFFIX))
+    def _snapshot_names(self) -> list[str]:
+        return sorted(n for n in self.fs.listdir(self.directory) if n.endswith(SNAPSHOT_SUFFIX))
+
+    def _find_snapshot_id(self) -> tuple[int, int] | None:
+        names = self._snapshot_names()
         if not names:
             return None
-        name = names[-1]
-        end_offset = int(name.split("-", 1)[0])
-        handle = self.fs.open(os.path.join(self.directory, name), create=False)
+        end, _, epoch = names[-1][:-len(SNAPSHOT_SUFFIX)].partition("-")
+        return int(end), int(epoch)
+
+    def snapshot_id(self) -> tuple[int, int] | None:
+        """(end offset, epoch) of the latest snapshot, if any."""
+        return self._snapshot_id
+
+    def read_snapshot(self, snapshot_id: tuple[int, int]) -> bytes | None:
+        """The bytes of the snapshot ``snapshot_id`` (None when it is not here)."""
+        end, epoch = snapshot_id
+        path = os.path.join(self.directory, f"{end:020d}-{epoch:010d}{SNAPSHOT_SUFFIX}")
+        if not self.fs.exists(path):
+            return None
+        handle = self.fs.open(path, create=False)
         try:
-            data = handle.pread(handle.size(), 0)
+            return handle.pread(handle.size(), 0)
         finally:
             handle.close()
-        return MetadataSnapshot(end_offset - 1, tuple(r for _, r in iter_batch_records(data)))
+
+    def latest_snapshot(self) -> MetadataSnapshot | None:
+        if self._snapshot_id is None:
+            return None
+        data = self.read_snapshot(self._snapshot_id)
+        return MetadataSnapshot(self._snapshot_id[0] - 1, tuple(r for _, r in iter_batch_records(data)))
+
+    def install_snapshot(self, end_offset: int, epoch: int, data: bytes) -> None:
+        """A follower (or a broker) too far behind the leader's log start takes the
+        leader's snapshot: stored, then the log restarts empty at its end offset."""
+        for _ in iter_batch_records(data):          # checks every batch's CRC and record
+            pass
+        self._write_snapshot_file(end_offset, epoch, data)
+        self.log.truncate_fully_and_start_at(end_offset)
+        self.log.update_high_watermark(end_offset)
+        self._drop_older_snapshots()
+        self.bytes_since_snapshot = 0
+
+    def delete_before_snapshot(self) -> int:
+        """Let the log start at the latest snapshot's end and drop the segments wholly
+        below it, and older snapshots (Kafka's KafkaMetadataLog cleaning)."""
+        if self._snapshot_id is None:
+            return 0
+        end = min(self._snapshot_id[0], self.log.high_watermark)
+        if end > self.log.log_start_offset:
+            self.log.maybe_increment_log_start_offset(end)
+        self._drop_older_snapshots()
+        return self.log.delete_old_segments()
+
+    def _drop_older_snapshots(self) -> None:
+        for name in self._snapshot_names()[:-1]:
+            self.fs.remove(os.path.join(self.directory, name))
 
     # ------------------------------------------------------------ the Raft log
 
     @property
     def last_epoch(self) -> int:
-        return self.log.latest_epoch or 0
+        epoch = self.log.latest_epoch
+        if epoch is None and self._snapshot_id is not None and self._snapshot_id[0] == self.log.log_end_offset:
+            return self._snapshot_id[1]          # an empty log after a snapshot
+        return epoch or 0
 
     def epoch_at(self, offset: int) -> int:
+        if self._snapshot_id is not None and offset < self.log.log_start_offset <= self._snapshot_id[0]:
+            return self._snapshot_id[1]
         epoch = self.log.leader_epoch_cache.epoch_for_offset(offset)
         return 0 if epoch is None else epoch
 
@@ -155,6 +220,9 @@ class FileMetadataLog:
         entries = self.log.leader_epoch_cache.entries
         end_of_log = self.log.log_end_offset
         best, end = 0, entries[0].start_offset if entries else end_of_log
+        if self._snapshot_id is not None and self._snapshot_id[1] <= epoch and \
+                (not entries or entries[0].epoch > self._snapshot_id[1]):
+            best, end = self._snapshot_id[1], entries[0].start_offset if entries else end_of_log
         for i, entry in enumerate(entries):
             if entry.epoch > epoch:
                 break
@@ -166,9 +234,10 @@ class FileMetadataLog:
         """Each payload (one controller write's records) becomes one batch of ``epoch``,
         fsynced before the leader counts it towards the high watermark."""
         for records in payloads:
-            self.log.append_as_follower(records_to_batch(
-                records, base_offset=self.log.log_end_offset, leader_epoch=epoch,
-                timestamp_ms=self.clock.now_ms()))
+            batch = records_to_batch(records, base_offset=self.log.log_end_offset, leader_epoch=epoch,
+                                     timestamp_ms=self.clock.now_ms())
+            self.log.append_as_follower(batch)
+            self.bytes_since_snapshot += len(batch)
         self.log.flush()
 
     def append_leader_change(self, epoch: int, leader_id: int) -> None:
@@ -179,7 +248,7 @@ class FileMetadataLog:
 
     def read_entries(self, start_offset: int, max_entries: int) -> list[tuple[int, bytes]]:
         """Whole batches from ``start_offset`` (a batch boundary) to the log end: (epoch, bytes)."""
-        if start_offset >= self.log.log_end_offset:
+        if start_offset >= self.log.log_end_offset or start_offset < self.log.log_start_offset:
             return []
         data = self.log.read(start_offset, _READ_CHUNK_BYTES).records.read_bytes()
         out = []
@@ -195,7 +264,9 @@ class FileMetadataLog:
             raise MetadataLogError(f"entries at {start_offset} do not continue the log "
                                    f"(end {self.log.log_end_offset})")
         if entries:
-            self.log.append_as_follower(b"".join(batch for _, batch in entries))
+            data = b"".join(batch for _, batch in entries)
+            self.log.append_as_follower(data)
+            self.bytes_since_snapshot += len(data)
             self.log.flush()
 
     def truncate_to(self, offset: int) -> None:

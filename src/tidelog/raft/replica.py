@@ -97,6 +97,12 @@ class RaftLog:
     def read_entries(self, start_offset: int, max_entries: int) -> list[tuple[int, object]]:
         return self.entries[start_offset:start_offset + max_entries]
 
+    # Snapshots (KIP-630): this in-memory log keeps every entry, so it never needs one.
+    log_start_offset = 0
+
+    def snapshot_id(self) -> tuple[int, int] | None:
+        return None
+
 
 # ================================================================ messages
 
@@ -147,6 +153,22 @@ class FetchResponse:
     entries: tuple = ()
     diverging: tuple[int, int] | None = None      # (epoch, end offset): truncate there
     fenced: bool = False                          # the fetcher's epoch is newer (or not a leader here)
+    snapshot_id: tuple[int, int] | None = None    # (end offset, epoch): the fetch is below the log start
+
+
+@dataclass(frozen=True)
+class FetchSnapshotRequest:
+    epoch: int
+    replica_id: int
+    snapshot_id: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class FetchSnapshotResponse:
+    epoch: int
+    leader_id: int
+    snapshot_id: tuple[int, int]
+    data: bytes | None                            # None: not the leader, or the snapshot is gone
 
 
 @dataclass(frozen=True)
@@ -217,6 +239,7 @@ class RaftReplica:
         return len(self.voters) // 2 + 1
 
     def start(self, now_ms: int, persisted: QuorumStateRecord | None = None) -> None:
+        self.high_watermark = max(self.high_watermark, self.log.log_start_offset)   # a snapshot is committed
         if persisted is not None:
             self.epoch, self.voted_for, self.leader_id = persisted.epoch, persisted.voted_for, persisted.leader_id
             self.state = VOTED if self.voted_for != NO_LEADER else UNATTACHED
@@ -380,9 +403,18 @@ class RaftReplica:
         if request.epoch < self.epoch and request.epoch >= 0:
             pass                                   # an old epoch's fetcher learns the leader below
         log_ = self.log
+        if request.fetch_offset < log_.log_start_offset:
+            # What it needs is only in a snapshot now (KIP-630): it fetches that first.
+            self._send(source, FetchResponse(self.epoch, self.node_id, self.high_watermark,
+                                             snapshot_id=log_.snapshot_id()))
+            return
         if request.fetch_offset > 0 and request.last_fetched_epoch >= 0:
             epoch, end = log_.end_offset_for_epoch(request.last_fetched_epoch)
             if epoch < request.last_fetched_epoch or end < request.fetch_offset:
+                if end < log_.log_start_offset:
+                    self._send(source, FetchResponse(self.epoch, self.node_id, self.high_watermark,
+                                                     snapshot_id=log_.snapshot_id()))
+                    return
                 self._send(source, FetchResponse(self.epoch, self.node_id, self.high_watermark,
                                                  diverging=(epoch, end)))
                 return
@@ -409,6 +441,11 @@ class RaftReplica:
                 self._next_fetch_ms = now_ms + self.config.fetch_interval_ms
             return
         self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms + self._jitter()
+        if response.snapshot_id is not None:
+            self._send(self.leader_id, FetchSnapshotRequest(self.epoch, self.node_id, response.snapshot_id))
+            self._fetch_in_flight = True
+            self._next_fetch_ms = now_ms + self.config.fetch_timeout_ms // 2      # ask again if lost
+            return
         if response.diverging is not None:
             epoch, end = response.diverging
             self.log.truncate_to(min(end, self.log.end_offset))
@@ -422,6 +459,25 @@ class RaftReplica:
             self._send_fetch(now_ms)
         else:
             self._next_fetch_ms = now_ms + self.config.fetch_interval_ms
+
+    def _on_FetchSnapshotRequest(self, source: int, request: FetchSnapshotRequest, now_ms: int) -> None:
+        data = None
+        if self.state == LEADER and request.epoch == self.epoch:
+            data = self.log.read_snapshot(request.snapshot_id)
+        self._send(source, FetchSnapshotResponse(self.epoch, self.leader_id, request.snapshot_id, data))
+
+    def _on_FetchSnapshotResponse(self, source: int, response: FetchSnapshotResponse, now_ms: int) -> None:
+        self._fetch_in_flight = False
+        if self.state != FOLLOWER or response.epoch != self.epoch or source != self.leader_id:
+            return
+        if response.data is not None:
+            end, epoch = response.snapshot_id
+            if end > self.log.end_offset or self.log.log_start_offset < end:
+                self.log.install_snapshot(end, epoch, response.data)
+                # A snapshot holds only committed records.
+                self.high_watermark = max(self.high_watermark, end)
+        self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms + self._jitter()
+        self._send_fetch(now_ms)
 
     # ------------------------------------------------------------ transitions
 

@@ -175,7 +175,28 @@ class RemoteController:
                 "current_leader_epoch": -1, "last_fetched_epoch": -1, "log_start_offset": -1}]}]},
             version=12, timeout_s=max_wait_ms / 1000 + 30, wait_ms=max_wait_ms)
         partition = response.responses[0].partitions[0]
-        return int(partition.error_code.value), partition.records or b"", int(partition.high_watermark)
+        snapshot = getattr(partition, "snapshot_id", None)
+        snapshot_id = (int(snapshot.end_offset), int(snapshot.epoch)) \
+            if snapshot is not None and int(snapshot.end_offset) >= 0 else None
+        return (int(partition.error_code.value), partition.records or b"", int(partition.high_watermark),
+                snapshot_id)
+
+    async def fetch_snapshot(self, broker_id: int, snapshot_id: tuple[int, int]) -> bytes:
+        """The active controller's snapshot ``snapshot_id`` (FetchSnapshot, in chunks)."""
+        data = bytearray()
+        while True:
+            response = await self.request(ApiKey.FETCH_SNAPSHOT, {
+                "cluster_id": None, "replica_id": broker_id, "max_bytes": 8 * 1024 * 1024,
+                "topics": [{"name": METADATA_TOPIC, "partitions": [{
+                    "partition": 0, "current_leader_epoch": -1,
+                    "snapshot_id": {"end_offset": snapshot_id[0], "epoch": snapshot_id[1]},
+                    "position": len(data)}]}]}, version=0)
+            p = response.topics[0].partitions[0]
+            if _code(p.error_code) != ErrorCode.NONE:
+                raise ConnectionError(f"FetchSnapshot {snapshot_id} answered {_code(p.error_code).name}")
+            data += bytes(p.unaligned_records or b"")
+            if len(data) >= int(p.size):
+                return bytes(data)
 
     async def forward(self, api_key: int, version: int, request):
         return await self.request(api_key, request, version=version)

@@ -98,7 +98,8 @@ class ControllerServer:
         self._next_balance_ms = clock.monotonic_ms() + config["leader.imbalance.check.interval.seconds"] * 1000
         self.cluster_id = cluster_id
         self.node_id = config["node.id"]
-        self.metadata_log = FileMetadataLog(config["log.dirs"][0], clock, follower=True)
+        self.metadata_log = FileMetadataLog(config["log.dirs"][0], clock, follower=True,
+                                            segment_bytes=config["metadata.log.segment.bytes"])
         voters = parse_quorum_voters(config["controller.quorum.voters"] or [])
         if not voters:                      # a lone `tidelog serve`: its own single voter
             voters = [(self.node_id, "127.0.0.1", 0)]
@@ -151,7 +152,24 @@ class ControllerServer:
         elif change == DEACTIVATED:
             log.info("node %d is no longer the active controller (epoch %d, leader %d)", self.node_id,
                      replica.epoch, replica.leader_id)
+        self._maybe_snapshot()
         self.publish()
+
+    def _maybe_snapshot(self) -> None:
+        """Every controller, active or not, snapshots its committed image once
+        ``metadata.log.max.record.bytes.between.snapshots`` new bytes are in its log,
+        and its log then starts at the snapshot (KIP-630): a restart loads the
+        snapshot and the tail; a voter or broker further behind fetches the snapshot."""
+        if self.metadata_log.bytes_since_snapshot < self.config["metadata.log.max.record.bytes.between.snapshots"]:
+            return
+        image = self.controller.image
+        latest = self.metadata_log.snapshot_id()
+        if image.offset < 0 or (latest is not None and latest[0] > image.offset):
+            return
+        snapshot = self.controller.write_snapshot()
+        deleted = self.metadata_log.delete_before_snapshot()
+        log.info("metadata snapshot at offset %d (%d records); the log now starts there (%d segments deleted)",
+                 snapshot.last_offset + 1, len(snapshot.records), deleted)
 
     async def _until_committed(self, offset: int) -> None:
         waiter = asyncio.get_running_loop().create_future()
@@ -219,6 +237,7 @@ class ControllerServer:
         admin.register(writes)
         dispatcher.register(ApiKey.DESCRIBE_CONFIGS, admin.handle_describe_configs, 1, 4)   # a read: any voter
         dispatcher.register(ApiKey.FETCH, self.handle_fetch, 4, 18)
+        dispatcher.register(ApiKey.FETCH_SNAPSHOT, self.handle_fetch_snapshot, 0, 0)
         dispatcher.register(ApiKey.VOTE, self.raft.handle_vote, 2, 2)
         dispatcher.register(ApiKey.BEGIN_QUORUM_EPOCH, self.raft.handle_begin_quorum_epoch, 0, 0)
         dispatcher.register(ApiKey.END_QUORUM_EPOCH, self.raft.handle_end_quorum_epoch, 0, 0)
@@ -312,6 +331,16 @@ class ControllerServer:
         return {"throttle_time": 0, "error_code": int(reply.error_code),
                 "producer_id_start": reply.producer_id_start, "producer_id_len": reply.producer_id_len}
 
+    def handle_fetch_snapshot(self, header, request):
+        """FetchSnapshot: a voter's through the quorum; a broker's from the active controller."""
+        if int(request.replica_id) in self.raft.addresses:
+            return self.raft.handle_fetch_snapshot(header, request)
+        data = None
+        if self.active:
+            p = request.topics[0].partitions[0]
+            data = self.metadata_log.read_snapshot((int(p.snapshot_id.end_offset), int(p.snapshot_id.epoch)))
+        return self.raft.handle_fetch_snapshot(header, request, observer_data=data)
+
     def handle_fetch(self, header, request):
         if self.raft.is_voter_fetch(request):
             return self.raft.handle_fetch(header, request)
@@ -341,12 +370,14 @@ class ControllerServer:
             self._observers[replica_id] = (fetch_offset, self.clock.monotonic_ms())
         max_wait_ms = millis(request.max_wait)
         if fetch_offset >= self.metadata_log.log.high_watermark and max_wait_ms > 0:
-            return self._metadata_fetch_later(fetch_offset, max_wait_ms)
+            # The event is taken now: a commit between this return and the coroutine's
+            # first step must still wake it (a quorum commits while other requests run).
+            return self._metadata_fetch_later(fetch_offset, max_wait_ms, self._committed)
         return self._metadata_fetch_response(fetch_offset)
 
-    async def _metadata_fetch_later(self, fetch_offset: int, max_wait_ms: int):
+    async def _metadata_fetch_later(self, fetch_offset: int, max_wait_ms: int, committed: asyncio.Event):
         try:
-            await asyncio.wait_for(self._committed.wait(), max_wait_ms / 1000)
+            await asyncio.wait_for(committed.wait(), max_wait_ms / 1000)
         except asyncio.TimeoutError:
             pass
         return self._metadata_fetch_response(fetch_offset)
@@ -358,8 +389,12 @@ class ControllerServer:
                  "last_stable_offset": log_.high_watermark, "log_start_offset": log_.log_start_offset,
                  "current_leader": {"leader_id": replica.leader_id, "leader_epoch": replica.epoch},
                  "preferred_read_replica": -1, "records": b""}
+        snapshot_id = self.metadata_log.snapshot_id()
         if error != ErrorCode.NONE:
             pass
+        elif fetch_offset < log_.log_start_offset and snapshot_id is not None:
+            # Below the log start: the broker loads the snapshot first (FetchSnapshot).
+            entry["snapshot_id"] = {"end_offset": snapshot_id[0], "epoch": snapshot_id[1]}
         elif fetch_offset < log_.log_start_offset or fetch_offset > log_.log_end_offset:
             entry["error_code"] = int(ErrorCode.OFFSET_OUT_OF_RANGE)
         elif fetch_offset < log_.high_watermark:

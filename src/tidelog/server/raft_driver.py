@@ -46,6 +46,8 @@ from tidelog.raft.replica import (
     Envelope,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     QuorumStateRecord,
     RaftConfig,
     RaftReplica,
@@ -124,6 +126,8 @@ class RaftDriver:
         """The leader appended (inside a controller write): move the high watermark and
         wake held fetches now; tell the controller once the write has returned."""
         self._step(lambda now: None, defer_notify=True)
+        self._changed.set()                 # the log grew before this step began: wake held fetches
+        self._changed = asyncio.Event()
 
     def _step(self, feed: Callable[[int], None], answer_to: int | None = None,
               answer_type: type | None = None, defer_notify: bool = False):
@@ -193,6 +197,9 @@ class RaftDriver:
                 response = await connection.request(ApiKey.FETCH, self._fetch_body(message),
                                                     version=_FETCH_VERSION, timeout_s=timeout_s)
                 reply = self._fetch_reply(response)
+            elif isinstance(message, FetchSnapshotRequest):
+                connection = await self._connection(voter, "fetch")
+                reply = await self._fetch_snapshot(connection, message, timeout_s)
             elif isinstance(message, VoteRequest):
                 connection = await self._connection(voter, "control")
                 response = await connection.request(ApiKey.VOTE, self._vote_body(voter, message),
@@ -211,8 +218,8 @@ class RaftDriver:
             log.debug("quorum: %s to voter %d failed: %s", type(message).__name__, voter, e)
             if isinstance(message, FetchRequest) and not isinstance(e, asyncio.TimeoutError):
                 self._step(lambda now: self.replica.on_leader_unreachable(now))
-            connection = self._connections.pop((voter, "fetch" if isinstance(message, FetchRequest)
-                                                else "control"), None)
+            connection = self._connections.pop((voter, "fetch" if isinstance(message, (FetchRequest,
+                                                FetchSnapshotRequest)) else "control"), None)
             if connection is not None:
                 connection.close()
             return
@@ -264,6 +271,9 @@ class RaftDriver:
         diverging = None
         if int(p.diverging_epoch.epoch) >= 0:
             diverging = (int(p.diverging_epoch.epoch), int(p.diverging_epoch.end_offset))
+        if int(p.snapshot_id.end_offset) >= 0:
+            return FetchResponse(epoch, leader, int(p.high_watermark),
+                                 snapshot_id=(int(p.snapshot_id.end_offset), int(p.snapshot_id.epoch)))
         entries, start = (), -1
         records = p.records or b""
         if records:
@@ -325,7 +335,9 @@ class RaftDriver:
                                int(p.last_fetched_epoch))
         answer = self._answer_fetch(message)
         if self._nothing_new(replica_id, answer):
-            return self._answer_fetch_later(message, min(millis(request.max_wait), FETCH_WAIT_MAX_MS))
+            # The event is taken now, so a change before the coroutine first runs wakes it.
+            return self._answer_fetch_later(message, min(millis(request.max_wait), FETCH_WAIT_MAX_MS),
+                                            self._changed)
         return self._fetch_body_of(replica_id, answer)
 
     def _answer_fetch(self, message: FetchRequest) -> FetchResponse:
@@ -335,19 +347,20 @@ class RaftDriver:
 
     def _nothing_new(self, replica_id: int, answer: FetchResponse) -> bool:
         return (not answer.fenced and not answer.entries and answer.diverging is None
+                and answer.snapshot_id is None
                 and self._sent_high_watermark.get(replica_id) == answer.high_watermark)
 
-    async def _answer_fetch_later(self, message: FetchRequest, max_wait_ms: int):
+    async def _answer_fetch_later(self, message: FetchRequest, max_wait_ms: int, changed: asyncio.Event):
         deadline = self.clock.monotonic_ms() + max_wait_ms
-        answer = None
         while True:
             remaining = deadline - self.clock.monotonic_ms()
             if remaining <= 0:
                 break
             try:
-                await asyncio.wait_for(self._changed.wait(), remaining / 1000)
+                await asyncio.wait_for(changed.wait(), remaining / 1000)
             except asyncio.TimeoutError:
                 break
+            changed = self._changed
             answer = self._answer_fetch(message)
             if not self._nothing_new(message.replica_id, answer):
                 return self._fetch_body_of(message.replica_id, answer)
@@ -367,11 +380,62 @@ class RaftDriver:
             entry["current_leader"] = {"leader_id": self.replica.leader_id, "leader_epoch": self.replica.epoch}
         elif answer.diverging is not None:
             entry["diverging_epoch"] = {"epoch": answer.diverging[0], "end_offset": answer.diverging[1]}
+        elif answer.snapshot_id is not None:
+            entry["snapshot_id"] = {"end_offset": answer.snapshot_id[0], "epoch": answer.snapshot_id[1]}
         else:
             entry["records"] = b"".join(batch for _, batch in answer.entries)
             self._sent_high_watermark[replica_id] = answer.high_watermark
         return {"throttle_time": 0, "error_code": 0, "session_id": 0,
                 "responses": [{"topic": METADATA_TOPIC, "topic_id": ZERO_UUID, "partitions": [entry]}]}
+
+    # ------------------------------------------------------------ FetchSnapshot (KIP-630)
+
+    async def _fetch_snapshot(self, connection: KafkaConnection, request: FetchSnapshotRequest,
+                              timeout_s: float) -> FetchSnapshotResponse:
+        """The whole snapshot, in FETCH_MAX_BYTES chunks (its ``position``); one message
+        for the replica once it is complete."""
+        data = bytearray()
+        end, epoch = request.snapshot_id
+        while True:
+            response = await connection.request(ApiKey.FETCH_SNAPSHOT, {
+                "cluster_id": self.cluster_id, "replica_id": request.replica_id, "max_bytes": FETCH_MAX_BYTES,
+                "topics": [{"name": METADATA_TOPIC, "partitions": [{
+                    "partition": 0, "current_leader_epoch": request.epoch,
+                    "snapshot_id": {"end_offset": end, "epoch": epoch}, "position": len(data)}]}]},
+                version=0, timeout_s=timeout_s)
+            p = response.topics[0].partitions[0] if response.topics and response.topics[0].partitions else None
+            if p is None or _code(p.error_code) != 0 or int(p.position) != len(data):
+                leader = int(p.current_leader.leader_id) if p is not None else self.replica.leader_id
+                epoch_now = int(p.current_leader.leader_epoch) if p is not None else self.replica.epoch
+                return FetchSnapshotResponse(epoch_now, leader, request.snapshot_id, None)
+            data += bytes(p.unaligned_records or b"")
+            if len(data) >= int(p.size):
+                return FetchSnapshotResponse(int(p.current_leader.leader_epoch), int(p.current_leader.leader_id),
+                                             request.snapshot_id, bytes(data))
+
+    def handle_fetch_snapshot(self, header, request, observer_data=None):
+        """A voter's FetchSnapshot goes through the replica (leader and epoch checks);
+        ``observer_data`` is the snapshot a broker asked for, already looked up."""
+        p = request.topics[0].partitions[0]
+        snapshot_id = (int(p.snapshot_id.end_offset), int(p.snapshot_id.epoch))
+        if observer_data is None and int(request.replica_id) in self.addresses:
+            message = FetchSnapshotRequest(int(p.current_leader_epoch), int(request.replica_id), snapshot_id)
+            answer = self._step(lambda now: self.replica.on_message(message.replica_id, message, now),
+                                message.replica_id, FetchSnapshotResponse)
+            data = answer.data if answer is not None else None
+        else:
+            data = observer_data
+        entry = {"index": 0, "error_code": 0, "snapshot_id": {"end_offset": snapshot_id[0], "epoch": snapshot_id[1]},
+                 "current_leader": {"leader_id": self.replica.leader_id, "leader_epoch": self.replica.epoch},
+                 "size": 0, "position": int(p.position), "unaligned_records": b""}
+        if data is None:
+            entry["error_code"] = int(ErrorCode.NOT_LEADER_OR_FOLLOWER if self.replica.leader_id != self.node_id
+                                      else ErrorCode.SNAPSHOT_NOT_FOUND)
+        else:
+            position = int(p.position)
+            entry["size"] = len(data)
+            entry["unaligned_records"] = data[position:position + min(int(request.max_bytes), FETCH_MAX_BYTES)]
+        return {"throttle_time": 0, "error_code": 0, "topics": [{"name": METADATA_TOPIC, "partitions": [entry]}]}
 
     # ------------------------------------------------------------ DescribeQuorum
 

@@ -369,8 +369,15 @@ class Server:
         metadata_log = self.node.metadata_log
         while True:
             try:
-                error, records, high_watermark = await self.channel.fetch_metadata(
+                error, records, high_watermark, snapshot_id = await self.channel.fetch_metadata(
                     self.node_id, self.node.broker_epoch, metadata_log.end_offset, 500)
+                if error == 0 and snapshot_id is not None:
+                    # Behind the controller's log start: load its snapshot (KIP-630), then the tail.
+                    data = await self.channel.fetch_snapshot(self.node_id, snapshot_id)
+                    metadata_log.install_snapshot(snapshot_id[0], snapshot_id[1], data)
+                    log.info("loaded the controller's metadata snapshot at offset %d", snapshot_id[0])
+                    self.publish()
+                    continue
             except CONTROLLER_ERRORS as e:
                 log.debug("metadata fetch failed: %s", e)
                 await asyncio.sleep(0.2)
