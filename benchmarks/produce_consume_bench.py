@@ -63,10 +63,11 @@ def produce(config: dict, records: int) -> dict:
             "producer": producer}
 
 
-def consume(bootstrap: str) -> dict:
-    """Read every retained record (the mock cluster keeps only its newest segments)."""
+def consume(bootstrap: str, settings: dict | None = None) -> dict:
+    """Read every retained record (the mock cluster keeps only its newest segments).
+    ``settings``: more client settings (e.g. TLS)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest"})
+                         "auto.offset.reset": "earliest", **(settings or {})})
     marks = [consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10) for p in range(PARTITIONS)]
     records = sum(high - low for low, high in marks)
     consumer.assign([TopicPartition(TOPIC, p, low) for p, (low, _) in enumerate(marks)])

@@ -125,6 +125,23 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
               ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL",
                "CONTROLLER:PLAINTEXT"], None, "listener name → security protocol"),
     ConfigDef("inter.broker.listener.name", str, None),
+    # TLS (server/tls.py); each also as listener.name.<listener>.<setting>. PEM only (KIP-651).
+    ConfigDef("ssl.keystore.type", str, "PEM"),
+    ConfigDef("ssl.keystore.location", str, None, None, "PEM file: private key and certificate chain"),
+    ConfigDef("ssl.keystore.password", str, None),
+    ConfigDef("ssl.keystore.certificate.chain", str, None, None, "PEM certificate chain, inline"),
+    ConfigDef("ssl.keystore.key", str, None, None, "PEM private key, inline"),
+    ConfigDef("ssl.key.password", str, None, None, "password of an encrypted private key"),
+    ConfigDef("ssl.truststore.type", str, "PEM"),
+    ConfigDef("ssl.truststore.location", str, None, None, "PEM file of trusted certificates"),
+    ConfigDef("ssl.truststore.password", str, None),
+    ConfigDef("ssl.truststore.certificates", str, None, None, "PEM trusted certificates, inline"),
+    ConfigDef("ssl.client.auth", str, "none", lambda v: v.lower() in ("none", "requested", "required")),
+    ConfigDef("ssl.enabled.protocols", list, ["TLSv1.2", "TLSv1.3"]),
+    ConfigDef("ssl.protocol", str, "TLSv1.3"),
+    ConfigDef("ssl.cipher.suites", list, []),
+    ConfigDef("ssl.endpoint.identification.algorithm", str, "https"),
+    ConfigDef("ssl.principal.mapping.rules", str, "DEFAULT"),
     # The group coordinator (docs/groups.md).
     ConfigDef("group.initial.rebalance.delay.ms", int, 3000, _non_negative),
     ConfigDef("group.min.session.timeout.ms", int, 6000, _positive),
@@ -213,6 +230,8 @@ class BrokerConfig:
         self.originals = dict(props or {})
         for key, raw in self.originals.items():
             definition = CONFIG_DEFS.get(key)
+            if definition is None and key.startswith("listener.name."):
+                continue                   # a per-listener setting: read through ``originals``
             if definition is None:
                 log.warning("ignoring unknown configuration %s", key)
                 continue

@@ -41,8 +41,12 @@ class KafkaConnection:
 
     @classmethod
     async def connect(cls, host: str, port: int, client_id: str = "tidelog",
-                      timeout_s: float = 10.0) -> "KafkaConnection":
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+                      timeout_s: float = 10.0, ssl_context=None) -> "KafkaConnection":
+        """Connect (over TLS with ``ssl_context``, checking the certificate names ``host``
+        when the context checks host names) and negotiate API versions."""
+        server_hostname = host if ssl_context is not None else None
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=ssl_context, server_hostname=server_hostname), timeout_s)
         connection = cls(reader, writer, client_id)
         connection._reader_task = asyncio.create_task(connection._read_loop())
         try:

@@ -63,9 +63,10 @@ class RemoteController:
 
     ATTEMPT_TIMEOUT_S = 5.0      # per voter, beyond a request's own long-poll wait
 
-    def __init__(self, voters: list[tuple[int, str, int]], client_id: str):
+    def __init__(self, voters: list[tuple[int, str, int]], client_id: str, ssl_context=None):
         self.voters = list(voters)
         self.client_id = client_id
+        self.ssl_context = ssl_context          # the controller listener is SSL
         self._index = 0
         self._connections: dict[int, KafkaConnection] = {}
         self._lock = asyncio.Lock()
@@ -79,7 +80,8 @@ class RemoteController:
             connection = self._connections.get(index)
             if connection is None or connection.closed:
                 _, host, port = self.voters[index]
-                connection = await KafkaConnection.connect(host, port, self.client_id, timeout_s=5)
+                connection = await KafkaConnection.connect(host, port, self.client_id, timeout_s=5,
+                                                           ssl_context=self.ssl_context)
                 self._connections[index] = connection
             return connection
 

@@ -78,6 +78,7 @@ import errno
 import ipaddress
 import logging
 import socket
+import ssl
 import struct
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Mapping, Union
@@ -102,6 +103,8 @@ Dispatcher = Callable[[RequestHeader, bytes, int, "Connection"], Response]
 
 _SIZE = struct.Struct(">i")
 _BODY_CHUNK_BYTES = 256 * 1024   # memory a request body takes from the pool at a time
+SSL_HANDSHAKE_TIMEOUT_S = 10.0   # a TLS client that does not finish its handshake is dropped
+
 # accept() failures that mean "out of descriptors or kernel memory": wait, then try again.
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
@@ -326,6 +329,7 @@ class Connection:
         self._pool = memory_pool if memory_pool is not None else MemoryPool(None)
         self._pending: asyncio.Queue = asyncio.Queue(maxsize=in_flight_max)
         self.closed = False
+        self.principal = "User:ANONYMOUS"      # the TLS client certificate's, on an SSL listener
 
     async def serve(self) -> None:
         writer_task = asyncio.create_task(self._write_loop())
@@ -440,8 +444,15 @@ class Listener:
                  in_flight_max: int = CONNECTION_IN_FLIGHT_REQUESTS_MAX,
                  fault_handler: Callable[[BaseException], None] | None = None,
                  limits: ServerLimits | None = None,
-                 accept_backoff_ms: int = ACCEPT_BACKOFF_MS):
+                 accept_backoff_ms: int = ACCEPT_BACKOFF_MS,
+                 ssl_context: ssl.SSLContext | None = None,
+                 principal_of: Callable[[dict | None], str] | None = None):
         self._dispatch = dispatch
+        # An SSL listener (server/tls.py): each connection's TLS handshake happens
+        # before its first request is read; ``principal_of`` names the peer from its
+        # certificate (Kafka's SslPrincipalMapper).
+        self._ssl_context = ssl_context
+        self._principal_of = principal_of
         self._fault_handler = fault_handler
         self.host = host
         self.port = port
@@ -525,19 +536,32 @@ class Listener:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 reader = asyncio.StreamReader(limit=CONNECTION_READ_AHEAD_BYTES)
                 protocol = asyncio.StreamReaderProtocol(reader)
-                transport, _ = await asyncio.get_running_loop().connect_accepted_socket(lambda: protocol, sock)
-            except OSError as e:            # gone before we could start
+                if self._ssl_context is None:
+                    transport, _ = await asyncio.get_running_loop().connect_accepted_socket(lambda: protocol, sock)
+                else:
+                    transport, _ = await asyncio.get_running_loop().connect_accepted_socket(
+                        lambda: protocol, sock, ssl=self._ssl_context,
+                        ssl_handshake_timeout=SSL_HANDSHAKE_TIMEOUT_S)
+            except ssl.SSLError as e:        # not TLS, an untrusted certificate, no common protocol
+                log.info("TLS handshake with %s failed: %s", ip, e.reason or e)
+                sock.close()
+                return
+            except (OSError, asyncio.TimeoutError) as e:     # gone before we could start
                 log.debug("connection from %s lost at accept: %s", ip, e)
                 sock.close()
                 return
             writer = asyncio.StreamWriter(transport, protocol, reader, asyncio.get_running_loop())
-            await self._on_connect(reader, writer)
+            principal = None
+            if self._ssl_context is not None and self._principal_of is not None:
+                principal = self._principal_of(transport.get_extra_info("peercert"))
+            await self._on_connect(reader, writer, principal)
         finally:
             self.limits.quotas.remove(ip)
 
-    async def _on_connect(self, reader, writer) -> None:
+    async def _on_connect(self, reader, writer, principal: str | None = None) -> None:
         connection = Connection(reader, writer, self._dispatch, self._request_size_max_bytes,
                                 self._idle_timeout_ms, self._in_flight_max, self.limits.memory_pool)
+        connection.principal = principal or "User:ANONYMOUS"
         self.connections.add(connection)
         try:
             await connection.serve()

@@ -71,6 +71,7 @@ from tidelog.server.dispatch import Dispatcher
 from tidelog.server.fetcher_driver import FetcherDriver
 from tidelog.server.group_apis import GroupApis
 from tidelog.server.txn_apis import TxnApis
+from tidelog.server import tls
 from tidelog.server.metrics import ServerMetrics
 from tidelog.server.state import StateChangeLog
 from tidelog.server.network import Listener, ServerLimits, raise_open_file_limit
@@ -149,11 +150,17 @@ class Server:
     async def start(self) -> None:
         config = self.config
         voters = parse_quorum_voters(config["controller.quorum.voters"] or [])
+        # TLS towards other nodes: the inter-broker listener (ours is the only client
+        # listener) and the controllers' listener, when their protocol is SSL.
+        self.inter_broker_ssl = self._client_ssl(self.listener_name) if self.is_broker else None
+        controller_listener = (config["controller.listener.names"] or ["CONTROLLER"])[0].upper()
+        self.controller_ssl = self._client_ssl(controller_listener)
         # A broker reaches the active controller over the wire, unless its own process
         # is the quorum's only voter (a lone `tidelog serve`).
         self.in_process_controller = self.is_controller and len(voters) <= 1
         if self.is_broker and not self.in_process_controller:
-            self.channel = RemoteController(voters, client_id=f"broker-{self.node_id}")
+            self.channel = RemoteController(voters, client_id=f"broker-{self.node_id}",
+                                            ssl_context=self.controller_ssl)
         self.cluster_id = format_log_dirs(config["log.dirs"], self.node_id, await self._discover_cluster_id())
         if config["metrics.port"] is not None:
             self.metrics = ServerMetrics(config["metrics.host"], config["metrics.port"])
@@ -166,7 +173,7 @@ class Server:
         if self.is_controller:
             self.controller_server = ControllerServer(
                 config, self.clock, self.cluster_id,
-                co_located_broker_id=self.node_id if self.is_broker else None)
+                co_located_broker_id=self.node_id if self.is_broker else None, ssl_context=self.controller_ssl)
             self.controller = self.controller_server.controller
             self.controller_server.start()
             # The controller's APIs only on controller listeners (Kafka's "listeners"
@@ -175,10 +182,10 @@ class Server:
             if not self.is_broker:
                 self.controller_server.register(self.dispatcher)
             controller_limits = ServerLimits.from_config(config)   # KRaft's controller has its own
-            for _, host, port in (self.controller_endpoints if self.is_broker else []):
+            for name, host, port in (self.controller_endpoints if self.is_broker else []):
                 dispatcher = Dispatcher(self._observer())
                 self.controller_server.register(dispatcher)
-                listener = self._new_listener(dispatcher, host, port, controller_limits)
+                listener = self._new_listener(dispatcher, host, port, controller_limits, name)
                 listener.bind()
                 self.controller_listeners.append(listener)
         if self.is_broker:
@@ -217,11 +224,27 @@ class Server:
     def _observer(self):
         return self.metrics.requests if self.metrics is not None else None
 
-    def _new_listener(self, dispatcher: Dispatcher, host: str, port: int, limits: ServerLimits) -> Listener:
+    def _new_listener(self, dispatcher: Dispatcher, host: str, port: int, limits: ServerLimits,
+                      name: str | None = None) -> Listener:
+        name = name or self.listener_name
+        context = principal_of = None
+        if self.config.security_protocol(name) == "SSL":
+            context = tls.server_context(self.config, name)
+            rules = tls.setting(self.config, name, "ssl.principal.mapping.rules")
+            tls.parse_mapping_rules(rules)              # a bad rule stops the start, not a connection
+            principal_of = lambda certificate: tls.principal_for(tls.distinguished_name(certificate), rules)  # noqa: E731
         return Listener(dispatcher, host, port,
                         request_size_max_bytes=self.config["socket.request.max.bytes"],
                         idle_timeout_ms=self.config["connections.max.idle.ms"],
-                        fault_handler=self._fault, limits=limits)
+                        fault_handler=self._fault, limits=limits, ssl_context=context, principal_of=principal_of)
+
+    def _client_ssl(self, listener: str):
+        """The TLS context to reach ``listener`` on other nodes, or None (PLAINTEXT)."""
+        try:
+            protocol = self.config.security_protocol(listener)
+        except InvalidConfigError:
+            return None
+        return tls.client_context(self.config, listener) if protocol == "SSL" else None
 
     def _start_broker_role(self) -> None:
         config = self.config
@@ -240,7 +263,7 @@ class Server:
         endpoint = Endpoint(self.listener_name, self.advertised_host, self.advertised_port or self.bind_port)
         self.node = BrokerNode(config, self.clock, metadata_log, self.cluster_id, uuid.uuid4(), (endpoint,),
                                tick_interval_ms=TICK_MS)
-        self.fetcher_driver = FetcherDriver(self.node, self.listener_name, self._fault)
+        self.fetcher_driver = FetcherDriver(self.node, self.listener_name, self._fault, self.inter_broker_ssl)
         kafka_apis = KafkaApis(ApiContext(
             node=self.node, cluster_id=self.cluster_id, controller_id=self.controller_id,
             listener_name=self.listener_name, auto_create_topics=self.auto_create_topics,
@@ -250,6 +273,7 @@ class Server:
         GroupApis(self.node, self.listener_name, self.clock, self.create_internal_topic).register(self.dispatcher)
         self.txn_apis = TxnApis(self.node, self.listener_name, self.clock, self.next_producer_id,
                                 kafka_apis.handle_init_producer_id)
+        self.txn_apis.channel.ssl_context = self.inter_broker_ssl
         self.txn_apis.register(self.dispatcher)
         if self.config["transaction.partition.verification.enable"]:
             kafka_apis.context.verify_transactions = self.txn_apis.verify
@@ -483,9 +507,9 @@ def plan_listeners(config: BrokerConfig, is_broker: bool, is_controller: bool
     endpoints = config.listener_endpoints()
     for name, host, port in endpoints:
         protocol = config.security_protocol(name)
-        if protocol != "PLAINTEXT":
+        if protocol not in ("PLAINTEXT", "SSL"):
             raise InvalidConfigError(f"listener {name}://{host}:{port} has security protocol {protocol}: "
-                                     "tidelog serves PLAINTEXT listeners only (TLS and SASL are not supported yet)")
+                                     "tidelog serves PLAINTEXT and SSL listeners (SASL is not supported yet)")
     names = [name for name, _, _ in endpoints]
     if len(set(names)) != len(names):
         raise InvalidConfigError(f"listeners must have distinct names, got {', '.join(names)}")
