@@ -142,6 +142,12 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("ssl.cipher.suites", list, []),
     ConfigDef("ssl.endpoint.identification.algorithm", str, "https"),
     ConfigDef("ssl.principal.mapping.rules", str, "DEFAULT"),
+    # SASL (server/sasl.py); the users are in listener.name.<l>.<mechanism>.sasl.jaas.config.
+    ConfigDef("sasl.enabled.mechanisms", list, ["PLAIN"]),
+    ConfigDef("sasl.mechanism.inter.broker.protocol", str, "PLAIN"),
+    ConfigDef("sasl.jaas.config", str, None),
+    ConfigDef("connection.failed.authentication.delay.ms", int, 100, _non_negative,
+              "a failed authentication is answered this much later (then the connection closes)"),
     # The group coordinator (docs/groups.md).
     ConfigDef("group.initial.rebalance.delay.ms", int, 3000, _non_negative),
     ConfigDef("group.min.session.timeout.ms", int, 6000, _positive),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import struct
+from dataclasses import dataclass, field
 from typing import Any
 
 from tidelog.core.errors import ErrorCode, KafkaError
@@ -28,6 +29,17 @@ _SIZE = struct.Struct(">i")
 RESPONSE_SIZE_MAX_BYTES = 256 * 1024 * 1024
 
 
+@dataclass(frozen=True)
+class ClientSecurity:
+    """How a node connects to a listener that is not PLAINTEXT: a TLS context and/or
+    SASL/PLAIN credentials (the listener's JAAS ``username`` and ``password``)."""
+
+    ssl_context: Any = None
+    sasl_mechanism: str | None = None
+    username: str = ""
+    password: str = field(default="", repr=False)
+
+
 class KafkaConnection:
     def __init__(self, reader, writer, client_id: str):
         self._reader = reader
@@ -41,9 +53,11 @@ class KafkaConnection:
 
     @classmethod
     async def connect(cls, host: str, port: int, client_id: str = "tidelog",
-                      timeout_s: float = 10.0, ssl_context=None) -> "KafkaConnection":
-        """Connect (over TLS with ``ssl_context``, checking the certificate names ``host``
-        when the context checks host names) and negotiate API versions."""
+                      timeout_s: float = 10.0, security: "ClientSecurity | None" = None) -> "KafkaConnection":
+        """Connect, negotiate API versions and, with ``security``, use TLS (the
+        certificate must name ``host`` when the context checks host names) and
+        authenticate with SASL before returning."""
+        ssl_context = security.ssl_context if security is not None else None
         server_hostname = host if ssl_context is not None else None
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(host, port, ssl=ssl_context, server_hostname=server_hostname), timeout_s)
@@ -51,10 +65,22 @@ class KafkaConnection:
         connection._reader_task = asyncio.create_task(connection._read_loop())
         try:
             await asyncio.wait_for(connection._negotiate(), timeout_s)
+            if security is not None and security.sasl_mechanism:
+                await asyncio.wait_for(connection._sasl(security), timeout_s)
         except BaseException:
             connection.close()
             raise
         return connection
+
+    async def _sasl(self, security: "ClientSecurity") -> None:
+        handshake = await self._send(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": security.sasl_mechanism})
+        if int(handshake.error_code.value) != 0:
+            raise KafkaError(f"SASL mechanism {security.sasl_mechanism} refused", ErrorCode(int(handshake.error_code.value)))
+        token = b"\x00" + security.username.encode() + b"\x00" + security.password.encode()
+        answer = await self._send(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": token})
+        if int(answer.error_code.value) != 0:
+            raise KafkaError(f"SASL authentication as {security.username} failed: {answer.error_message}",
+                             ErrorCode(int(answer.error_code.value)))
 
     async def _negotiate(self) -> None:
         response = await self._send(ApiKey.API_VERSIONS, 3, {

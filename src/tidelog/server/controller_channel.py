@@ -63,10 +63,10 @@ class RemoteController:
 
     ATTEMPT_TIMEOUT_S = 5.0      # per voter, beyond a request's own long-poll wait
 
-    def __init__(self, voters: list[tuple[int, str, int]], client_id: str, ssl_context=None):
+    def __init__(self, voters: list[tuple[int, str, int]], client_id: str, security=None):
         self.voters = list(voters)
         self.client_id = client_id
-        self.ssl_context = ssl_context          # the controller listener is SSL
+        self.security = security          # TLS / SASL towards the controller listener
         self._index = 0
         self._connections: dict[int, KafkaConnection] = {}
         self._lock = asyncio.Lock()
@@ -81,7 +81,7 @@ class RemoteController:
             if connection is None or connection.closed:
                 _, host, port = self.voters[index]
                 connection = await KafkaConnection.connect(host, port, self.client_id, timeout_s=5,
-                                                           ssl_context=self.ssl_context)
+                                                           security=self.security)
                 self._connections[index] = connection
             return connection
 

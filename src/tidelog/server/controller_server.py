@@ -92,7 +92,7 @@ def not_controller_answer(api_key: int, request) -> dict:
 class ControllerServer:
     def __init__(self, config: BrokerConfig, clock: Clock, cluster_id: str,
                  co_located_broker_id: int | None = None, rng: random.Random | None = None,
-                 ssl_context=None):
+                 security=None):
         self.config = config
         self.clock = clock
         # auto.leader.rebalance.enable: the first check one interval after start, as Kafka's.
@@ -110,7 +110,7 @@ class ControllerServer:
         self.raft = RaftDriver(self.node_id, voters, self.metadata_log, clock,
                                RaftConfig(election_timeout_ms=config["controller.quorum.election.timeout.ms"],
                                           fetch_timeout_ms=config["controller.quorum.fetch.timeout.ms"]),
-                               cluster_id, self._on_quorum_change, rng, ssl_context)
+                               cluster_id, self._on_quorum_change, rng, security)
         self.controller = QuorumController(
             clock=clock, log=RaftMetadataLog(self.raft.replica, self.metadata_log, self.raft.appended),
             cluster_id=cluster_id, rng=rng or random.Random(),

@@ -45,6 +45,8 @@ Handler = Callable[[RequestHeader, object], object]
 # The client address ("host") of the request being handled, for the handlers that
 # record it (a group member's client host); set around each synchronous call.
 client_host: contextvars.ContextVar[str] = contextvars.ContextVar("client_host", default="")
+# The connection of the request being handled (its SASL session, its principal).
+current_connection: contextvars.ContextVar[object] = contextvars.ContextVar("current_connection", default=None)
 
 
 class Dispatcher:
@@ -69,14 +71,20 @@ class Dispatcher:
         if entry is None or not entry[1] <= header.api_version <= entry[2]:
             return self._unsupported(header, entry)
         handler = entry[0]
+        session = getattr(connection, "sasl", None)
+        if session is not None and not session.allows(header.api_key):
+            # Kafka's SaslServerAuthenticator: any other request before authentication closes.
+            raise ProtocolError(f"{_api_name(header.api_key)} request before SASL authentication")
         observer = self.observer
         started = perf_counter() if observer is not None else 0.0
         request = decode_request(header, frame, body_offset)
         token = client_host.set(getattr(connection, "host", ""))
+        connection_token = current_connection.set(connection)
         try:
             result = handler(header, request)
         finally:
             client_host.reset(token)
+            current_connection.reset(connection_token)
         if result is None or isinstance(result, dict):
             response = None if result is None else encode_response(header, result)
             if observer is not None:
@@ -103,6 +111,13 @@ class Dispatcher:
         return {"error_code": 0, "api_keys": self.supported_versions(), "throttle_time": 0,
                 "supported_features": [], "finalized_features_epoch": -1, "finalized_features": [],
                 "zk_migration_ready": False}
+
+
+def _api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return f"API key {api_key}"
 
 
 async def _encode_later(header: RequestHeader, awaitable, observer=None, request=None,

@@ -51,10 +51,10 @@ def _code(value) -> ErrorCode:
 
 class FetcherDriver:
     def __init__(self, node: BrokerNode, listener_name: str, fault_handler: Callable[[BaseException], None],
-                 ssl_context=None):
+                 security=None):
         self.node = node
         self.listener_name = listener_name
-        self.ssl_context = ssl_context          # the inter-broker listener is SSL
+        self.security = security          # TLS / SASL towards the inter-broker listener
         self.fault_handler = fault_handler
         self.tasks: dict[tuple[int, int], asyncio.Task] = {}
         self.wakeups: dict[tuple[int, int], asyncio.Event] = {}
@@ -133,7 +133,7 @@ class FetcherDriver:
             raise ConnectionError(f"broker {broker_id} has no {self.listener_name} endpoint")
         connection = await KafkaConnection.connect(endpoint.host, endpoint.port,
                                                    client_id=f"replica-fetcher-{self.node.node_id}", timeout_s=5,
-                                                   ssl_context=self.ssl_context)
+                                                   security=self.security)
         self.connections[broker_id] = connection
         return connection
 

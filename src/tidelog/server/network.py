@@ -330,6 +330,8 @@ class Connection:
         self._pending: asyncio.Queue = asyncio.Queue(maxsize=in_flight_max)
         self.closed = False
         self.principal = "User:ANONYMOUS"      # the TLS client certificate's, on an SSL listener
+        self.sasl = None                       # a SaslSession on a SASL listener
+        self.close_after_response = False      # a failed authentication: answer, then close
 
     async def serve(self) -> None:
         writer_task = asyncio.create_task(self._write_loop())
@@ -419,6 +421,10 @@ class Connection:
                 continue
             try:
                 self.writer.write(data)
+                if self.close_after_response:
+                    await self.writer.drain()
+                    self.close()
+                    return
                 if self.writer.transport.get_write_buffer_size() > 1 << 20:
                     await self.writer.drain()
             except ConnectionError:
@@ -446,13 +452,17 @@ class Listener:
                  limits: ServerLimits | None = None,
                  accept_backoff_ms: int = ACCEPT_BACKOFF_MS,
                  ssl_context: ssl.SSLContext | None = None,
-                 principal_of: Callable[[dict | None], str] | None = None):
+                 principal_of: Callable[[dict | None], str] | None = None,
+                 sasl=None):
         self._dispatch = dispatch
         # An SSL listener (server/tls.py): each connection's TLS handshake happens
         # before its first request is read; ``principal_of`` names the peer from its
         # certificate (Kafka's SslPrincipalMapper).
         self._ssl_context = ssl_context
         self._principal_of = principal_of
+        # A SASL listener (server/sasl.py): each connection gets a SaslSession and is
+        # served nothing but ApiVersions / SaslHandshake / SaslAuthenticate before it.
+        self._sasl = sasl
         self._fault_handler = fault_handler
         self.host = host
         self.port = port
@@ -562,6 +572,8 @@ class Listener:
         connection = Connection(reader, writer, self._dispatch, self._request_size_max_bytes,
                                 self._idle_timeout_ms, self._in_flight_max, self.limits.memory_pool)
         connection.principal = principal or "User:ANONYMOUS"
+        if self._sasl is not None:
+            connection.sasl = self._sasl.session()
         self.connections.add(connection)
         try:
             await connection.serve()

@@ -70,9 +70,9 @@ def _code(value) -> int:
 class RaftDriver:
     def __init__(self, node_id: int, voters: list[tuple[int, str, int]], metadata_log: FileMetadataLog,
                  clock: Clock, config: RaftConfig, cluster_id: str,
-                 on_change: Callable[[], None], rng: random.Random | None = None, ssl_context=None):
+                 on_change: Callable[[], None], rng: random.Random | None = None, security=None):
         self.node_id = node_id
-        self.ssl_context = ssl_context          # the controller listener is SSL
+        self.security = security          # TLS / SASL towards the controller listener
         self.addresses = {voter: (host, port) for voter, host, port in voters}
         self.metadata_log = metadata_log
         self.clock = clock
@@ -185,7 +185,7 @@ class RaftDriver:
             if connection is None or connection.closed:
                 host, port = self.addresses[voter]
                 connection = await KafkaConnection.connect(host, port, f"raft-{self.node_id}", timeout_s=2,
-                                                           ssl_context=self.ssl_context)
+                                                           security=self.security)
                 self._connections[key] = connection
             return connection
 

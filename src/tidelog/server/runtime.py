@@ -72,6 +72,9 @@ from tidelog.server.fetcher_driver import FetcherDriver
 from tidelog.server.group_apis import GroupApis
 from tidelog.server.txn_apis import TxnApis
 from tidelog.server import tls
+from tidelog.server.sasl import SaslAuthenticator, listener_jaas
+from tidelog.server.sasl_apis import SaslApis
+from tidelog.protocol.client import ClientSecurity
 from tidelog.server.metrics import ServerMetrics
 from tidelog.server.state import StateChangeLog
 from tidelog.server.network import Listener, ServerLimits, raise_open_file_limit
@@ -152,15 +155,15 @@ class Server:
         voters = parse_quorum_voters(config["controller.quorum.voters"] or [])
         # TLS towards other nodes: the inter-broker listener (ours is the only client
         # listener) and the controllers' listener, when their protocol is SSL.
-        self.inter_broker_ssl = self._client_ssl(self.listener_name) if self.is_broker else None
+        self.inter_broker_security = self._client_security(self.listener_name) if self.is_broker else None
         controller_listener = (config["controller.listener.names"] or ["CONTROLLER"])[0].upper()
-        self.controller_ssl = self._client_ssl(controller_listener)
+        self.controller_security = self._client_security(controller_listener)
         # A broker reaches the active controller over the wire, unless its own process
         # is the quorum's only voter (a lone `tidelog serve`).
         self.in_process_controller = self.is_controller and len(voters) <= 1
         if self.is_broker and not self.in_process_controller:
             self.channel = RemoteController(voters, client_id=f"broker-{self.node_id}",
-                                            ssl_context=self.controller_ssl)
+                                            security=self.controller_security)
         self.cluster_id = format_log_dirs(config["log.dirs"], self.node_id, await self._discover_cluster_id())
         if config["metrics.port"] is not None:
             self.metrics = ServerMetrics(config["metrics.host"], config["metrics.port"])
@@ -173,7 +176,7 @@ class Server:
         if self.is_controller:
             self.controller_server = ControllerServer(
                 config, self.clock, self.cluster_id,
-                co_located_broker_id=self.node_id if self.is_broker else None, ssl_context=self.controller_ssl)
+                co_located_broker_id=self.node_id if self.is_broker else None, security=self.controller_security)
             self.controller = self.controller_server.controller
             self.controller_server.start()
             # The controller's APIs only on controller listeners (Kafka's "listeners"
@@ -227,8 +230,12 @@ class Server:
     def _new_listener(self, dispatcher: Dispatcher, host: str, port: int, limits: ServerLimits,
                       name: str | None = None) -> Listener:
         name = name or self.listener_name
-        context = principal_of = None
-        if self.config.security_protocol(name) == "SSL":
+        context = principal_of = authenticator = None
+        protocol = self.config.security_protocol(name)
+        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+            authenticator = SaslAuthenticator.from_config(self.config, name)
+            SaslApis(authenticator, self.config["connection.failed.authentication.delay.ms"]).register(dispatcher)
+        if protocol in ("SSL", "SASL_SSL"):
             context = tls.server_context(self.config, name)
             rules = tls.setting(self.config, name, "ssl.principal.mapping.rules")
             tls.parse_mapping_rules(rules)              # a bad rule stops the start, not a connection
@@ -236,15 +243,28 @@ class Server:
         return Listener(dispatcher, host, port,
                         request_size_max_bytes=self.config["socket.request.max.bytes"],
                         idle_timeout_ms=self.config["connections.max.idle.ms"],
-                        fault_handler=self._fault, limits=limits, ssl_context=context, principal_of=principal_of)
+                        fault_handler=self._fault, limits=limits, ssl_context=context, principal_of=principal_of,
+                        sasl=authenticator)
 
-    def _client_ssl(self, listener: str):
-        """The TLS context to reach ``listener`` on other nodes, or None (PLAINTEXT)."""
+    def _client_security(self, listener: str) -> ClientSecurity | None:
+        """How to reach ``listener`` on other nodes: TLS for SSL and SASL_SSL, and for
+        SASL the listener's own JAAS ``username``/``password`` (as Kafka's brokers use
+        theirs on the inter-broker listener); None for PLAINTEXT."""
         try:
             protocol = self.config.security_protocol(listener)
         except InvalidConfigError:
             return None
-        return tls.client_context(self.config, listener) if protocol == "SSL" else None
+        if protocol == "PLAINTEXT":
+            return None
+        context = tls.client_context(self.config, listener) if protocol in ("SSL", "SASL_SSL") else None
+        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+            mechanism = str(self.config["sasl.mechanism.inter.broker.protocol"]).upper()
+            jaas = listener_jaas(self.config, listener, mechanism)
+            if jaas is None or "username" not in jaas.options or "password" not in jaas.options:
+                raise InvalidConfigError(f"listener {listener} is {protocol}: its JAAS setting needs username and "
+                                         "password for this node's own connections to it")
+            return ClientSecurity(context, mechanism, jaas.options["username"], jaas.options["password"])
+        return ClientSecurity(context)
 
     def _start_broker_role(self) -> None:
         config = self.config
@@ -263,7 +283,7 @@ class Server:
         endpoint = Endpoint(self.listener_name, self.advertised_host, self.advertised_port or self.bind_port)
         self.node = BrokerNode(config, self.clock, metadata_log, self.cluster_id, uuid.uuid4(), (endpoint,),
                                tick_interval_ms=TICK_MS)
-        self.fetcher_driver = FetcherDriver(self.node, self.listener_name, self._fault, self.inter_broker_ssl)
+        self.fetcher_driver = FetcherDriver(self.node, self.listener_name, self._fault, self.inter_broker_security)
         kafka_apis = KafkaApis(ApiContext(
             node=self.node, cluster_id=self.cluster_id, controller_id=self.controller_id,
             listener_name=self.listener_name, auto_create_topics=self.auto_create_topics,
@@ -273,7 +293,7 @@ class Server:
         GroupApis(self.node, self.listener_name, self.clock, self.create_internal_topic).register(self.dispatcher)
         self.txn_apis = TxnApis(self.node, self.listener_name, self.clock, self.next_producer_id,
                                 kafka_apis.handle_init_producer_id)
-        self.txn_apis.channel.ssl_context = self.inter_broker_ssl
+        self.txn_apis.channel.security = self.inter_broker_security
         self.txn_apis.register(self.dispatcher)
         if self.config["transaction.partition.verification.enable"]:
             kafka_apis.context.verify_transactions = self.txn_apis.verify
@@ -507,9 +527,8 @@ def plan_listeners(config: BrokerConfig, is_broker: bool, is_controller: bool
     endpoints = config.listener_endpoints()
     for name, host, port in endpoints:
         protocol = config.security_protocol(name)
-        if protocol not in ("PLAINTEXT", "SSL"):
-            raise InvalidConfigError(f"listener {name}://{host}:{port} has security protocol {protocol}: "
-                                     "tidelog serves PLAINTEXT and SSL listeners (SASL is not supported yet)")
+        if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            raise InvalidConfigError(f"listener {name}://{host}:{port} has an unknown security protocol {protocol}")
     names = [name for name, _, _ in endpoints]
     if len(set(names)) != len(names):
         raise InvalidConfigError(f"listeners must have distinct names, got {', '.join(names)}")

@@ -365,10 +365,10 @@ class MarkerChannel:
     """Requests to other brokers (WriteTxnMarkers, verifications): one connection per
     broker, opened on demand and dropped on any failure (the caller retries)."""
 
-    def __init__(self, node, listener_name: str, ssl_context=None):
+    def __init__(self, node, listener_name: str, security=None):
         self.node = node
         self.listener_name = listener_name
-        self.ssl_context = ssl_context
+        self.security = security
         self._connections: dict[int, KafkaConnection] = {}
 
     async def request(self, broker_id: int, api_key: int, body: dict):
@@ -418,7 +418,7 @@ class MarkerChannel:
         if endpoint is None:
             raise ConnectionError(f"broker {broker_id} has no {self.listener_name} listener")
         connection = await KafkaConnection.connect(endpoint.host, endpoint.port, client_id="tidelog-txn-markers",
-                                                   ssl_context=self.ssl_context)
+                                                   security=self.security)
         self._connections[broker_id] = connection
         return connection
 

@@ -1,0 +1,186 @@
+"""SASL authentication on a listener (SaslHandshake + SaslAuthenticate, KIP-152), sans-I/O.
+
+Theory of operation. A connection to a ``SASL_PLAINTEXT`` or ``SASL_SSL``
+listener starts unauthenticated; until it is authenticated the only requests
+served are ApiVersions, SaslHandshake and SaslAuthenticate (anything else closes
+the connection, as Kafka's SaslServerAuthenticator does). ``SaslSession`` is that
+per-connection state machine:
+
+    START ──SaslHandshake(mechanism enabled)──► HANDSHAKEN ──SaslAuthenticate…──► AUTHENTICATED
+      │                                              │ a token the mechanism refuses
+      └── any other request: close                   └──► FAILED (answered SASL_AUTHENTICATION_FAILED
+                                                            after connection.failed.authentication.delay.ms,
+                                                            then the connection closes)
+
+Mechanisms: PLAIN (RFC 4616) with the users of the listener's JAAS setting, as
+Kafka writes it::
+
+    listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule \\
+        required username="admin" password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";
+
+(``user_<name>="<password>"`` are the users; ``username``/``password`` are what
+this node itself presents to other nodes' SASL listeners.) Passwords are compared
+in constant time and never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
+
+from tidelog.core.errors import ErrorCode, InvalidConfigError
+
+START, HANDSHAKEN, AUTHENTICATED, FAILED = "start", "handshaken", "authenticated", "failed"
+SUPPORTED_MECHANISMS = ("PLAIN",)
+TOKEN_MAX_BYTES = 64 * 1024          # a PLAIN or SCRAM message is far smaller; larger ones are refused
+
+
+class NodeConfig(Protocol):
+    originals: Mapping[str, str]
+
+    def __getitem__(self, name: str) -> Any: ...
+
+
+@dataclass(frozen=True)
+class JaasConfig:
+    """The parts of a JAAS login-module line tidelog reads."""
+
+    module: str
+    options: dict[str, str]
+
+    @property
+    def users(self) -> dict[str, str]:
+        return {k[len("user_"):]: v for k, v in self.options.items() if k.startswith("user_")}
+
+
+_JAAS = re.compile(r'^\s*([\w.$]+)\s+(required|requisite|sufficient|optional)\s*(.*?)\s*;\s*$', re.S)
+_OPTION = re.compile(r'\s*([\w.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s"]+))')
+
+
+def parse_jaas(text: str) -> JaasConfig:
+    """``<LoginModule class> required key="value" …;`` (raises naming the problem, never
+    the values)."""
+    match = _JAAS.match(text or "")
+    if not match:
+        raise InvalidConfigError("sasl.jaas.config must be '<LoginModule> required key=\"value\" ...;'")
+    options, rest = {}, match.group(3)
+    position = 0
+    while position < len(rest):
+        option = _OPTION.match(rest, position)
+        if not option:
+            raise InvalidConfigError(f"sasl.jaas.config: cannot parse the options after {position} characters")
+        value = option.group(2) if option.group(2) is not None else option.group(3)
+        options[option.group(1)] = re.sub(r"\\(.)", r"\1", value)
+        position = option.end()
+    return JaasConfig(match.group(1), options)
+
+
+def listener_jaas(config: NodeConfig, listener: str, mechanism: str) -> JaasConfig | None:
+    """``listener.name.<listener>.<mechanism>.sasl.jaas.config``, else
+    ``listener.name.<listener>.sasl.jaas.config``, else ``sasl.jaas.config``."""
+    for key in (f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config",
+                f"listener.name.{listener.lower()}.sasl.jaas.config", "sasl.jaas.config"):
+        text = config.originals.get(key)
+        if text:
+            return parse_jaas(text)
+    return None
+
+
+def enabled_mechanisms(config: NodeConfig, listener: str) -> tuple[str, ...]:
+    key = f"listener.name.{listener.lower()}.sasl.enabled.mechanisms"
+    raw = config.originals.get(key)
+    mechanisms = [m.strip().upper() for m in raw.split(",")] if raw else [m.upper() for m in
+                                                                         config["sasl.enabled.mechanisms"]]
+    unknown = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
+    if unknown:
+        raise InvalidConfigError(f"sasl.enabled.mechanisms: {unknown} not supported (supported: "
+                                 f"{', '.join(SUPPORTED_MECHANISMS)})")
+    return tuple(m for m in mechanisms if m)
+
+
+@dataclass
+class SaslAuthenticator:
+    """What a SASL listener knows: its mechanisms and, per mechanism, the users."""
+
+    mechanisms: tuple[str, ...]
+    plain_users: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: NodeConfig, listener: str) -> "SaslAuthenticator":
+        mechanisms = enabled_mechanisms(config, listener)
+        if not mechanisms:
+            raise InvalidConfigError(f"listener {listener} is SASL but sasl.enabled.mechanisms is empty")
+        users = {}
+        if "PLAIN" in mechanisms:
+            jaas = listener_jaas(config, listener, "PLAIN")
+            if jaas is None or not jaas.users:
+                raise InvalidConfigError(f"listener {listener} enables PLAIN but no users: set "
+                                         f"listener.name.{listener.lower()}.plain.sasl.jaas.config with "
+                                         'user_<name>="<password>" entries')
+            users = jaas.users
+        return cls(mechanisms, users)
+
+    def session(self) -> "SaslSession":
+        return SaslSession(self)
+
+
+@dataclass
+class SaslSession:
+    """One connection's SASL state (see the module docstring)."""
+
+    authenticator: SaslAuthenticator
+    state: str = START
+    mechanism: str | None = None
+    principal: str | None = None
+    failures: int = 0
+
+    def allows(self, api_key: int) -> bool:
+        from tidelog.protocol.api_keys import ApiKey
+        if self.state == AUTHENTICATED:
+            return api_key != ApiKey.SASL_HANDSHAKE          # re-authentication (KIP-368) is not supported
+        return api_key in (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
+
+    def handshake(self, mechanism: str) -> ErrorCode:
+        if self.state != START:
+            return ErrorCode.ILLEGAL_SASL_STATE
+        if mechanism.upper() not in self.authenticator.mechanisms:
+            return ErrorCode.UNSUPPORTED_SASL_MECHANISM
+        self.mechanism, self.state = mechanism.upper(), HANDSHAKEN
+        return ErrorCode.NONE
+
+    def authenticate(self, token: bytes) -> tuple[ErrorCode, str | None, bytes]:
+        """(error, message for the client, bytes back). A failure is final."""
+        if self.state != HANDSHAKEN:
+            return ErrorCode.ILLEGAL_SASL_STATE, "SaslAuthenticate before SaslHandshake", b""
+        if len(token) > TOKEN_MAX_BYTES:
+            return self._fail("the authentication token is too large")
+        if self.mechanism == "PLAIN":
+            return self._plain(token)
+        return self._fail(f"mechanism {self.mechanism} is not available")
+
+    def _plain(self, token: bytes) -> tuple[ErrorCode, str | None, bytes]:
+        parts = token.split(b"\x00")
+        if len(parts) != 3:
+            return self._fail("Authentication failed: invalid SASL/PLAIN message")
+        authzid, username, password = (p.decode("utf-8", "replace") for p in parts)
+        if authzid and authzid != username:
+            return self._fail("Authentication failed: the authorization id must be the user name")
+        expected = self.authenticator.plain_users.get(username)
+        # Compare against something even for an unknown user: no timing hint of who exists.
+        ok = hmac.compare_digest((expected or "\x00" * 32).encode(), password.encode()) and expected is not None
+        if not ok:
+            return self._fail("Authentication failed: Invalid username or password")
+        self.state, self.principal = AUTHENTICATED, f"User:{username}"
+        return ErrorCode.NONE, None, b""
+
+    def _fail(self, message: str) -> tuple[ErrorCode, str, bytes]:
+        self.state = FAILED
+        self.failures += 1
+        return ErrorCode.SASL_AUTHENTICATION_FAILED, message, b""
+
+
+def plain_token(username: str, password: str) -> bytes:
+    """A client's SASL/PLAIN message (RFC 4616)."""
+    return b"\x00" + username.encode() + b"\x00" + password.encode()

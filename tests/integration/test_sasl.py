@@ -1,0 +1,130 @@
+"""SASL/PLAIN (SASL_PLAINTEXT and SASL_SSL) with real clients: confluent-kafka,
+kafka-python, aiokafka and kcat authenticate and produce/consume; a wrong password
+is refused (SASL_AUTHENTICATION_FAILED, logged with the client's address, never the
+password); a request before authentication closes the connection; a cluster with
+SASL_SSL on every listener replicates (the nodes authenticate to each other)."""
+
+import asyncio
+import shutil
+import socket
+import struct
+import subprocess
+import time
+
+import pytest
+import trustme
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tidelog.testing import Broker, Cluster, wait_until
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+        'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+
+
+@pytest.fixture(scope="module")
+def broker():
+    with Broker(overrides={"listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+                           "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS}) as running:
+        yield running
+
+
+def alice(bootstrap, password="alice-secret", protocol="SASL_PLAINTEXT", **extra):
+    return {"bootstrap.servers": bootstrap, "security.protocol": protocol, "sasl.mechanism": "PLAIN",
+            "sasl.username": "alice", "sasl.password": password, **extra}
+
+
+def produce_and_consume(settings, topic, count=100):
+    producer = Producer({**settings, "acks": "all"})
+    for i in range(count):
+        producer.produce(topic, b"%d" % i)
+    assert producer.flush(30) == 0
+    consumer = Consumer({**settings, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < count and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            got.append(int(message.value()))
+    consumer.close()
+    assert sorted(got) == list(range(count))
+
+
+def test_confluent_kafka_authenticates_with_plain(broker):
+    produce_and_consume(alice(broker.bootstrap), "sasl-confluent")
+    wait_until(lambda: any("authenticated as User:alice" in line for line in broker.output), 10, "the login logged")
+
+
+def test_a_wrong_password_is_refused_and_never_logged(broker):
+    outcome = []
+    producer = Producer(alice(broker.bootstrap, password="not-her-password", **{"message.timeout.ms": 3000}))
+    producer.produce("sasl-refused", b"x", on_delivery=lambda error, message: outcome.append(error))
+    producer.flush(15)
+    assert len(outcome) == 1 and outcome[0] is not None
+    wait_until(lambda: any("failed authentication from 127.0.0.1" in line for line in broker.output), 10,
+               "the failure logged with the client's address")
+    assert not any("not-her-password" in line for line in broker.output)
+
+
+def test_kafka_python_and_aiokafka_authenticate_with_plain(broker):
+    from kafka import KafkaConsumer, KafkaProducer
+    common = dict(bootstrap_servers=broker.bootstrap, security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                  sasl_plain_username="alice", sasl_plain_password="alice-secret")
+    producer = KafkaProducer(acks="all", **common)
+    for i in range(30):
+        producer.send("sasl-kafka-python", b"%d" % i)
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer("sasl-kafka-python", auto_offset_reset="earliest", consumer_timeout_ms=10_000, **common)
+    assert sorted(int(m.value) for m in consumer) == list(range(30))
+    consumer.close()
+
+    from aiokafka import AIOKafkaProducer
+
+    async def aio():
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, security_protocol="SASL_PLAINTEXT",
+                                    sasl_mechanism="PLAIN", sasl_plain_username="alice",
+                                    sasl_plain_password="alice-secret")
+        await producer.start()
+        try:
+            metadata = await producer.send_and_wait("sasl-aiokafka", b"x")
+        finally:
+            await producer.stop()
+        return metadata.offset
+    assert asyncio.run(aio()) == 0
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is installed by `make test`")
+def test_kcat_authenticates_with_plain(broker):
+    sasl = ["-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=PLAIN",
+            "-X", "sasl.username=alice", "-X", "sasl.password=alice-secret"]
+    subprocess.run(["kcat", "-b", broker.bootstrap, *sasl, "-P", "-t", "sasl-kcat"], input=b"a\nb\n",
+                   check=True, timeout=30)
+    out = subprocess.run(["kcat", "-b", broker.bootstrap, *sasl, "-C", "-t", "sasl-kcat", "-o", "beginning",
+                          "-c", "2", "-e"], capture_output=True, check=True, timeout=30)
+    assert out.stdout.split() == [b"a", b"b"]
+
+
+def test_a_request_before_authentication_closes_the_connection(broker):
+    metadata = struct.pack(">hhih", 3, 1, 7, 1) + b"x" + struct.pack(">i", -1)      # Metadata v1, all topics
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as sock:
+        sock.sendall(struct.pack(">i", len(metadata)) + metadata)
+        assert sock.recv(4096) == b""                     # closed, unanswered
+    produce_and_consume(alice(broker.bootstrap), "sasl-after-probe", count=5)
+
+
+def test_sasl_ssl_on_every_listener_of_a_cluster(tmp_path):
+    ca = trustme.CA()
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    overrides = {"listener.security.protocol.map": "PLAINTEXT:SASL_SSL,CONTROLLER:SASL_SSL",
+                 "ssl.keystore.location": str(tmp_path / "server.pem"),
+                 "ssl.truststore.location": str(tmp_path / "ca.pem"),
+                 "sasl.jaas.config": JAAS,
+                 "broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "300"}
+    with Cluster(brokers=3, overrides=overrides) as cluster:
+        settings = alice(cluster.bootstrap, protocol="SASL_SSL", **{"ssl.ca.location": str(tmp_path / "ca.pem")})
+        admin = AdminClient(settings)
+        admin.create_topics([NewTopic("sasl-replicated", 3, 3)])["sasl-replicated"].result(30)
+        produce_and_consume(settings, "sasl-replicated", count=300)
