@@ -128,3 +128,24 @@ def test_sasl_ssl_on_every_listener_of_a_cluster(tmp_path):
         admin = AdminClient(settings)
         admin.create_topics([NewTopic("sasl-replicated", 3, 3)])["sasl-replicated"].result(30)
         produce_and_consume(settings, "sasl-replicated", count=300)
+
+
+def test_the_tidelog_tools_reach_a_sasl_listener_with_command_config(broker, tmp_path):
+    import sys
+    properties = tmp_path / "client.properties"
+    properties.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                          'sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required '
+                          'username="alice" password="alice-secret";\n')
+
+    def tidelog(*args):
+        return subprocess.run([sys.executable, "-m", "tidelog.cli.main", *args], capture_output=True, text=True,
+                              timeout=60)
+    created = tidelog("topics", "-b", broker.bootstrap, "--command-config", str(properties), "create", "sasl-cli",
+                      "--partitions", "2")
+    assert created.returncode == 0, created.stderr
+    listed = tidelog("topics", "-b", broker.bootstrap, "--command-config", str(properties), "list")
+    assert "sasl-cli" in listed.stdout.split()
+    groups = tidelog("groups", "-b", broker.bootstrap, "--command-config", str(properties), "list")
+    assert groups.returncode == 0, groups.stderr
+    refused = tidelog("topics", "-b", broker.bootstrap, "list")          # no credentials
+    assert refused.returncode != 0

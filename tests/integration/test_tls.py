@@ -160,3 +160,13 @@ def test_a_cluster_with_tls_on_every_listener_replicates(certificates):
         admin = AdminClient(settings)
         admin.create_topics([NewTopic("tls-replicated", 3, 3)])["tls-replicated"].result(30)
         produce_and_consume(settings, "tls-replicated", count=300)      # acks=all: followers fetch over TLS
+
+
+def test_the_tidelog_tools_reach_a_tls_listener_with_command_config(broker, certificates, tmp_path):
+    import sys
+    properties = tmp_path / "client.properties"
+    properties.write_text(f"security.protocol=SSL\nssl.truststore.location={certificates / 'ca.pem'}\n")
+    described = subprocess.run([sys.executable, "-m", "tidelog.cli.main", "topics", "-b", broker.bootstrap,
+                                "--command-config", str(properties), "create", "tls-cli"],
+                               capture_output=True, text=True, timeout=60)
+    assert described.returncode == 0, described.stderr

@@ -43,6 +43,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Iterable
 
+from tidelog.cli.client_config import load_command_config
 from tidelog.cli.progress import Progress
 from tidelog.cli.topics import CONSUMER_REPLICA_ID, EARLIEST, LATEST, _error, _metadata, _offsets
 from tidelog.core.errors import ErrorCode, KafkaError
@@ -75,6 +76,8 @@ def add_parser(commands) -> None:
                         help="how long to keep retrying an unavailable coordinator (default 10000)")
     groups = commands.add_parser("groups", help="inspect and manage consumer groups on any Kafka-compatible broker")
     groups.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092")
+    groups.add_argument("--command-config", metavar="FILE",
+                        help="client properties for a secured cluster (security.protocol, ssl.*, sasl.*)")
     groups.add_argument("--timeout", type=int, default=10_000, metavar="MS")
     verbs = groups.add_subparsers(dest="verb", required=True)
 
@@ -119,7 +122,8 @@ async def run(args) -> int:
     if not port.isdigit():
         print(f"expected HOST:PORT, got {args.bootstrap_server!r}", file=sys.stderr)
         return 1
-    session = Session((host or "127.0.0.1", int(port)), args.timeout / 1000)
+    session = Session((host or "127.0.0.1", int(port)), args.timeout / 1000,
+                      load_command_config(getattr(args, "command_config", None)))
     try:
         await session.bootstrap()
     except OSError as e:
@@ -149,9 +153,10 @@ class Coordinator:
 class Session:
     """One connection per broker (made again if it broke), and coordinator retries."""
 
-    def __init__(self, bootstrap: tuple[str, int], timeout_s: float):
+    def __init__(self, bootstrap: tuple[str, int], timeout_s: float, security=None):
         self._bootstrap = bootstrap
         self.timeout_s = timeout_s
+        self.security = security                  # --command-config (TLS, SASL)
         self._peers: dict[tuple[str, int], KafkaConnection] = {}
 
     async def bootstrap(self) -> KafkaConnection:
@@ -160,7 +165,7 @@ class Session:
     async def connection(self, host: str, port: int) -> KafkaConnection:
         peer = self._peers.get((host, port))
         if peer is None or peer.closed:
-            peer = await KafkaConnection.connect(host, port, client_id=CLIENT_ID)
+            peer = await KafkaConnection.connect(host, port, client_id=CLIENT_ID, security=self.security)
             self._peers[(host, port)] = peer
         return peer
 

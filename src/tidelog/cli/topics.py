@@ -19,6 +19,7 @@ import sys
 from tidelog.cli.progress import Progress
 from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
+from tidelog.cli.client_config import load_command_config
 from tidelog.protocol.client import KafkaConnection
 
 EARLIEST, LATEST = -2, -1
@@ -29,6 +30,8 @@ CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID = -1, -2
 def add_parser(commands) -> None:
     topics = commands.add_parser("topics", help="manage topics on any Kafka-compatible broker")
     topics.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092")
+    topics.add_argument("--command-config", metavar="FILE",
+                        help="client properties for a secured cluster (security.protocol, ssl.*, sasl.*)")
     verbs = topics.add_subparsers(dest="verb", required=True)
     create = verbs.add_parser("create")
     create.add_argument("topic")
@@ -51,12 +54,17 @@ def _error(code) -> ErrorCode:
     return ErrorCode(int(getattr(code, "value", code)))
 
 
+_SECURITY: list = [None]      # --command-config, for every connection of this command
+
+
 async def _connect(bootstrap: str) -> KafkaConnection:
     host, _, port = bootstrap.split(",")[0].rpartition(":")
-    return await KafkaConnection.connect(host or "127.0.0.1", int(port), client_id="tidelog-topics")
+    return await KafkaConnection.connect(host or "127.0.0.1", int(port), client_id="tidelog-topics",
+                                         security=_SECURITY[0])
 
 
 async def run(args) -> int:
+    _SECURITY[0] = load_command_config(args.command_config)
     try:
         connection = await _connect(args.bootstrap_server)
     except OSError as e:
@@ -167,7 +175,8 @@ async def _describe(connection: KafkaConnection, args) -> int:
                 continue
             b = brokers[broker_id]
             try:
-                peer = await KafkaConnection.connect(b.host, int(b.port), client_id="tidelog-topics")
+                peer = await KafkaConnection.connect(b.host, int(b.port), client_id="tidelog-topics",
+                                                     security=_SECURITY[0])
             except OSError:
                 continue
             try:

@@ -1,0 +1,68 @@
+"""``--command-config FILE``: how the CLI tools reach a secured cluster, as Kafka's tools do.
+
+The file holds client properties; the ones read here are Kafka's (Java client)
+names with librdkafka's spellings accepted too:
+
+* ``security.protocol`` — PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL;
+* TLS: ``ssl.truststore.location`` (or ``ssl.ca.location``) — trusted CA
+  certificates, PEM; ``ssl.keystore.location`` (a PEM file with key and
+  certificate) or ``ssl.certificate.location`` + ``ssl.key.location``;
+  ``ssl.key.password``; ``ssl.endpoint.identification.algorithm`` (``https``
+  checks the broker's host name, empty does not);
+* SASL: ``sasl.mechanism`` (PLAIN) and ``sasl.jaas.config`` with ``username`` and
+  ``password`` (or ``sasl.username`` / ``sasl.password``).
+"""
+
+from __future__ import annotations
+
+import ssl
+
+from tidelog.broker.config import parse_properties
+from tidelog.core.errors import InvalidConfigError
+from tidelog.protocol.client import ClientSecurity
+from tidelog.server.sasl import parse_jaas
+
+
+def load_command_config(path: str | None) -> ClientSecurity | None:
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as f:
+        props = parse_properties(f.read(), path)
+    return client_security(props)
+
+
+def client_security(props: dict[str, str]) -> ClientSecurity | None:
+    protocol = props.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        raise InvalidConfigError(f"security.protocol {protocol!r} is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, "
+                                 "SASL_SSL")
+    if protocol == "PLAINTEXT":
+        return None
+    context = None
+    if protocol in ("SSL", "SASL_SSL"):
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        trust = props.get("ssl.truststore.location") or props.get("ssl.ca.location")
+        if trust:
+            context.load_verify_locations(cafile=trust)
+        else:
+            context.load_default_certs()
+        password = props.get("ssl.key.password")
+        if props.get("ssl.keystore.location"):
+            context.load_cert_chain(props["ssl.keystore.location"], password=password)
+        elif props.get("ssl.certificate.location"):
+            context.load_cert_chain(props["ssl.certificate.location"], props.get("ssl.key.location"),
+                                    password=password)
+        context.check_hostname = props.get("ssl.endpoint.identification.algorithm", "https").lower() == "https"
+    if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        mechanism = props.get("sasl.mechanism", "PLAIN").upper()
+        if mechanism != "PLAIN":
+            raise InvalidConfigError(f"sasl.mechanism {mechanism} is not supported by the tidelog tools (PLAIN is)")
+        username, password = props.get("sasl.username"), props.get("sasl.password")
+        if props.get("sasl.jaas.config"):
+            options = parse_jaas(props["sasl.jaas.config"]).options
+            username, password = options.get("username"), options.get("password")
+        if not username or password is None:
+            raise InvalidConfigError("SASL needs a user: sasl.jaas.config with username and password "
+                                     "(or sasl.username and sasl.password)")
+        return ClientSecurity(context, mechanism, username, password)
+    return ClientSecurity(context)
