@@ -24,7 +24,7 @@ JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required userna
 
 @pytest.fixture(scope="module")
 def broker():
-    with Broker(overrides={"listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+    with Broker(overrides={"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "group.initial.rebalance.delay.ms": "0",
                            "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS}) as running:
         yield running
 
@@ -149,3 +149,54 @@ def test_the_tidelog_tools_reach_a_sasl_listener_with_command_config(broker, tmp
     assert groups.returncode == 0, groups.stderr
     refused = tidelog("topics", "-b", broker.bootstrap, "list")          # no credentials
     assert refused.returncode != 0
+
+
+SCRAM_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+              'password="admin-secret" user_admin="admin-secret";')
+
+
+def test_scram_users_are_managed_in_the_metadata_log_and_authenticate(tmp_path):
+    import sys
+    admin_properties = tmp_path / "admin.properties"
+    admin_properties.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                                "sasl.username=admin\nsasl.password=admin-secret\n")
+
+    def users(*args):
+        return subprocess.run([sys.executable, "-m", "tidelog.cli.main", "users", "-b", scram.bootstrap,
+                               "--command-config", str(admin_properties), *args],
+                              capture_output=True, text=True, timeout=60)
+    overrides = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.jaas.config": SCRAM_JAAS,
+                 "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", "group.initial.rebalance.delay.ms": "0"}
+    with Broker(overrides=overrides) as scram:
+        assert users("add", "bob", "--password", "bob-secret").returncode == 0
+        assert users("add", "bob", "--password", "bob-secret", "--mechanism", "SCRAM-SHA-256").returncode == 0
+        too_few = users("add", "eve", "--password", "x", "--iterations", "100")
+        assert too_few.returncode == 1 and "UNACCEPTABLE_CREDENTIAL" in too_few.stderr
+        listed = users("list").stdout
+        assert "bob: SCRAM-SHA-256 (iterations 4096), SCRAM-SHA-512 (iterations 4096)" in listed
+
+        def bob(mechanism, password="bob-secret", **extra):
+            return {"bootstrap.servers": scram.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                    "sasl.mechanism": mechanism, "sasl.username": "bob", "sasl.password": password, **extra}
+        produce_and_consume(bob("SCRAM-SHA-512"), "scram-512", count=20)
+        produce_and_consume(bob("SCRAM-SHA-256"), "scram-256", count=20)
+        from kafka import KafkaProducer
+        producer = KafkaProducer(bootstrap_servers=scram.bootstrap, security_protocol="SASL_PLAINTEXT",
+                                 sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="bob",
+                                 sasl_plain_password="bob-secret")
+        producer.send("scram-kafka-python", b"x").get(30)
+        producer.close()
+
+        def refused(settings) -> bool:
+            outcome = []
+            producer = Producer({**settings, "message.timeout.ms": 3000})
+            producer.produce("scram-refused", b"x", on_delivery=lambda error, message: outcome.append(error))
+            producer.flush(15)
+            return outcome[0] is not None
+        assert refused(bob("SCRAM-SHA-512", password="guess"))
+        # The credentials are metadata: they survive a restart; a deleted one is gone.
+        scram.restart()
+        produce_and_consume(bob("SCRAM-SHA-512"), "scram-after-restart", count=5)
+        assert users("delete", "bob").returncode == 0
+        assert refused(bob("SCRAM-SHA-512"))
+        assert not any("bob-secret" in line for line in scram.output)

@@ -48,7 +48,9 @@ from tidelog.metadata.records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
+    UserScramCredentialRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
@@ -76,6 +78,7 @@ from tidelog.controller.messages import (
     ElectLeadersResult,
 )
 from tidelog.controller.replication_control import ReplicationControlManager
+from tidelog.controller.scram_control import ScramControlManager, ScramResult, ScramUpsertion
 from tidelog.controller.result import ApiError, ControllerResult
 
 T = TypeVar("T")
@@ -119,6 +122,7 @@ class QuorumController:
         self.features = FeatureControlManager()
         self.producer_ids = ProducerIdControlManager()
         self.configs = ConfigurationControlManager(static_configs)
+        self.scram = ScramControlManager()
         self.cluster = ClusterControlManager(self.cluster_id, self.heartbeat, self.features)
         self.replication = ReplicationControlManager(self.cluster, self.configs, rng,
                                                      num_partitions, replication_factor)
@@ -175,6 +179,8 @@ class QuorumController:
             self.features.replay(record)
         elif isinstance(record, ProducerIdsRecord):
             self.producer_ids.replay(record)
+        elif isinstance(record, (UserScramCredentialRecord, RemoveUserScramCredentialRecord)):
+            self.scram.replay(record)
         else:
             raise AssertionError(f"no replay rule for {record}")
 
@@ -280,6 +286,10 @@ class QuorumController:
                                   ) -> list[AlterConfigsResult]:
         return self._write(lambda: self.configs.incremental_alter_configs(
             resources, self.replication.topic_exists)).response
+
+    def alter_user_scram_credentials(self, deletions: Sequence[tuple[str, int]],
+                                     upsertions: Sequence[ScramUpsertion]) -> list[ScramResult]:
+        return self._write(lambda: self.scram.alter(list(deletions), list(upsertions))).response
 
     def update_features(self, updates: Mapping[str, int]) -> ApiError:
         return self._write(lambda: self.features.update_features(

@@ -36,9 +36,11 @@ from tidelog.metadata.records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
 )
 from tidelog.metadata.registrations import BrokerRegistration, PartitionRegistration
 
@@ -93,6 +95,7 @@ class MetadataDelta:
         self._removed_topics: dict[uuid.UUID, TopicImage] = {}
         self._configs: dict[ConfigResource, dict[str, str | None]] = {}
         self._producer_ids: ProducerIdsImage | None = None
+        self._scram: dict[tuple[str, int], UserScramCredentialRecord | None] = {}
 
     # ------------------------------------------------------------ replay
 
@@ -194,6 +197,12 @@ class MetadataDelta:
         self._producer_ids = ProducerIdsImage(record.broker_id, record.broker_epoch,
                                               record.next_producer_id)
 
+    def _replay_scram(self, record: UserScramCredentialRecord) -> None:
+        self._scram[(record.name, record.mechanism)] = record
+
+    def _replay_remove_scram(self, record: RemoveUserScramCredentialRecord) -> None:
+        self._scram[(record.name, record.mechanism)] = None
+
     # ------------------------------------------------------------ apply
 
     def apply(self) -> MetadataImage:
@@ -226,6 +235,12 @@ class MetadataDelta:
                 configs[resource] = MappingProxyType(config)
             else:
                 configs.pop(resource, None)
+        scram = dict(image.scram_credentials)
+        for key, credential in self._scram.items():
+            if credential is None:
+                scram.pop(key, None)
+            else:
+                scram[key] = credential
         return MetadataImage(
             offset=self.offset,
             features=MappingProxyType(features),
@@ -234,6 +249,7 @@ class MetadataDelta:
             topics_by_name=MappingProxyType(by_name),
             configs=MappingProxyType(configs),
             producer_ids=self._producer_ids or image.producer_ids,
+            scram_credentials=MappingProxyType(scram) if self._scram else image.scram_credentials,
         )
 
     # ------------------------------------------------------------ local changes
@@ -273,6 +289,8 @@ _HANDLERS = {
     ConfigRecord: MetadataDelta._replay_config,
     FeatureLevelRecord: MetadataDelta._replay_feature_level,
     ProducerIdsRecord: MetadataDelta._replay_producer_ids,
+    UserScramCredentialRecord: MetadataDelta._replay_scram,
+    RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_scram,
 }
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Iterator, Mapping, NamedTuple
+from typing import Any, Iterator, Mapping, NamedTuple
 
 from tidelog.core.ids import TopicPartition
 from tidelog.metadata.records import (
@@ -70,6 +70,8 @@ class MetadataImage:
     topics_by_name: Mapping[str, TopicImage] = field(default_factory=lambda: _EMPTY)
     configs: Mapping[ConfigResource, Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
     producer_ids: ProducerIdsImage = field(default_factory=ProducerIdsImage)
+    # SCRAM credentials by (user, mechanism): UserScramCredentialRecords (KIP-554).
+    scram_credentials: Mapping[tuple[str, int], Any] = field(default_factory=lambda: _EMPTY)
 
     # ------------------------------------------------------------ topics
 
@@ -158,4 +160,5 @@ class MetadataImage:
         if self.producer_ids != ProducerIdsImage():
             ids = self.producer_ids
             records.append(ProducerIdsRecord(ids.broker_id, ids.broker_epoch, ids.next_producer_id))
+        records += [self.scram_credentials[key] for key in sorted(self.scram_credentials)]
         return records

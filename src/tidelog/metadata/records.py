@@ -195,6 +195,18 @@ class _String(_Nullable):
             raise InvalidMetadataRecordError("metadata record string is not UTF-8") from None
 
 
+class _Bytes(_Nullable):
+    def write(self, out: bytearray, value: bytes | None) -> None:
+        if value is not None and type(value) is not bytes:
+            raise ValueError(f"{type(value).__name__} is not bytes")
+        if self.write_length(out, value):
+            out += value
+
+    def read(self, reader: _Reader) -> bytes | None:
+        length = self.read_length(reader)
+        return None if length is None else bytes(reader.take(length))
+
+
 class _Uuid:
     def write(self, out: bytearray, value: uuid.UUID) -> None:
         if not isinstance(value, uuid.UUID):
@@ -238,7 +250,7 @@ class _Struct:
         return self.cls(**{name: codec.read(reader) for name, codec in self.cls.SCHEMA})
 
 
-BOOL, STRING, NULLABLE_STRING, UUID = _Bool(), _String(False), _String(True), _Uuid()
+BOOL, STRING, NULLABLE_STRING, UUID, BYTES = _Bool(), _String(False), _String(True), _Uuid(), _Bytes(False)
 INT32_LIST, NULLABLE_INT32_LIST = _List(INT32), _List(INT32, nullable=True)
 
 
@@ -393,6 +405,42 @@ class ProducerIdsRecord:
     SCHEMA: ClassVar = (("broker_id", INT32), ("broker_epoch", INT64), ("next_producer_id", INT64))
 
 
+class ScramMechanism(enum.IntEnum):
+    """Kafka's ``ScramMechanism`` codes (AlterUserScramCredentials, the records)."""
+
+    SCRAM_SHA_256 = 1
+    SCRAM_SHA_512 = 2
+
+
+@dataclass(frozen=True, repr=False)
+class UserScramCredentialRecord:
+    """A user's SCRAM credential (KIP-554): what the server keeps, never the password."""
+
+    name: str
+    mechanism: int            # ScramMechanism
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+    API_KEY: ClassVar = 11
+    VERSION: ClassVar = 0
+    SCHEMA: ClassVar = (("name", STRING), ("mechanism", INT8), ("salt", BYTES), ("stored_key", BYTES),
+                        ("server_key", BYTES), ("iterations", INT32))
+
+    def __repr__(self) -> str:          # keys stay out of logs and traces
+        return f"UserScramCredentialRecord(name={self.name!r}, mechanism={self.mechanism}, " \
+               f"iterations={self.iterations})"
+
+
+@dataclass(frozen=True)
+class RemoveUserScramCredentialRecord:
+    name: str
+    mechanism: int
+    API_KEY: ClassVar = 22
+    VERSION: ClassVar = 0
+    SCHEMA: ClassVar = (("name", STRING), ("mechanism", INT8))
+
+
 class _FencedChange(_Int):
     """Kafka's int8 encoding of an optional bool: 1 = True, -1 = False, 0 = None."""
 
@@ -428,13 +476,15 @@ class BrokerRegistrationChangeRecord:
 MetadataRecord = (RegisterBrokerRecord | UnregisterBrokerRecord | TopicRecord | PartitionRecord
                   | ConfigRecord | PartitionChangeRecord | FenceBrokerRecord | UnfenceBrokerRecord
                   | RemoveTopicRecord | FeatureLevelRecord | ProducerIdsRecord
-                  | BrokerRegistrationChangeRecord)
+                  | BrokerRegistrationChangeRecord | UserScramCredentialRecord
+                  | RemoveUserScramCredentialRecord)
 
 RECORD_TYPES: Mapping[int, type] = {
     cls.API_KEY: cls for cls in (
         RegisterBrokerRecord, UnregisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord,
         PartitionChangeRecord, FenceBrokerRecord, UnfenceBrokerRecord, RemoveTopicRecord,
-        FeatureLevelRecord, ProducerIdsRecord, BrokerRegistrationChangeRecord)
+        FeatureLevelRecord, ProducerIdsRecord, BrokerRegistrationChangeRecord, UserScramCredentialRecord,
+        RemoveUserScramCredentialRecord)
 }
 
 

@@ -20,6 +20,7 @@ from tidelog.controller.messages import (
     CreatePartitionsTopic,
     ElectionType,
 )
+from tidelog.controller.scram_control import ScramUpsertion
 from tidelog.controller.topics import validate_topic_name
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
@@ -88,6 +89,9 @@ class AdminApis:
         dispatcher.register(ApiKey.DESCRIBE_CONFIGS, self.handle_describe_configs, 1, 4)
         dispatcher.register(ApiKey.INCREMENTAL_ALTER_CONFIGS, self.handle_incremental_alter_configs, 0, 1)
         dispatcher.register(ApiKey.ALTER_CONFIGS, self.handle_alter_configs, 0, 2)
+        dispatcher.register(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, self.handle_alter_user_scram_credentials, 0, 0)
+        dispatcher.register(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+                            self.handle_describe_user_scram_credentials, 0, 0)
 
     @property
     def controller(self):
@@ -285,6 +289,38 @@ class AdminApis:
     def handle_alter_configs(self, header, request):
         return self._alter(request, incremental=False)
 
+    # ----------------------------------------------------------------- SCRAM users (KIP-554)
+
+    def handle_alter_user_scram_credentials(self, header, request):
+        results = self.controller.alter_user_scram_credentials(
+            [(d.name, int(d.mechanism)) for d in request.deletions],
+            [ScramUpsertion(u.name, int(u.mechanism), int(u.iterations), bytes(u.salt), bytes(u.salted_password))
+             for u in request.upsertions])
+        self.broker.publish()
+        return {"throttle_time": 0, "results": [
+            {"user": r.user, "error_code": int(r.error_code), "error_message": r.error_message} for r in results]}
+
+    def handle_describe_user_scram_credentials(self, header, request):
+        """From this node's metadata image: mechanisms and iterations, never keys."""
+        by_user: dict[str, list] = {}
+        for (name, mechanism), credential in self.broker.image.scram_credentials.items():
+            by_user.setdefault(name, []).append({"mechanism": mechanism, "iterations": credential.iterations})
+        names = sorted(by_user) if request.users is None else [u.name for u in request.users]
+        results, seen = [], set()
+        for name in names:
+            if name in seen:
+                results.append({"user": name, "error_code": int(ErrorCode.DUPLICATE_RESOURCE),
+                                "error_message": "the user is named twice", "credential_infos": []})
+                continue
+            seen.add(name)
+            if name not in by_user:
+                results.append({"user": name, "error_code": int(ErrorCode.RESOURCE_NOT_FOUND),
+                                "error_message": "no credentials for this user", "credential_infos": []})
+                continue
+            results.append({"user": name, "error_code": 0, "error_message": None,
+                            "credential_infos": sorted(by_user[name], key=lambda c: c["mechanism"])})
+        return {"throttle_time": 0, "error_code": 0, "error_message": None, "results": results}
+
     def auto_create(self, topics: list[CreatableTopic]) -> dict[str, ErrorCode]:
         """Create topics for Metadata's auto-creation (and the internal topics the
         coordinators create on first use); returns errors by name."""
@@ -333,6 +369,18 @@ class ForwardingAdminApis(AdminApis):
 
     def handle_alter_configs(self, header, request):
         return self._forward(header, request)
+
+    def handle_alter_user_scram_credentials(self, header, request):
+        async def forward():
+            response = await self.broker.channel.forward(header.api_key, header.api_version, request)
+            done = {r.user for r in response.results if int(getattr(r.error_code, "value", r.error_code)) == 0}
+            upserted = {(u.name, int(u.mechanism)) for u in request.upsertions if u.name in done}
+            deleted = {(d.name, int(d.mechanism)) for d in request.deletions if d.name in done}
+            # The next login must see the change: wait until this broker's image has it.
+            await self.broker.wait_for_metadata(lambda image: upserted <= set(image.scram_credentials)
+                                                and not deleted & set(image.scram_credentials))
+            return response
+        return forward()
 
     def auto_create(self, topics: list[CreatableTopic]) -> dict[str, ErrorCode]:
         """Ask the controller in the background; the client retries on LEADER_NOT_AVAILABLE.

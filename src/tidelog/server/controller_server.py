@@ -82,6 +82,10 @@ def not_controller_answer(api_key: int, request) -> dict:
     if api_key == ApiKey.CREATE_PARTITIONS:
         return {"throttle_time": 0, "results": [{"name": t.name, "error_code": code, "error_message": message}
                                                 for t in request.topics]}
+    if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
+        names = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
+        return {"throttle_time": 0, "results": [{"user": n, "error_code": code, "error_message": message}
+                                                for n in names]}
     if api_key in (ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS):
         return {"throttle_time": 0, "responses": [{"error_code": code, "error_message": message,
                                            "resource_type": r.resource_type, "resource_name": r.resource_name}

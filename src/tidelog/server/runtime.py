@@ -233,7 +233,8 @@ class Server:
         context = principal_of = authenticator = None
         protocol = self.config.security_protocol(name)
         if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
-            authenticator = SaslAuthenticator.from_config(self.config, name)
+            authenticator = SaslAuthenticator.from_config(
+                self.config, name, lambda user, mechanism: self.image.scram_credentials.get((user, mechanism)))
             SaslApis(authenticator, self.config["connection.failed.authentication.delay.ms"]).register(dispatcher)
         if protocol in ("SSL", "SASL_SSL"):
             context = tls.server_context(self.config, name)
@@ -259,6 +260,9 @@ class Server:
         context = tls.client_context(self.config, listener) if protocol in ("SSL", "SASL_SSL") else None
         if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
             mechanism = str(self.config["sasl.mechanism.inter.broker.protocol"]).upper()
+            if mechanism != "PLAIN":
+                raise InvalidConfigError(f"sasl.mechanism.inter.broker.protocol={mechanism}: tidelog nodes "
+                                         "authenticate to each other with PLAIN (enable it on the listener)")
             jaas = listener_jaas(self.config, listener, mechanism)
             if jaas is None or "username" not in jaas.options or "password" not in jaas.options:
                 raise InvalidConfigError(f"listener {listener} is {protocol}: its JAAS setting needs username and "

@@ -21,19 +21,30 @@ Kafka writes it::
 (``user_<name>="<password>"`` are the users; ``username``/``password`` are what
 this node itself presents to other nodes' SASL listeners.) Passwords are compared
 in constant time and never logged.
+
+SCRAM-SHA-256 and SCRAM-SHA-512 (RFC 5802/7677, KIP-84): the users are the SCRAM
+credentials in the metadata log (UserScramCredentialRecord, managed with
+AlterUserScramCredentials / ``tidelog users``), looked up in the node's current
+metadata image. The exchange takes two SaslAuthenticate round trips: client-first
+→ server-first (nonce, salt, iterations); client-final (proof) → server-final
+(the server's signature). An unknown user fails the same way as a bad proof.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
+import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from tidelog.core.errors import ErrorCode, InvalidConfigError
 
 START, HANDSHAKEN, AUTHENTICATED, FAILED = "start", "handshaken", "authenticated", "failed"
-SUPPORTED_MECHANISMS = ("PLAIN",)
+SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SCRAM_NONCE_BYTES = 24
 TOKEN_MAX_BYTES = 64 * 1024          # a PLAIN or SCRAM message is far smaller; larger ones are refused
 
 
@@ -106,9 +117,13 @@ class SaslAuthenticator:
 
     mechanisms: tuple[str, ...]
     plain_users: dict[str, str] = field(default_factory=dict)
+    # (user, ScramMechanism code) → its UserScramCredentialRecord, from the metadata image.
+    scram_credential: Callable[[str, int], Any] = lambda name, mechanism: None
+    nonce: Callable[[], bytes] = lambda: os.urandom(SCRAM_NONCE_BYTES)
 
     @classmethod
-    def from_config(cls, config: NodeConfig, listener: str) -> "SaslAuthenticator":
+    def from_config(cls, config: NodeConfig, listener: str,
+                    scram_credential: Callable[[str, int], Any] | None = None) -> "SaslAuthenticator":
         mechanisms = enabled_mechanisms(config, listener)
         if not mechanisms:
             raise InvalidConfigError(f"listener {listener} is SASL but sasl.enabled.mechanisms is empty")
@@ -120,7 +135,10 @@ class SaslAuthenticator:
                                          f"listener.name.{listener.lower()}.plain.sasl.jaas.config with "
                                          'user_<name>="<password>" entries')
             users = jaas.users
-        return cls(mechanisms, users)
+        authenticator = cls(mechanisms, users)
+        if scram_credential is not None:
+            authenticator.scram_credential = scram_credential
+        return authenticator
 
     def session(self) -> "SaslSession":
         return SaslSession(self)
@@ -135,6 +153,7 @@ class SaslSession:
     mechanism: str | None = None
     principal: str | None = None
     failures: int = 0
+    _scram: dict | None = None             # the SCRAM exchange so far
 
     def allows(self, api_key: int) -> bool:
         from tidelog.protocol.api_keys import ApiKey
@@ -158,7 +177,63 @@ class SaslSession:
             return self._fail("the authentication token is too large")
         if self.mechanism == "PLAIN":
             return self._plain(token)
+        if self.mechanism in _SCRAM_HASHES:
+            return self._scram_step(token)
         return self._fail(f"mechanism {self.mechanism} is not available")
+
+    # ------------------------------------------------------------ SCRAM (RFC 5802)
+
+    def _scram_step(self, token: bytes) -> tuple[ErrorCode, str | None, bytes]:
+        try:
+            message = token.decode("utf-8")
+        except UnicodeDecodeError:
+            return self._fail("Authentication failed: the SCRAM message is not UTF-8")
+        if self._scram is None:
+            return self._scram_first(message)
+        return self._scram_final(message)
+
+    def _scram_first(self, message: str) -> tuple[ErrorCode, str | None, bytes]:
+        # gs2-header "n,," (no channel binding, no authzid other than the user) + client-first-bare
+        match = re.fullmatch(r"([ny]),(?:a=([^,]*))?,(n=([^,]*),r=([^,]+)(?:,.*)?)", message, re.S)
+        if not match:
+            return self._fail("Authentication failed: invalid SCRAM client-first message")
+        user = _scram_unescape(match.group(4))
+        if user is None or (match.group(2) and _scram_unescape(match.group(2)) != user):
+            return self._fail("Authentication failed: invalid SCRAM user name")
+        mechanism, hash_name = _SCRAM_HASHES[self.mechanism]
+        credential = self.authenticator.scram_credential(user, mechanism)
+        if credential is None:
+            return self._fail("Authentication failed: Invalid user credentials")
+        nonce = match.group(5) + base64.b64encode(self.authenticator.nonce()).decode()
+        server_first = f"r={nonce},s={base64.b64encode(credential.salt).decode()},i={credential.iterations}"
+        self._scram = {"user": user, "credential": credential, "hash": hash_name, "nonce": nonce,
+                       "gs2": message[:match.start(3)], "auth": match.group(3) + "," + server_first}
+        return ErrorCode.NONE, None, server_first.encode()
+
+    def _scram_final(self, message: str) -> tuple[ErrorCode, str | None, bytes]:
+        state = self._scram
+        match = re.fullmatch(r"(c=([^,]*),r=([^,]*)(?:,[^p][^,]*)*),p=([^,]+)", message)
+        if not match:
+            return self._fail("Authentication failed: invalid SCRAM client-final message")
+        try:
+            binding = base64.b64decode(match.group(2), validate=True).decode("utf-8", "replace")
+            proof = base64.b64decode(match.group(4), validate=True)
+        except ValueError:
+            return self._fail("Authentication failed: invalid SCRAM client-final message")
+        if match.group(3) != state["nonce"] or binding != state["gs2"]:
+            return self._fail("Authentication failed: the SCRAM nonce or channel binding does not match")
+        auth_message = (state["auth"] + "," + match.group(1)).encode()
+        credential, hash_name = state["credential"], state["hash"]
+        signature = hmac.new(credential.stored_key, auth_message, hash_name).digest()
+        if len(proof) != len(signature):
+            return self._fail("Authentication failed: Invalid user credentials")
+        client_key = bytes(a ^ b for a, b in zip(proof, signature))
+        if not hmac.compare_digest(hashlib.new(hash_name, client_key).digest(), credential.stored_key):
+            return self._fail("Authentication failed: Invalid user credentials")
+        server_signature = hmac.new(credential.server_key, auth_message, hash_name).digest()
+        self.state, self.principal = AUTHENTICATED, f"User:{state['user']}"
+        self._scram = None
+        return ErrorCode.NONE, None, b"v=" + base64.b64encode(server_signature)
 
     def _plain(self, token: bytes) -> tuple[ErrorCode, str | None, bytes]:
         parts = token.split(b"\x00")
@@ -179,6 +254,16 @@ class SaslSession:
         self.state = FAILED
         self.failures += 1
         return ErrorCode.SASL_AUTHENTICATION_FAILED, message, b""
+
+
+_SCRAM_HASHES = {"SCRAM-SHA-256": (1, "sha256"), "SCRAM-SHA-512": (2, "sha512")}   # ScramMechanism codes
+
+
+def _scram_unescape(name: str) -> str | None:
+    """RFC 5802 saslname: ``=2C`` is ',', ``=3D`` is '='; any other '=' is invalid."""
+    if re.search(r"=(?!2C|3D)", name):
+        return None
+    return name.replace("=2C", ",").replace("=3D", "=")
 
 
 def plain_token(username: str, password: str) -> bytes:

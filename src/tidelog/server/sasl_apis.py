@@ -16,7 +16,7 @@ import logging
 from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.server.dispatch import current_connection
-from tidelog.server.sasl import SaslAuthenticator
+from tidelog.server.sasl import AUTHENTICATED, SaslAuthenticator
 
 log = logging.getLogger("tidelog.sasl")
 
@@ -46,6 +46,8 @@ class SaslApis:
         answer = {"error_code": int(error), "error_message": message, "auth_bytes": token,
                   "session_lifetime_ms": 0}
         if error == ErrorCode.NONE:
+            if connection.sasl.state != AUTHENTICATED:
+                return answer                     # a step of a multi-step exchange (SCRAM)
             connection.principal = connection.sasl.principal
             log.info("%s authenticated as %s (SASL/%s)", connection.peer, connection.principal,
                      connection.sasl.mechanism)

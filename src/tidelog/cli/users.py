@@ -1,0 +1,77 @@
+"""``tidelog users add|delete|list`` — SCRAM users (KIP-554), on any Kafka-compatible broker.
+
+``add`` salts and hashes the password here (RFC 5802: PBKDF2 with the mechanism's
+hash) and sends only the salt, the iteration count and the salted password in
+AlterUserScramCredentials, as Kafka's ``kafka-configs --alter --add-config
+'SCRAM-SHA-512=[password=…]'`` does; ``list`` shows mechanisms and iterations
+(DescribeUserScramCredentials), never keys.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import sys
+
+from tidelog.cli.client_config import load_command_config
+from tidelog.controller.scram_control import MECHANISM_NAMES, salted_password
+from tidelog.core.errors import ErrorCode
+from tidelog.metadata.records import ScramMechanism
+from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.client import KafkaConnection
+
+SALT_BYTES = 32
+
+
+def add_parser(commands) -> None:
+    users = commands.add_parser("users", help="manage SCRAM users (SASL/SCRAM-SHA-256/512)")
+    users.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092")
+    users.add_argument("--command-config", metavar="FILE",
+                       help="client properties for a secured cluster (security.protocol, ssl.*, sasl.*)")
+    verbs = users.add_subparsers(dest="verb", required=True)
+    add = verbs.add_parser("add", help="create a user or change its password")
+    add.add_argument("user")
+    add.add_argument("--password", help="the password (default: asked for, or read from TIDELOG_PASSWORD)")
+    add.add_argument("--mechanism", choices=sorted(MECHANISM_NAMES), default="SCRAM-SHA-512")
+    add.add_argument("--iterations", type=int, default=4096)
+    delete = verbs.add_parser("delete", help="remove a user's credential")
+    delete.add_argument("user")
+    delete.add_argument("--mechanism", choices=sorted(MECHANISM_NAMES), default="SCRAM-SHA-512")
+    verbs.add_parser("list", help="users, their mechanisms and iterations")
+
+
+async def run(args) -> int:
+    host, _, port = args.bootstrap_server.split(",")[0].rpartition(":")
+    try:
+        connection = await KafkaConnection.connect(host or "127.0.0.1", int(port), client_id="tidelog-users",
+                                                   security=load_command_config(args.command_config))
+    except (OSError, ValueError) as e:
+        print(f"cannot connect to {args.bootstrap_server}: {e}", file=sys.stderr)
+        return 1
+    try:
+        if args.verb == "list":
+            answer = await connection.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {"users": None})
+            for result in sorted(answer.results, key=lambda r: r.user):
+                infos = ", ".join(f"{ScramMechanism(int(i.mechanism)).name.replace('_', '-')} "
+                                  f"(iterations {int(i.iterations)})" for i in result.credential_infos)
+                print(f"{result.user}: {infos}")
+            return 0
+        mechanism = int(MECHANISM_NAMES[args.mechanism])
+        if args.verb == "add":
+            password = args.password or os.environ.get("TIDELOG_PASSWORD") or getpass.getpass(f"password for {args.user}: ")
+            salt = os.urandom(SALT_BYTES)
+            body = {"deletions": [], "upsertions": [{
+                "name": args.user, "mechanism": mechanism, "iterations": args.iterations, "salt": salt,
+                "salted_password": salted_password(mechanism, password, salt, args.iterations)}]}
+        else:
+            body = {"deletions": [{"name": args.user, "mechanism": mechanism}], "upsertions": []}
+        answer = await connection.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body)
+        result = answer.results[0]
+        code = ErrorCode(int(result.error_code.value))
+        if code != ErrorCode.NONE:
+            print(f"error: {code.name}: {result.error_message or ''}", file=sys.stderr)
+            return 1
+        print(f"user {args.user}: {args.mechanism} {'set' if args.verb == 'add' else 'removed'}")
+        return 0
+    finally:
+        connection.close()
