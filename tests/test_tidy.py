@@ -307,9 +307,23 @@ def _int_literals(value: ast.expr) -> list[int | None]:
     return [value.value if isinstance(value, ast.Constant) and type(value.value) is int else None]
 
 
+def _other_enum_members(tree: ast.Module) -> set[int]:
+    """Assignments that are members of an enum with its own numbering (an ACL operation
+    named ALTER_CONFIGS is not the API key), by node id."""
+    ids = set()
+    for node in _of_type(tree, ast.ClassDef):
+        bases = {getattr(b, "attr", getattr(b, "id", None)) for b in node.bases}
+        if bases & {"Enum", "IntEnum", "IntFlag"}:
+            ids.update(id(child) for child in node.body if isinstance(child, (ast.Assign, ast.AnnAssign)))
+    return ids
+
+
 def _api_constants(tree: ast.Module) -> set[str]:
     found = set()
+    enum_members = _other_enum_members(tree)
     for node in _of_type(tree, ast.Assign, ast.AnnAssign, ast.Call):
+        if id(node) in enum_members:
+            continue
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:

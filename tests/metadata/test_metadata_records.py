@@ -81,7 +81,8 @@ def test_every_record_type_has_kafkas_api_key():
         "PartitionRecord": 3, "ConfigRecord": 4, "PartitionChangeRecord": 5,
         "FenceBrokerRecord": 7, "UnfenceBrokerRecord": 8, "RemoveTopicRecord": 9,
         "FeatureLevelRecord": 12, "ProducerIdsRecord": 15, "BrokerRegistrationChangeRecord": 17,
-        "UserScramCredentialRecord": 11, "RemoveUserScramCredentialRecord": 22}
+        "UserScramCredentialRecord": 11, "RemoveUserScramCredentialRecord": 22,
+        "AccessControlEntryRecord": 6, "RemoveAccessControlEntryRecord": 20}
 
 
 SAMPLE = RegisterBrokerRecord(3, uuid.UUID(int=7), 42, (Endpoint("PLAINTEXT", "h", 9092),),

@@ -142,6 +142,10 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("ssl.cipher.suites", list, []),
     ConfigDef("ssl.endpoint.identification.algorithm", str, "https"),
     ConfigDef("ssl.principal.mapping.rules", str, "DEFAULT"),
+    # ACLs (server/authorization.py): on when authorizer.class.name names Kafka's StandardAuthorizer.
+    ConfigDef("authorizer.class.name", str, ""),
+    ConfigDef("super.users", str, "", None, "principals allowed everything, separated by ';'"),
+    ConfigDef("allow.everyone.if.no.acl.found", bool, False),
     # SASL (server/sasl.py); the users are in listener.name.<l>.<mechanism>.sasl.jaas.config.
     ConfigDef("sasl.enabled.mechanisms", list, ["PLAIN"]),
     ConfigDef("sasl.mechanism.inter.broker.protocol", str, "PLAIN"),

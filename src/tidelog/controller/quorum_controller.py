@@ -51,6 +51,8 @@ from tidelog.metadata.records import (
     RemoveUserScramCredentialRecord,
     TopicRecord,
     UserScramCredentialRecord,
+    AccessControlEntryRecord,
+    RemoveAccessControlEntryRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
@@ -79,6 +81,7 @@ from tidelog.controller.messages import (
 )
 from tidelog.controller.replication_control import ReplicationControlManager
 from tidelog.controller.scram_control import ScramControlManager, ScramResult, ScramUpsertion
+from tidelog.controller.acl_control import AclBinding, AclControlManager, AclFilter, AclResult
 from tidelog.controller.result import ApiError, ControllerResult
 
 T = TypeVar("T")
@@ -123,6 +126,7 @@ class QuorumController:
         self.producer_ids = ProducerIdControlManager()
         self.configs = ConfigurationControlManager(static_configs)
         self.scram = ScramControlManager()
+        self.acls = AclControlManager(rng)
         self.cluster = ClusterControlManager(self.cluster_id, self.heartbeat, self.features)
         self.replication = ReplicationControlManager(self.cluster, self.configs, rng,
                                                      num_partitions, replication_factor)
@@ -181,6 +185,8 @@ class QuorumController:
             self.producer_ids.replay(record)
         elif isinstance(record, (UserScramCredentialRecord, RemoveUserScramCredentialRecord)):
             self.scram.replay(record)
+        elif isinstance(record, (AccessControlEntryRecord, RemoveAccessControlEntryRecord)):
+            self.acls.replay(record)
         else:
             raise AssertionError(f"no replay rule for {record}")
 
@@ -290,6 +296,12 @@ class QuorumController:
     def alter_user_scram_credentials(self, deletions: Sequence[tuple[str, int]],
                                      upsertions: Sequence[ScramUpsertion]) -> list[ScramResult]:
         return self._write(lambda: self.scram.alter(list(deletions), list(upsertions))).response
+
+    def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclResult]:
+        return self._write(lambda: self.acls.create(list(bindings))).response
+
+    def delete_acls(self, filters: Sequence[AclFilter]) -> list[AclResult]:
+        return self._write(lambda: self.acls.delete(list(filters))).response
 
     def update_features(self, updates: Mapping[str, int]) -> ApiError:
         return self._write(lambda: self.features.update_features(

@@ -37,6 +37,8 @@ from tidelog.metadata.records import (
     RegisterBrokerRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
+    AccessControlEntryRecord,
+    RemoveAccessControlEntryRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
@@ -96,6 +98,7 @@ class MetadataDelta:
         self._configs: dict[ConfigResource, dict[str, str | None]] = {}
         self._producer_ids: ProducerIdsImage | None = None
         self._scram: dict[tuple[str, int], UserScramCredentialRecord | None] = {}
+        self._acls: dict[uuid.UUID, AccessControlEntryRecord | None] = {}
 
     # ------------------------------------------------------------ replay
 
@@ -203,6 +206,14 @@ class MetadataDelta:
     def _replay_remove_scram(self, record: RemoveUserScramCredentialRecord) -> None:
         self._scram[(record.name, record.mechanism)] = None
 
+    def _replay_acl(self, record: AccessControlEntryRecord) -> None:
+        self._acls[record.id] = record
+
+    def _replay_remove_acl(self, record: RemoveAccessControlEntryRecord) -> None:
+        if record.id not in self._acls and record.id not in self.image.acls:
+            raise MetadataReplayError(f"RemoveAccessControlEntryRecord: no ACL {record.id}")
+        self._acls[record.id] = None
+
     # ------------------------------------------------------------ apply
 
     def apply(self) -> MetadataImage:
@@ -241,6 +252,12 @@ class MetadataDelta:
                 scram.pop(key, None)
             else:
                 scram[key] = credential
+        acls = dict(image.acls)
+        for acl_id, acl in self._acls.items():
+            if acl is None:
+                acls.pop(acl_id, None)
+            else:
+                acls[acl_id] = acl
         return MetadataImage(
             offset=self.offset,
             features=MappingProxyType(features),
@@ -250,6 +267,7 @@ class MetadataDelta:
             configs=MappingProxyType(configs),
             producer_ids=self._producer_ids or image.producer_ids,
             scram_credentials=MappingProxyType(scram) if self._scram else image.scram_credentials,
+            acls=MappingProxyType(acls) if self._acls else image.acls,
         )
 
     # ------------------------------------------------------------ local changes
@@ -291,6 +309,8 @@ _HANDLERS = {
     ProducerIdsRecord: MetadataDelta._replay_producer_ids,
     UserScramCredentialRecord: MetadataDelta._replay_scram,
     RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_scram,
+    AccessControlEntryRecord: MetadataDelta._replay_acl,
+    RemoveAccessControlEntryRecord: MetadataDelta._replay_remove_acl,
 }
 
 

@@ -72,6 +72,8 @@ class MetadataImage:
     producer_ids: ProducerIdsImage = field(default_factory=ProducerIdsImage)
     # SCRAM credentials by (user, mechanism): UserScramCredentialRecords (KIP-554).
     scram_credentials: Mapping[tuple[str, int], Any] = field(default_factory=lambda: _EMPTY)
+    # ACLs by id: AccessControlEntryRecords (metadata/authorizer.py).
+    acls: Mapping[uuid.UUID, Any] = field(default_factory=lambda: _EMPTY)
 
     # ------------------------------------------------------------ topics
 
@@ -161,4 +163,5 @@ class MetadataImage:
             ids = self.producer_ids
             records.append(ProducerIdsRecord(ids.broker_id, ids.broker_epoch, ids.next_producer_id))
         records += [self.scram_credentials[key] for key in sorted(self.scram_credentials)]
+        records += [self.acls[acl_id] for acl_id in sorted(self.acls)]
         return records

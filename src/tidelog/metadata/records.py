@@ -433,6 +433,33 @@ class UserScramCredentialRecord:
 
 
 @dataclass(frozen=True)
+class AccessControlEntryRecord:
+    """One ACL (Kafka's StandardAuthorizer model); codes are Kafka's ResourceType,
+    PatternType, AclOperation and AclPermissionType (metadata/authorizer.py)."""
+
+    id: uuid.UUID
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+    API_KEY: ClassVar = 6
+    VERSION: ClassVar = 0
+    SCHEMA: ClassVar = (("id", UUID), ("resource_type", INT8), ("resource_name", STRING), ("pattern_type", INT8),
+                        ("principal", STRING), ("host", STRING), ("operation", INT8), ("permission_type", INT8))
+
+
+@dataclass(frozen=True)
+class RemoveAccessControlEntryRecord:
+    id: uuid.UUID
+    API_KEY: ClassVar = 20
+    VERSION: ClassVar = 0
+    SCHEMA: ClassVar = (("id", UUID),)
+
+
+@dataclass(frozen=True)
 class RemoveUserScramCredentialRecord:
     name: str
     mechanism: int
@@ -477,14 +504,14 @@ MetadataRecord = (RegisterBrokerRecord | UnregisterBrokerRecord | TopicRecord | 
                   | ConfigRecord | PartitionChangeRecord | FenceBrokerRecord | UnfenceBrokerRecord
                   | RemoveTopicRecord | FeatureLevelRecord | ProducerIdsRecord
                   | BrokerRegistrationChangeRecord | UserScramCredentialRecord
-                  | RemoveUserScramCredentialRecord)
+                  | RemoveUserScramCredentialRecord | AccessControlEntryRecord | RemoveAccessControlEntryRecord)
 
 RECORD_TYPES: Mapping[int, type] = {
     cls.API_KEY: cls for cls in (
         RegisterBrokerRecord, UnregisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord,
         PartitionChangeRecord, FenceBrokerRecord, UnfenceBrokerRecord, RemoveTopicRecord,
         FeatureLevelRecord, ProducerIdsRecord, BrokerRegistrationChangeRecord, UserScramCredentialRecord,
-        RemoveUserScramCredentialRecord)
+        RemoveUserScramCredentialRecord, AccessControlEntryRecord, RemoveAccessControlEntryRecord)
 }
 
 

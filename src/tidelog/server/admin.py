@@ -11,6 +11,7 @@ decision that is not written changes nothing).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 
@@ -20,7 +21,9 @@ from tidelog.controller.messages import (
     CreatePartitionsTopic,
     ElectionType,
 )
+from tidelog.controller.acl_control import AclBinding, AclFilter
 from tidelog.controller.scram_control import ScramUpsertion
+from tidelog.metadata.authorizer import CLUSTER_NAME, AclOperation, ResourceType, matches_filter
 from tidelog.controller.topics import validate_topic_name
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
@@ -78,12 +81,19 @@ class AdminHost(Protocol):
 
 
 class AdminApis:
-    def __init__(self, broker: AdminHost):
+    def __init__(self, broker: AdminHost, authorizer=None):
         self.broker = broker
+        self.authorizer = authorizer        # server/authorization.py RequestAuthorizer, or None
 
     def register(self, dispatcher) -> None:
-        dispatcher.register(ApiKey.CREATE_TOPICS, self.handle_create_topics, 2, 7)
-        dispatcher.register(ApiKey.DELETE_TOPICS, self.handle_delete_topics, 1, 6)
+        create, delete = self.handle_create_topics, self.handle_delete_topics
+        if self.authorizer is not None:
+            create, delete = self._authorized_create_topics, self._authorized_delete_topics
+        dispatcher.register(ApiKey.CREATE_TOPICS, create, 2, 7)
+        dispatcher.register(ApiKey.DELETE_TOPICS, delete, 1, 6)
+        dispatcher.register(ApiKey.CREATE_ACLS, self.handle_create_acls, 1, 3)
+        dispatcher.register(ApiKey.DELETE_ACLS, self.handle_delete_acls, 1, 3)
+        dispatcher.register(ApiKey.DESCRIBE_ACLS, self.handle_describe_acls, 1, 3)
         dispatcher.register(ApiKey.CREATE_PARTITIONS, self.handle_create_partitions, 0, 3)
         dispatcher.register(ApiKey.ELECT_LEADERS, self.handle_elect_leaders, 0, 2)
         dispatcher.register(ApiKey.DESCRIBE_CONFIGS, self.handle_describe_configs, 1, 4)
@@ -289,6 +299,100 @@ class AdminApis:
     def handle_alter_configs(self, header, request):
         return self._alter(request, incremental=False)
 
+    # ----------------------------------------------------------------- ACLs
+
+    def _may_alter_cluster(self) -> bool:
+        return self.authorizer is None or self.authorizer.allowed(AclOperation.ALTER, ResourceType.CLUSTER,
+                                                                  CLUSTER_NAME)
+
+    def _authorized_create_topics(self, header, request):
+        """CREATE on the cluster, or on each topic (Kafka's rule); refused ones answered here."""
+        cluster_ok = self.authorizer.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
+        refused = [t for t in request.topics if not cluster_ok
+                   and not self.authorizer.topic_allowed(AclOperation.CREATE, t.name)]
+        denied = [{"name": t.name, "topic_id": ZERO_UUID, "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                   "error_message": "Authorization failed.", "num_partitions": -1, "replication_factor": -1,
+                   "configs": []} for t in refused]
+        return self._merge(header, dataclasses.replace(request, topics=tuple(
+            t for t in request.topics if t not in refused)), self.handle_create_topics, "topics", denied)
+
+    def _authorized_delete_topics(self, header, request):
+        names = list(getattr(request, "topic_names", None) or [])
+        named = [t for t in getattr(request, "topics", None) or [] if getattr(t, "name", None)]
+        refused = {n for n in names + [t.name for t in named]
+                   if not self.authorizer.topic_allowed(AclOperation.DELETE, n)}
+        denied = [{"name": n, "topic_id": ZERO_UUID, "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                   "error_message": "Authorization failed."} for n in sorted(refused)]
+        kept = {}
+        if hasattr(request, "topic_names") and request.topic_names is not None:
+            kept["topic_names"] = tuple(n for n in request.topic_names if n not in refused)
+        if getattr(request, "topics", None) is not None:
+            kept["topics"] = tuple(t for t in request.topics if getattr(t, "name", None) not in refused)
+        return self._merge(header, dataclasses.replace(request, **kept), self.handle_delete_topics,
+                           "responses", denied)
+
+    @staticmethod
+    def _merge(header, request, handler, field: str, denied: list):
+        if not denied:
+            return handler(header, request)
+        if not getattr(request, "topics", None) and not getattr(request, "topic_names", None):
+            return {"throttle_time": 0, field: denied}
+        result = handler(header, request)
+
+        def add(body):
+            if isinstance(body, dict):
+                return {**body, field: list(body[field]) + denied}
+            return dataclasses.replace(body, **{field: tuple(getattr(body, field)) + tuple(
+                _entity_like(getattr(body, field), d) for d in denied)})
+        if isinstance(result, dict):
+            return add(result)
+
+        async def later():
+            return add(await result)
+        return later()
+
+    def handle_create_acls(self, header, request):
+        if not self._may_alter_cluster():
+            return {"throttle_time": 0, "results": [
+                {"error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "error_message": "Authorization failed."}
+                for _ in request.creations]}
+        results = self.controller.create_acls([AclBinding(
+            int(c.resource_type), c.resource_name, int(c.resource_pattern_type), c.principal, c.host,
+            int(c.operation), int(c.permission_type)) for c in request.creations])
+        self.broker.publish()
+        return {"throttle_time": 0, "results": [{"error_code": int(r.error_code), "error_message": r.error_message}
+                                                for r in results]}
+
+    def handle_delete_acls(self, header, request):
+        if not self._may_alter_cluster():
+            return {"throttle_time": 0, "filter_results": [
+                {"error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "error_message": "Authorization failed.",
+                 "matching_acls": []} for _ in request.filters]}
+        results = self.controller.delete_acls([AclFilter(
+            int(f.resource_type_filter), f.resource_name_filter, int(f.pattern_type_filter), f.principal_filter,
+            f.host_filter, int(f.operation), int(f.permission_type)) for f in request.filters])
+        self.broker.publish()
+        return {"throttle_time": 0, "filter_results": [
+            {"error_code": int(r.error_code), "error_message": r.error_message, "matching_acls": [
+                {"error_code": 0, "error_message": None, "resource_type": a.resource_type,
+                 "resource_name": a.resource_name, "pattern_type": a.pattern_type, "principal": a.principal,
+                 "host": a.host, "operation": a.operation, "permission_type": a.permission_type}
+                for a in r.matching]} for r in results]}
+
+    def handle_describe_acls(self, header, request):
+        """From this node's metadata image (DESCRIBE on the cluster, checked by the gate)."""
+        matching = [a for a in self.broker.image.acls.values() if matches_filter(
+            a, int(request.resource_type_filter), request.resource_name_filter, int(request.pattern_type_filter),
+            request.principal_filter, request.host_filter, int(request.operation), int(request.permission_type))]
+        resources: dict[tuple, list] = {}
+        for a in sorted(matching, key=lambda a: (a.resource_type, a.resource_name, a.pattern_type, a.principal)):
+            resources.setdefault((a.resource_type, a.resource_name, a.pattern_type), []).append(
+                {"principal": a.principal, "host": a.host, "operation": a.operation,
+                 "permission_type": a.permission_type})
+        return {"throttle_time": 0, "error_code": 0, "error_message": None, "resources": [
+            {"resource_type": t, "resource_name": n, "pattern_type": p, "acls": acls}
+            for (t, n, p), acls in resources.items()]}
+
     # ----------------------------------------------------------------- SCRAM users (KIP-554)
 
     def handle_alter_user_scram_credentials(self, header, request):
@@ -370,6 +474,36 @@ class ForwardingAdminApis(AdminApis):
     def handle_alter_configs(self, header, request):
         return self._forward(header, request)
 
+    def handle_create_acls(self, header, request):
+        if not self._may_alter_cluster():
+            return super().handle_create_acls(header, request)
+        return self._forward_acls(header, request)
+
+    def handle_delete_acls(self, header, request):
+        if not self._may_alter_cluster():
+            return super().handle_delete_acls(header, request)
+        return self._forward_acls(header, request)
+
+    def _forward_acls(self, header, request):
+        async def forward():
+            response = await self.broker.channel.forward(header.api_key, header.api_version, request)
+            # The client's next request through this broker must meet the new ACLs.
+            if header.api_key == ApiKey.CREATE_ACLS:
+                wanted = {(int(c.resource_type), c.resource_name, int(c.resource_pattern_type), c.principal, c.host,
+                           int(c.operation), int(c.permission_type))
+                          for c, r in zip(request.creations, response.results)
+                          if int(getattr(r.error_code, "value", r.error_code)) == 0}
+                await self.broker.wait_for_metadata(lambda image: wanted <= {
+                    (a.resource_type, a.resource_name, a.pattern_type, a.principal, a.host, a.operation,
+                     a.permission_type) for a in image.acls.values()})
+            else:
+                await self.broker.wait_for_metadata(lambda image: not any(matches_filter(
+                    a, int(f.resource_type_filter), f.resource_name_filter, int(f.pattern_type_filter),
+                    f.principal_filter, f.host_filter, int(f.operation), int(f.permission_type))
+                    for f in request.filters for a in image.acls.values()))
+            return response
+        return forward()
+
     def handle_alter_user_scram_credentials(self, header, request):
         async def forward():
             response = await self.broker.channel.forward(header.api_key, header.api_version, request)
@@ -408,3 +542,9 @@ class ForwardingAdminApis(AdminApis):
                 log.warning("auto-creating %s failed: %s", [t.name for t in topics], e)
         asyncio.get_running_loop().create_task(create())
         return {**out, **{t.name: ErrorCode.LEADER_NOT_AVAILABLE for t in topics}}
+
+
+def _entity_like(items, data: dict):
+    """``data`` as an element of the kio tuple ``items`` (to extend a forwarded response)."""
+    from tidelog.protocol.codec import to_entity
+    return to_entity(type(items[0]), data) if items else data

@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
+from tidelog.metadata.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.broker.node import BrokerNode
 from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.core.ids import TopicPartition
@@ -53,6 +54,8 @@ class ApiContext:
     # KIP-890 part 1: (transactional id, {tp: (producer id, epoch)}) -> {tp: error}, at
     # once or awaitable; set by the transaction APIs (server/txn_apis.py).
     verify_transactions: Callable | None = None
+    # ACLs (server/authorization.py RequestAuthorizer); None: nothing is checked.
+    authorizer: object | None = None
 
 
 class KafkaApis:
@@ -120,6 +123,18 @@ class KafkaApis:
                     errors[tp] = ErrorCode.CORRUPT_MESSAGE
                 else:
                     entries[tp] = data.records
+        authorizer = self.context.authorizer
+        if authorizer is not None and entries:
+            transactional_id = getattr(request, "transactional_id", None)
+            txn_denied = bool(transactional_id) and not authorizer.allowed(
+                AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+            allowed_topics = {topic: not txn_denied and authorizer.topic_allowed(AclOperation.WRITE, topic)
+                              for topic in {tp.topic for tp in entries}}
+            for tp in list(entries):
+                if not allowed_topics[tp.topic]:
+                    del entries[tp]
+                    errors[tp] = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_denied
+                                  else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         future, resolve = self._future()
         unverified = self._unverified(request, entries)
         if unverified:
@@ -218,14 +233,26 @@ class KafkaApis:
             isolation=Isolation.TXN_COMMITTED if int(getattr(request, "isolation_level", 0)) == 1
             else Isolation.HIGH_WATERMARK,
             broker_epoch=broker_epoch)
-        unknown: list[tuple] = []
+        authorizer = self.context.authorizer
+        if authorizer is not None and replica_id >= 0 and not authorizer.allowed(
+                AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+            return {"throttle_time": 0, "error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+                    "session_id": 0, "responses": []}
+        unknown: list[tuple] = []          # (topic, partition, error)
         order: list[tuple] = []
+        readable: dict[str, bool] = {}
         for topic in request.topics:
             name, topic_id = self._topic_name(topic)
+            if name is not None and authorizer is not None and replica_id < 0 and name not in readable:
+                readable[name] = authorizer.topic_allowed(AclOperation.READ, name)
             for p in topic.partitions:
                 index = int(p.partition)
                 if name is None:
-                    unknown.append((topic, index))
+                    unknown.append((topic, index, ErrorCode.UNKNOWN_TOPIC_ID if hasattr(topic, "topic_id")
+                                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                    continue
+                if not readable.get(name, True):
+                    unknown.append((topic, index, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                     continue
                 tp = TopicPartition(name, index)
                 order.append((tp, topic_id))
@@ -265,11 +292,9 @@ class KafkaApis:
                 responses.setdefault((tp.topic, topic_id), []).append(entry)
             topics = [{"topic": name, "topic_id": topic_id or ZERO_UUID, "partitions": parts}
                       for (name, topic_id), parts in responses.items()]
-            for topic, index in unknown:
+            for topic, index, error in unknown:
                 topics.append({"topic": getattr(topic, "topic", ""), "topic_id": getattr(topic, "topic_id", ZERO_UUID),
-                               "partitions": [{"partition_index": index, "error_code": int(
-                                   ErrorCode.UNKNOWN_TOPIC_ID if hasattr(topic, "topic_id")
-                                   else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                               "partitions": [{"partition_index": index, "error_code": int(error),
                                    "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
                                    "preferred_read_replica": -1, "records": b""}]})
             return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": topics}
@@ -297,6 +322,11 @@ class KafkaApis:
                 tp = TopicPartition(topic.name, int(p.partition_index))
                 entry = {"partition_index": tp.partition, "error_code": 0, "timestamp": -1,
                          "offset": -1, "leader_epoch": -1}
+                if self.context.authorizer is not None and not self.context.authorizer.topic_allowed(
+                        AclOperation.DESCRIBE, topic.name):
+                    entry["error_code"] = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                    partitions.append(entry)
+                    continue
                 entry.update(self._list_offset(tp, int(p.timestamp),
                                                int(getattr(p, "current_leader_epoch", -1)),
                                                replica_id, read_committed))
@@ -365,10 +395,26 @@ class KafkaApis:
                 name, topic_id = self._topic_name(topic)
                 names.append(name if name else topic_id)
         created_errors = {}
-        missing = [n for n in names if isinstance(n, str) and not self.image.contains_topic(n)]
+        denied: set[str] = set()
+        authorizer = self.context.authorizer
+        if authorizer is not None:
+            allowed = {n for n in names if isinstance(n, str) and authorizer.topic_allowed(AclOperation.DESCRIBE, n)}
+            if requested is None or (header.api_version == 0 and not requested):
+                names = [n for n in names if n in allowed]          # the others are not listed at all
+            else:
+                denied = {n for n in names if isinstance(n, str) and n not in allowed}
+        missing = [n for n in names if isinstance(n, str) and not self.image.contains_topic(n) and n not in denied]
         if missing and allow_auto_create and requested is not None:
-            created_errors = self.context.auto_create_topics(missing)
-        topics = [self._topic_metadata(name, created_errors) for name in names]
+            if authorizer is not None and not authorizer.allowed(AclOperation.CREATE, ResourceType.CLUSTER,
+                                                                 CLUSTER_NAME):
+                for n in [n for n in missing if not authorizer.topic_allowed(AclOperation.CREATE, n)]:
+                    created_errors[n] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    missing.remove(n)
+            if missing:
+                created_errors.update(self.context.auto_create_topics(missing))
+        for n in denied:
+            created_errors[n] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        topics = [self._topic_metadata(name, created_errors, name in denied) for name in names]
         return {"throttle_time": 0, "brokers": self._broker_list(), "cluster_id": self.context.cluster_id,
                 "controller_id": self.context.controller_id, "topics": topics,
                 "cluster_authorized_operations": -2147483648}
@@ -383,7 +429,10 @@ class KafkaApis:
                                 "port": endpoint.port, "rack": registration.rack})
         return out
 
-    def _topic_metadata(self, name, created_errors: dict) -> dict:
+    def _topic_metadata(self, name, created_errors: dict, denied: bool = False) -> dict:
+        if denied:
+            return {"error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED), "name": name, "topic_id": ZERO_UUID,
+                    "is_internal": False, "partitions": [], "topic_authorized_operations": -2147483648}
         if isinstance(name, uuid.UUID) or name is None:
             return {"error_code": int(ErrorCode.UNKNOWN_TOPIC_ID), "name": None,
                     "topic_id": name or ZERO_UUID, "is_internal": False, "partitions": [],

@@ -215,7 +215,7 @@ def not_active_hint(api_key: int, response) -> int | None:
     or a DescribeQuorum."""
     if _code(getattr(response, "error_code", 0)) == ErrorCode.NOT_CONTROLLER:
         return -1
-    for field in ("topics", "responses", "results"):
+    for field in ("topics", "responses", "results", "filter_results"):
         for item in getattr(response, field, None) or ():
             if _code(getattr(item, "error_code", 0)) == ErrorCode.NOT_CONTROLLER:
                 return -1

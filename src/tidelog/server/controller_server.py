@@ -82,6 +82,12 @@ def not_controller_answer(api_key: int, request) -> dict:
     if api_key == ApiKey.CREATE_PARTITIONS:
         return {"throttle_time": 0, "results": [{"name": t.name, "error_code": code, "error_message": message}
                                                 for t in request.topics]}
+    if api_key == ApiKey.CREATE_ACLS:
+        return {"throttle_time": 0, "results": [{"error_code": code, "error_message": message}
+                                                for _ in request.creations]}
+    if api_key == ApiKey.DELETE_ACLS:
+        return {"throttle_time": 0, "filter_results": [{"error_code": code, "error_message": message,
+                                                        "matching_acls": []} for _ in request.filters]}
     if api_key == ApiKey.ALTER_USER_SCRAM_CREDENTIALS:
         names = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
         return {"throttle_time": 0, "results": [{"user": n, "error_code": code, "error_message": message}

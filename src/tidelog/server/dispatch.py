@@ -53,6 +53,9 @@ class Dispatcher:
     def __init__(self, observer: Callable[[RequestHeader, object, dict | None, float], None] | None = None):
         self.handlers: dict[int, tuple[Handler, int, int]] = {}
         self.observer = observer
+        # ACLs (server/authorization.py): (header, request) -> None to go on, or a
+        # refusal body; raises ProtocolError to close the connection.
+        self.gate: Callable[[RequestHeader, object], dict | None] | None = None
         self.register(ApiKey.API_VERSIONS, self._api_versions, 0, 4)
 
     def register(self, api_key: int, handler: Handler, min_version: int, max_version: int) -> None:
@@ -81,7 +84,8 @@ class Dispatcher:
         token = client_host.set(getattr(connection, "host", ""))
         connection_token = current_connection.set(connection)
         try:
-            result = handler(header, request)
+            refusal = self.gate(header, request) if self.gate is not None else None
+            result = refusal if refusal is not None else handler(header, request)
         finally:
             client_host.reset(token)
             current_connection.reset(connection_token)

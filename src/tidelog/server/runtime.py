@@ -72,6 +72,8 @@ from tidelog.server.fetcher_driver import FetcherDriver
 from tidelog.server.group_apis import GroupApis
 from tidelog.server.txn_apis import TxnApis
 from tidelog.server import tls
+from tidelog.metadata.authorizer import Authorizer
+from tidelog.server.authorization import AUTHORIZER_CLASS_NAMES, RequestAuthorizer
 from tidelog.server.sasl import SaslAuthenticator, listener_jaas
 from tidelog.server.sasl_apis import SaslApis
 from tidelog.protocol.client import ClientSecurity
@@ -247,6 +249,16 @@ class Server:
                         fault_handler=self._fault, limits=limits, ssl_context=context, principal_of=principal_of,
                         sasl=authenticator)
 
+    def _request_authorizer(self) -> RequestAuthorizer | None:
+        name = self.config["authorizer.class.name"]
+        if not name:
+            return None
+        if name not in AUTHORIZER_CLASS_NAMES:
+            raise InvalidConfigError(f"authorizer.class.name={name} is not supported (use {AUTHORIZER_CLASS_NAMES[0]})")
+        authorizer = Authorizer.from_config(self.config["super.users"], self.config["allow.everyone.if.no.acl.found"])
+        log.info("ACLs are on (super users: %s)", ", ".join(sorted(authorizer.super_users)) or "none")
+        return RequestAuthorizer(authorizer, lambda: self.image)
+
     def _client_security(self, listener: str) -> ClientSecurity | None:
         """How to reach ``listener`` on other nodes: TLS for SSL and SASL_SSL, and for
         SASL the listener's own JAAS ``username``/``password`` (as Kafka's brokers use
@@ -279,11 +291,14 @@ class Server:
             self.controller_server.on_publish(self.publish)
         else:
             metadata_log = FileMetadataLog(config["log.dirs"][0], self.clock, follower=True)
+        self.authorizer = self._request_authorizer()
+        if self.authorizer is not None:
+            self.dispatcher.gate = self.authorizer.gate
         if self.in_process_controller:
             self.channel = InProcessController(self.controller_server)
-            self.admin = AdminApis(self)
+            self.admin = AdminApis(self, self.authorizer)
         else:
-            self.admin = ForwardingAdminApis(self)
+            self.admin = ForwardingAdminApis(self, self.authorizer)
         endpoint = Endpoint(self.listener_name, self.advertised_host, self.advertised_port or self.bind_port)
         self.node = BrokerNode(config, self.clock, metadata_log, self.cluster_id, uuid.uuid4(), (endpoint,),
                                tick_interval_ms=TICK_MS)
@@ -291,7 +306,7 @@ class Server:
         kafka_apis = KafkaApis(ApiContext(
             node=self.node, cluster_id=self.cluster_id, controller_id=self.controller_id,
             listener_name=self.listener_name, auto_create_topics=self.auto_create_topics,
-            next_producer_id=self.next_producer_id,
+            next_producer_id=self.next_producer_id, authorizer=self.authorizer,
         ))
         kafka_apis.register(self.dispatcher)
         GroupApis(self.node, self.listener_name, self.clock, self.create_internal_topic).register(self.dispatcher)

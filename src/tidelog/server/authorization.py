@@ -1,0 +1,219 @@
+"""Who may do what, per request: ACLs on the client listener (``authorizer.class.name``).
+
+Theory of operation. With an authorizer configured (Kafka's StandardAuthorizer
+class name, or ``tidelog``), every request is checked against the ACLs of the
+node's metadata image (``metadata/authorizer.py`` has the rules) for the
+connection's principal (from TLS or SASL; ``User:ANONYMOUS`` otherwise) and
+client address. Without one, nothing is checked (Kafka's default).
+
+Two ways, by API:
+
+* **in the handler**, per topic, answering Kafka's per-item errors: Produce (WRITE
+  topic; WRITE transactional id), Fetch (READ topic; a follower's: CLUSTER_ACTION),
+  Metadata (DESCRIBE topic: unlisted when not allowed, TOPIC_AUTHORIZATION_FAILED
+  when named; auto-creation needs CREATE on the cluster or the topic),
+  ListOffsets (DESCRIBE), CreateTopics (CREATE), DeleteTopics (DELETE),
+  CreateAcls / DeleteAcls (ALTER cluster);
+* **by this gate**, for the whole request (``WHOLE_REQUEST``): the operation and
+  resources it needs, answered with the API's top-level error code
+  (GROUP_/TOPIC_/CLUSTER_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED) — or, for an API
+  whose response has no top-level error, by closing the connection.
+
+An API in neither list is refused to everyone but super users (fail closed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Callable
+
+from tidelog.core.errors import ErrorCode
+from tidelog.metadata.authorizer import (
+    CLUSTER_NAME,
+    AclOperation,
+    Authorizer,
+    ResourceType,
+)
+from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.codec import ProtocolError, _response_class
+from tidelog.server.dispatch import current_connection
+
+log = logging.getLogger("tidelog.authorizer")
+
+AUTHORIZER_CLASS_NAMES = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer", "tidelog")
+
+_FAILED = {ResourceType.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+           ResourceType.GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
+           ResourceType.CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+           ResourceType.TRANSACTIONAL_ID: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+
+Need = tuple[AclOperation, ResourceType, str]
+CLUSTER = (ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def _cluster(operation: AclOperation) -> Callable[[object], list[Need]]:
+    return lambda request: [(operation, *CLUSTER)]
+
+
+def _group(operation: AclOperation, field: str = "group_id") -> Callable[[object], list[Need]]:
+    return lambda request: [(operation, ResourceType.GROUP, str(getattr(request, field)))]
+
+
+def _transactional(request) -> list[Need]:
+    return [(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, str(request.transactional_id))]
+
+
+def _topics(operation: AclOperation, array: str, name_field: str) -> Callable[[object], list[Need]]:
+    return lambda request: [(operation, ResourceType.TOPIC, str(getattr(t, name_field)))
+                            for t in getattr(request, array) or ()]
+
+
+def _find_coordinator(request) -> list[Need]:
+    keys = list(getattr(request, "coordinator_keys", None) or [])
+    if not keys and getattr(request, "key", None) is not None:
+        keys = [request.key]
+    kind = ResourceType.TRANSACTIONAL_ID if int(getattr(request, "key_type", 0)) == 1 else ResourceType.GROUP
+    return [(AclOperation.DESCRIBE, kind, str(k)) for k in keys]
+
+
+def _init_producer_id(request) -> list[Need]:
+    if getattr(request, "transactional_id", None):
+        return _transactional(request)
+    return [(AclOperation.IDEMPOTENT_WRITE, *CLUSTER)]
+
+
+def _add_partitions(request) -> list[Need]:
+    if getattr(request, "transactions", None):                  # v4: brokers verifying (KIP-890)
+        return [(AclOperation.CLUSTER_ACTION, *CLUSTER)]
+    return _transactional(request) + [(AclOperation.WRITE, ResourceType.TOPIC, str(t.name))
+                                      for t in getattr(request, "topics", ()) or ()]
+
+
+def _offset_for_leader_epoch(request) -> list[Need]:
+    if int(getattr(request, "replica_id", -1)) >= 0:
+        return [(AclOperation.CLUSTER_ACTION, *CLUSTER)]
+    return [(AclOperation.DESCRIBE, ResourceType.TOPIC, str(t.topic)) for t in request.topics]
+
+
+def _configs(describe: bool) -> Callable[[object], list[Need]]:
+    operation = AclOperation.DESCRIBE_CONFIGS if describe else AclOperation.ALTER_CONFIGS
+
+    def needs(request) -> list[Need]:
+        out = []
+        for r in request.resources:
+            if int(r.resource_type) == 2:
+                out.append((operation, ResourceType.TOPIC, str(r.resource_name)))
+            else:
+                out.append((operation, *CLUSTER))
+        return out
+    return needs
+
+
+WHOLE_REQUEST: dict[int, Callable[[object], list[Need]]] = {
+    ApiKey.JOIN_GROUP: _group(AclOperation.READ),
+    ApiKey.SYNC_GROUP: _group(AclOperation.READ),
+    ApiKey.HEARTBEAT: _group(AclOperation.READ),
+    ApiKey.LEAVE_GROUP: _group(AclOperation.READ),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: _group(AclOperation.READ),
+    ApiKey.OFFSET_COMMIT: lambda r: _group(AclOperation.READ)(r) + _topics(AclOperation.READ, "topics", "name")(r),
+    ApiKey.OFFSET_FETCH: lambda r: ([(AclOperation.DESCRIBE, ResourceType.GROUP, str(g.group_id))
+                                     for g in getattr(r, "groups", None) or ()]
+                                    or _group(AclOperation.DESCRIBE)(r)),
+    ApiKey.OFFSET_DELETE: _group(AclOperation.DELETE),
+    ApiKey.DESCRIBE_GROUPS: lambda r: [(AclOperation.DESCRIBE, ResourceType.GROUP, str(g)) for g in r.groups],
+    ApiKey.DELETE_GROUPS: lambda r: [(AclOperation.DELETE, ResourceType.GROUP, str(g)) for g in r.groups_names],
+    ApiKey.LIST_GROUPS: _cluster(AclOperation.DESCRIBE),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: lambda r: [(AclOperation.DESCRIBE, ResourceType.GROUP, str(g))
+                                               for g in r.group_ids],
+    ApiKey.FIND_COORDINATOR: _find_coordinator,
+    ApiKey.INIT_PRODUCER_ID: _init_producer_id,
+    ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions,
+    ApiKey.ADD_OFFSETS_TO_TXN: lambda r: _transactional(r) + _group(AclOperation.READ)(r),
+    ApiKey.END_TXN: _transactional,
+    ApiKey.TXN_OFFSET_COMMIT: lambda r: _transactional(r) + _group(AclOperation.READ)(r),
+    ApiKey.WRITE_TXN_MARKERS: _cluster(AclOperation.CLUSTER_ACTION),
+    ApiKey.DESCRIBE_TRANSACTIONS: lambda r: [(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, str(t))
+                                             for t in r.transactional_ids],
+    ApiKey.LIST_TRANSACTIONS: _cluster(AclOperation.DESCRIBE),
+    ApiKey.DESCRIBE_PRODUCERS: _topics(AclOperation.READ, "topics", "name"),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: _offset_for_leader_epoch,
+    ApiKey.DELETE_RECORDS: _topics(AclOperation.DELETE, "topics", "name"),
+    ApiKey.CREATE_PARTITIONS: _topics(AclOperation.ALTER, "topics", "name"),
+    ApiKey.DESCRIBE_CONFIGS: _configs(describe=True),
+    ApiKey.ALTER_CONFIGS: _configs(describe=False),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: _configs(describe=False),
+    ApiKey.ELECT_LEADERS: _cluster(AclOperation.ALTER),
+    ApiKey.DESCRIBE_CLUSTER: _cluster(AclOperation.DESCRIBE),
+    ApiKey.DESCRIBE_LOG_DIRS: _cluster(AclOperation.DESCRIBE),
+    ApiKey.DESCRIBE_QUORUM: _cluster(AclOperation.DESCRIBE),
+    ApiKey.DESCRIBE_ACLS: _cluster(AclOperation.DESCRIBE),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster(AclOperation.DESCRIBE),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster(AclOperation.ALTER),
+}
+IN_HANDLER = {ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA, ApiKey.LIST_OFFSETS, ApiKey.CREATE_TOPICS,
+              ApiKey.DELETE_TOPICS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS}
+ALWAYS = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
+
+
+class RequestAuthorizer:
+    """The authorizer as the handlers of one listener see it."""
+
+    def __init__(self, authorizer: Authorizer, image: Callable[[], object]):
+        self.authorizer = authorizer
+        self.image = image
+
+    def who(self) -> tuple[str, str]:
+        connection = current_connection.get()
+        if connection is None:
+            return "User:ANONYMOUS", "*"
+        return getattr(connection, "principal", "User:ANONYMOUS"), connection.peer.rpartition(":")[0]
+
+    def allowed(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        principal, host = self.who()
+        ok = self.authorizer.authorize(self.image().acls.values(), principal, host, operation, resource_type, name)
+        if not ok:
+            log.info("Principal = %s is Denied operation = %s from host = %s on resource = %s:%s",
+                     principal, operation.name, host, resource_type.name, name)
+        return ok
+
+    def topic_allowed(self, operation: AclOperation, topic: str) -> bool:
+        return self.allowed(operation, ResourceType.TOPIC, topic)
+
+    def gate(self, header, request):
+        """None to go on; a response body refusing the request; or ProtocolError (close)."""
+        api_key = header.api_key
+        if api_key in ALWAYS or api_key in IN_HANDLER:
+            return None
+        rule = WHOLE_REQUEST.get(api_key)
+        if rule is None:
+            principal, _ = self.who()
+            if principal in self.authorizer.super_users:
+                return None
+            raise ProtocolError(f"{_name(api_key)} is open to super users only when ACLs are on")
+        for operation, resource_type, name in rule(request):
+            if operation == AclOperation.IDEMPOTENT_WRITE and self._may_write_any_topic():
+                continue                    # KIP-679: WRITE on any topic implies IDEMPOTENT_WRITE
+            if not self.allowed(operation, resource_type, name):
+                return _refusal(header, _FAILED.get(resource_type, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+        return None
+
+    def _may_write_any_topic(self) -> bool:
+        principal, host = self.who()
+        image = self.image()
+        return any(self.authorizer.authorize(image.acls.values(), principal, host, AclOperation.WRITE,
+                                             ResourceType.TOPIC, name) for name in image.topics_by_name)
+
+
+def _refusal(header, code: ErrorCode) -> dict:
+    cls = _response_class(header.api_key, header.api_version)
+    if "error_code" not in {f.name for f in dataclasses.fields(cls)}:
+        raise ProtocolError(f"{_name(header.api_key)} not authorized ({code.name})")
+    return {"throttle_time": 0, "error_code": int(code)}
+
+
+def _name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return f"API key {api_key}"
