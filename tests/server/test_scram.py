@@ -97,3 +97,24 @@ def test_a_bad_proof_or_nonce_fails(password, suffix):
 def test_an_unknown_user_or_a_malformed_first_message_fails(first):
     s = session()
     assert s.authenticate(first)[0] == ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+def test_the_client_side_exchange_matches_the_server_and_checks_its_signature():
+    """protocol/sasl_client.py against server/sasl.py, and against a server that does
+    not know the password (its signature is refused)."""
+    from tidelog.protocol.sasl_client import SaslClientError, tokens
+    s = session()
+    exchange = tokens("SCRAM-SHA-512", "bob", "bob-secret")
+    first = next(exchange)
+    _, _, server_first = s.authenticate(first)
+    final = exchange.send(server_first)
+    error, _, server_final = s.authenticate(final)
+    assert error == ErrorCode.NONE and s.state == AUTHENTICATED
+    with pytest.raises(StopIteration):
+        exchange.send(server_final)
+    second = session()
+    exchange = tokens("SCRAM-SHA-512", "bob", "bob-secret")
+    _, _, server_first = second.authenticate(next(exchange))
+    exchange.send(server_first)
+    with pytest.raises(SaslClientError):                   # a server that cannot prove it knows the key
+        exchange.send(b"v=" + base64.b64encode(b"x" * 64))

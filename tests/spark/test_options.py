@@ -52,7 +52,10 @@ def test_timestamp_options_take_precedence_over_offsets():
     ({**BASE, "startingOffsets": "latest"}, "may not be latest"),
     ({**BASE, "endingOffsets": '{"a": {"0": -2}}'}, "may not be earliest"),
     ({**BASE, "kafka.auto.offset.reset": "earliest"}, "use startingOffsets"),
-    ({**BASE, "kafka.security.protocol": "SASL_SSL"}, "only PLAINTEXT"),
+    ({**BASE, "kafka.security.protocol": "SASL_SSL"}, "SASL needs a user"),
+    ({**BASE, "kafka.security.protocol": "SSL", "kafka.ssl.truststore.type": "JKS"}, "only PEM"),
+    ({**BASE, "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "GSSAPI",
+      "kafka.sasl.username": "u", "kafka.sasl.password": "p"}, "not supported"),
     ({**BASE, "maxOffsetsPerTrigger": "0"}, "at least 1"),
     ({"kafka.bootstrap.servers": "h:1", "subscribePattern": "("}, "not a valid regular expression"),
 ])

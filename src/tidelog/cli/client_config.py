@@ -9,7 +9,7 @@ names with librdkafka's spellings accepted too:
   certificate) or ``ssl.certificate.location`` + ``ssl.key.location``;
   ``ssl.key.password``; ``ssl.endpoint.identification.algorithm`` (``https``
   checks the broker's host name, empty does not);
-* SASL: ``sasl.mechanism`` (PLAIN) and ``sasl.jaas.config`` with ``username`` and
+* SASL: ``sasl.mechanism`` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and ``sasl.jaas.config`` with ``username`` and
   ``password`` (or ``sasl.username`` / ``sasl.password``).
 """
 
@@ -19,6 +19,7 @@ import ssl
 
 from tidelog.broker.config import parse_properties
 from tidelog.core.errors import InvalidConfigError
+from tidelog.protocol import sasl_client
 from tidelog.protocol.client import ClientSecurity
 from tidelog.server.sasl import parse_jaas
 
@@ -55,8 +56,9 @@ def client_security(props: dict[str, str]) -> ClientSecurity | None:
         context.check_hostname = props.get("ssl.endpoint.identification.algorithm", "https").lower() == "https"
     if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
         mechanism = props.get("sasl.mechanism", "PLAIN").upper()
-        if mechanism != "PLAIN":
-            raise InvalidConfigError(f"sasl.mechanism {mechanism} is not supported by the tidelog tools (PLAIN is)")
+        if mechanism not in sasl_client.MECHANISMS:
+            raise InvalidConfigError(f"sasl.mechanism {mechanism} is not supported (supported: "
+                                     f"{', '.join(sasl_client.MECHANISMS)})")
         username, password = props.get("sasl.username"), props.get("sasl.password")
         if props.get("sasl.jaas.config"):
             options = parse_jaas(props["sasl.jaas.config"]).options

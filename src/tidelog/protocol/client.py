@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidelog.core.errors import ErrorCode, KafkaError
+from tidelog.protocol import sasl_client
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import (
     ProtocolError,
@@ -76,11 +77,19 @@ class KafkaConnection:
         handshake = await self._send(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": security.sasl_mechanism})
         if int(handshake.error_code.value) != 0:
             raise KafkaError(f"SASL mechanism {security.sasl_mechanism} refused", ErrorCode(int(handshake.error_code.value)))
-        token = b"\x00" + security.username.encode() + b"\x00" + security.password.encode()
-        answer = await self._send(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": token})
-        if int(answer.error_code.value) != 0:
-            raise KafkaError(f"SASL authentication as {security.username} failed: {answer.error_message}",
-                             ErrorCode(int(answer.error_code.value)))
+        exchange = sasl_client.tokens(security.sasl_mechanism, security.username, security.password)
+        token = next(exchange)
+        while True:
+            answer = await self._send(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": token})
+            if int(answer.error_code.value) != 0:
+                raise KafkaError(f"SASL authentication as {security.username} failed: {answer.error_message}",
+                                 ErrorCode(int(answer.error_code.value)))
+            try:
+                token = exchange.send(bytes(answer.auth_bytes or b""))
+            except StopIteration:
+                return
+            except sasl_client.SaslClientError as e:
+                raise KafkaError(str(e), ErrorCode.SASL_AUTHENTICATION_FAILED) from None
 
     async def _negotiate(self) -> None:
         response = await self._send(ApiKey.API_VERSIONS, 3, {

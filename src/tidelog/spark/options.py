@@ -19,6 +19,11 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
+import ssl
+
+from tidelog.cli.client_config import client_security
+from tidelog.core.errors import InvalidConfigError
+from tidelog.protocol.client import ClientSecurity
 from tidelog.spark.wire import READ_COMMITTED, READ_UNCOMMITTED, ClientConfig, parse_bootstrap
 
 log = logging.getLogger("tidelog.spark")
@@ -36,6 +41,10 @@ _CLIENT_OPTIONS = {
     "kafka.check.crcs", "kafka.max.partition.fetch.bytes", "kafka.fetch.max.wait.ms",
     "kafka.acks", "kafka.compression.type", "kafka.batch.size", "kafka.group.id",
     "kafka.security.protocol", "kafka.transaction.timeout.ms",
+    "kafka.sasl.mechanism", "kafka.sasl.jaas.config", "kafka.sasl.username", "kafka.sasl.password",
+    "kafka.ssl.truststore.location", "kafka.ssl.truststore.type", "kafka.ssl.ca.location",
+    "kafka.ssl.keystore.location", "kafka.ssl.keystore.type", "kafka.ssl.certificate.location",
+    "kafka.ssl.key.location", "kafka.ssl.key.password", "kafka.ssl.endpoint.identification.algorithm",
 }
 _FORBIDDEN = {
     "kafka.auto.offset.reset": "use startingOffsets",
@@ -171,9 +180,20 @@ def _check_kafka_options(options: dict) -> None:
             raise OptionError(f"option {name} is not supported: {_FORBIDDEN[name]}")
         if name not in _CLIENT_OPTIONS:
             log.warning("tidelog source/sink: ignoring unknown client option %s", name)
-    protocol = options.get("kafka.security.protocol", "PLAINTEXT").upper()
-    if protocol != "PLAINTEXT":
-        raise OptionError(f"kafka.security.protocol={protocol} is not supported; only PLAINTEXT")
+    for name in ("kafka.ssl.truststore.type", "kafka.ssl.keystore.type"):
+        if options.get(name, "PEM").upper() != "PEM":
+            raise OptionError(f"option {name}={options[name]}: only PEM stores are read (convert JKS/PKCS12 to PEM)")
+    try:
+        _security(options)
+    except (InvalidConfigError, OSError, ssl.SSLError) as e:
+        raise OptionError(f"security options: {e}") from None
+
+
+def _security(options: dict) -> ClientSecurity | None:
+    """``kafka.security.protocol``, ``kafka.ssl.*`` and ``kafka.sasl.*``, as Spark's
+    Kafka connector passes them to the client (cli/client_config.py reads them)."""
+    return client_security({name[len("kafka."):]: value for name, value in options.items()
+                            if name.startswith("kafka.")})
 
 
 def client_config(options: dict) -> ClientConfig:
@@ -190,6 +210,8 @@ def client_config(options: dict) -> ClientConfig:
         request_timeout_ms=_int(options, "kafka.request.timeout.ms", 30_000, 1),
         default_api_timeout_ms=_int(options, "kafka.default.api.timeout.ms", 60_000, 0),
         retry_backoff_ms=_int(options, "kafka.retry.backoff.ms", 100, 0),
+        security_settings=tuple(sorted((name[len("kafka."):], value) for name, value in options.items()
+                                       if name.startswith(("kafka.security.", "kafka.ssl.", "kafka.sasl.")))),
     )
 
 

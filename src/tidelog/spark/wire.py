@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 from tidelog.core.errors import ErrorCode
+from tidelog.protocol import sasl_client
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import (
     ProtocolError,
@@ -107,10 +108,13 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
 class Connection:
     """One blocking socket to one broker; responses come back in request order."""
 
-    def __init__(self, host: str, port: int, client_id: str = "tidelog-spark", timeout_s: float = 30.0):
+    def __init__(self, host: str, port: int, client_id: str = "tidelog-spark", timeout_s: float = 30.0,
+                 security=None):
         self.host, self.port, self.client_id = host, port, client_id
         try:
             self._sock = socket.create_connection((host, port), timeout=timeout_s)
+            if security is not None and security.ssl_context is not None:
+                self._sock = security.ssl_context.wrap_socket(self._sock, server_hostname=host)
         except OSError as e:
             raise BrokerUnreachable(f"cannot connect to {host}:{port}: {e}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -128,6 +132,31 @@ class Connection:
             raise
         for api in response.api_keys:
             self.api_versions[int(api.api_key)] = (int(api.min_version), int(api.max_version))
+        if security is not None and security.sasl_mechanism:
+            try:
+                self._authenticate(security)
+            except BaseException:
+                self.close()
+                raise
+
+    def _authenticate(self, security) -> None:
+        handshake = self.request(ApiKey.SASL_HANDSHAKE, {"mechanism": security.sasl_mechanism}, version=1)
+        if error_of(handshake.error_code) != ErrorCode.NONE:
+            raise BrokerError(f"{self.host}:{self.port} refused SASL mechanism {security.sasl_mechanism}",
+                              error_of(handshake.error_code))
+        exchange = sasl_client.tokens(security.sasl_mechanism, security.username, security.password)
+        token = next(exchange)
+        while True:
+            answer = self.request(ApiKey.SASL_AUTHENTICATE, {"auth_bytes": token}, version=2)
+            if error_of(answer.error_code) != ErrorCode.NONE:
+                raise BrokerError(f"SASL authentication as {security.username} failed: {answer.error_message}",
+                                  error_of(answer.error_code))
+            try:
+                token = exchange.send(bytes(answer.auth_bytes or b""))
+            except StopIteration:
+                return
+            except sasl_client.SaslClientError as e:
+                raise BrokerError(str(e), ErrorCode.SASL_AUTHENTICATION_FAILED) from None
 
     def version_for(self, api_key: int) -> int:
         ours, theirs = kio_versions(api_key), self.api_versions.get(api_key)
@@ -229,6 +258,9 @@ class ClientConfig:
     request_timeout_ms: int = 30_000        # kafka.request.timeout.ms
     default_api_timeout_ms: int = 60_000    # kafka.default.api.timeout.ms: the retry budget
     retry_backoff_ms: int = 100             # kafka.retry.backoff.ms (doubles up to 1 s)
+    # security.protocol, ssl.* and sasl.* (the kafka.* options without the prefix): plain
+    # strings, so the config pickles to Spark's executors; each builds its TLS context there.
+    security_settings: tuple[tuple[str, str], ...] = ()
 
 
 class Cluster:
@@ -236,6 +268,8 @@ class Cluster:
 
     def __init__(self, config: ClientConfig):
         self.config = config
+        from tidelog.cli.client_config import client_security
+        self._security = client_security(dict(config.security_settings)) if config.security_settings else None
         self._bootstrap = parse_bootstrap(config.bootstrap_servers)
         self.brokers: dict[int, tuple[str, int]] = {}
         self.topics: dict[str, TopicInfo] = {}
@@ -245,7 +279,8 @@ class Cluster:
     # ------------------------------------------------------------ connections
 
     def _connect(self, host: str, port: int) -> Connection:
-        return Connection(host, port, self.config.client_id, self.config.request_timeout_ms / 1000)
+        return Connection(host, port, self.config.client_id, self.config.request_timeout_ms / 1000,
+                          self._security)
 
     def any_connection(self) -> Connection:
         """A live connection to some broker (bootstrap servers first)."""
