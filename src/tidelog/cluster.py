@@ -78,6 +78,7 @@ class Layout:
     host: str = "127.0.0.1"
     overrides: dict[str, str] = field(default_factory=dict)
     nodes: list[Node] = field(default_factory=list)
+    secure: bool = False       # TLS + SASL on every listener (cluster_security.py)
 
     @property
     def controller(self) -> Node:
@@ -187,7 +188,7 @@ class ProcessCluster:
     @classmethod
     def create(cls, directory: str, brokers: int, base_port: int = 9092, host: str = "127.0.0.1",
                overrides: dict[str, str] | None = None, metrics_base_port: int | None = None,
-               controllers: int = 1) -> "ProcessCluster":
+               controllers: int = 1, secure: bool = False) -> "ProcessCluster":
         """A new cluster layout (or the stopped one at ``directory``). Brokers listen on
         ``base_port``, +1, …, the controllers after them. ``metrics_base_port`` turns on
         /metrics in the same order (0: free ports)."""
@@ -204,6 +205,9 @@ class ProcessCluster:
                 raise ClusterError(f"{directory} holds a {len(existing.layout.brokers)}-broker cluster")
             if len(existing.layout.controllers) != controllers:
                 raise ClusterError(f"{directory} holds a cluster with {len(existing.layout.controllers)} controllers")
+            if existing.layout.secure != secure:
+                raise ClusterError(f"{directory} holds a {'secure' if existing.layout.secure else 'plaintext'} "
+                                   "cluster (--secure must match)")
             existing.layout.overrides.update(overrides or {})
             existing._assign_metrics_ports(metrics_base_port)
             return existing
@@ -211,7 +215,10 @@ class ProcessCluster:
         controller_port = port if controllers == 1 or base_port != 0 else lambda offset: _free_port(host)
         nodes = [Node(CONTROLLER_ID + i, "controller", controller_port(brokers + i)) for i in range(controllers)]
         nodes += [Node(i, "broker", port(i - 1)) for i in range(1, brokers + 1)]
-        cluster = cls(Layout(directory, new_cluster_id(), host, dict(overrides or {}), nodes))
+        if secure:
+            from tidelog.cluster_security import secure_cluster
+            secure_cluster(directory, host)
+        cluster = cls(Layout(directory, new_cluster_id(), host, dict(overrides or {}), nodes, secure))
         cluster._assign_metrics_ports(metrics_base_port)
         return cluster
 
@@ -245,6 +252,9 @@ class ProcessCluster:
             **node.overrides,
         }
         args = [sys.executable, "-m", "tidelog.cli.main", "serve"]
+        if layout.secure:            # secrets stay in a private file, not on command lines
+            from tidelog.cluster_security import secure_cluster
+            args.append(secure_cluster(layout.directory, layout.host))
         for key, value in settings.items():
             args += ["--override", f"{key}={value}"]
         return args

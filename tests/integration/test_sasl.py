@@ -9,6 +9,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 import time
 
 import pytest
@@ -131,7 +132,6 @@ def test_sasl_ssl_on_every_listener_of_a_cluster(tmp_path):
 
 
 def test_the_tidelog_tools_reach_a_sasl_listener_with_command_config(broker, tmp_path):
-    import sys
     properties = tmp_path / "client.properties"
     properties.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
                           'sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required '
@@ -156,7 +156,6 @@ SCRAM_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required 
 
 
 def test_scram_users_are_managed_in_the_metadata_log_and_authenticate(tmp_path):
-    import sys
     admin_properties = tmp_path / "admin.properties"
     admin_properties.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
                                 "sasl.username=admin\nsasl.password=admin-secret\n")
@@ -200,3 +199,30 @@ def test_scram_users_are_managed_in_the_metadata_log_and_authenticate(tmp_path):
         assert users("delete", "bob").returncode == 0
         assert refused(bob("SCRAM-SHA-512"))
         assert not any("bob-secret" in line for line in scram.output)
+
+
+def test_cluster_up_secure_gives_clients_working_settings(tmp_path):
+    import json
+    import re
+
+    from tidelog.broker.config import parse_properties
+
+    def cluster(*args):
+        return subprocess.run([sys.executable, "-m", "tidelog.cli.main", "cluster", *args, "--dir",
+                               str(tmp_path / "c")], capture_output=True, text=True, timeout=120)
+    up = cluster("up", "-n", "2", "--secure", "--base-port", "0", "--no-ui", "--no-metrics")
+    try:
+        assert up.returncode == 0, up.stderr
+        props = parse_properties((tmp_path / "c" / "security" / "client.properties").read_text())
+        assert "password" not in (tmp_path / "c" / "cluster.json").read_text()
+        layout = json.loads((tmp_path / "c" / "cluster.json").read_text())
+        bootstrap = ",".join(f"127.0.0.1:{n['port']}" for n in layout["nodes"] if n["role"] == "broker")
+        jaas = props["sasl.jaas.config"]
+        settings = {"bootstrap.servers": bootstrap, "security.protocol": props["security.protocol"],
+                    "ssl.ca.location": props["ssl.truststore.location"], "sasl.mechanism": props["sasl.mechanism"],
+                    "sasl.username": re.search(r'username="([^"]+)"', jaas).group(1),
+                    "sasl.password": re.search(r'password="([^"]+)"', jaas).group(1)}
+        produce_and_consume(settings, "secure-cluster", count=50)
+        assert cluster("status").returncode == 0
+    finally:
+        cluster("down")

@@ -21,6 +21,8 @@ def add_parser(commands) -> None:
     verbs = cluster.add_subparsers(dest="verb", required=True)
     up = verbs.add_parser("up", help="start the controllers and N brokers; returns once all are RUNNING")
     up.add_argument("-n", "--brokers", type=int, default=3)
+    up.add_argument("--secure", action="store_true",
+                    help="TLS + SASL on every listener (SCRAM for clients), ACLs on; prints the client settings")
     up.add_argument("--controllers", type=int, default=1,
                     help="controller processes (a Raft quorum; 3 survives the death of one; ids 1000, 1001, …)")
     up.add_argument("--base-port", type=int, default=9092, help="brokers on PORT, PORT+1, …; controller after them")
@@ -77,7 +79,8 @@ def _run(args) -> int:
             args.metrics_base_port if args.metrics_base_port is not None else
             0 if args.base_port == 0 else args.base_port + 100)
         cluster = ProcessCluster.create(args.dir, args.brokers, args.base_port, overrides=overrides,
-                                        metrics_base_port=metrics_base_port, controllers=args.controllers)
+                                        metrics_base_port=metrics_base_port, controllers=args.controllers,
+                                        secure=args.secure)
         if args.link_proxy:
             links = cluster.enable_link_proxy()
             print(f"link proxy on control port {links['control_port']}: brokers advertise proxy ports "
@@ -98,7 +101,18 @@ def _run(args) -> int:
         for node in cluster.layout.nodes:
             if node.metrics_port is not None:
                 print(f"metrics: {node.name:11} {cluster.metrics_url(node.node_id)}")
-        if not args.no_ui and metrics_base_port is not None:
+        if cluster.layout.secure:
+            from tidelog.cluster_security import create_client_user, paths
+            first = cluster.layout.brokers[0]
+            create_client_user(cluster.layout.directory, (cluster.layout.host, first.port))
+            files = paths(cluster.layout.directory)
+            print("secure: SASL_SSL on the brokers (SCRAM-SHA-512 user 'client'), TLS between nodes, ACLs on")
+            print(f"client settings: {files['client']}  (CA certificate {files['ca']})")
+            print(f"admin settings (super user): {files['admin']}  — e.g. tidelog topics -b "
+                  f"{cluster.layout.host}:{first.port} --command-config {files['admin']} list")
+        if not args.no_ui and metrics_base_port is not None and cluster.layout.secure:
+            print("web view not started: it does not speak TLS/SASL yet (tidelog cluster up without --secure)")
+        elif not args.no_ui and metrics_base_port is not None:
             ui_port = args.ui_port if args.ui_port is not None else 0 if args.base_port == 0 else args.base_port + 200
             try:
                 print(f"web view: {cluster.start_ui(ui_port)}")
@@ -151,7 +165,13 @@ async def _status(cluster: ProcessCluster) -> int:
     registrations = {}
     controller_down = None
     quorum = None
-    channel = RemoteController([(c.node_id, layout.host, c.port) for c in layout.controllers], "tidelog-cluster")
+    broker_security = controller_security = None
+    if layout.secure:
+        from tidelog import cluster_security
+        broker_security = cluster_security.admin_security(layout.directory)
+        controller_security = cluster_security.controller_security(layout.directory)
+    channel = RemoteController([(c.node_id, layout.host, c.port) for c in layout.controllers], "tidelog-cluster",
+                               security=controller_security)
     try:
         described = await channel.request(ApiKey.DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False},
                                           timeout_s=3)
@@ -191,7 +211,8 @@ async def _status(cluster: ProcessCluster) -> int:
         if states[broker.node_id] != "running":
             continue
         try:
-            connection = await KafkaConnection.connect(layout.host, broker.port, "tidelog-cluster", 3)
+            connection = await KafkaConnection.connect(layout.host, broker.port, "tidelog-cluster", 3,
+                                                       security=broker_security)
         except (OSError, asyncio.TimeoutError):
             continue
         try:
