@@ -539,8 +539,8 @@ def plan_listeners(config: BrokerConfig, is_broker: bool, is_controller: bool
                    ) -> tuple[tuple[str, str, int] | None, list[tuple[str, str, int]]]:
     """(the client listener, the controller listeners) from ``listeners``,
     ``controller.listener.names`` and ``listener.security.protocol.map``, as Kafka
-    checks them. A listener whose security protocol is not PLAINTEXT is refused
-    (TLS and SASL are not implemented): serving it in plaintext would be a lie.
+    checks them. Security protocols: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
+    (server/tls.py, server/sasl.py); any other name is refused.
     A controller-only node without ``controller.listener.names`` serves the
     controller on every listener."""
     endpoints = config.listener_endpoints()
