@@ -55,6 +55,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/group_bench.py
 	$(PY) benchmarks/replication_bench.py
 	$(PY) benchmarks/metrics_bench.py
+	$(PY) benchmarks/controller_failover_bench.py
+	$(PY) benchmarks/tls_bench.py
 	$(PY) benchmarks/spark_read_bench.py
 
 clean:
