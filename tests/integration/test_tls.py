@@ -170,3 +170,32 @@ def test_the_tidelog_tools_reach_a_tls_listener_with_command_config(broker, cert
                                 "--command-config", str(properties), "create", "tls-cli"],
                                capture_output=True, text=True, timeout=60)
     assert described.returncode == 0, described.stderr
+
+
+def test_the_key_store_is_reloaded_without_a_restart(tmp_path):
+    """IncrementalAlterConfigs on BROKER <id> (kafka-configs --entity-type brokers) with a
+    new listener.name.ssl.ssl.keystore.location: new connections get the new certificate."""
+    old_ca, new_ca = trustme.CA(), trustme.CA()
+    old_ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "old.pem"))
+    new_ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "new.pem"))
+    old_ca.cert_pem.write_to_path(str(tmp_path / "old-ca.pem"))
+    new_ca.cert_pem.write_to_path(str(tmp_path / "new-ca.pem"))
+    with Broker(overrides={"listeners": "SSL://127.0.0.1:0", "ssl.keystore.location": str(tmp_path / "old.pem")}) \
+            as broker:
+        def trusting(ca):
+            return {"bootstrap.servers": broker.bootstrap, "security.protocol": "SSL",
+                    "ssl.ca.location": str(tmp_path / ca)}
+        produce_and_consume(trusting("old-ca.pem"), "before-reload", count=5)
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+        admin = AdminClient(trusting("old-ca.pem"))
+        resource = ConfigResource("BROKER", "1", incremental_configs=[ConfigEntry(
+            "listener.name.ssl.ssl.keystore.location", str(tmp_path / "new.pem"),
+            incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(15)
+        wait_until(lambda: any("reloaded its TLS key" in line for line in broker.output), 15, "the reload")
+        produce_and_consume(trusting("new-ca.pem"), "after-reload", count=5)
+        refused = []
+        stale = Producer({**trusting("old-ca.pem"), "message.timeout.ms": 3000})
+        stale.produce("after-reload", b"x", on_delivery=lambda error, message: refused.append(error))
+        stale.flush(15)
+        assert refused and refused[0] is not None          # the old CA no longer matches

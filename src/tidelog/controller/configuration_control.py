@@ -14,6 +14,8 @@ message naming the key; a resource is changed all-or-nothing.
 
 from __future__ import annotations
 
+import re
+
 from typing import Any, Callable, Mapping, Sequence
 
 from tidelog.core.errors import ErrorCode, InvalidConfigError
@@ -28,6 +30,9 @@ from tidelog.controller.messages import AlterConfigsResource, AlterConfigsResult
 from tidelog.controller.result import NO_ERROR, ApiError, ControllerResult
 
 CLUSTER_RESOURCE = ConfigResource(ConfigResourceType.BROKER, "")
+# Per-broker dynamic settings: the TLS stores of a listener (or of all of them).
+RELOADABLE_SSL = re.compile(r"(listener\.name\.[a-z0-9_]+\.)?ssl\.(keystore\.(location|certificate\.chain|key)"
+                            r"|key\.password|truststore\.(location|certificates))")
 
 
 class ConfigurationControlManager:
@@ -110,9 +115,18 @@ class ConfigurationControlManager:
                                 f"Topic {resource.resource_name} does not exist.")
             return self.validate_topic_configs(resource.changes)
         if resource.resource_type == ConfigResourceType.BROKER:
+            if resource.resource_name.isdigit():
+                # One broker's own settings: its TLS key and trust stores, reloaded without
+                # a restart (Kafka's reconfigurable SSL settings).
+                refused = sorted(k for k in resource.changes if not RELOADABLE_SSL.fullmatch(k))
+                if refused:
+                    return ApiError(ErrorCode.INVALID_CONFIG, f"Cannot update these configs of broker "
+                                    f"{resource.resource_name} dynamically: {refused} (only the TLS stores, "
+                                    "e.g. listener.name.<listener>.ssl.keystore.location)")
+                return NO_ERROR
             if resource.resource_name != "":
-                return ApiError(ErrorCode.INVALID_REQUEST, "Only the cluster-wide broker "
-                                "resource (name \"\") can be configured dynamically.")
+                return ApiError(ErrorCode.INVALID_REQUEST, "A broker resource is a broker id or \"\" "
+                                "(the cluster-wide default).")
             return _validate(resource.changes, validate_cluster_config)
         return ApiError(ErrorCode.INVALID_REQUEST,
                         f"Unsupported config resource type {resource.resource_type}.")

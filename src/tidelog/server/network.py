@@ -458,7 +458,7 @@ class Listener:
         # An SSL listener (server/tls.py): each connection's TLS handshake happens
         # before its first request is read; ``principal_of`` names the peer from its
         # certificate (Kafka's SslPrincipalMapper).
-        self._ssl_context = ssl_context
+        self.ssl_context = ssl_context          # replaced when the stores are reloaded
         self._principal_of = principal_of
         # A SASL listener (server/sasl.py): each connection gets a SaslSession and is
         # served nothing but ApiVersions / SaslHandshake / SaslAuthenticate before it.
@@ -546,11 +546,11 @@ class Listener:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 reader = asyncio.StreamReader(limit=CONNECTION_READ_AHEAD_BYTES)
                 protocol = asyncio.StreamReaderProtocol(reader)
-                if self._ssl_context is None:
+                if self.ssl_context is None:
                     transport, _ = await asyncio.get_running_loop().connect_accepted_socket(lambda: protocol, sock)
                 else:
                     transport, _ = await asyncio.get_running_loop().connect_accepted_socket(
-                        lambda: protocol, sock, ssl=self._ssl_context,
+                        lambda: protocol, sock, ssl=self.ssl_context,
                         ssl_handshake_timeout=SSL_HANDSHAKE_TIMEOUT_S)
             except ssl.SSLError as e:        # not TLS, an untrusted certificate, no common protocol
                 log.info("TLS handshake with %s failed: %s", ip, e.reason or e)
@@ -562,7 +562,7 @@ class Listener:
                 return
             writer = asyncio.StreamWriter(transport, protocol, reader, asyncio.get_running_loop())
             principal = None
-            if self._ssl_context is not None and self._principal_of is not None:
+            if self.ssl_context is not None and self._principal_of is not None:
                 principal = self._principal_of(transport.get_extra_info("peercert"))
             await self._on_connect(reader, writer, principal)
         finally:

@@ -61,7 +61,8 @@ from tidelog.core.clock import Clock, SystemClock
 from tidelog.core.errors import ErrorCode, InvalidConfigError
 from tidelog.group.coordinator import OFFSETS_TOPIC, offsets_topic
 from tidelog.metadata.file_log import FileMetadataLog
-from tidelog.metadata.records import Endpoint
+from tidelog.metadata.image import ConfigResource
+from tidelog.metadata.records import ConfigResourceType, Endpoint
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.server.admin import AdminApis, ForwardingAdminApis
 from tidelog.server.apis import ApiContext, KafkaApis
@@ -132,6 +133,7 @@ class Server:
         self._wake = asyncio.Event()            # the node's next wake-up may have moved
         self._metadata_changed = asyncio.Event()
         self._producer_ids: list[int] | None = None
+        self._tls_dynamic: dict[str, str] = {}    # the per-broker TLS settings last applied
 
     # ------------------------------------------------------------------ start
 
@@ -249,6 +251,25 @@ class Server:
                         fault_handler=self._fault, limits=limits, ssl_context=context, principal_of=principal_of,
                         sasl=authenticator)
 
+    def _maybe_reload_tls(self) -> None:
+        """This broker's dynamic TLS stores (IncrementalAlterConfigs on BROKER ``<id>``,
+        as Kafka's kafka-configs --entity-type brokers): a changed one rebuilds the SSL
+        listener's context; new connections get the new certificate, open ones keep theirs."""
+        dynamic = dict(self.image.configs.get(ConfigResource(ConfigResourceType.BROKER, str(self.node_id)), {}))
+        if dynamic == self._tls_dynamic:
+            return
+        self._tls_dynamic = dynamic
+        overlay = BrokerConfig({**self.config.originals, **dynamic})
+        for listener, name in [(self.listener, self.listener_name)]:
+            if listener is None or self.config.security_protocol(name) not in ("SSL", "SASL_SSL"):
+                continue
+            try:
+                listener.ssl_context = tls.server_context(overlay, name)
+            except InvalidConfigError as e:
+                log.error("listener %s keeps its TLS certificate: the new settings fail: %s", name, e)
+                continue
+            log.info("listener %s: reloaded its TLS key and trust stores (%s)", name, ", ".join(sorted(dynamic)))
+
     def _request_authorizer(self) -> RequestAuthorizer | None:
         name = self.config["authorizer.class.name"]
         if not name:
@@ -357,6 +378,7 @@ class Server:
             elif isinstance(effect, FetcherRemoved):
                 self.fetcher_driver.stop(effect.fetcher)
             elif isinstance(effect, MetadataPublished):
+                self._maybe_reload_tls()
                 self.fetcher_driver.wake_all()
                 self._record_state_changes(lambda log_: log_.on_metadata_published(self.node.image))
                 self._metadata_changed.set()
