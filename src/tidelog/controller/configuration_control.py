@@ -120,7 +120,7 @@ class ConfigurationControlManager:
                 # a restart (Kafka's reconfigurable SSL settings).
                 refused = sorted(k for k in resource.changes if not RELOADABLE_SSL.fullmatch(k))
                 if refused:
-                    return ApiError(ErrorCode.INVALID_CONFIG, f"Cannot update these configs of broker "
+                    return ApiError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs of broker "
                                     f"{resource.resource_name} dynamically: {refused} (only the TLS stores, "
                                     "e.g. listener.name.<listener>.ssl.keystore.location)")
                 return NO_ERROR

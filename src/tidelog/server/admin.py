@@ -252,11 +252,11 @@ class AdminApis:
             rtype, name = int(resource.resource_type), resource.resource_name
             if rtype == TOPIC_RESOURCE:
                 ctype = int(ConfigResourceType.TOPIC)
-            elif rtype == BROKER_RESOURCE and name == "":
-                ctype = int(ConfigResourceType.BROKER)
+            elif rtype == BROKER_RESOURCE and (name == "" or name.isdigit()):
+                ctype = int(ConfigResourceType.BROKER)        # a broker id: its TLS stores only
             else:
                 errors[(rtype, name)] = (ErrorCode.INVALID_REQUEST,
-                                         "only topic and cluster-default broker configs can be altered")
+                                         "only topic and broker configs can be altered")
                 continue
             changes: dict[str, str | None] = {}
             if incremental:
