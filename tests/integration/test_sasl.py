@@ -10,13 +10,13 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 
 import pytest
 import trustme
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.integration.test_tls import produce_and_consume
 from tidelog.testing import Broker, Cluster, wait_until
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
@@ -33,23 +33,6 @@ def broker():
 def alice(bootstrap, password="alice-secret", protocol="SASL_PLAINTEXT", **extra):
     return {"bootstrap.servers": bootstrap, "security.protocol": protocol, "sasl.mechanism": "PLAIN",
             "sasl.username": "alice", "sasl.password": password, **extra}
-
-
-def produce_and_consume(settings, topic, count=100):
-    producer = Producer({**settings, "acks": "all"})
-    for i in range(count):
-        producer.produce(topic, b"%d" % i)
-    assert producer.flush(30) == 0
-    consumer = Consumer({**settings, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    got = []
-    deadline = time.monotonic() + 30
-    while len(got) < count and time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is not None and message.error() is None:
-            got.append(int(message.value()))
-    consumer.close()
-    assert sorted(got) == list(range(count))
 
 
 def test_confluent_kafka_authenticates_with_plain(broker):

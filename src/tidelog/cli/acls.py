@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from tidelog.cli.client_config import load_command_config
+from tidelog.cli.client_config import connect
 from tidelog.core.errors import ErrorCode
 from tidelog.metadata.authorizer import (
     CLUSTER_NAME,
@@ -20,7 +20,6 @@ from tidelog.metadata.authorizer import (
     ResourceType,
 )
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.client import KafkaConnection
 
 
 def add_parser(commands) -> None:
@@ -77,12 +76,8 @@ def _entries(args) -> list[tuple[str, int, int]]:
 
 
 async def run(args) -> int:
-    host, _, port = args.bootstrap_server.split(",")[0].rpartition(":")
-    try:
-        connection = await KafkaConnection.connect(host or "127.0.0.1", int(port), client_id="tidelog-acls",
-                                                   security=load_command_config(args.command_config))
-    except (OSError, ValueError) as e:
-        print(f"cannot connect to {args.bootstrap_server}: {e}", file=sys.stderr)
+    connection = await connect(args, "tidelog-acls")
+    if connection is None:
         return 1
     try:
         resource_type, resource_name = _resource(args)

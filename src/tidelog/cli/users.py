@@ -13,12 +13,11 @@ import getpass
 import os
 import sys
 
-from tidelog.cli.client_config import load_command_config
+from tidelog.cli.client_config import connect
 from tidelog.controller.scram_control import MECHANISM_NAMES, salted_password
 from tidelog.core.errors import ErrorCode
 from tidelog.metadata.records import ScramMechanism
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.client import KafkaConnection
 
 SALT_BYTES = 32
 
@@ -41,12 +40,8 @@ def add_parser(commands) -> None:
 
 
 async def run(args) -> int:
-    host, _, port = args.bootstrap_server.split(",")[0].rpartition(":")
-    try:
-        connection = await KafkaConnection.connect(host or "127.0.0.1", int(port), client_id="tidelog-users",
-                                                   security=load_command_config(args.command_config))
-    except (OSError, ValueError) as e:
-        print(f"cannot connect to {args.bootstrap_server}: {e}", file=sys.stderr)
+    connection = await connect(args, "tidelog-users")
+    if connection is None:
         return 1
     try:
         if args.verb == "list":

@@ -126,17 +126,7 @@ class FileMetadataLog:
 
     def _write_snapshot_file(self, end_offset: int, epoch: int, data: bytes) -> None:
         path = os.path.join(self.directory, f"{end_offset:020d}-{epoch:010d}{SNAPSHOT_SUFFIX}")
-        temp = path + ".tmp"
-        if self.fs.exists(temp):
-            self.fs.remove(temp)
-        handle = self.fs.open(temp)
-        try:
-            handle.append(data)
-            handle.fsync()
-        finally:
-            handle.close()
-        self.fs.rename(temp, path)
-        self.fs.fsync_dir(self.directory)
+        write_atomically(self.fs, self.directory, path, data)
         if self._snapshot_id is None or end_offset >= self._snapshot_id[0]:
             self._snapshot_id = (end_offset, epoch)
 
@@ -277,6 +267,21 @@ class FileMetadataLog:
         self.log.close()
 
 
+def write_atomically(fs: FileSystem, directory: str, path: str, data: bytes) -> None:
+    """``data`` at ``path`` whole or not at all: a synced temporary file, renamed."""
+    temp = path + ".tmp"
+    if fs.exists(temp):
+        fs.remove(temp)
+    handle = fs.open(temp)
+    try:
+        handle.append(data)
+        handle.fsync()
+    finally:
+        handle.close()
+    fs.rename(temp, path)
+    fs.fsync_dir(directory)
+
+
 # Kafka's ControlRecordType.LEADER_CHANGE and LeaderChangeMessage (version 0, flexible):
 # Version int16, LeaderId int32, Voters and GrantingVoters as compact arrays, tagged fields.
 CONTROL_LEADER_CHANGE = 2
@@ -314,14 +319,4 @@ class QuorumStateFile:
         data = json.dumps({"clusterId": "", "leaderId": leader_id, "leaderEpoch": epoch, "votedId": voted_for,
                            "appliedOffset": 0, "currentVoters": [{"voterId": v} for v in voters],
                            "data_version": 0}).encode()
-        temp = self.path + ".tmp"
-        if self.fs.exists(temp):
-            self.fs.remove(temp)
-        handle = self.fs.open(temp)
-        try:
-            handle.append(data)
-            handle.fsync()
-        finally:
-            handle.close()
-        self.fs.rename(temp, self.path)
-        self.fs.fsync_dir(self.directory)
+        write_atomically(self.fs, self.directory, self.path, data)
