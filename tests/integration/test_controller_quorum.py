@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tidelog.metadata.log import METADATA_TOPIC
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.server.controller_channel import RemoteController
+import tidelog.testing
 from tidelog.testing import Cluster, wait_until
 
 FAST = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "300",
@@ -219,3 +220,16 @@ def test_snapshots_let_a_lagging_controller_and_a_fresh_broker_catch_up():
             {"name": "snap-24", "num_partitions": 2, "replication_factor": 2, "assignments": [],
              "configs": []}], "timeout": 10_000, "validate_only": False})
         assert int(answer.topics[0].error_code.value) == 36      # TOPIC_ALREADY_EXISTS
+
+
+def test_a_broker_finds_the_quorum_through_bootstrap_servers(cluster):
+    """controller.quorum.bootstrap.servers (KIP-853) instead of the voters' ids: the
+    broker learns which controller is active from the answers and registers."""
+    layout = cluster.processes.layout
+    addresses = ",".join(f"{layout.host}:{c.port}" for c in layout.controllers)
+    with tidelog.testing.Broker(overrides={
+            "node.id": "4", "process.roles": "broker", "cluster.id": layout.cluster_id,
+            "controller.quorum.bootstrap.servers": addresses, **FAST}) as extra:
+        wait_until(lambda: _fenced(cluster).get(4) is False, 30, "broker 4 registered and unfenced")
+        admin = AdminClient({"bootstrap.servers": extra.bootstrap})
+        assert 4 in admin.list_topics(timeout=10).brokers

@@ -112,6 +112,8 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("broker.session.timeout.ms", int, 9000, _positive),
     ConfigDef("broker.heartbeat.interval.ms", int, 2000, _positive),
     ConfigDef("controller.quorum.voters", list, None),
+    ConfigDef("controller.quorum.bootstrap.servers", list, None, None,
+              "host:port of controllers, for brokers that do not list the voters (KIP-853)"),
     ConfigDef("controller.quorum.election.timeout.ms", int, 1000, _positive,
               "a voter without a leader starts an election after 1-2x this (randomized)"),
     ConfigDef("controller.quorum.fetch.timeout.ms", int, 2000, _positive,

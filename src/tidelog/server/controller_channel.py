@@ -40,6 +40,14 @@ def _code(value) -> ErrorCode:
     return ErrorCode(int(getattr(value, "value", value)))
 
 
+def parse_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``controller.quorum.bootstrap.servers``)."""
+    host, _, port = address.strip().rpartition(":")
+    if not port.isdigit() or not host:
+        raise ValueError(f"controller address {address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
 def parse_quorum_voters(voters: list[str]) -> list[tuple[int, str, int]]:
     """Kafka's ``controller.quorum.voters``: ``id@host:port,...``."""
     out = []

@@ -66,7 +66,12 @@ from tidelog.metadata.records import ConfigResourceType, Endpoint
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.server.admin import AdminApis, ForwardingAdminApis
 from tidelog.server.apis import ApiContext, KafkaApis
-from tidelog.server.controller_channel import InProcessController, RemoteController, parse_quorum_voters
+from tidelog.server.controller_channel import (
+    InProcessController,
+    RemoteController,
+    parse_address,
+    parse_quorum_voters,
+)
 from tidelog.server.controller_server import ControllerServer
 from tidelog.server.dispatch import Dispatcher
 from tidelog.server.fetcher_driver import FetcherDriver
@@ -106,8 +111,10 @@ class Server:
             raise InvalidConfigError(f"process.roles must be broker, controller or both, got {sorted(roles)}")
         self.is_broker = "broker" in roles
         self.is_controller = "controller" in roles
-        if not self.is_controller and not config["controller.quorum.voters"]:
-            raise InvalidConfigError("a broker-only node needs controller.quorum.voters (id@host:port)")
+        if not self.is_controller and not config["controller.quorum.voters"] \
+                and not config["controller.quorum.bootstrap.servers"]:
+            raise InvalidConfigError("a broker-only node needs controller.quorum.voters (id@host:port) or "
+                                     "controller.quorum.bootstrap.servers (host:port)")
         client, self.controller_endpoints = plan_listeners(config, self.is_broker, self.is_controller)
         # The node's main listener: the clients' on a broker, the controller's otherwise.
         self.listener_name, self.bind_host, self.bind_port = client or self.controller_endpoints[0]
@@ -157,6 +164,10 @@ class Server:
     async def start(self) -> None:
         config = self.config
         voters = parse_quorum_voters(config["controller.quorum.voters"] or [])
+        if not voters and not self.is_controller:
+            # Controllers known by address only: their ids are learned from the leader
+            # hints of their answers; until then they are tried in turn.
+            voters = [(-1 - i, *parse_address(a)) for i, a in enumerate(config["controller.quorum.bootstrap.servers"])]
         # TLS towards other nodes: the inter-broker listener (ours is the only client
         # listener) and the controllers' listener, when their protocol is SSL.
         self.inter_broker_security = self._client_security(self.listener_name) if self.is_broker else None
