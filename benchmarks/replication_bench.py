@@ -28,20 +28,23 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tidelog.testing import Cluster  # noqa: E402
 
 RECORD_BYTES = 1024
+PARTITIONS = 3
 SESSION_TIMEOUT_MS = 3000
 
 
-def throughput(bootstrap: str, topic: str, acks: str, records: int, **config) -> float:
-    """MB/s of ``records`` 1 KiB records over 3 partitions (also used by idempotence_bench)."""
+def produce_rate(bootstrap: str, topic: str, acks: str, records: int, record_bytes: int = RECORD_BYTES,
+                 **config) -> float:
+    """Records/s of ``records`` records of ``record_bytes`` over 3 partitions, one producer
+    (linger.ms=5 unless ``config`` says otherwise; also used by metrics_bench)."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
                          "queue.buffering.max.messages": 1_000_000, **config})
-    value = os.urandom(RECORD_BYTES)
+    value = os.urandom(record_bytes)
     failures = []
     start = time.perf_counter()
     for i in range(records):
         while True:
             try:
-                producer.produce(topic, value, partition=i % 3,
+                producer.produce(topic, value, partition=i % PARTITIONS,
                                  on_delivery=lambda e, m: failures.append(e) if e else None)
                 break
             except BufferError:
@@ -51,7 +54,13 @@ def throughput(bootstrap: str, topic: str, acks: str, records: int, **config) ->
     producer.flush(300)
     elapsed = time.perf_counter() - start
     assert not failures, failures[:3]
-    return records * RECORD_BYTES / elapsed / 1e6
+    return records / elapsed
+
+
+def throughput(bootstrap: str, topic: str, acks: str, records: int, **config) -> float:
+    """MB/s of ``records`` 1 KiB records over 3 partitions (also used by idempotence_bench
+    and metrics_bench)."""
+    return produce_rate(bootstrap, topic, acks, records, RECORD_BYTES, **config) * RECORD_BYTES / 1e6
 
 
 def end_to_end_latency(bootstrap: str, topic: str, samples: int = 500) -> tuple[float, float]:

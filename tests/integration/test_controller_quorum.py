@@ -26,7 +26,7 @@ CONTROLLERS = (1000, 1001, 1002)
 
 @pytest.fixture(scope="module")
 def cluster():
-    with Cluster(brokers=3, controllers=3, overrides=FAST) as running:
+    with Cluster(brokers=3, controllers=3, overrides=FAST, metrics=True) as running:
         yield running
 
 
@@ -78,6 +78,21 @@ def test_the_quorum_elects_one_leader_and_brokers_follow_it(cluster):
     leader, epoch, ends = quorum
     assert leader in CONTROLLERS and epoch >= 1 and set(ends) == set(CONTROLLERS)
     assert _fenced(cluster) == {1: False, 2: False, 3: False}
+
+
+def test_only_the_active_controller_counts_itself_active_and_all_name_the_leader(cluster):
+    from prometheus_client.parser import text_string_to_metric_families
+    import urllib.request
+
+    def scrape(node_id) -> dict:
+        text = urllib.request.urlopen(cluster.metrics_url(node_id), timeout=10).read().decode()
+        return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
+    leader = _quorum(cluster)[0]
+    samples = {c: scrape(c) for c in CONTROLLERS}
+    assert {c: s["kafka_controller_kafkacontroller_activecontrollercount"] for c, s in samples.items()} == {
+        c: (1.0 if c == leader else 0.0) for c in CONTROLLERS}
+    assert {s["kafka_server_raft_metrics_current_leader"] for s in samples.values()} == {float(leader)}
+    assert len({s["kafka_server_raft_metrics_current_epoch"] for s in samples.values()}) == 1
 
 
 def test_killing_the_active_controller_and_a_broker_loses_no_acknowledged_record(cluster):

@@ -226,6 +226,70 @@ def test_request_names_are_kafkas():
         "Produce", "OffsetForLeaderEpoch", "ApiVersions", "DescribeLogDirs", "InitProducerId"]
 
 
+def test_request_metrics_publish_the_counts_kept_per_request(monkeypatch):
+    """RequestMetrics keeps plain counts per (type, version) and publishes them at
+    scrape time: each time lands in the bucket whose bound it does not exceed
+    (a bound itself included), versions add up into one histogram per type, a
+    Fetch is also counted as FetchConsumer / FetchFollower, and bytes out only
+    for a consumer. The clock is pinned: the times are exact, not measured."""
+    from types import SimpleNamespace
+
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from tidelog.protocol.codec import RequestHeader
+    from tidelog.server import metrics
+
+    monkeypatch.setattr(metrics, "perf_counter", lambda: 0.0)
+    observer = metrics.RequestMetrics()
+
+    def observe(api_key, version, elapsed_ms, request=None, response=None):
+        observer.observe(RequestHeader(int(api_key), version, 1, "test"), request, response, -elapsed_ms / 1000.0)
+
+    for ms in (0.25, 1.0, 1.5, 5.0, 40_000.0):          # Produce v9: <= 1 twice, <= 2, <= 5, +Inf
+        observe(ApiKey.PRODUCE, 9, ms)
+    observe(ApiKey.PRODUCE, 8, 0.5)
+    consumer, follower = SimpleNamespace(replica_id=-1), SimpleNamespace(replica_id=2)
+    fetched = {"responses": [{"topic": "t", "partitions": [{"records": b"x" * 70}, {"records": None}]},
+                             {"topic": "u", "partitions": [{"records": b""}]}]}
+    observe(ApiKey.FETCH, 11, 7.0, consumer, fetched)
+    observe(ApiKey.FETCH, 11, 0.5, follower, {"responses": [{"topic": "t", "partitions": [{"records": b"y"}]}]})
+    observe(ApiKey.FETCH, 12, 3.0, consumer, {"responses": []})
+
+    registry = CollectorRegistry()
+    registry.register(observer)
+    samples = {(s.name, frozenset(s.labels.items())): s.value
+               for family in text_string_to_metric_families(generate_latest(registry).decode())
+               for s in family.samples}
+    bounds = [str(b) for b in metrics.REQUEST_TIME_BUCKETS_MS] + ["+Inf"]
+
+    def buckets(request):
+        return [samples[("kafka_network_requestmetrics_totaltimems_bucket",
+                         frozenset({"request": request, "le": bound}.items()))] for bound in bounds]
+
+    #                               1  2  5  10 25 50 ... 30000  +Inf
+    assert buckets("Produce") == [3, 4, 5] + [5] * 11 + [6]
+    assert buckets("Fetch") == [1, 1, 2] + [3] * 11 + [3]
+    assert buckets("FetchConsumer") == [0, 0, 1] + [2] * 11 + [2]
+    assert buckets("FetchFollower") == [1] * 15
+
+    def sample(name, **labels):
+        return samples.get((name, frozenset(labels.items())))
+
+    assert sample("kafka_network_requestmetrics_totaltimems_count", request="Produce") == 6
+    assert sample("kafka_network_requestmetrics_totaltimems_sum", request="Produce") == 40_008.25
+    assert sample("kafka_network_requestmetrics_totaltimems_sum", request="Fetch") == 10.5
+    assert sample("kafka_network_requestmetrics_totaltimems_sum", request="FetchFollower") == 0.5
+    requests = {tuple(sorted(labels)): value for (name, labels), value in samples.items()
+                if name == "kafka_network_requestmetrics_requests_total"}
+    assert requests == {
+        (("request", "Fetch"), ("version", "11")): 2, (("request", "Fetch"), ("version", "12")): 1,
+        (("request", "FetchConsumer"), ("version", "11")): 1, (("request", "FetchConsumer"), ("version", "12")): 1,
+        (("request", "FetchFollower"), ("version", "11")): 1,
+        (("request", "Produce"), ("version", "8")): 1, (("request", "Produce"), ("version", "9")): 5}
+    assert observer.bytes_out == {"t": 70}
+
+
 # ------------------------------------------------------- the replica manager's counts
 
 TP = TopicPartition("orders", 0)

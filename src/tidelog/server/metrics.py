@@ -20,9 +20,11 @@ consistent moment. Nothing is computed while requests are served, except:
   from here;
 * ``RequestMetrics``, the dispatcher's observer: per request it adds the time
   from decode to the encoded answer (for a delayed Produce or Fetch, to its
-  completion) into a fixed-bucket histogram, counts the request by (type,
-  version) and, for a consumer's Fetch, the record bytes sent per topic — a
-  ``bisect`` and a few dictionary updates, no lock.
+  completion) into a fixed-bucket histogram kept per (type, version) as a plain
+  list of ints — one dictionary lookup on an int key, a ``bisect`` only past
+  the first bucket, two list updates, no lock and no prometheus_client object —
+  and, for a consumer's Fetch, the record bytes sent per topic. The request
+  counts and each type's histogram are summed from those lists at scrape time.
 
 Each ``Server`` has its own ``CollectorRegistry`` (never the process-global
 default one), so several servers in one process (tests) do not mix. ``MetricsHttpServer`` is a minimal HTTP/1.1 server on the same asyncio
@@ -134,10 +136,17 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {name: (kind, labels, tex
     ("kafka_controller_kafkacontroller_globalpartitioncount", "gauge", (), "Partitions in the cluster"),
     ("kafka_controller_kafkacontroller_fencedbrokercount", "gauge", (), "Registered brokers that are fenced"),
     ("kafka_controller_kafkacontroller_activebrokercount", "gauge", (), "Registered brokers that are not fenced"),
+    # kafka.server:type=raft-metrics (the controller quorum, on controllers)
+    ("kafka_server_raft_metrics_current_leader", "gauge", (), "The quorum leader's id (-1: none known)"),
+    ("kafka_server_raft_metrics_current_epoch", "gauge", (), "The quorum epoch"),
+    ("kafka_server_raft_metrics_current_vote", "gauge", (), "Whom this voter voted for in the epoch (-1: none)"),
+    ("kafka_server_raft_metrics_high_watermark", "gauge", (), "The quorum's high watermark (commit index)"),
+    ("kafka_server_raft_metrics_log_end_offset", "gauge", (), "This controller's metadata log end offset"),
 ]}
 
 REQUEST_METRICS = tuple(name for name in METRICS if name.startswith("kafka_network_"))
-CONTROLLER_METRICS = tuple(name for name in METRICS if name.startswith("kafka_controller_"))
+CONTROLLER_METRICS = tuple(name for name in METRICS if name.startswith(("kafka_controller_",
+                                                                          "kafka_server_raft_metrics_")))
 BROKER_METRICS = tuple(name for name in METRICS if name not in REQUEST_METRICS + CONTROLLER_METRICS)
 
 _FAMILIES = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily, "histogram": HistogramMetricFamily}
@@ -166,54 +175,94 @@ def _replica_id(fetch_request) -> int:
 
 # ------------------------------------------------------------------ requests
 
+_FETCH = int(ApiKey.FETCH)
+_FIRST_BOUND = REQUEST_TIME_BUCKETS_MS[0]
+_SUM = len(REQUEST_TIME_BUCKETS_MS) + 1       # a slot's index of its sum of ms, after the +Inf bucket
+# Slot keys: api_key << 8 | version (the dispatcher observes only versions it supports, all
+# below 256); a Fetch's second slot (FetchFollower / FetchConsumer) adds one of these.
+_FOLLOWER, _CONSUMER = 1 << 16, 2 << 16
+
+
 class RequestMetrics:
-    """The dispatcher's observer: request times, counts, and consumer bytes out."""
+    """Request times, counts, and consumer bytes out, fed by the dispatcher's observer.
+
+    One slot per (request name, version), a plain list: the count of each
+    histogram bucket (the last is +Inf), then the sum of ms. ``observe`` — the
+    observer a ``Dispatcher`` calls after each answer — is a plain function
+    (cheaper to call than an instance's ``__call__``) that costs one dictionary
+    lookup on an int key, a ``bisect`` only past the first bucket and two list
+    updates (a Fetch: twice, and its bytes out); the request count of a (name,
+    version) is its slot's total and a name's histogram the sum of its versions'
+    slots, both added up by ``collect()`` at scrape time."""
 
     def __init__(self):
-        # request name → [count per bucket (the last is +Inf), sum of ms]
-        self.times: dict[str, tuple[list[int], list[float]]] = {}
-        self.requests: dict[tuple[str, int], int] = {}
+        self.slots: dict[int, list] = {}                  # api_key << 8 | version (+ _FOLLOWER/_CONSUMER)
+        self.labels: dict[int, tuple[str, int]] = {}      # slot key → (request name, version)
         self.bytes_out: dict[str, int] = {}
+        self.observe: Callable[[RequestHeader, object, dict | None, float], None] = self._observer()
 
     def __call__(self, header: RequestHeader, request, response: dict | None, started: float) -> None:
-        elapsed_ms = (perf_counter() - started) * 1000.0
-        api_key = header.api_key
-        if api_key == ApiKey.FETCH:
-            follower = _replica_id(request) >= 0
-            # As Kafka: a Fetch is timed as "Fetch" and as FetchFollower / FetchConsumer.
-            self._observe("FetchFollower" if follower else "FetchConsumer", header.api_version, elapsed_ms)
-            if not follower and response is not None:
-                for topic in response.get("responses", ()):
-                    sent = sum(len(p.get("records") or b"") for p in topic.get("partitions", ()))
-                    if sent:
-                        name = topic.get("topic") or ""
-                        self.bytes_out[name] = self.bytes_out.get(name, 0) + sent
-        self._observe(_REQUEST_NAMES.get(api_key) or request_name(api_key), header.api_version, elapsed_ms)
+        self.observe(header, request, response, started)
 
-    def _observe(self, name: str, version: int, elapsed_ms: float) -> None:
-        entry = self.times.get(name)
-        if entry is None:
-            entry = self.times[name] = ([0] * (len(REQUEST_TIME_BUCKETS_MS) + 1), [0.0])
-        entry[0][bisect_left(REQUEST_TIME_BUCKETS_MS, elapsed_ms)] += 1
-        entry[1][0] += elapsed_ms
-        key = (name, version)
-        self.requests[key] = self.requests.get(key, 0) + 1
+    def _observer(self) -> Callable[[RequestHeader, object, dict | None, float], None]:
+        slots, new_slot, fetch = self.slots, self._new_slot, self._fetch
+
+        def observe(header: RequestHeader, request, response: dict | None, started: float) -> None:
+            elapsed_ms = (perf_counter() - started) * 1000.0
+            api_key, version = header[0], header[1]       # (a subscript is cheaper than the attribute)
+            key = api_key << 8 | version
+            slot = slots.get(key) or new_slot(key, _REQUEST_NAMES.get(api_key) or request_name(api_key), version)
+            # Most requests fall in the first bucket (<= 1 ms): no bisect for those.
+            slot[bisect_left(REQUEST_TIME_BUCKETS_MS, elapsed_ms) if elapsed_ms > _FIRST_BOUND else 0] += 1
+            slot[_SUM] += elapsed_ms
+            if api_key == _FETCH:
+                fetch(key, version, request, response, elapsed_ms)
+        return observe
+
+    def _fetch(self, key: int, version: int, request, response: dict | None, elapsed_ms: float) -> None:
+        follower = _replica_id(request) >= 0
+        # As Kafka: a Fetch is timed as "Fetch" and as FetchFollower / FetchConsumer.
+        key |= _FOLLOWER if follower else _CONSUMER
+        slot = self.slots.get(key) or self._new_slot(key, "FetchFollower" if follower else "FetchConsumer", version)
+        slot[bisect_left(REQUEST_TIME_BUCKETS_MS, elapsed_ms) if elapsed_ms > _FIRST_BOUND else 0] += 1
+        slot[_SUM] += elapsed_ms
+        if not follower and response is not None:
+            for topic in response.get("responses", ()):
+                sent = sum(len(p.get("records") or b"") for p in topic.get("partitions", ()))
+                if sent:
+                    name = topic.get("topic") or ""
+                    self.bytes_out[name] = self.bytes_out.get(name, 0) + sent
+
+    def _new_slot(self, key: int, name: str, version: int) -> list:
+        self.labels[key] = (name, version)
+        slot = self.slots[key] = [0] * _SUM + [0.0]
+        return slot
 
     def describe(self) -> list[Metric]:
         return [_family(name) for name in REQUEST_METRICS]
 
     def collect(self) -> Iterator[Metric]:
+        by_name: dict[str, list] = {}       # name → bucket counts and sum over its versions
+        counts: dict[tuple[str, int], int] = {}
+        for key, slot in self.slots.items():
+            name, version = self.labels[key]
+            total = by_name.get(name)
+            if total is None:
+                total = by_name[name] = [0] * _SUM + [0.0]
+            for i, value in enumerate(slot):
+                total[i] += value
+            counts[(name, version)] = sum(slot[:_SUM])
         times = _family("kafka_network_requestmetrics_totaltimems")
         bounds = [str(b) for b in REQUEST_TIME_BUCKETS_MS] + ["+Inf"]
-        for name, (counts, total) in sorted(self.times.items()):
+        for name, total in sorted(by_name.items()):
             cumulative, buckets = 0, []
-            for bound, count in zip(bounds, counts):
+            for bound, count in zip(bounds, total):
                 cumulative += count
                 buckets.append((bound, cumulative))
-            times.add_metric([name], buckets, total[0])
+            times.add_metric([name], buckets, total[_SUM])
         yield times
         requests = _family("kafka_network_requestmetrics_requests")
-        for (name, version), count in sorted(self.requests.items()):
+        for (name, version), count in sorted(counts.items()):
             requests.add_metric([name, str(version)], count)
         yield requests
 
@@ -327,12 +376,19 @@ class ControllerCollector:
             offline += not registration.has_leader
             imbalanced += registration.has_leader and registration.leader != registration.preferred_leader
         fenced = sum(1 for b in image.brokers.values() if b.fenced)
-        values = {"activecontrollercount": 1, "offlinepartitionscount": offline,
+        values = {"activecontrollercount": int(self.controller_server.active), "offlinepartitionscount": offline,
                   "preferredreplicaimbalancecount": imbalanced, "globaltopiccount": len(image.topics_by_name),
                   "globalpartitioncount": partitions, "fencedbrokercount": fenced,
                   "activebrokercount": len(image.brokers) - fenced}
         for short, value in values.items():
             family = _family(f"kafka_controller_kafkacontroller_{short}")
+            family.add_metric([], value)
+            yield family
+        replica = self.controller_server.raft.replica
+        for short, value in (("current_leader", replica.leader_id), ("current_epoch", replica.epoch),
+                             ("current_vote", replica.voted_for), ("high_watermark", replica.high_watermark),
+                             ("log_end_offset", replica.log.end_offset)):
+            family = _family(f"kafka_server_raft_metrics_{short}")
             family.add_metric([], value)
             yield family
 
@@ -445,12 +501,15 @@ class ServerMetrics:
 
     def __init__(self, host: str, port: int):
         self.registry = CollectorRegistry()
-        self.requests = RequestMetrics()
-        self.registry.register(self.requests)
+        self.request_metrics = RequestMetrics()
+        self.registry.register(self.request_metrics)
+        # What runtime.py hands each Dispatcher as its observer: the plain function
+        # ``RequestMetrics.observe``, cheaper to call per request than the instance.
+        self.requests = self.request_metrics.observe
         self.http = MetricsHttpServer(self.registry, host, port)
 
     def add_broker(self, node) -> None:
-        self.registry.register(BrokerCollector(node, self.requests))
+        self.registry.register(BrokerCollector(node, self.request_metrics))
 
     def add_controller(self, controller_server) -> None:
         self.registry.register(ControllerCollector(controller_server))
