@@ -9,6 +9,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import time
 import sys
 
 import pytest
@@ -209,3 +210,40 @@ def test_cluster_up_secure_gives_clients_working_settings(tmp_path):
         assert cluster("status").returncode == 0
     finally:
         cluster("down")
+
+
+def test_clients_re_authenticate_before_their_login_expires():
+    """connections.max.reauth.ms (KIP-368): librdkafka renews its SCRAM and PLAIN logins
+    on the open connection and keeps producing; a raw client that does not renew has
+    its connection closed at its first request after the expiry."""
+    import struct
+    overrides = {"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "sasl.jaas.config": JAAS,
+                 "connections.max.reauth.ms": "1500"}
+    with Broker(overrides=overrides) as short:
+        producer = Producer(alice(short.bootstrap))
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            producer.produce("reauth", b"x")
+            producer.poll(0.05)
+        assert producer.flush(30) == 0
+        wait_until(lambda: any("re-authenticated as User:alice" in line for line in short.output), 10,
+                   "a re-authentication")
+        from tidelog.protocol.codec import encode_request
+        from tidelog.protocol.api_keys import ApiKey
+        from tidelog.server.sasl import plain_token
+        with socket.create_connection(("127.0.0.1", short.port), timeout=10) as sock:
+            def send(api_key, version, body, correlation):
+                sock.sendall(encode_request(api_key, version, correlation, "raw", body))
+                head = sock.recv(4)
+                if not head:
+                    return None
+                (size,) = struct.unpack(">i", head)
+                data = b""
+                while len(data) < size:
+                    data += sock.recv(size - len(data))
+                return data
+            assert send(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}, 1) is not None
+            assert send(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": plain_token("alice", "alice-secret")}, 2)
+            assert send(ApiKey.METADATA, 1, {"topics": None}, 3) is not None
+            time.sleep(2)                                               # the login expires
+            assert send(ApiKey.METADATA, 1, {"topics": None}, 4) is None

@@ -76,3 +76,19 @@ def test_a_bad_plain_token_fails_for_good(token):
     assert error == ErrorCode.SASL_AUTHENTICATION_FAILED and s.state == FAILED
     assert "admin-secret" not in message
     assert s.authenticate(plain_token("admin", "admin-secret"))[0] == ErrorCode.ILLEGAL_SASL_STATE
+
+
+def test_a_login_expires_and_is_renewed_with_the_same_principal_only():
+    """KIP-368 (connections.max.reauth.ms): past its lifetime a login serves only its renewal;
+    a renewal as another user fails."""
+    authenticator = SaslAuthenticator.from_config(BrokerConfig({"sasl.jaas.config": JAAS}), "SASL_PLAINTEXT")
+    authenticator.reauth_ms = 1000
+    s = authenticator.session()
+    s.handshake("PLAIN")
+    assert s.authenticate(plain_token("admin", "admin-secret"), now_ms=0)[0] == ErrorCode.NONE
+    assert s.allows(ApiKey.PRODUCE, now_ms=999) and not s.allows(ApiKey.PRODUCE, now_ms=1000)
+    assert s.handshake("PLAIN") == ErrorCode.NONE
+    assert s.authenticate(plain_token("admin", "admin-secret"), now_ms=1500)[0] == ErrorCode.NONE
+    assert s.allows(ApiKey.PRODUCE, now_ms=2400)
+    s.handshake("PLAIN")
+    assert s.authenticate(plain_token("alice", 'al"ice'), now_ms=2600)[0] == ErrorCode.SASL_AUTHENTICATION_FAILED

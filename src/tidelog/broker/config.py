@@ -152,6 +152,8 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("sasl.enabled.mechanisms", list, ["PLAIN"]),
     ConfigDef("sasl.mechanism.inter.broker.protocol", str, "PLAIN"),
     ConfigDef("sasl.jaas.config", str, None),
+    ConfigDef("connections.max.reauth.ms", int, 0, _non_negative,
+              "a SASL login must be renewed this often (KIP-368); 0: never"),
     ConfigDef("connection.failed.authentication.delay.ms", int, 100, _non_negative,
               "a failed authentication is answered this much later (then the connection closes)"),
     # The group coordinator (docs/groups.md).

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import logging
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import Callable
 
 from tidelog.core.errors import ErrorCode
@@ -75,9 +75,10 @@ class Dispatcher:
             return self._unsupported(header, entry)
         handler = entry[0]
         session = getattr(connection, "sasl", None)
-        if session is not None and not session.allows(header.api_key):
-            # Kafka's SaslServerAuthenticator: any other request before authentication closes.
-            raise ProtocolError(f"{_api_name(header.api_key)} request before SASL authentication")
+        if session is not None and not session.allows(header.api_key, int(monotonic() * 1000)):
+            # Kafka's SaslServerAuthenticator: any other request before authentication (or
+            # after the login expired, KIP-368) closes the connection.
+            raise ProtocolError(f"{_api_name(header.api_key)} request without a valid SASL authentication")
         observer = self.observer
         started = perf_counter() if observer is not None else 0.0
         request = decode_request(header, frame, body_offset)

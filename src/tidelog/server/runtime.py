@@ -250,6 +250,7 @@ class Server:
         if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
             authenticator = SaslAuthenticator.from_config(
                 self.config, name, lambda user, mechanism: self.image.scram_credentials.get((user, mechanism)))
+            authenticator.reauth_ms = self.config["connections.max.reauth.ms"]
             SaslApis(authenticator, self.config["connection.failed.authentication.delay.ms"]).register(dispatcher)
         if protocol in ("SSL", "SASL_SSL"):
             context = tls.server_context(self.config, name)

@@ -120,6 +120,7 @@ class SaslAuthenticator:
     # (user, ScramMechanism code) → its UserScramCredentialRecord, from the metadata image.
     scram_credential: Callable[[str, int], Any] = lambda name, mechanism: None
     nonce: Callable[[], bytes] = lambda: os.urandom(SCRAM_NONCE_BYTES)
+    reauth_ms: int = 0          # connections.max.reauth.ms (KIP-368); 0: a login lasts the connection
 
     @classmethod
     def from_config(cls, config: NodeConfig, listener: str,
@@ -154,14 +155,27 @@ class SaslSession:
     principal: str | None = None
     failures: int = 0
     _scram: dict | None = None             # the SCRAM exchange so far
+    expires_at_ms: int | None = None       # KIP-368: the login must be renewed before this
+    _first_principal: str | None = None    # a re-authentication may not change it
 
-    def allows(self, api_key: int) -> bool:
+    def allows(self, api_key: int, now_ms: int = 0) -> bool:
         from tidelog.protocol.api_keys import ApiKey
+        handshake_apis = (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
         if self.state == AUTHENTICATED:
-            return api_key != ApiKey.SASL_HANDSHAKE          # re-authentication (KIP-368) is not supported
-        return api_key in (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
+            # KIP-368: past its lifetime a login serves nothing but its renewal.
+            if api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+                return self.authenticator.reauth_ms > 0
+            expired = self.expires_at_ms is not None and now_ms >= self.expires_at_ms
+            return api_key == ApiKey.API_VERSIONS or not expired
+        return api_key in handshake_apis
 
     def handshake(self, mechanism: str) -> ErrorCode:
+        if self.state == AUTHENTICATED and self.authenticator.reauth_ms > 0:
+            # Re-authentication (KIP-368): the same mechanism, and later the same principal.
+            if mechanism.upper() != self.mechanism:
+                return ErrorCode.ILLEGAL_SASL_STATE
+            self.state = HANDSHAKEN
+            return ErrorCode.NONE
         if self.state != START:
             return ErrorCode.ILLEGAL_SASL_STATE
         if mechanism.upper() not in self.authenticator.mechanisms:
@@ -169,8 +183,23 @@ class SaslSession:
         self.mechanism, self.state = mechanism.upper(), HANDSHAKEN
         return ErrorCode.NONE
 
-    def authenticate(self, token: bytes) -> tuple[ErrorCode, str | None, bytes]:
+    def authenticate(self, token: bytes, now_ms: int = 0) -> tuple[ErrorCode, str | None, bytes]:
         """(error, message for the client, bytes back). A failure is final."""
+        result = self._authenticate(token)
+        if result[0] == ErrorCode.NONE and self.state == AUTHENTICATED:
+            if self._first_principal is None:
+                self._first_principal = self.principal
+            elif self.principal != self._first_principal:
+                return self._fail("Cannot change principals during re-authentication")
+            if self.authenticator.reauth_ms > 0:
+                self.expires_at_ms = now_ms + self.authenticator.reauth_ms
+        return result
+
+    @property
+    def session_lifetime_ms(self) -> int:
+        return self.authenticator.reauth_ms
+
+    def _authenticate(self, token: bytes) -> tuple[ErrorCode, str | None, bytes]:
         if self.state != HANDSHAKEN:
             return ErrorCode.ILLEGAL_SASL_STATE, "SaslAuthenticate before SaslHandshake", b""
         if len(token) > TOKEN_MAX_BYTES:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
@@ -19,6 +20,10 @@ from tidelog.server.dispatch import current_connection
 from tidelog.server.sasl import AUTHENTICATED, SaslAuthenticator
 
 log = logging.getLogger("tidelog.sasl")
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
 class SaslApis:
@@ -42,14 +47,16 @@ class SaslApis:
 
     def handle_sasl_authenticate(self, header, request):
         connection = current_connection.get()
-        error, message, token = connection.sasl.authenticate(bytes(request.auth_bytes or b""))
+        reauthenticating = connection.sasl._first_principal is not None
+        error, message, token = connection.sasl.authenticate(bytes(request.auth_bytes or b""), now_ms())
         answer = {"error_code": int(error), "error_message": message, "auth_bytes": token,
-                  "session_lifetime_ms": 0}
+                  "session_lifetime": connection.sasl.session_lifetime_ms if error == ErrorCode.NONE else 0}
         if error == ErrorCode.NONE:
             if connection.sasl.state != AUTHENTICATED:
                 return answer                     # a step of a multi-step exchange (SCRAM)
             connection.principal = connection.sasl.principal
-            log.info("%s authenticated as %s (SASL/%s)", connection.peer, connection.principal,
+            log.info("%s %s as %s (SASL/%s)", connection.peer,
+                     "re-authenticated" if reauthenticating else "authenticated", connection.principal,
                      connection.sasl.mechanism)
             return answer
         log.warning("failed authentication from %s (SASL/%s): %s", connection.peer, connection.sasl.mechanism,
