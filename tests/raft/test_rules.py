@@ -185,3 +185,50 @@ def test_a_restarted_leader_does_not_believe_it_still_leads():
     restarted = RaftReplica(1, (1, 2, 3), v.log, random.Random(0))
     restarted.start(0, QuorumStateRecord(5, 1, 1))
     assert restarted.state == UNATTACHED and restarted.leader_id == -1
+
+
+def test_a_late_diverging_answer_to_a_superseded_fetch_does_not_cut_committed_entries():
+    """A resent Fetch gets two answers; the second, arriving after the follower moved on,
+    is stale and ignored (Kafka's RequestManager drops unexpected responses)."""
+    from tidelog.raft.replica import FOLLOWER as F
+    leader_log, follower_log = RaftLog(), RaftLog()
+    leader_log.append_as_leader(1, ["a", "b"])
+    leader_log.append_as_leader(3, ["c"])
+    follower_log.append_as_leader(1, ["a", "b"])
+    follower_log.append_as_leader(2, ["x"])
+    leader = RaftReplica(1, (1, 2, 3), leader_log, random.Random(0), state=LEADER, epoch=3, leader_id=1)
+    follower = RaftReplica(2, (1, 2, 3), follower_log, random.Random(0), state=F, epoch=3, leader_id=1)
+    follower._send_fetch(0)
+    (old_fetch,) = (e.message for e in follower.take_outbox())
+    leader.on_message(2, old_fetch, 0)
+    leader.on_message(2, old_fetch, 1)                        # the resend
+    first, second = (e.message for e in leader.take_outbox())
+    follower.on_message(1, first, 2)                          # truncate, fetch from 2
+    for now in (3, 5):
+        (fetch,) = (e.message for e in follower.take_outbox())
+        leader.on_message(2, fetch, now)
+        follower.on_message(1, leader.take_outbox()[0].message, now + 1)
+    assert follower.high_watermark == 3 and follower_log.entries[2] == (3, "c")
+    follower.on_message(1, second, 7)                         # the late answer to the old fetch
+    assert follower_log.end_offset == 3, "a committed entry was truncated"
+
+
+def test_a_follower_truncates_entries_of_an_epoch_the_leader_never_had():
+    """Kafka's truncateToEndOffset: the leader's epoch-1 end (4) is past our log, but our
+    epoch 1 ends at 2 — cut there, not at min(4, our end), which cuts nothing forever."""
+    from tidelog.raft.replica import FOLLOWER as F
+    leader_log, follower_log = RaftLog(), RaftLog()
+    leader_log.append_as_leader(1, ["a", "b", "c", "d"])
+    leader_log.append_as_leader(3, ["e"])
+    follower_log.append_as_leader(1, ["a", "b"])
+    follower_log.append_as_leader(2, ["x"])
+    leader = RaftReplica(1, (1, 2, 3), leader_log, random.Random(0), state=LEADER, epoch=3, leader_id=1)
+    follower = RaftReplica(2, (1, 2, 3), follower_log, random.Random(0), state=F, epoch=3, leader_id=1)
+    follower._send_fetch(0)
+    for step in range(10):
+        outbox = follower.take_outbox()
+        if not outbox:
+            break
+        leader.on_message(2, outbox[0].message, step)
+        follower.on_message(1, leader.take_outbox()[0].message, step)
+    assert follower_log.entries == leader_log.entries

@@ -42,6 +42,7 @@ dynamic voters (KIP-853) are not here yet.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 
@@ -154,6 +155,7 @@ class FetchResponse:
     diverging: tuple[int, int] | None = None      # (epoch, end offset): truncate there
     fenced: bool = False                          # the fetcher's epoch is newer (or not a leader here)
     snapshot_id: tuple[int, int] | None = None    # (end offset, epoch): the fetch is below the log start
+    for_fetch: tuple[int, int] | None = None      # the (fetch offset, last fetched epoch) it answers
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,7 @@ class RaftReplica:
         self._fetch_deadline_ms: int | None = None
         self._next_fetch_ms: int | None = None
         self._fetch_in_flight = False
+        self._fetch_sent: tuple[int, int] | None = None     # the fetch whose answer is awaited
         self._follower_end: dict[int, int] = {}
         self._last_fetch_ms: dict[int, int] = {}
         self._epoch_start_offset = 0
@@ -397,45 +400,49 @@ class RaftReplica:
             self._start_pre_vote(now_ms)
 
     def _on_FetchRequest(self, source: int, request: FetchRequest, now_ms: int) -> None:
+        answering = (request.fetch_offset, request.last_fetched_epoch)
+
+        def reply(response: FetchResponse) -> None:
+            self._send(source, dataclasses.replace(response, for_fetch=answering))
         if self.state != LEADER or request.epoch > self.epoch:
-            self._send(source, FetchResponse(self.epoch, self.leader_id, fenced=True))
+            reply(FetchResponse(self.epoch, self.leader_id, fenced=True))
             return
         if request.epoch < self.epoch and request.epoch >= 0:
             pass                                   # an old epoch's fetcher learns the leader below
         log_ = self.log
         if request.fetch_offset < log_.log_start_offset:
             # What it needs is only in a snapshot now (KIP-630): it fetches that first.
-            self._send(source, FetchResponse(self.epoch, self.node_id, self.high_watermark,
-                                             snapshot_id=log_.snapshot_id()))
+            reply(FetchResponse(self.epoch, self.node_id, self.high_watermark, snapshot_id=log_.snapshot_id()))
             return
         if request.fetch_offset > 0 and request.last_fetched_epoch >= 0:
             epoch, end = log_.end_offset_for_epoch(request.last_fetched_epoch)
             if epoch < request.last_fetched_epoch or end < request.fetch_offset:
                 if end < log_.log_start_offset:
-                    self._send(source, FetchResponse(self.epoch, self.node_id, self.high_watermark,
-                                                     snapshot_id=log_.snapshot_id()))
+                    reply(FetchResponse(self.epoch, self.node_id, self.high_watermark,
+                                        snapshot_id=log_.snapshot_id()))
                     return
-                self._send(source, FetchResponse(self.epoch, self.node_id, self.high_watermark,
-                                                 diverging=(epoch, end)))
+                reply(FetchResponse(self.epoch, self.node_id, self.high_watermark, diverging=(epoch, end)))
                 return
         if request.fetch_offset > log_.end_offset:
-            self._send(source, FetchResponse(self.epoch, self.node_id, self.high_watermark,
-                                             diverging=log_.end_offset_for_epoch(log_.last_epoch)))
+            reply(FetchResponse(self.epoch, self.node_id, self.high_watermark,
+                                diverging=log_.end_offset_for_epoch(log_.last_epoch)))
             return
         self._follower_end[source] = request.fetch_offset
         self._last_fetch_ms[source] = now_ms
         if source in self.voters:
             self._maybe_advance_high_watermark()
         entries = tuple(log_.read_entries(request.fetch_offset, self.config.max_fetch_entries))
-        self._send(source, FetchResponse(self.epoch, self.node_id, self.high_watermark, request.fetch_offset,
-                                         entries))
+        reply(FetchResponse(self.epoch, self.node_id, self.high_watermark, request.fetch_offset, entries))
 
     def _on_FetchResponse(self, source: int, response: FetchResponse, now_ms: int) -> None:
-        self._fetch_in_flight = False
         if response.epoch > self.epoch and response.leader_id != NO_LEADER:
+            self._fetch_in_flight = False
             self.epoch, self.voted_for = response.epoch, NO_LEADER
             self._become_follower(response.leader_id, now_ms)
             return
+        if response.for_fetch is not None and self._fetch_sent is not None and response.for_fetch != self._fetch_sent:
+            return      # the answer to a superseded fetch (a resend's twin): acting on it could cut committed entries
+        self._fetch_in_flight = False
         if self.state != FOLLOWER or response.epoch != self.epoch or response.fenced:
             if response.fenced and self.state == FOLLOWER:
                 self._next_fetch_ms = now_ms + self.config.fetch_interval_ms
@@ -447,8 +454,13 @@ class RaftReplica:
             self._next_fetch_ms = now_ms + self.config.fetch_timeout_ms // 2      # ask again if lost
             return
         if response.diverging is not None:
+            # Kafka's truncateToEndOffset: the leader's (epoch, end) against our own end of
+            # that epoch; an epoch we never had ends where our largest earlier one ends.
             epoch, end = response.diverging
-            self.log.truncate_to(min(end, self.log.end_offset))
+            local_epoch, local_end = self.log.end_offset_for_epoch(epoch)
+            cut = min(end, local_end) if local_epoch == epoch else local_end
+            # Committed entries are the leader's too: never below the high watermark.
+            self.log.truncate_to(max(min(cut, self.log.end_offset), min(self.high_watermark, self.log.end_offset)))
             self.high_watermark = min(self.high_watermark, self.log.end_offset)
             self._send_fetch(now_ms)
             return
@@ -558,6 +570,7 @@ class RaftReplica:
         end = self.log.end_offset
         last_epoch = self.log.epoch_at(end - 1) if end > 0 else -1
         self._send(self.leader_id, FetchRequest(self.epoch, self.node_id, end, last_epoch))
+        self._fetch_sent = (end, last_epoch)
         self._fetch_in_flight = True
         self._next_fetch_ms = now_ms + self.config.fetch_timeout_ms // 2      # resend if the answer is lost
 

@@ -28,6 +28,7 @@ from the active controller through the controller's own Fetch handler
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 from typing import Callable
@@ -199,6 +200,8 @@ class RaftDriver:
                 response = await connection.request(ApiKey.FETCH, self._fetch_body(message),
                                                     version=_FETCH_VERSION, timeout_s=timeout_s)
                 reply = self._fetch_reply(response)
+                if reply is not None:             # Kafka's Fetch does not echo what it answers: we know
+                    reply = dataclasses.replace(reply, for_fetch=(message.fetch_offset, message.last_fetched_epoch))
             elif isinstance(message, FetchSnapshotRequest):
                 connection = await self._connection(voter, "fetch")
                 reply = await self._fetch_snapshot(connection, message, timeout_s)
