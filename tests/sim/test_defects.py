@@ -4,15 +4,16 @@ and with the invariant the defect breaks."""
 
 import pytest
 
-from tidelog.sim.defects import EXPECTED, SCENARIO_ONLY
+from tidelog.sim.defects import CONTROLLERS, EXPECTED, SCENARIO_ONLY
 from tests.sim.conftest import FIXED_SEEDS
 
 
 @pytest.mark.parametrize("defect", sorted(set(EXPECTED) - SCENARIO_ONLY))
 def test_a_planted_defect_fails_some_fixed_seed_with_the_right_invariant(run, defect):
+    controllers = CONTROLLERS.get(defect)      # the quorum's defects: a quorum on every seed
     failures = []
     for seed in FIXED_SEEDS:
-        result = run(seed, defect=defect)
+        result = run(seed, defect=defect, controllers=controllers)
         if not result.passed:
             failures.append((seed, result.invariant))
             if result.invariant in EXPECTED[defect]:
@@ -21,7 +22,7 @@ def test_a_planted_defect_fails_some_fixed_seed_with_the_right_invariant(run, de
     seed, invariant = failures[-1]
     assert invariant in EXPECTED[defect], failures
     # …and the seed passes without the defect: the failure is the defect's.
-    assert run(seed).passed
+    assert run(seed, controllers=controllers).passed
 
 
 def test_the_defect_switch_is_off_outside_its_block():

@@ -30,3 +30,11 @@ def test_applying_stale_metadata_before_registering_loses_committed_records(tmp_
     after restarting with an empty disk, and the followers would truncate to it."""
     outcome = run_scenario("stale-metadata-restart", str(tmp_path), defect="publish-before-registration")
     assert outcome.violation is not None and outcome.violation.startswith("10.4-acknowledged-write-kept")
+
+
+def test_a_quorum_leader_that_commits_alone_is_caught(tmp_path):
+    """Cut off from the other voters, a leader that counts itself a majority commits its
+    write alone; the leader elected after it lacks that committed entry."""
+    outcome = run_scenario("quorum-leader-cut-off", str(tmp_path), defect="raft-commit-without-majority")
+    assert outcome.violation is not None, outcome.report()
+    assert outcome.violation.split(":")[0] in {"raft-committed-kept", "metadata-only-committed"}, outcome.report()

@@ -2,10 +2,11 @@
 
 One seed decides everything: the cluster's shape and settings (``config.py``),
 every network delay and loss (``network.py``), every fault (``nemesis.py``) and
-every client request (``clients.py``). The brokers and the controller are the
-production replication core (``tidelog.replication``, ``tidelog.controller``,
-``tidelog.metadata``, ``tidelog.storage``) glued by events (``broker.py``,
-``controller.py``) on a discrete-event loop (``loop.py``); the invariants
+every client request (``clients.py``). The brokers and the controllers (a
+KRaft quorum of 1, 3 or 5) are the production core (``tidelog.replication``,
+``tidelog.controller``, ``tidelog.raft``, ``tidelog.metadata``,
+``tidelog.storage``) glued by events (``broker.py``, ``controller.py``) on a
+discrete-event loop (``loop.py``); the invariants
 listed in docs/simulation.md are checked after every event (``checker.py``).
 ``python -m tidelog.sim --seed N`` replays seed N exactly. docs/simulation.md draws it.
 """

@@ -5,6 +5,7 @@
     python -m tidelog.sim --seeds 0-999 --jobs 4    # many seeds, in 4 processes
     python -m tidelog.sim --seeds 0-99 --long       # longer fault phases (make sim-long runs both)
     python -m tidelog.sim --seed 17 --defect truncate-to-high-watermark
+    python -m tidelog.sim --seeds 0-49 --controllers 3   # force the controller quorum's size
     python -m tidelog.sim --scenario kip-101-1      # a named fault scenario; --scenario list
 
 A failure prints ``seed=<n> config=<…> invariant=<name>`` and exits 1. A run
@@ -35,10 +36,11 @@ def _seeds(text: str) -> list[int]:
 def _run_one(job, echo: bool = False):
     from tidelog.sim.loop import Trace
     from tidelog.sim.simulation import run_seed
-    seed, long, defect, tail = job
+    seed, long, defect, tail, controllers = job
     directory = tempfile.mkdtemp(prefix=f"tidelog-sim-{seed}-")
     try:
-        return run_seed(seed, directory, long=long, defect=defect, trace=Trace(echo=echo, keep=max(tail, 1)))
+        return run_seed(seed, directory, long=long, defect=defect, trace=Trace(echo=echo, keep=max(tail, 1)),
+                        controllers=controllers)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -56,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--digest", action="store_true", help="print the trace digest")
     parser.add_argument("--keep-going", action="store_true", help="with --seeds: do not stop at a failure")
     parser.add_argument("--jobs", type=int, default=1, help="run seeds in this many processes")
+    parser.add_argument("--controllers", type=int, choices=(1, 3, 5),
+                        help="force the size of the controller quorum (default: chosen per seed)")
     args = parser.parse_args(argv)
 
     from tidelog.sim.config import RunStats
@@ -81,13 +85,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs > 1 and len(seeds) > 1:
         from concurrent.futures import ProcessPoolExecutor
         pool = ProcessPoolExecutor(args.jobs)
-        results = pool.map(_run_one, [(seed, args.long, args.defect, args.tail) for seed in seeds], chunksize=4)
+        results = pool.map(_run_one, [(seed, args.long, args.defect, args.tail, args.controllers)
+                                             for seed in seeds], chunksize=4)
     else:
         pool = None
-        results = (_run_one((seed, args.long, args.defect, args.tail), echo=args.trace and len(seeds) == 1)
+        results = (_run_one((seed, args.long, args.defect, args.tail, args.controllers),
+                            echo=args.trace and len(seeds) == 1)
                    for seed in seeds)
+    sizes: dict[int, int] = {}
     for result in results:
         total.add(result.stats)
+        sizes[result.config.controllers] = sizes.get(result.config.controllers, 0) + 1
         if result.passed:
             line = result.summary()
             if args.digest:
@@ -104,12 +112,14 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"    {line}")
             print(f"  replay: python -m tidelog.sim --seed {result.seed}"
                   + (" --long" if args.long else "") + (f" --defect {args.defect}" if args.defect else "")
-                  + " --trace")
+                  + (f" --controllers {args.controllers}" if args.controllers else "") + " --trace")
             if not args.keep_going:
                 break
     if pool is not None:
         pool.shutdown(cancel_futures=True)
     elapsed = time.monotonic() - started
+    quorums = ", ".join(f"{n} seeds with {size} controller{'s' if size > 1 else ''}"
+                        for size, n in sorted(sizes.items()))
     if len(seeds) > 1:
         acked = ", ".join(f"acks={k}: {v}" for k, v in sorted(total.acked.items()))
         print(f"{len(seeds) - len(failures) if not failures or args.keep_going else '?'} of {len(seeds)} seeds "
@@ -123,7 +133,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{total.group_commits} commits acknowledged ({total.group_commits_excused} excused), "
               f"{total.rebalances} generations assigned, {total.coordinator_moves} coordinator moves, "
               f"member faults {sum(total.member_faults.values())} ({', '.join(f'{k} {v}' for k, v in sorted(total.member_faults.items()))}); "
-              f"transactions: {', '.join(f'{k} {v}' for k, v in sorted(total.transactions.items())) or 'none'}")
+              f"transactions: {', '.join(f'{k} {v}' for k, v in sorted(total.transactions.items())) or 'none'}; "
+              f"controller quorum: {quorums}, {total.controller_elections} Raft leaders elected, "
+              f"{total.controller_activations} activations, controller faults "
+              f"{sum(total.controller_faults.values())} "
+              f"({', '.join(f'{k} {v}' for k, v in sorted(total.controller_faults.items()))}), "
+              f"{total.metadata_records_committed} metadata offsets committed")
     return 1 if failures else 0
 
 

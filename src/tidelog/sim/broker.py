@@ -2,16 +2,18 @@
 
 Theory of operation. ``SimBroker`` is a driver and nothing else: it builds a
 ``tidelog.broker.BrokerNode`` at every process start (on a ``SimDisk``, with a
-``FollowerMetadataLog`` standing for the broker's copy of ``__cluster_metadata``),
+``MemoryMetadataLog`` standing for the broker's copy of ``__cluster_metadata``),
 feeds it inputs, and carries out the effects it returns — exactly what
 ``server/runtime.py`` does over asyncio:
 
 =====================================  =========================================
 effect / input                         here
 =====================================  =========================================
-``SendRegistration`` /                 an RPC to ``ctl``; the reply or a timeout
-``SendHeartbeat`` /                    goes back as ``on_*_reply`` /
-``SendAlterPartition``                 ``on_*_failed``
+``SendRegistration`` /                 an RPC to the active controller (its
+``SendHeartbeat`` /                    ``ControllerChannel``, production's
+``SendAlterPartition``                 ``RemoteController``); the reply or a
+                                       failure goes back as ``on_*_reply`` /
+                                       ``on_*_failed``
 ``next_wakeup_ms()``                   one timer event calling ``on_tick``
 ``FetcherAdded``                       the fetcher is driven by ``_kick``: poll a
                                        plan, send it, feed back ``on_response`` /
@@ -19,8 +21,9 @@ effect / input                         here
                                        ``next_wakeup_ms``
 ``MetadataPublished``                  wake every fetcher
 ``StopNow``                            ``BrokerNode.shutdown()``, process ends
-metadata                               long-poll the controller, then
-                                       ``on_metadata_committed``
+metadata                               long-poll the active controller for
+                                       committed batches, append them to the
+                                       broker's copy, ``on_metadata_committed``
 requests from brokers and clients      ``BrokerNode.replica_manager``
 group requests from members            ``FindCoordinator``: production's
                                        ``GroupApis`` (creating ``__consumer_offsets``
@@ -63,7 +66,6 @@ from tidelog.controller.messages import CreatableTopic
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.group.shard import JoinRequest, OffsetToCommit
-from tidelog.metadata.log import MetadataSnapshot
 from tidelog.records.batch import build_marker
 from tidelog.metadata.records import Endpoint
 from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
@@ -75,6 +77,8 @@ from tidelog.replication.fetcher import (
 )
 from tidelog.replication.partition import Isolation, Partition
 from tidelog.server.group_apis import GroupApis
+from tidelog.raft.memory_log import MemoryMetadataLog
+from tidelog.sim.controller import ControllerChannel
 from tidelog.sim.disk import SimDisk
 from tidelog.sim.loop import NodeClock
 from tidelog.sim.network import NetworkNode
@@ -94,41 +98,6 @@ FIND_COORDINATOR_V4 = SimpleNamespace(api_version=4)     # the request header Gr
 JOIN_GROUP_VERSION = 5                                   # >= 4: MEMBER_ID_REQUIRED first (KIP-394)
 
 
-class FollowerMetadataLog:
-    """A broker's local copy of the committed metadata log (production: a
-    ``FileMetadataLog(follower=True)``). It holds what it has fetched — a prefix of
-    the controller's committed log — and survives restarts, like a file."""
-
-    def __init__(self, source):
-        self.source = source
-        self.fetched_offset = -1       # last committed offset fetched
-
-    @property
-    def end_offset(self) -> int:
-        return self.fetched_offset + 1
-
-    @property
-    def committed_offset(self) -> int:
-        return self.fetched_offset
-
-    @property
-    def log_start_offset(self) -> int:
-        return self.source.log_start_offset
-
-    def append_fetched(self, committed_offset: int) -> None:
-        self.fetched_offset = max(self.fetched_offset, min(committed_offset, self.source.committed_offset))
-
-    def read(self, start_offset: int):
-        for offset, record in self.source.read(start_offset):
-            if offset > self.fetched_offset:
-                return
-            yield offset, record
-
-    def latest_snapshot(self) -> MetadataSnapshot | None:
-        snapshot = self.source.latest_snapshot()
-        return snapshot if snapshot is not None and snapshot.last_offset <= self.fetched_offset else None
-
-
 class SimBroker(NetworkNode):
     def __init__(self, sim: "World", broker_id: int, drift_ppm: int = 0):
         super().__init__(f"b{broker_id}", sim.loop, sim.network)
@@ -139,7 +108,10 @@ class SimBroker(NetworkNode):
         os.makedirs(self.root, exist_ok=True)
         self.disk = SimDisk(self.root)
         self.log_dirs = [os.path.join(self.root, f"logs-{i}") for i in range(sim.config.log_dirs_per_broker)]
-        self.metadata = FollowerMetadataLog(sim.controller.log)
+        # The broker's copy of the committed metadata log (production: a follower
+        # FileMetadataLog): the batches it fetched, kept across restarts like a file.
+        self.metadata = MemoryMetadataLog()
+        self.channel: ControllerChannel | None = None
         self.config = self._broker_config()
         self.starts = 0
         self.node: BrokerNode | None = None
@@ -203,6 +175,7 @@ class SimBroker(NetworkNode):
         self._wakeup_event = None
         self._wakeup_at_ms = None
         self._fetcher_wakeups = {}
+        self.channel = ControllerChannel(self, self.sim.controller_ids)
         member_ids = itertools.count(1)
         self.node = BrokerNode(
             self.config, self.clock, self.metadata, CLUSTER_ID,
@@ -281,7 +254,7 @@ class SimBroker(NetworkNode):
         def failed(error: str) -> None:
             self._carry_out(node, on_failed(self.clock.monotonic_ms(), error))
 
-        self.rpc.request("ctl", kind, request, self.sim.config.request_timeout_ms, reply, failed)
+        self.channel.request(kind, request, self.sim.config.request_timeout_ms, reply, failed)
 
     def _arm_wakeup(self, node: BrokerNode) -> None:
         now = self.clock.monotonic_ms()
@@ -303,13 +276,18 @@ class SimBroker(NetworkNode):
     # ================================================================ metadata
 
     def _fetch_metadata(self) -> None:
-        self.rpc.request("ctl", "MetadataFetch", {"from_offset": self.metadata.end_offset,
-                                                  "max_wait_ms": METADATA_MAX_WAIT_MS},
-                         METADATA_MAX_WAIT_MS + self.sim.config.request_timeout_ms,
-                         self._on_metadata, lambda error: self.after(200, self._fetch_metadata))
+        """The broker's metadata loop (runtime ``_metadata_loop``): fetch the committed
+        batches after its copy's end from the active controller, long-polling."""
+        self.channel.request("MetadataFetch", {"from_offset": self.metadata.end_offset,
+                                               "max_wait_ms": METADATA_MAX_WAIT_MS},
+                             METADATA_MAX_WAIT_MS + self.sim.config.request_timeout_ms,
+                             self._on_metadata, lambda error: self.after(200, self._fetch_metadata))
 
     def _on_metadata(self, body) -> None:
-        self.metadata.append_fetched(body["committed_offset"])
+        if body["error"] != ErrorCode.NONE:
+            self.after(1000, self._fetch_metadata)       # as the runtime: an error, wait a second
+            return
+        self.metadata.append_fetched(body["records"], body["high_watermark"])
         self._carry_out(self.node, self.node.on_metadata_committed())
         if self.up:
             self._fetch_metadata()
@@ -430,8 +408,8 @@ class SimBroker(NetworkNode):
     def _create_topic(self, topic: CreatableTopic) -> ErrorCode:
         """FindCoordinator's ``__consumer_offsets`` on first use, asked of the controller
         (runtime: ``create_internal_topic``); FindCoordinator does not wait for it."""
-        self.rpc.request("ctl", "CreateTopics", topic, self.sim.config.request_timeout_ms,
-                         lambda error_code: None, lambda error: None)
+        self.channel.request("CreateTopics", topic, self.sim.config.request_timeout_ms,
+                             lambda error_code: None, lambda error: None)
         return ErrorCode.NONE
 
     def _answer(self, message):

@@ -82,6 +82,10 @@ from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.group.classic import GroupState
 from tidelog.group.coordinator import OFFSETS_TOPIC
+from tidelog.metadata.delta import MetadataDelta
+from tidelog.metadata.image import MetadataImage
+from tidelog.metadata.records import iter_batch_records
+from tidelog.raft.replica import LEADER
 from tidelog.records.batch import iter_batches, iter_records
 from tidelog.replication.partition import Partition
 from tidelog.sim.group_clients import decode_assignment, offsets_partition, serving_coordinator
@@ -149,6 +153,15 @@ class History:
         return max(self.records) + 1 if self.records else 0
 
 
+@dataclass(frozen=True)
+class CommittedBatch:
+    """A metadata batch some voter's high watermark has passed."""
+
+    next_offset: int
+    data: bytes
+    commit_epoch: int            # the Raft epoch of the voter that first showed it committed
+
+
 @dataclass
 class Seen:
     incarnation: int
@@ -182,8 +195,17 @@ class Checker:
         self.leaders_by_epoch: dict[TopicPartition, dict[int, int]] = {}
         self.amnesiac: dict[tuple[int, TopicPartition], str] = {}   # replica -> how it lost data
         self.isr_verified: dict[tuple, tuple] = {}
-        self.controller_image = None
+        self.controller_image = None             # the committed image at the highest offset seen
         self.broker_images: dict[int, object] = {}
+        # the controller quorum
+        self.raft_leaders: dict[int, int] = {}   # Raft epoch -> the voter that led it
+        self.raft_leading_seen: set[tuple[int, int, int]] = set()   # (voter, process start, epoch)
+        self.committed: dict[int, CommittedBatch] = {}   # base offset -> the committed metadata batch
+        self.committed_end = 0                   # the longest committed prefix seen ends here
+        self.raft_verified: dict[int, tuple[int, int]] = {}   # voter -> (truncations seen, verified up to)
+        self.controller_images: dict[int, object] = {}   # voter -> the image last looked at
+        self.images: dict[int, MetadataImage] = {}   # offset -> the committed image as of it
+        self.broker_metadata_verified: dict[int, int] = {}   # broker -> its copy verified up to
         self.unclean_topics: set[str] = set()
         # clients
         self.received: dict[bytes, int] = {}              # value -> produce requests that carried it
@@ -207,11 +229,16 @@ class Checker:
 
     def check(self) -> None:
         sim = self.sim
-        if sim.controller.up and sim.controller.image is not self.controller_image:
-            self._on_controller_image(sim.controller.image)
+        for controller in sim.controllers.values():
+            if controller.up:
+                self._check_quorum_member(controller)
+        for controller in sim.controllers.values():
+            if controller.up:
+                self._check_controller_image(controller)
         for broker in sim.brokers.values():
             if not broker.up:
                 continue
+            self._check_broker_metadata(broker)
             if broker.image is not self.broker_images.get(broker.broker_id):
                 self.broker_images[broker.broker_id] = broker.image
                 self._check_image(broker)
@@ -331,9 +358,9 @@ class Checker:
         """Invariant 10.3 (ISR members hold every committed record) for the legitimate
         leader (the controller's, at its epoch)."""
         sim = self.sim
-        if not sim.controller.up:
+        if self.controller_image is None:
             return
-        registration = sim.controller.image.partition(tp)
+        registration = self.controller_image.partition(tp)
         if registration is None or registration.leader < 0:
             return
         leader_broker = sim.brokers.get(registration.leader)
@@ -365,6 +392,94 @@ class Checker:
                         f"{_value(mirror.records.get(offset))} vs {_value(leader_mirror.records.get(offset))}")
             self.isr_verified[key] = (stamp, max(start, high_watermark))
 
+    # ================================================================ the controller quorum
+
+    def _check_quorum_member(self, controller) -> None:
+        """raft-one-leader-per-epoch; raft-committed-kept: a voter's committed prefix (its
+        log below its high watermark) is the longest committed prefix seen, byte for byte;
+        a voter never cuts a committed entry it held; a new leader holds every entry
+        committed in an earlier epoch (Raft's leader completeness)."""
+        replica, log, voter = controller.replica, controller.log, controller.node_id
+        if replica.state == LEADER:
+            holder = self.raft_leaders.setdefault(replica.epoch, voter)
+            if holder != voter:
+                raise InvariantViolation("raft-one-leader-per-epoch", f"controllers {holder} and {voter} both "
+                                         f"lead Raft epoch {replica.epoch}")
+            key = (voter, controller.starts, replica.epoch)
+            if key not in self.raft_leading_seen:
+                self.raft_leading_seen.add(key)
+                self.sim.stats.controller_elections += 1
+                for base, batch in sorted(self.committed.items()):
+                    if batch.commit_epoch >= replica.epoch:
+                        continue
+                    mine = log.batch_at(base)
+                    if mine is None or mine.base_offset != base or mine.data != batch.data:
+                        raise InvariantViolation("raft-committed-kept", (
+                            f"controller {voter} leads epoch {replica.epoch} without the batch committed at "
+                            f"offset {base} in epoch {batch.commit_epoch} (its log ends at {log.end_offset})"))
+        seen, upto = self.raft_verified.get(voter, (0, 0))
+        cuts = log.truncations[seen:]
+        if cuts and min(cuts) < upto:
+            raise InvariantViolation("raft-committed-kept", f"controller {voter} truncated its log to "
+                                     f"{min(cuts)}, below the committed offset {upto} it held")
+        high_watermark = min(replica.high_watermark, log.end_offset)
+        if high_watermark > upto:
+            for batch in log.batches(upto):
+                if batch.next_offset > high_watermark:
+                    break
+                known = self.committed.get(batch.base_offset)
+                if known is None and batch.base_offset == self.committed_end:
+                    self.committed[batch.base_offset] = CommittedBatch(batch.next_offset, batch.data, replica.epoch)
+                    self.committed_end = batch.next_offset
+                    self._on_committed_batch(batch)
+                elif known is None or known.data != batch.data:
+                    raise InvariantViolation("raft-committed-kept", (
+                        f"controller {voter} has committed a batch at offset {batch.base_offset} (epoch "
+                        f"{batch.epoch}, its HW {high_watermark}) that differs from the one committed there "
+                        f"before{'' if known is None else f' in epoch {known.commit_epoch}'}"))
+            upto = high_watermark
+        self.raft_verified[voter] = (len(log.truncations), upto)
+
+    def _on_committed_batch(self, batch) -> None:
+        """The committed image, one controller write (one batch) at a time: the checker's
+        own replay of the committed log, what every voter's and broker's image must equal
+        at the same offset."""
+        delta = MetadataDelta(self.controller_image or MetadataImage())
+        for offset, record in iter_batch_records(batch.data):
+            delta.replay(record, offset)
+        delta.offset = batch.next_offset - 1          # a LeaderChange batch moves the offset too
+        image = delta.apply()
+        self.images[image.offset] = image
+        self._on_controller_image(image)
+
+    def _check_controller_image(self, controller) -> None:
+        """10.7 for the voters: a voter's image equals the committed image at its offset."""
+        image = controller.image
+        if self.controller_images.get(controller.node_id) is image:
+            return
+        self.controller_images[controller.node_id] = image
+        expected = self.images.get(image.offset)
+        if expected is not None and image is not expected and image != expected:
+            raise InvariantViolation("10.7-metadata-images-agree", f"controller {controller.node_id}'s image at "
+                                     f"offset {image.offset} differs from the committed log's")
+
+    def _check_broker_metadata(self, broker) -> None:
+        """metadata-only-committed: a broker's copy of the metadata log is a prefix of the
+        committed log (so its image never holds an uncommitted record)."""
+        log = broker.metadata
+        upto = self.broker_metadata_verified.get(broker.broker_id, 0)
+        if log.end_offset != upto:
+            for batch in log.batches(upto):
+                known = self.committed.get(batch.base_offset)
+                if known is None or known.data != batch.data:
+                    raise InvariantViolation("metadata-only-committed", (
+                        f"broker {broker.broker_id} holds a metadata batch at offset {batch.base_offset} (epoch "
+                        f"{batch.epoch}) that is not the committed one (committed up to {self.committed_end})"))
+            self.broker_metadata_verified[broker.broker_id] = log.end_offset
+        if broker.image.offset >= self.committed_end:
+            raise InvariantViolation("metadata-only-committed", f"broker {broker.broker_id}'s image is at offset "
+                                     f"{broker.image.offset}, the committed log ends at {self.committed_end}")
+
     # ================================================================ metadata
 
     def _on_controller_image(self, image) -> None:
@@ -395,13 +510,13 @@ class Checker:
                     del self.amnesiac[(broker_id, tp)]
 
     def _check_image(self, broker) -> None:
-        controller_image = self.controller_image
-        if controller_image is None or broker.image.offset != controller_image.offset:
+        expected = self.images.get(broker.image.offset)
+        if expected is None or broker.image is expected:
             return
-        if broker.image != controller_image:
+        if broker.image != expected:
             raise InvariantViolation("10.7-metadata-images-agree",
                                      f"broker {broker.broker_id}'s image at offset {broker.image.offset} "
-                                     f"differs from the controller's")
+                                     f"differs from the committed log's")
 
     # ================================================================ faults
 

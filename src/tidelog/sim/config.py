@@ -80,7 +80,11 @@ class SimConfig:
     net_link_spread_ms: int = 0             # links differ by up to this much base latency
     fault_loss: float = 0.0
     fault_duplicate: float = 0.0
-    clock_drift_ppm: tuple[int, ...] = ()   # per node: controller, then brokers
+    clock_drift_ppm: tuple[int, ...] = ()   # per node: the first controller, then brokers
+    controllers: int = 1                    # voters of the controller quorum (1, 3 or 5)
+    controller_drift_ppm: tuple[int, ...] = ()   # the other controllers' drift
+    raft_election_timeout_ms: int = 1000    # controller.quorum.election.timeout.ms
+    raft_fetch_timeout_ms: int = 2000       # controller.quorum.fetch.timeout.ms
     fault_kinds: tuple[str, ...] = FAULT_KINDS
     fault_interval_ms: int = 1500           # mean time between faults
     fault_duration_ms: int = 3000           # mean duration of a fault
@@ -98,7 +102,8 @@ class SimConfig:
     # ------------------------------------------------------------------ swarm
 
     @classmethod
-    def from_seed(cls, seed: int, *, long: bool = False, defect: str | None = None) -> "SimConfig":
+    def from_seed(cls, seed: int, *, long: bool = False, defect: str | None = None,
+                  controllers: int | None = None) -> "SimConfig":
         rng = random.Random(f"tidelog-sim-config-{seed}")
         brokers = rng.choice([3, 3, 4, 5])
         topics = []
@@ -154,6 +159,14 @@ class SimConfig:
                 transactions=True, txn_partitions=rng.choice([1, 2, 3]),
                 topics=config.topics + (TopicSpec("tx", rng.choice([1, 2, 3]), rf, min(2, rf),
                                                   rng.random() < 0.1, None, rng.choice([2000, 1 << 20])),))
+        # The controller quorum comes from a generator of its own, so every option
+        # above — and the run's random stream — is what it was with one controller.
+        quorum = random.Random(f"tidelog-sim-controllers-{seed}")
+        voters = quorum.choice([1, 3, 3, 5]) if controllers is None else controllers
+        config = config.with_options(
+            controllers=voters,
+            controller_drift_ppm=tuple(quorum.choice([0, 0, 500, -500, 20_000, -20_000])
+                                       for _ in range(voters - 1)))
         return config
 
     def with_options(self, **changes) -> "SimConfig":
@@ -165,7 +178,8 @@ class SimConfig:
     def describe(self) -> str:
         topics = "+".join(t.describe() for t in self.topics)
         acks = ",".join(str(c.acks) for c in self.clients if c.kind == "producer")
-        parts = [f"brokers={self.brokers}x{self.log_dirs_per_broker}dir", f"topics={topics}", f"acks={acks}",
+        parts = [f"controllers={self.controllers}",
+                 f"brokers={self.brokers}x{self.log_dirs_per_broker}dir", f"topics={topics}", f"acks={acks}",
                  f"session={self.session_timeout_ms}", f"lag={self.replica_lag_time_max_ms}",
                  f"fetch_wait={self.replica_fetch_wait_max_ms}", f"net={self.net_delay_ms}+{self.net_link_spread_ms}+{self.net_jitter_ms}ms",
                  f"loss={self.fault_loss}", f"dup={self.fault_duplicate}",
@@ -202,6 +216,10 @@ class RunStats:
     coordinator_moves: int = 0        # a group served by a newly loaded coordinator shard
     member_faults: dict[str, int] = field(default_factory=dict)   # leave / crash / pause / rejoin
     transactions: dict[str, int] = field(default_factory=dict)    # committed / aborted / abandoned / read
+    controller_elections: int = 0     # Raft leaders seen (one per epoch)
+    controller_activations: int = 0   # a leader becoming the active controller
+    controller_faults: dict[str, int] = field(default_factory=dict)   # kill / pause / isolate-leader …
+    metadata_records_committed: int = 0   # the quorum's committed log end at the end of the run
 
     def add(self, other: "RunStats") -> None:
         self.events += other.events
@@ -226,3 +244,8 @@ class RunStats:
             self.member_faults[k] = self.member_faults.get(k, 0) + v
         for k, v in other.transactions.items():
             self.transactions[k] = self.transactions.get(k, 0) + v
+        self.controller_elections += other.controller_elections
+        self.controller_activations += other.controller_activations
+        for k, v in other.controller_faults.items():
+            self.controller_faults[k] = self.controller_faults.get(k, 0) + v
+        self.metadata_records_committed += other.metadata_records_committed

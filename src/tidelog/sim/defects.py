@@ -1,4 +1,5 @@
-"""Planted defects: test-only switches that break the replication core (or groups) on purpose.
+"""Planted defects: test-only switches that break the replication core, groups,
+transactions or the controller quorum on purpose.
 
 A simulator that cannot fail proves nothing. Each defect here re-creates a bug
 Kafka actually had (or one its design exists to prevent) by patching one
@@ -39,6 +40,17 @@ assert that some seed fails with the invariant named in ``EXPECTED``.
 ``aborted-transactions-not-reported``
     A read_committed Fetch names no aborted transaction, so readers cannot drop
     an aborted transaction's records (a partition without its ``.txnindex``).
+``raft-vote-twice``
+    A controller that already voted in an epoch — for another candidate, or for
+    itself as a candidate — grants a second candidate's vote request too (the
+    ``votedId`` of ``quorum-state`` ignored). Two candidates of one epoch can
+    then both win: two quorum leaders, two active controllers.
+``raft-commit-without-majority``
+    The quorum leader moves its high watermark to its own log end, as if it were
+    a majority by itself (Raft's commit rule dropped): a write is answered, and
+    brokers apply it, before any other voter has it; a leader cut off from the
+    voters (but not from brokers) commits alone, and the next leader lacks what
+    was committed.
 """
 
 from __future__ import annotations
@@ -55,9 +67,13 @@ EXPECTED = {
     "group-load-stops-at-high-watermark": {"group-commit-durable", "group-single-owner"},
     "lso-ignores-open-transactions": {"txn-visible-only-if-committed"},
     "aborted-transactions-not-reported": {"txn-visible-only-if-committed"},
+    "raft-vote-twice": {"raft-one-leader-per-epoch", "raft-committed-kept"},
+    "raft-commit-without-majority": {"raft-committed-kept", "metadata-only-committed"},
 }
 # Defects that only a named scenario reaches (tests/sim/test_scenarios.py), not the fixed seeds.
 SCENARIO_ONLY = {"publish-before-registration"}
+# The quorum's defects need one: the fixed seeds are run with this many controllers.
+CONTROLLERS = {"raft-vote-twice": 5, "raft-commit-without-majority": 3}
 
 
 def _truncate_to_high_watermark():
@@ -131,7 +147,37 @@ def _aborted_transactions_not_reported():
     return [(Log, "collect_aborted_transactions", lambda self, start, upper: [])]
 
 
+def _raft_vote_twice():
+    from tidelog.raft.replica import CANDIDATE, VOTED, RaftReplica, VoteResponse
+    original = RaftReplica._on_VoteRequest
+
+    def on_vote_request(self, source, request, now_ms):
+        if not request.pre_vote and request.epoch == self.epoch and self.state in (VOTED, CANDIDATE) \
+                and self.voted_for != request.candidate_id \
+                and (request.last_epoch, request.end_offset) >= (self.log.last_epoch, self.log.end_offset):
+            # DEFECT: a second vote in this epoch (the first one, or its own candidacy, stands too)
+            self._send(source, VoteResponse(self.epoch, True, self.leader_id))
+            return
+        original(self, source, request, now_ms)
+
+    return [(RaftReplica, "_on_VoteRequest", on_vote_request)]
+
+
+def _raft_commit_without_majority():
+    from tidelog.raft.replica import RaftReplica
+
+    def maybe_advance_high_watermark(self):
+        # DEFECT: the leader's own log end is taken as the majority's
+        candidate = self.log.end_offset
+        if candidate > self._epoch_start_offset and candidate > self.high_watermark:
+            self.high_watermark = candidate
+
+    return [(RaftReplica, "_maybe_advance_high_watermark", maybe_advance_high_watermark)]
+
+
 PATCHES = {
+    "raft-commit-without-majority": _raft_commit_without_majority,
+    "raft-vote-twice": _raft_vote_twice,
     "lso-ignores-open-transactions": _lso_ignores_open_transactions,
     "aborted-transactions-not-reported": _aborted_transactions_not_reported,
     "publish-before-registration": _publish_before_registration,

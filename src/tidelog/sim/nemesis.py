@@ -9,10 +9,10 @@ ends the fault phase: every pending undo runs now, the network heals, every
 process runs again.
 
 =============  ===============================================================
-partition      both directions between two nodes (brokers or controller)
+partition      both directions between two nodes (brokers or controllers)
 asymmetric     one direction only
-isolate        one node from every other (brokers, controller and clients)
-split          a random group of brokers (maybe with the controller) from the rest
+isolate        one node from every other (brokers, controllers and clients)
+split          a random group of brokers (maybe with some controllers) from the rest
 swizzle        FoundationDB's swizzle-clog: clog k nodes one after another, then
                unclog them in random order (messages are held, not dropped)
 lossy          message loss and duplication on every link
@@ -20,7 +20,8 @@ kill           kill -9 of a broker (page cache survives), restart later
 power          power cut of a broker (unsynced bytes lost, maybe a torn write)
 stop           SIGTERM: controlled shutdown, clean stop; start later
 pause          SIGSTOP/SIGCONT of a broker
-controller     kill -9 and restart of the controller, or a pause
+controller     kill -9 and restart of a controller, or a pause; with a quorum also
+               the leader isolated; half the time aimed at the quorum's leader
 disk-full      a broker's log directory fills up (ENOSPC), drains, broker restarts
 disk-fail      a broker's log directory fails (EIO); the disk is replaced by an empty one
 clock          a broker's wall clock jumps (forward or back)
@@ -89,6 +90,10 @@ class Nemesis:
         if not self.active:
             return
         kinds = list(self.sim.config.fault_kinds)
+        if len(self.sim.controllers) > 1:
+            # A quorum's own faults (a voter or the leader killed, paused or isolated):
+            # about one strike in five, whatever kinds the seed drew.
+            kinds += ["controller"] * (3 - kinds.count("controller"))
         kind = self.rng.choice(kinds)
         if len({entry[3] for entry in self.undos}) >= self.sim.config.faults_at_once:
             self._schedule_strike()      # enough is broken for now
@@ -100,7 +105,7 @@ class Nemesis:
         self._schedule_strike()
 
     def _nodes(self) -> list[str]:
-        return ["ctl"] + [f"b{b}" for b in self.sim.broker_ids]
+        return self.sim.controller_names + [f"b{b}" for b in self.sim.broker_ids]
 
     def _live_brokers(self) -> list[int]:
         return [b for b in self.sim.broker_ids if self.sim.brokers[b].up and not self.sim.brokers[b].owned.paused]
@@ -135,7 +140,9 @@ class Nemesis:
         brokers = [f"b{b}" for b in self.sim.broker_ids]
         side = self.rng.sample(brokers, self.rng.randint(1, len(brokers) - 1))
         if self.rng.random() < 0.5:
-            side.append("ctl")
+            controllers = self.sim.controller_names
+            side += controllers if len(controllers) == 1 else \
+                self.rng.sample(controllers, self.rng.randint(1, len(controllers)))
         rest = [n for n in self._nodes() if n not in side]
         pairs = {(a, b) for a in side for b in rest} | {(b, a) for a in side for b in rest}
         self.sim.fault(f"split {sorted(side)} | {sorted(rest)}", lambda: self.sim.network.blocked.update(pairs))
@@ -206,16 +213,50 @@ class Nemesis:
         return True
 
     def _controller(self) -> bool:
-        controller = self.sim.controller
-        if not controller.up or controller.owned.paused:
+        """A controller fault. One controller: kill -9 (restart later) or pause it. A
+        quorum: the same, or the leader isolated from everyone — aimed at the leader
+        half the time, else at any voter; a kill or pause only while another voter runs."""
+        if len(self.sim.controllers) == 1:
+            controller = self.sim.controllers[self.sim.controller_ids[0]]
+            if not controller.up or controller.owned.paused:
+                return False
+            action = "pause" if self.rng.random() < 0.5 else "kill"
+            stats = self.sim.stats.controller_faults
+            stats[f"{action}-leader"] = stats.get(f"{action}-leader", 0) + 1
+            if action == "pause":
+                self._pause_controller(controller)
+            else:
+                self._kill_controller(controller)
+            return True
+        running = [c for c in self.sim.controllers.values() if c.up and not c.owned.paused]
+        leaders = [c for c in running if c.replica.state == "Leader"]
+        action = self.rng.choice(["kill", "pause", "isolate"])
+        target = leaders[0] if leaders and self.rng.random() < 0.5 else self.rng.choice(running) if running else None
+        if target is None or (action != "isolate" and len(running) < 2):
             return False
-        if self.rng.random() < 0.5:
-            self.sim.pause("ctl")
-            self._later("pause ctl", lambda: self.sim.resume("ctl"))
+        stats = self.sim.stats.controller_faults
+        key = f"{action}-{'leader' if target in leaders else 'voter'}"
+        stats[key] = stats.get(key, 0) + 1
+        if action == "kill":
+            self._kill_controller(target)
+        elif action == "pause":
+            self._pause_controller(target)
         else:
-            self.sim.kill_controller()
-            self._later("kill ctl", self.sim.start_controller)
+            node = target.name
+            pairs = {(node, o) for o in self.sim.network.nodes if o != node}
+            pairs |= {(o, node) for o in self.sim.network.nodes if o != node}
+            self.sim.fault(f"isolate {node} (the controller quorum's {'leader' if target in leaders else 'voter'})",
+                           lambda: self.sim.network.blocked.update(pairs))
+            self._later(f"isolate {node}", lambda: self._unblock(pairs))
         return True
+
+    def _pause_controller(self, controller) -> None:
+        self.sim.pause(controller.name)
+        self._later(f"pause {controller.name}", lambda: self.sim.resume(controller.name))
+
+    def _kill_controller(self, controller) -> None:
+        self.sim.kill_controller(controller.node_id)
+        self._later(f"kill {controller.name}", lambda: self.sim.start_controller(controller.node_id))
 
     def _disk(self, kind: str) -> bool:
         candidates = self._can_take_down()

@@ -37,6 +37,7 @@ from tidelog.core.ids import TopicPartition
 from tidelog.records.batch import build_batch, iter_batches, iter_records
 from tidelog.replication.fetcher import FetcherState, FetchRequestPlan, ListOffsetsPlan, OffsetsForLeaderEpochPlan
 from tidelog.sim.checker import InvariantViolation
+from tidelog.sim.controller import WRITES
 from tidelog.sim.config import SimConfig, TopicSpec
 from tidelog.sim.defects import planted
 from tidelog.sim.loop import NodeClock, Trace
@@ -577,7 +578,7 @@ def stale_leader_write(s: Script) -> tuple[bool, dict]:
     old = s.leader()
     old_epoch = s.leader_epoch()
     s.write(2, acks=-1)
-    for other in ["ctl"] + [f"b{b}" for b in (1, 2, 3) if b != old]:
+    for other in s.sim.controller_names + [f"b{b}" for b in (1, 2, 3) if b != old]:
         s.sim.network.partition(f"b{old}", other)
     s.wait(lambda: s.leader() not in (old, -1) and s.leads(s.leader()), "a new leader")
     stale_partition = s.partition(old)
@@ -880,6 +881,97 @@ def long_poll(s: Script) -> tuple[bool, dict]:
     return s.outcome()
 
 
+# ---------------------------------------------------------------------- the controller quorum
+
+
+def _write_answers(s: Script, controller: str, after: int) -> list[tuple[str, str]]:
+    """(request kind, error name) of every answer ``controller`` gave a broker's write past ``after``."""
+    out = []
+    for entry in s.sent[after:]:
+        message = entry.message
+        if message.is_reply and not message.refused and message.src == controller and message.kind in WRITES:
+            body = message.body
+            code = body if isinstance(body, ErrorCode) else body.error_code
+            out.append((message.kind, ErrorCode(code).name))
+    return out
+
+
+def _brokers_on(s: Script, controller) -> bool:
+    """Every broker runs, its channel on ``controller``, its image at the controller's."""
+    return all(b.up and b.state.name == "RUNNING" and b.channel.leader_guess == controller.node_id
+               and b.image.offset == controller.image.offset for b in s.sim.brokers.values())
+
+
+def _fenced(image) -> list[int]:
+    return sorted(b for b, registration in image.brokers.items() if registration.fenced)
+
+
+def quorum_leader_cut_off(s: Script) -> tuple[bool, dict]:
+    """The active controller is cut off from the other voters, not from the brokers,
+    and writes a topic ``lost`` (the operator's CreateTopics): appended, never
+    committed. Every broker write it takes after that waits for that commit (a
+    write is answered once the records before it are committed), so none is answered
+    successfully; after ``controller.quorum.fetch.timeout.ms`` without a majority
+    fetching it resigns (check quorum) and answers them NOT_CONTROLLER. The other
+    voters elect a leader, which becomes active; the brokers' channels move to it.
+    No broker ever applies ``lost`` (the checker's metadata-only-committed, after
+    every event); healed, the old leader follows and truncates it, and no broker was
+    fenced because the controller moved."""
+    old = s.sim.active_controller()
+    epoch = old.replica.epoch
+    mark = s.mark()
+    for other in s.sim.controller_names:
+        if other != old.name:
+            s.sim.network.partition(old.name, other)
+    old.create_topic("lost", 1, 3, {})
+    written = old.log.end_offset
+    s.wait(lambda: (new := s.sim.active_controller()) is not None and new is not old,
+           "a new active controller", 20_000)
+    new = s.sim.active_controller()
+    answers = _write_answers(s, old.name, mark)
+    s.expect("the cut-off leader's successful answers to broker writes", [a for a in answers if a[1] == "NONE"], [])
+    s.check("…and NOT_CONTROLLER answers (writes that waited for a commit)",
+            sum(1 for a in answers if a[1] == "NOT_CONTROLLER"), any(a[1] == "NOT_CONTROLLER" for a in answers))
+    s.expect("the old leader resigned (state, active)", (old.replica.state != "Leader", old.active), (True, False))
+    s.expect("a later epoch", new.replica.epoch > epoch, True)
+    s.wait(lambda: _brokers_on(s, new), "every broker on the new active controller", 20_000)
+    s.sim.network.heal()
+    s.wait(lambda: not s.sim.quorum_unsettled(new), "the quorum converged", 20_000)
+    s.expect("'lost' on any voter or broker", [n for n, image in
+                                               [(c.name, c.image) for c in s.sim.controllers.values()]
+                                               + [(b.name, b.image) for b in s.sim.brokers.values()]
+                                               if image.topic("lost") is not None], [])
+    s.expect("the old leader's log, truncated and refilled, equals the new leader's",
+             old.log.read_entries(0, 1 << 30) == new.log.read_entries(0, 1 << 30), True)
+    s.check("the cut (an offset of the old leader's uncommitted write)", (written, old.log.truncations),
+            any(cut < written for cut in old.log.truncations))
+    s.expect("brokers fenced", _fenced(new.image), [])
+    return s.outcome()
+
+
+def quorum_leader_killed(s: Script) -> tuple[bool, dict]:
+    """kill -9 of the active controller: the followers' fetches are refused, they ask
+    for pre-votes within a fraction of the election timeout, one is elected and
+    becomes active once its LeaderChange entry is committed; the brokers' channels
+    move to it (NOT_CONTROLLER, NOT_LEADER_OR_FOLLOWER naming it, or no answer). No
+    broker is fenced because the controller moved (the new one gives every broker a
+    fresh session). Restarted, the old leader finds its log and vote and follows."""
+    old = s.sim.active_controller()
+    epoch, killed_at = old.replica.epoch, s.now
+    s.sim.kill_controller(old.node_id)
+    s.wait(lambda: s.sim.active_controller() is not None, "a new active controller", 20_000)
+    new = s.sim.active_controller()
+    s.check("ms until a new controller is active", s.now - killed_at, s.now - killed_at < 5000)
+    s.expect("a later epoch", new.replica.epoch > epoch, True)
+    s.wait(lambda: _brokers_on(s, new), "every broker on the new active controller", 20_000)
+    s.expect("brokers fenced", _fenced(new.image), [])
+    s.sim.start_controller(old.node_id)
+    s.wait(lambda: not s.sim.quorum_unsettled(new), "the quorum converged", 20_000)
+    s.expect("the old leader after its restart (state, leader)", (old.replica.state, old.replica.leader_id),
+             ("Follower", new.node_id))
+    return s.outcome()
+
+
 SCENARIOS = {scenario.name: scenario for scenario in [
     Scenario("kip-101-1", "KIP-101 scenario 1", "m2 survives: A asks where epoch 0 ends instead of truncating to its HW",
              _config(2, (2, 1), 1, True), kip_101_1),
@@ -922,6 +1014,13 @@ SCENARIOS = {scenario.name: scenario for scenario in [
     Scenario("long-poll-fetch", "replica.fetch.wait.max.ms (DelayedFetch)", "a follower fetch waiting in the "
              "leader's purgatory completes on append, well before the max wait",
              _config(3, (1, 2, 3), 2, False, fetch_wait_ms=500), long_poll),
+    Scenario("quorum-leader-cut-off", "KIP-595 check quorum, KRaft writes", "the active controller cut off from "
+             "the voters answers no write successfully, resigns; a new one is active, brokers move to it, its "
+             "uncommitted topic is truncated and never applied; nobody fenced",
+             _config(3, (1, 2, 3), 2, False, controllers=3), quorum_leader_cut_off),
+    Scenario("quorum-leader-killed", "KIP-595 elections, KIP-996 pre-vote", "kill -9 of the active controller: a "
+             "new one within seconds, brokers move to it unfenced; restarted, the old one follows",
+             _config(3, (1, 2, 3), 2, False, controllers=3), quorum_leader_killed),
 ]}
 
 

@@ -42,7 +42,7 @@ from tidelog.sim.clients import SimConsumer, SimProducer
 from tidelog.sim.txn_clients import SimTxnConsumer, SimTxnProducer, TxnBook
 from tidelog.txn.coordinator import TRANSACTION_STATE_TOPIC
 from tidelog.sim.config import RunStats, SimConfig
-from tidelog.sim.controller import SimController
+from tidelog.sim.controller import CONTROLLER_ID_BASE, SimController
 from tidelog.sim.group_clients import SimGroupMember, group_unsettled
 from tidelog.sim.loop import EventLoop, Trace
 from tidelog.sim.nemesis import Nemesis
@@ -66,7 +66,8 @@ class SimResult:
 
     def summary(self) -> str:
         if self.passed:
-            return f"seed={self.seed} passed events={self.stats.events} digest={self.digest[:16]}"
+            return (f"seed={self.seed} passed controllers={self.config.controllers} events={self.stats.events} "
+                    f"elections={self.stats.controller_elections} digest={self.digest[:16]}")
         return f"seed={self.seed} config={self.config.describe()} invariant={self.invariant}"
 
 
@@ -80,7 +81,10 @@ class Simulation:
                                config.net_link_spread_ms, config.seed)
         self.stats = RunStats()
         drift = list(config.clock_drift_ppm) or [0] * (config.brokers + 1)
-        self.controller = SimController(self, drift[0])
+        self.controller_ids = [CONTROLLER_ID_BASE + i for i in range(config.controllers)]
+        controller_drift = [drift[0]] + list(config.controller_drift_ppm) + [0] * config.controllers
+        self.controllers = {c: SimController(self, c, tuple(self.controller_ids), controller_drift[i])
+                            for i, c in enumerate(self.controller_ids)}
         self.broker_ids = list(range(1, config.brokers + 1))
         self.brokers = {b: SimBroker(self, b, drift[b % len(drift)]) for b in self.broker_ids}
         self.checker = Checker(self)
@@ -105,6 +109,28 @@ class Simulation:
         self._client_processes = {c.owned for c in self.producers + self.consumers + self.group_members
                                   + self.txn_clients}
         self.loop.after_event = self._after_event
+
+    # ================================================================ the controller quorum
+
+    @property
+    def controller_names(self) -> list[str]:
+        return [self.controllers[c].name for c in self.controller_ids]
+
+    def active_controller(self) -> SimController | None:
+        """The active controller that runs (not paused), if any."""
+        active = [c for c in self.controllers.values() if c.active and not c.owned.paused]
+        return active[0] if len(active) == 1 else None
+
+    @property
+    def controller(self) -> SimController:
+        """The active controller; else the one with the most committed (what the
+        operator's tools would show)."""
+        active = self.active_controller()
+        if active is not None:
+            return active
+        up = [c for c in self.controllers.values() if c.up]
+        return max(up or self.controllers.values(),
+                   key=lambda c: (c.up, c.replica.high_watermark if c.replica else -1, -c.node_id))
 
     def next_producer_id(self) -> int:
         """Producer ids for the transaction coordinators (production allocates blocks
@@ -178,13 +204,16 @@ class Simulation:
         if node.owned.paused:
             self.fault(f"resume {name}", lambda: self.loop.resume(node.owned))
 
-    def kill_controller(self) -> None:
-        if self.controller.up:
-            self.fault("kill -9 ctl", self.controller.kill)
+    def kill_controller(self, node_id: int | None = None) -> None:
+        controller = self.controllers[node_id if node_id is not None else self.controller_ids[0]]
+        if controller.up:
+            self.fault(f"kill -9 {controller.name}", controller.kill)
 
-    def start_controller(self) -> None:
-        if not self.controller.up:
-            self.fault("start ctl", self.controller.start)
+    def start_controller(self, node_id: int | None = None) -> None:
+        for c in [node_id] if node_id is not None else self.controller_ids:
+            controller = self.controllers[c]
+            if not controller.up:
+                self.fault(f"start {controller.name}", controller.start)
 
     def disk_fault(self, broker_id: int, log_dir: str, kind: str) -> None:
         disk = self.brokers[broker_id].disk
@@ -239,7 +268,9 @@ class Simulation:
         self.loop.run_until(self.loop.now_ms + ms)
 
     def setup(self) -> None:
-        self.controller.start()
+        for controller in self.controllers.values():
+            controller.start()
+        self.run_until(lambda: self.active_controller() is not None, SETUP_TIMEOUT_MS, "an active controller")
         for broker_id in self.broker_ids:
             self.brokers[broker_id].start()
         self.run_until(lambda: all(b.state == RUNNING for b in self.brokers.values()), SETUP_TIMEOUT_MS,
@@ -252,14 +283,16 @@ class Simulation:
                 configs["flush.messages"] = str(topic.flush_messages)
             if topic.flush_ms is not None:
                 configs["flush.ms"] = str(topic.flush_ms)
-            self.controller.create_topic(topic.name, topic.partitions, topic.replication_factor, configs,
-                                         topic.assignments)
+            self.run_until(lambda: self.active_controller() is not None, SETUP_TIMEOUT_MS, "an active controller")
+            self.active_controller().create_topic(topic.name, topic.partitions, topic.replication_factor,
+                                                  configs, topic.assignments)
         self.run_until(self.fully_replicated, SETUP_TIMEOUT_MS, "every partition fully in sync")
         self.loop.trace.add(self.loop.now_ms, "sim", f"set up: {self.config.describe()}")
 
     def fully_replicated(self) -> bool:
         for tp in self.partitions:
-            registration = self.controller.image.partition(tp) if self.controller.up else None
+            active = self.active_controller()
+            registration = active.image.partition(tp) if active is not None else None
             if registration is None or registration.leader < 0 or set(registration.isr) != set(registration.replicas):
                 return False
             for replica in registration.replicas:
@@ -336,9 +369,11 @@ class Simulation:
         reasons = []
         if any(p.in_flight for p in self.producers + self.txn_clients if isinstance(p, (SimProducer, SimTxnProducer))):
             reasons.append("produce requests (or a transaction) in flight")
-        if not self.controller.up:
-            return reasons + ["controller down"]
-        image = self.controller.image
+        active = self.active_controller()
+        if active is None:
+            return reasons + ["no active controller"]
+        reasons += self.quorum_unsettled(active)
+        image = active.image
         for broker in self.brokers.values():
             if broker.state != RUNNING:
                 reasons.append(f"b{broker.broker_id} is {broker.state}")
@@ -374,6 +409,21 @@ class Simulation:
             reasons += group_unsettled(self, group, self.members[group.name], ends)
         return reasons
 
+    def quorum_unsettled(self, active: SimController) -> list[str]:
+        """Every voter runs, follows the active controller and holds its whole log, committed."""
+        reasons = []
+        leader = active.replica
+        for controller in self.controllers.values():
+            replica = controller.replica
+            if not controller.up:
+                reasons.append(f"{controller.name} is down")
+            elif (replica.epoch, replica.leader_id, controller.log.end_offset, replica.high_watermark) != (
+                    leader.epoch, leader.node_id, active.log.end_offset, active.log.end_offset):
+                reasons.append(f"{controller.name}: epoch {replica.epoch} leader {replica.leader_id} log end "
+                               f"{controller.log.end_offset} HW {replica.high_watermark}; the leader "
+                               f"{active.name}'s epoch {leader.epoch} log end {active.log.end_offset}")
+        return reasons
+
     # ================================================================ the end state
 
     def log_bytes(self, broker_id: int, tp: TopicPartition) -> bytes:
@@ -400,7 +450,16 @@ class Simulation:
         return [] if topic is None else [TopicPartition(TRANSACTION_STATE_TOPIC, p) for p in sorted(topic.partitions)]
 
     def final_checks(self) -> None:
-        image = self.controller.image
+        active = self.active_controller()
+        image = active.image
+        reference = active.log.read_entries(0, 1 << 30)
+        for controller in self.controllers.values():
+            if controller.log.read_entries(0, 1 << 30) != reference:
+                raise InvariantViolation("10.5-convergence", f"{controller.name}'s metadata log differs from "
+                                         f"the active controller {active.name}'s")
+            if controller.image != image:
+                raise InvariantViolation("10.7-metadata-images-agree", f"{controller.name} after convergence")
+        self.stats.metadata_records_committed = active.log.end_offset
         for broker in self.brokers.values():
             if broker.image != image:
                 raise InvariantViolation("10.7-metadata-images-agree", f"b{broker.broker_id} after convergence")
@@ -473,10 +532,12 @@ def _seq(value: bytes) -> int:
 
 
 def run_seed(seed: int, directory: str, *, long: bool = False, defect: str | None = None,
-             trace: Trace | None = None, config: SimConfig | None = None) -> SimResult:
-    """Run one seed (with a planted defect if asked) in ``directory``."""
+             trace: Trace | None = None, config: SimConfig | None = None,
+             controllers: int | None = None) -> SimResult:
+    """Run one seed (with a planted defect if asked; a quorum of ``controllers`` voters
+    if given, else the seed's) in ``directory``."""
     from tidelog.sim.defects import planted
-    config = config or SimConfig.from_seed(seed, long=long, defect=defect)
+    config = config or SimConfig.from_seed(seed, long=long, defect=defect, controllers=controllers)
     quiet = logging.getLogger("tidelog")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
