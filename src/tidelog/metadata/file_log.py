@@ -114,14 +114,9 @@ class FileMetadataLog:
         if snapshot.last_offset > self.committed_offset:
             raise MetadataLogError(f"snapshot at {snapshot.last_offset} is past the committed "
                                    f"offset {self.committed_offset}")
-        data = bytearray()
-        records = list(snapshot.records)
-        for start in range(0, len(records), _SNAPSHOT_BATCH_RECORDS):
-            chunk = records[start:start + _SNAPSHOT_BATCH_RECORDS]
-            data += records_to_batch(chunk, base_offset=start)
         end_offset = snapshot.last_offset + 1
         self._write_snapshot_file(end_offset, self.epoch_at(snapshot.last_offset) if end_offset > 0 else 0,
-                                  bytes(data))
+                                  snapshot_bytes(snapshot))
         self.bytes_since_snapshot = 0
 
     def _write_snapshot_file(self, end_offset: int, epoch: int, data: bytes) -> None:
@@ -265,6 +260,14 @@ class FileMetadataLog:
     def close(self) -> None:
         self.log.flush()
         self.log.close()
+
+
+def snapshot_bytes(snapshot: MetadataSnapshot) -> bytes:
+    """A snapshot's records as record batches (a ``.checkpoint`` file's content)."""
+    records, data = list(snapshot.records), bytearray()
+    for start in range(0, len(records), _SNAPSHOT_BATCH_RECORDS):
+        data += records_to_batch(records[start:start + _SNAPSHOT_BATCH_RECORDS], base_offset=start)
+    return bytes(data)
 
 
 def write_atomically(fs: FileSystem, directory: str, path: str, data: bytes) -> None:

@@ -40,12 +40,11 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
-from tidelog.metadata.file_log import build_leader_change
+from tidelog.metadata.file_log import build_leader_change, snapshot_bytes
 from tidelog.metadata.log import MetadataLogError, MetadataSnapshot
 from tidelog.metadata.records import MetadataRecord, iter_batch_records, records_to_batch
 from tidelog.records.batch import iter_batches, validate_batch
 
-_SNAPSHOT_BATCH_RECORDS = 1000
 
 
 @dataclass(frozen=True)
@@ -242,13 +241,9 @@ class MemoryMetadataLog:
         if snapshot.last_offset > self.committed_offset:
             raise MetadataLogError(f"snapshot at {snapshot.last_offset} is past the committed "
                                    f"offset {self.committed_offset}")
-        data = bytearray()
-        records = list(snapshot.records)
-        for start in range(0, len(records), _SNAPSHOT_BATCH_RECORDS):
-            data += records_to_batch(records[start:start + _SNAPSHOT_BATCH_RECORDS], base_offset=start)
         end_offset = snapshot.last_offset + 1
         self._store_snapshot(end_offset, self.epoch_at(snapshot.last_offset) if end_offset > 0 else 0,
-                             bytes(data))
+                             snapshot_bytes(snapshot))
 
     def _store_snapshot(self, end_offset: int, epoch: int, data: bytes) -> None:
         self._snapshots[(end_offset, epoch)] = data
