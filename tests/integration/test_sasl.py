@@ -194,7 +194,7 @@ def test_cluster_up_secure_gives_clients_working_settings(tmp_path):
     def cluster(*args):
         return subprocess.run([sys.executable, "-m", "tidelog.cli.main", "cluster", *args, "--dir",
                                str(tmp_path / "c")], capture_output=True, text=True, timeout=120)
-    up = cluster("up", "-n", "2", "--secure", "--base-port", "0", "--no-ui", "--no-metrics")
+    up = cluster("up", "-n", "3", "--secure", "--base-port", "0", "--no-ui", "--no-metrics")
     try:
         assert up.returncode == 0, up.stderr
         props = parse_properties((tmp_path / "c" / "security" / "client.properties").read_text())
@@ -207,9 +207,63 @@ def test_cluster_up_secure_gives_clients_working_settings(tmp_path):
                     "sasl.username": re.search(r'username="([^"]+)"', jaas).group(1),
                     "sasl.password": re.search(r'password="([^"]+)"', jaas).group(1)}
         produce_and_consume(settings, "secure-cluster", count=50)
+        _other_clients_over_sasl_ssl_scram(bootstrap, settings)
         assert cluster("status").returncode == 0
     finally:
         cluster("down")
+
+
+def _other_clients_over_sasl_ssl_scram(bootstrap: str, settings: dict) -> None:
+    """kafka-python, aiokafka and kcat over SASL_SSL with SCRAM-SHA-512, unchanged."""
+    import asyncio
+    import shutil
+    import ssl
+    user, password, ca = settings["sasl.username"], settings["sasl.password"], settings["ssl.ca.location"]
+    from kafka import KafkaConsumer, KafkaProducer
+    common = dict(bootstrap_servers=bootstrap, security_protocol="SASL_SSL", ssl_cafile=ca,
+                  sasl_mechanism="SCRAM-SHA-512", sasl_plain_username=user, sasl_plain_password=password)
+    producer = KafkaProducer(acks="all", **common)
+    for i in range(20):
+        producer.send("secure-kafka-python", b"%d" % i)
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer("secure-kafka-python", auto_offset_reset="earliest", consumer_timeout_ms=10_000, **common)
+    assert sorted(int(m.value) for m in consumer) == list(range(20))
+    consumer.close()
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    async def aio():
+        context = ssl.create_default_context(cafile=ca)
+        options = dict(bootstrap_servers=bootstrap, security_protocol="SASL_SSL", ssl_context=context,
+                       sasl_mechanism="SCRAM-SHA-512", sasl_plain_username=user, sasl_plain_password=password)
+        producer = AIOKafkaProducer(**options)
+        await producer.start()
+        try:
+            for i in range(10):
+                await producer.send_and_wait("secure-aiokafka", b"%d" % i)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer("secure-aiokafka", auto_offset_reset="earliest", **options)
+        await consumer.start()
+        got = []
+        try:
+            while len(got) < 10:
+                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=500), 20)
+                got += [int(m.value) for messages in batch.values() for m in messages]
+        finally:
+            await consumer.stop()
+        return sorted(got)
+    assert asyncio.run(aio()) == list(range(10))
+
+    if shutil.which("kcat") is not None:
+        options = ["-X", "security.protocol=SASL_SSL", "-X", f"ssl.ca.location={ca}", "-X", "sasl.mechanism=SCRAM-SHA-512",
+                   "-X", f"sasl.username={user}", "-X", f"sasl.password={password}"]
+        subprocess.run(["kcat", "-b", bootstrap, *options, "-P", "-t", "secure-kcat"], input=b"one\ntwo\n",
+                       check=True, timeout=30)
+        out = subprocess.run(["kcat", "-b", bootstrap, *options, "-C", "-t", "secure-kcat", "-o", "beginning",
+                              "-c", "2", "-e"], capture_output=True, check=True, timeout=30)
+        assert out.stdout.split() == [b"one", b"two"]
 
 
 def test_clients_re_authenticate_before_their_login_expires():

@@ -118,3 +118,23 @@ def test_the_client_side_exchange_matches_the_server_and_checks_its_signature():
     exchange.send(server_first)
     with pytest.raises(SaslClientError):                   # a server that cannot prove it knows the key
         exchange.send(b"v=" + base64.b64encode(b"x" * 64))
+
+
+def test_old_librdkafkas_doubled_client_nonce_is_accepted_and_nothing_else():
+    """librdkafka < 2.6.1 sends r=<client nonce><client nonce + server nonce> (Kafka 3.8.1-3.9
+    accept it); a nonce without the whole server nonce still fails."""
+    for doubled, ok in ((True, True), (False, False)):
+        s = session()
+        _, _, server_first = s.authenticate(b"n,,n=bob,r=abc")
+        server_nonce = server_first.split(b",")[0][2:].decode()
+        prefix = "abc" if doubled else ""
+        fields = dict(p.split("=", 1) for p in server_first.decode().split(","))
+        salted = hashlib.pbkdf2_hmac("sha512", b"bob-secret", base64.b64decode(fields["s"]), int(fields["i"]))
+        client_key = hmac.new(salted, b"Client Key", "sha512").digest()
+        nonce = prefix + server_nonce if doubled else "abc"
+        without_proof = f"c=biws,r={nonce}"
+        auth = f"n=bob,r=abc,{server_first.decode()},{without_proof}".encode()
+        signature = hmac.new(hashlib.sha512(client_key).digest(), auth, "sha512").digest()
+        proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature))).decode()
+        error = s.authenticate(f"{without_proof},p={proof}".encode())[0]
+        assert (error == ErrorCode.NONE) == ok

@@ -236,6 +236,7 @@ class SaslSession:
         nonce = match.group(5) + base64.b64encode(self.authenticator.nonce()).decode()
         server_first = f"r={nonce},s={base64.b64encode(credential.salt).decode()},i={credential.iterations}"
         self._scram = {"user": user, "credential": credential, "hash": hash_name, "nonce": nonce,
+                       "client_nonce": match.group(5),
                        "gs2": message[:match.start(3)], "auth": match.group(3) + "," + server_first}
         return ErrorCode.NONE, None, server_first.encode()
 
@@ -249,7 +250,11 @@ class SaslSession:
             proof = base64.b64decode(match.group(4), validate=True)
         except ValueError:
             return self._fail("Authentication failed: invalid SCRAM client-final message")
-        if match.group(3) != state["nonce"] or binding != state["gs2"]:
+        # librdkafka before 2.6.1 (Debian's kcat, for one) sends its own nonce once more in
+        # front of the server's; Kafka 3.8.1-3.9 accepted that, and so do we (the whole
+        # server nonce is still echoed). Anything else must be exactly the server's nonce.
+        echoed = match.group(3)
+        if echoed not in (state["nonce"], state["client_nonce"] + state["nonce"]) or binding != state["gs2"]:
             return self._fail("Authentication failed: the SCRAM nonce or channel binding does not match")
         auth_message = (state["auth"] + "," + match.group(1)).encode()
         credential, hash_name = state["credential"], state["hash"]
