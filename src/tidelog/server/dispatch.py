@@ -83,13 +83,17 @@ class Dispatcher:
         started = perf_counter() if observer is not None else 0.0
         request = decode_request(header, frame, body_offset)
         token = client_host.set(getattr(connection, "host", ""))
-        connection_token = current_connection.set(connection)
+        # Only SASL handlers and ACL checks ask for the connection: a plain listener's hot
+        # path (Produce, Fetch) does not pay for setting it.
+        connection_token = current_connection.set(connection) \
+            if session is not None or self.gate is not None else None
         try:
             refusal = self.gate(header, request) if self.gate is not None else None
             result = refusal if refusal is not None else handler(header, request)
         finally:
             client_host.reset(token)
-            current_connection.reset(connection_token)
+            if connection_token is not None:
+                current_connection.reset(connection_token)
         if result is None or isinstance(result, dict):
             response = None if result is None else encode_response(header, result)
             if observer is not None:
