@@ -216,3 +216,27 @@ def test_rmtree_and_directory_renames_are_undone_without_fsync_dir(tmp_path):
     assert fs.listdir(root) == ["t-0", "t-1"]
     assert (tmp_path / "t-0" / "a").read_bytes() == b"a"
     assert (tmp_path / "t-1" / "b").read_bytes() == b"b"
+
+
+def test_sync_later_runs_on_its_own_descriptor_after_the_handle_is_closed(tmp_path):
+    fs = RealFileSystem()
+    handle = fs.open(str(tmp_path / "segment.log"))
+    handle.append(b"abc")
+    sync = handle.sync_later()
+    handle.close()
+    other = fs.open(str(tmp_path / "other.log"))   # may take the closed handle's descriptor number
+    sync()                                           # fsyncs segment.log's own duplicate, then closes it
+    other.append(b"x")
+    assert (tmp_path / "segment.log").read_bytes() == b"abc"
+    other.close()
+
+
+def test_sync_later_is_an_fsync_for_the_crash_model(tmp_path):
+    fs = CrashableFileSystem(str(tmp_path))
+    handle = fs.open(str(tmp_path / "segment.log"))
+    handle.append(b"abc")
+    fs.fsync_dir(str(tmp_path))
+    sync = handle.sync_later()
+    assert fs.unsynced_bytes(str(tmp_path / "segment.log")) == 3
+    sync()
+    assert fs.unsynced_bytes(str(tmp_path / "segment.log")) == 0

@@ -293,3 +293,71 @@ def test_timestamp_lookups_after_a_crash_see_every_rolled_segments_newest_record
     log = Log.open(log_dir, CONFIG, clock, fs, recovery_point=recovery_point)
     for offset in range(log.log_end_offset):
         assert log.fetch_offset_by_timestamp(T0_MS + offset).offset == offset
+
+
+class QueuedBackground:
+    """A background runner that holds the work until the test lets it run."""
+
+    def __init__(self):
+        self.queued = []
+
+    def __call__(self, work, done):
+        self.queued.append((work, done))
+
+    def run_all(self, error: BaseException | None = None) -> None:
+        queued, self.queued = self.queued, []
+        for work, done in queued:
+            if error is None:
+                work()
+            done(error)
+
+
+def fill_until_roll(log: Log, start: int = 0) -> int:
+    """Append until the log rolls once more; returns the new active segment's base."""
+    segments, i = len(log.segments), start
+    while len(log.segments) == segments:
+        log.append_as_leader(batch(f"value-{i}" * 5), leader_epoch=0)
+        i += 1
+    return log.active_segment.base_offset
+
+
+def test_a_roll_flushed_in_the_background_moves_the_recovery_point_only_once_durable(tmp_path, clock):
+    fs, log_dir = fresh(tmp_path, "not-yet")
+    background = QueuedBackground()
+    log = Log.open(log_dir, CONFIG, clock, fs, background=background)
+    fill_until_roll(log)
+    assert log.recovery_point == 0 and len(background.queued) == 1   # the append did not wait
+    fs.crash()                                                          # before the fsync ran: lost
+    assert values(Log.open(log_dir, CONFIG, clock, fs, recovery_point=0)) == []
+
+    fs, log_dir = fresh(tmp_path, "done")
+    background = QueuedBackground()
+    log = Log.open(log_dir, CONFIG, clock, fs, background=background)
+    active_base = fill_until_roll(log)
+    background.run_all()
+    assert log.recovery_point == active_base > 0
+    fs.crash()
+    log = Log.open(log_dir, CONFIG, clock, fs, recovery_point=active_base)
+    assert [o for o, _ in values(log)] == list(range(active_base))
+    check_log_consistency(log)
+
+
+def test_a_truncation_while_the_background_flush_runs_keeps_the_recovery_point(log_dir, clock, fs):
+    background = QueuedBackground()
+    log = Log.open(log_dir, CONFIG, clock, fs, background=background)
+    active_base = fill_until_roll(log)
+    log.truncate_to(active_base - 3)                  # a follower dropping what the leader never had
+    background.run_all()
+    assert log.recovery_point <= active_base - 3
+    check_log_consistency(log)
+
+
+def test_a_failed_background_flush_takes_the_log_offline(log_dir, clock, fs):
+    background, reported = QueuedBackground(), []
+    log = Log.open(log_dir, CONFIG, clock, fs, background=background,
+                   on_io_error=lambda directory, error: reported.append(error))
+    fill_until_roll(log)
+    background.run_all(OSError(5, "Input/output error"))
+    assert log.recovery_point == 0 and len(reported) == 1
+    with pytest.raises(Exception, match="offline"):
+        log.append_as_leader(batch("after"), leader_epoch=0)

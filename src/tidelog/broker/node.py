@@ -76,6 +76,7 @@ from tidelog.replication.metadata_changes import apply_local_changes
 from tidelog.replication.partition import IsrProposal, Partition, ReplicationSettings
 from tidelog.replication.replica_manager import OFFLINE, ReplicaManager
 from tidelog.storage.config import LogConfig
+from tidelog.storage.log import Background
 from tidelog.storage.log_manager import LogManager
 
 log = logging.getLogger("tidelog.broker")
@@ -148,7 +149,7 @@ class BrokerNode:
                  incarnation_id: uuid.UUID, listeners: tuple[Endpoint, ...], fs=None,
                  rack: str | None = None, tick_interval_ms: int = TICK_INTERVAL_MS,
                  controlled_shutdown_timeout_ms: int = CONTROLLED_SHUTDOWN_TIMEOUT_MS,
-                 new_member_id: Callable[[str], str] | None = None):
+                 new_member_id: Callable[[str], str] | None = None, background: Background | None = None):
         self.config = config
         self.clock = clock
         self.node_id: int = config["node.id"]
@@ -163,7 +164,8 @@ class BrokerNode:
         self._effects: list[Effect] = []
         self.metadata_log = metadata_log
         self.loader = MetadataLoader(metadata_log)
-        self.log_manager = LogManager(config["log.dirs"], clock, fs, default_config=static_log_config(config))
+        self.log_manager = LogManager(config["log.dirs"], clock, fs, default_config=static_log_config(config),
+                                      background=background)
         self.replica_manager = ReplicaManager(
             self.node_id, self.log_manager, clock, self.replication_settings, self.log_config,
             self._alive_broker_epoch,

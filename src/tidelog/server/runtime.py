@@ -42,6 +42,8 @@ import os
 import signal
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.lifecycle import BrokerState
@@ -128,6 +130,8 @@ class Server:
         self.controller_id = self.node_id
         self.cluster_id = ""
         self.node: BrokerNode | None = None
+        # One worker thread for the logs' background fsyncs (segment rolls).
+        self._background_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flush")
         self.listener: Listener | None = None
         self.controller_listeners: list[Listener] = []   # a combined node's controller.listener.names
         self.controller_server: ControllerServer | None = None
@@ -334,7 +338,7 @@ class Server:
             self.admin = ForwardingAdminApis(self, self.authorizer)
         endpoint = Endpoint(self.listener_name, self.advertised_host, self.advertised_port or self.bind_port)
         self.node = BrokerNode(config, self.clock, metadata_log, self.cluster_id, uuid.uuid4(), (endpoint,),
-                               tick_interval_ms=TICK_MS)
+                               tick_interval_ms=TICK_MS, background=self._in_background)
         self.fetcher_driver = FetcherDriver(self.node, self.listener_name, self._fault, self.inter_broker_security)
         kafka_apis = KafkaApis(ApiContext(
             node=self.node, cluster_id=self.cluster_id, controller_id=self.controller_id,
@@ -535,6 +539,12 @@ class Server:
         self._producer_ids = [block[0] + 1, block[1]]
         return block[0]
 
+    def _in_background(self, work: Callable[[], None], done: Callable[[BaseException | None], None]) -> None:
+        """The logs' background runner: ``work`` (a rolled segment's fsync) on the worker
+        thread, ``done`` back on the event loop (Kafka's ``flush-log`` task)."""
+        future = asyncio.get_running_loop().run_in_executor(self._background_executor, work)
+        future.add_done_callback(lambda f: None if f.cancelled() else done(f.exception()))
+
     # ------------------------------------------------------------------- stop
 
     async def wait_stopped_by_node(self) -> None:
@@ -559,7 +569,8 @@ class Server:
             await listener.stop()
         if self.node is not None:
             self.fetcher_driver.shutdown()
-            self.node.shutdown()
+            self.node.shutdown()                       # flushes every log inline
+            self._background_executor.shutdown(wait=True)
             if not self.is_controller:
                 self.node.metadata_log.close()
             if not self.in_process_controller:

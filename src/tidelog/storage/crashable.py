@@ -98,6 +98,11 @@ class CrashableFile:
         state.durable_prefix = self._file.size()
         state.durable_tail = b""
 
+    def sync_later(self):
+        """``fsync`` when the returned function runs (what a real one on a duplicate
+        descriptor does: the file's content at that moment becomes durable)."""
+        return self.fsync
+
     def size(self) -> int:
         return self._file.size()
 

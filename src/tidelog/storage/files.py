@@ -31,7 +31,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-from typing import Protocol
+from typing import Callable, Protocol
 
 from tidelog.storage.errors import LogDirLockedError
 
@@ -50,6 +50,10 @@ class FileHandle(Protocol):
     def truncate(self, size: int) -> None: ...
 
     def fsync(self) -> None: ...
+
+    def sync_later(self) -> Callable[[], None]:
+        """A function that makes the bytes written so far durable, safe to call from
+        another thread and after this handle is closed (the log's background flush)."""
 
     def size(self) -> int: ...
 
@@ -126,6 +130,16 @@ class RealFile:
 
     def fsync(self) -> None:
         os.fsync(self._check_open())
+
+    def sync_later(self) -> Callable[[], None]:
+        fd = os.dup(self._check_open())  # its own descriptor: closing this handle cannot recycle it
+
+        def sync() -> None:
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return sync
 
     def size(self) -> int:
         return self._size

@@ -24,7 +24,11 @@ takes appends), the ``LeaderEpochCache``, and four offsets::
 * Durability: segments roll by size, age or full index; a roll fsyncs the old
   segment and moves the recovery point; ``flush`` does the same on demand (and
   after ``flush.messages`` / ``flush.ms``). Truncations are fsynced at once, so
-  data a follower dropped can never come back after a crash.
+  data a follower dropped can never come back after a crash. Given a
+  ``background`` runner (the server's: a worker thread), a roll's fsync runs
+  there, as Kafka's ``flush-log`` task does, and the recovery point moves when
+  it is done (unless the log was truncated meanwhile); the append that rolled
+  does not wait for a gigabyte to reach the disk.
 
 Everything below the recovery point is durable, so ``Log.open`` recovers only from
 there (``log_loader.py``). An ``OSError`` takes the log offline: it raises
@@ -92,6 +96,10 @@ from tidelog.storage.segment import (
 )
 
 logger = logging.getLogger(__name__)
+
+# Runs ``work`` off the caller's thread, then ``done(error)`` back on it
+# (``Log._flush_in_background``); None means flush inline.
+Background = Callable[[Callable[[], None], Callable[[BaseException | None], None]], None]
 
 SNAPSHOT_SIZE_MAX_BYTES = 64 << 20          # a producer snapshot (producer_state.py)
 TXN_INDEX_SIZE_MAX_BYTES = 256 << 20        # one segment's aborted-transaction index
@@ -219,7 +227,8 @@ class Log:
     def __init__(self, directory: str, config: LogConfig, clock: Clock, fs: FileSystem,
                  segments: list[LogSegment], leader_epoch_cache: LeaderEpochCache, *,
                  log_start_offset: int, log_end_offset: int, high_watermark: int, recovery_point: int,
-                 cleaner_checkpoint: int = 0, on_io_error: Callable[[str, OSError], None] | None = None):
+                 cleaner_checkpoint: int = 0, on_io_error: Callable[[str, OSError], None] | None = None,
+                 background: Background | None = None):
         self.directory = directory
         self.topic_partition = TopicPartition.parse(os.path.basename(directory))
         self.config = config
@@ -236,6 +245,7 @@ class Log:
         self._truncations = 0
         self._last_flush_ms = clock.now_ms()
         self._on_io_error = on_io_error
+        self._background = background
         self._offline = False
         self._check_segments()
         self._producer_state = ProducerStateManager()
@@ -246,7 +256,8 @@ class Log:
     def open(cls, directory: str, config: LogConfig, clock: Clock, fs: FileSystem | None = None,
              recovery_point: int = 0, log_start_offset: int = 0, high_watermark: int = 0, *,
              cleaner_checkpoint: int = 0, had_clean_shutdown: bool = False,
-             on_io_error: Callable[[str, OSError], None] | None = None) -> "Log":
+             on_io_error: Callable[[str, OSError], None] | None = None,
+             background: Background | None = None) -> "Log":
         """Load (or create) the log in ``directory``, recovering what needs it.
 
         ``high_watermark`` is clamped to ``[log_start_offset, log_end_offset]`` (as in
@@ -264,7 +275,7 @@ class Log:
         return cls(directory, config, clock, fs, loaded.segments, cache,
                    log_start_offset=loaded.log_start_offset, log_end_offset=loaded.log_end_offset,
                    high_watermark=high_watermark, recovery_point=loaded.recovery_point,
-                   cleaner_checkpoint=cleaner_checkpoint, on_io_error=on_io_error)
+                   cleaner_checkpoint=cleaner_checkpoint, on_io_error=on_io_error, background=background)
 
     # -- state ----------------------------------------------------------------------
 
@@ -643,7 +654,7 @@ class Log:
             self._segments.pop()
             self._base_offsets.pop()
         else:
-            self._flush(min(new_base_offset, self._log_end_offset))
+            self._flush_in_background(min(new_base_offset, self._log_end_offset))
             old.on_become_inactive()
         segment = LogSegment.create(self.fs, self.directory, new_base_offset,
                                     index_size_max_bytes=self.config.segment_index_bytes,
@@ -1000,6 +1011,37 @@ class Log:
             segment.flush()
         self._recovery_point = offset
         self._last_flush_ms = self.clock.now_ms()
+
+    def _flush_in_background(self, offset: int) -> None:
+        """Fsync the segments below ``offset`` on the background runner; the recovery point
+        moves once they are durable. Only the log files: the index files of segments that
+        stopped being active are written and fsynced by ``on_become_inactive``, and a
+        recovery rebuilds those above the recovery point anyway."""
+        if self._background is None:
+            self._flush(offset)
+            return
+        if offset <= self._recovery_point:
+            return
+        first = max(0, bisect_right(self._base_offsets, self._recovery_point) - 1)
+        last = max(0, bisect_right(self._base_offsets, offset - 1) - 1)
+        syncs = [segment.log.sync_later() for segment in self._segments[first:last + 1]]
+        truncations = self._truncations
+
+        def work() -> None:
+            for sync in syncs:
+                sync()
+
+        def done(error: BaseException | None) -> None:
+            if self._offline:
+                return
+            if isinstance(error, OSError):
+                self._go_offline(error)
+            elif error is not None:
+                logger.error("%s: background flush failed", self.topic_partition, exc_info=error)
+            elif self._truncations == truncations and offset > self._recovery_point:
+                self._recovery_point = offset
+                self._last_flush_ms = self.clock.now_ms()
+        self._background(work, done)
 
     def close(self) -> None:
         """Write index files and the producer snapshot, and close every file (no fsync

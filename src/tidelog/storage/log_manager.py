@@ -45,7 +45,7 @@ from tidelog.storage.cleaner import CLEANER_OFFSET_CHECKPOINT, CleanerConfig, Lo
 from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import DuplicateLogError, LogDirLockedError, OfflineLogDirError
 from tidelog.storage.files import FileLock, FileSystem, RealFileSystem
-from tidelog.storage.log import Log
+from tidelog.storage.log import Background, Log
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,8 @@ _SKIPPED_DIR_SUFFIXES = ("-future", "-stray")
 class LogManager:
     def __init__(self, log_dirs: list[str], clock: Clock, fs: FileSystem | None = None,
                  default_config: LogConfig | None = None,
-                 topic_configs: Mapping[str, LogConfig] | None = None):
+                 topic_configs: Mapping[str, LogConfig] | None = None,
+                 background: Background | None = None):
         assert log_dirs, "a LogManager needs at least one log directory"
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         assert len(set(self.log_dirs)) == len(self.log_dirs), "a log directory is listed twice"
@@ -67,6 +68,7 @@ class LogManager:
         self.fs = fs or RealFileSystem()
         self.default_config = default_config or LogConfig()
         self.topic_configs = dict(topic_configs or {})
+        self._background = background           # where a roll's fsync runs (Log._flush_in_background)
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, str] = {}
         self._offline_dirs: set[str] = set()
@@ -114,7 +116,8 @@ class LogManager:
                     os.path.join(log_dir, name), self.config_for(tp.topic), self.clock, fs,
                     recovery_point=recovery_points.get(tp, 0), log_start_offset=log_start_offsets.get(tp, 0),
                     high_watermark=high_watermarks.get(tp, 0), cleaner_checkpoint=cleaner_checkpoints.get(tp, 0),
-                    had_clean_shutdown=had_clean_shutdown, on_io_error=self._on_io_error)
+                    had_clean_shutdown=had_clean_shutdown, on_io_error=self._on_io_error,
+                    background=self._background)
                 self._dir_of[tp] = log_dir
         except (OSError, StorageError) as e:
             self._mark_dir_offline(log_dir, e)
@@ -169,7 +172,7 @@ class LogManager:
             self.fs.mkdir(path)
             self.fs.fsync_dir(log_dir)
             log = Log.open(path, self.config_for(tp.topic), self.clock, self.fs,
-                           on_io_error=self._on_io_error)
+                           on_io_error=self._on_io_error, background=self._background)
         except OSError as e:
             self._mark_dir_offline(log_dir, e)
             raise StorageError(f"{tp}: cannot create its log in {log_dir}: {e}") from e
