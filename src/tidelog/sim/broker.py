@@ -92,6 +92,7 @@ STARTING, RECOVERY, RUNNING = BrokerState.STARTING, BrokerState.RECOVERY, Broker
 PENDING_CONTROLLED_SHUTDOWN = BrokerState.PENDING_CONTROLLED_SHUTDOWN
 CONTROLLED_SHUTDOWN_TIMEOUT_MS = 5000
 METADATA_MAX_WAIT_MS = 500
+BACKGROUND_FLUSH_MAX_MS = 50                             # a rolled segment reaches the disk within this
 CLUSTER_ID = "tidelog-sim"
 LISTENER = "PLAINTEXT"
 FIND_COORDINATOR_V4 = SimpleNamespace(api_version=4)     # the request header GroupApis reads
@@ -183,11 +184,24 @@ class SimBroker(NetworkNode):
             (Endpoint(LISTENER, self.name, 9092),), fs=self.disk,
             tick_interval_ms=self.sim.config.tick_ms,
             controlled_shutdown_timeout_ms=CONTROLLED_SHUTDOWN_TIMEOUT_MS,
-            new_member_id=lambda prefix: f"{prefix}-{self.broker_id}.{self.starts}.{next(member_ids)}")
+            new_member_id=lambda prefix: f"{prefix}-{self.broker_id}.{self.starts}.{next(member_ids)}",
+            background=self._background)
         self.group_apis = GroupApis(self.node, LISTENER, self.clock, self._create_topic)
         self.node.txn_coordinator.write_markers = self._write_markers
         self._carry_out(self.node, self.node.start(self.clock.monotonic_ms()))
         self._fetch_metadata()
+
+    def _background(self, work, done) -> None:
+        """The logs' background runner, as ``tidelog serve``'s worker thread: a rolled
+        segment's fsync happens a little later, or never if the process dies first."""
+        def run() -> None:
+            try:
+                work()
+            except OSError as e:
+                done(e)
+                return
+            done(None)
+        self.after(self.sim.rng.randint(1, BACKGROUND_FLUSH_MAX_MS), run, label=f"{self.name} log-flush")
 
     def kill(self) -> None:
         """kill -9 (the machine stays up): nothing written is lost."""

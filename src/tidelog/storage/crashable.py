@@ -99,9 +99,24 @@ class CrashableFile:
         state.durable_tail = b""
 
     def sync_later(self):
-        """``fsync`` when the returned function runs (what a real one on a duplicate
-        descriptor does: the file's content at that moment becomes durable)."""
-        return self.fsync
+        """What an ``fsync`` on a duplicate descriptor does when the returned function
+        runs: the file's content at that moment becomes durable; a file removed or
+        renamed away meanwhile has nothing left at its path to make durable."""
+        path = self._file.path
+
+        def sync() -> None:
+            self._fs._check(path)
+            state = self._fs._files.get(path)
+            if state is None or not os.path.isfile(path):
+                return
+            if self._fs.real_fsync:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            state.durable_prefix, state.durable_tail = os.path.getsize(path), b""
+        return sync
 
     def size(self) -> int:
         return self._file.size()
