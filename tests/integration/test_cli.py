@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
@@ -43,3 +44,13 @@ def test_create_with_invalid_name_fails_with_a_clear_error(broker):
     result = tidelog(broker, "create", "no/slashes", check=False)
     assert result.returncode == 1
     assert "INVALID_TOPIC_EXCEPTION" in result.stderr
+
+
+
+@pytest.mark.parametrize("command", ["topics", "groups", "transactions", "acls", "users"])
+def test_a_missing_command_config_file_is_named_not_a_traceback(command, tmp_path):
+    missing = str(tmp_path / "client.properties")
+    result = subprocess.run([sys.executable, "-m", "tidelog.cli.main", command, "--command-config", missing,
+                             "list"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result
+    assert missing in result.stderr and "Traceback" not in result.stderr, result.stderr

@@ -302,3 +302,34 @@ def test_a_transactional_write_to_a_partition_not_in_the_transaction_is_refused(
     # Nothing of the refused writes is in the logs: the aborted transaction held 3 records in all.
     values = _read(cluster.bootstrap, "txn-verify", 3, "read_uncommitted", expected=3)
     assert values == [b"value"] * 3
+
+
+def test_transactional_batches_without_a_transactional_id_are_refused(cluster):
+    """Kafka refuses the whole request (TRANSACTIONAL_ID_AUTHORIZATION_FAILED): without the id
+    no coordinator checks the partition, and the batch would open a transaction that nothing
+    ever ends, holding read_committed readers back."""
+    import asyncio
+
+    from tidelog.core.errors import ErrorCode
+    from tidelog.protocol.api_keys import ApiKey
+    from tidelog.protocol.client import KafkaConnection
+    from tidelog.records.batch import build_batch
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("txn-no-id", 1, 3)])["txn-no-id"].result(15)
+    leader = admin.list_topics("txn-no-id", timeout=10).topics["txn-no-id"].partitions[0].leader
+
+    async def produce(batch: bytes) -> ErrorCode:
+        connection = await KafkaConnection.connect("127.0.0.1", cluster.port(leader))
+        try:
+            response = await connection.request(ApiKey.PRODUCE, {"acks": -1, "timeout": 5000, "topic_data": [
+                {"name": "txn-no-id", "partition_data": [{"index": 0, "records": batch}]}]}, version=9)
+            return ErrorCode(response.responses[0].partition_responses[0].error_code.value)
+        finally:
+            connection.close()
+    transactional = build_batch([b"hidden"], producer_id=4242, producer_epoch=0, base_sequence=0,
+                                is_transactional=True)
+    assert asyncio.run(produce(transactional)) == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert asyncio.run(produce(build_batch([b"plain"]))) == ErrorCode.NONE
+    # Nothing was appended, and no open transaction holds read_committed readers below the plain record.
+    assert _read(cluster.bootstrap, "txn-no-id", 1, "read_committed", expected=1) == [b"plain"]
+    assert _read(cluster.bootstrap, "txn-no-id", 1, "read_uncommitted", expected=1) == [b"plain"]

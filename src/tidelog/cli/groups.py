@@ -122,8 +122,12 @@ async def run(args) -> int:
     if not port.isdigit():
         print(f"expected HOST:PORT, got {args.bootstrap_server!r}", file=sys.stderr)
         return 1
-    session = Session((host or "127.0.0.1", int(port)), args.timeout / 1000,
-                      load_command_config(getattr(args, "command_config", None)))
+    try:
+        security = load_command_config(getattr(args, "command_config", None))
+    except (OSError, KafkaError) as e:
+        print(f"error: cannot use --command-config {args.command_config}: {e}", file=sys.stderr)
+        return 1
+    session = Session((host or "127.0.0.1", int(port)), args.timeout / 1000, security)
     try:
         await session.bootstrap()
     except OSError as e:
@@ -151,10 +155,15 @@ class Coordinator:
 
 
 class Session:
-    """One connection per broker (made again if it broke), and coordinator retries."""
+    """One connection per broker (made again if it broke), and coordinator retries.
+    ``key_type`` is FindCoordinator's (0: a group; 1: a transactional id), ``noun`` how
+    error messages name the key."""
 
-    def __init__(self, bootstrap: tuple[str, int], timeout_s: float, security=None):
+    def __init__(self, bootstrap: tuple[str, int], timeout_s: float, security=None,
+                 key_type: int = GROUP_KEY, noun: str = "group"):
         self._bootstrap = bootstrap
+        self.key_type = key_type
+        self.noun = noun
         self.timeout_s = timeout_s
         self.security = security                  # --command-config (TLS, SASL)
         self._peers: dict[tuple[str, int], KafkaConnection] = {}
@@ -193,18 +202,18 @@ class Session:
                     if error not in RETRIABLE:
                         return coordinator, error, value
                 elif error not in RETRIABLE:
-                    raise CommandError(f"cannot find the coordinator of group {group!r}: {error.name}")
+                    raise CommandError(f"cannot find the coordinator of {self.noun} {group!r}: {error.name}")
                 problem = error.name
             except OSError as e:
                 problem = f"connection failed: {e}"
             if loop.time() + RETRY_BACKOFF_S > deadline:
-                raise CommandError(f"the coordinator of group {group!r} is not available after {attempts} "
+                raise CommandError(f"the coordinator of {self.noun} {group!r} is not available after {attempts} "
                                    f"attempts in {self.timeout_s:g} s (last error: {problem})")
             await asyncio.sleep(RETRY_BACKOFF_S)
 
     async def _find_coordinator(self, group: str) -> tuple[ErrorCode, Coordinator | None]:
         response = await (await self.bootstrap()).request(ApiKey.FIND_COORDINATOR, {
-            "key": group, "key_type": GROUP_KEY, "coordinator_keys": [group]})
+            "key": group, "key_type": self.key_type, "coordinator_keys": [group]})
         found = response.coordinators[0] if hasattr(response, "coordinators") else response
         error = _error(found.error_code)
         if error != ErrorCode.NONE:

@@ -21,11 +21,12 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("what", choices=["storage"])
     bench.add_argument("rest", nargs=argparse.REMAINDER)
 
-    from tidelog.cli import acls, cluster, groups, topics, ui, users
+    from tidelog.cli import acls, cluster, groups, topics, transactions, ui, users
     topics.add_parser(commands)
     acls.add_parser(commands)
     users.add_parser(commands)
     groups.add_parser(commands)
+    transactions.add_parser(commands)
     cluster.add_parser(commands)
     ui.add_parser(commands)
 
@@ -43,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(topics.run(args))
     if args.command == "groups":
         return asyncio.run(groups.run(args))
+    if args.command == "transactions":
+        return asyncio.run(transactions.run(args))
     if args.command == "acls":
         return asyncio.run(acls.run(args))
     if args.command == "users":

@@ -17,7 +17,7 @@ import asyncio
 import sys
 
 from tidelog.cli.progress import Progress
-from tidelog.core.errors import ErrorCode
+from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.cli.client_config import load_command_config
 from tidelog.protocol.client import KafkaConnection
@@ -64,7 +64,11 @@ async def _connect(bootstrap: str) -> KafkaConnection:
 
 
 async def run(args) -> int:
-    _SECURITY[0] = load_command_config(args.command_config)
+    try:
+        _SECURITY[0] = load_command_config(args.command_config)
+    except (OSError, KafkaError) as e:
+        print(f"error: cannot use --command-config {args.command_config}: {e}", file=sys.stderr)
+        return 1
     try:
         connection = await _connect(args.bootstrap_server)
     except OSError as e:

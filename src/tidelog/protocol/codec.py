@@ -370,10 +370,38 @@ def decode_response(api_key: int, api_version: int, frame) -> tuple[int, Any]:
     if cls.__flexible__ and api_key != ApiKey.API_VERSIONS:
         pos = _skip_tagged_fields(frame, pos)
     try:
-        entity, _size = _reader(cls)(memoryview(frame), pos)
+        entity, _size = _reader(_readable(cls))(memoryview(frame), pos)
     except Exception as e:
         raise ProtocolError(f"cannot decode {cls.__name__} v{api_version}: {e}") from None
     return correlation_id, entity
+
+
+@functools.cache
+def _readable(cls):
+    """``cls``, or a copy of it in which each datetime field that is not nullable (and each
+    entity holding one) reads as nullable. Kafka writes -1 for "no time" there (DescribeTransactions'
+    transaction_start_time of an id with no transaction), which kio's reader refuses; read
+    this way it is None (``millis``: -1)."""
+    fields, changed = [], False
+    for f in dataclasses.fields(cls):
+        kind, hint = classify_field(f), f.type
+        if isinstance(kind, (EntityField, EntityTupleField)) and _readable(kind.type_) is not kind.type_:
+            nested = _readable(kind.type_)
+            hint = tuple[nested, ...] if isinstance(kind, EntityTupleField) else (
+                nested | None if is_optional(f) else nested)
+            changed = True
+        elif f.metadata.get("kafka_type") == "datetime_i64" and not is_optional(f) and not kind.is_array:
+            hint, changed = hint | None, True
+        default = {} if f.default is dataclasses.MISSING else {"default": f.default}
+        if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            default = {"default_factory": f.default_factory}  # type: ignore[misc]
+        fields.append((f.name, hint, dataclasses.field(metadata=f.metadata, **default)))
+    if not changed:
+        return cls
+    namespace = {name: value for name, value in vars(cls).items()
+                 if name in ("__type__", "__version__", "__flexible__", "__api_key__", "__header_schema__")}
+    return dataclasses.make_dataclass(cls.__name__, fields, namespace=namespace, frozen=True, slots=True,
+                                      kw_only=True)
 
 
 # ---------------------------------------------------------------------------
@@ -410,13 +438,14 @@ def _zero(kafka_type: str | None, optional: bool, kind: str):
     }.get(kafka_type, 0)
 
 
-def _convert(kafka_type: str | None, value):
+def _convert(kafka_type: str | None, value, optional: bool = True):
     if kafka_type == "error_code" and not isinstance(value, KioErrorCode):
         return KioErrorCode(int(value))
     if kafka_type in ("timedelta_i32", "timedelta_i64") and isinstance(value, int):
         return datetime.timedelta(milliseconds=value)
     if kafka_type == "datetime_i64" and isinstance(value, int):
-        return None if value < 0 else _EPOCH + datetime.timedelta(milliseconds=value)
+        # -1 ("none") is null where the field is nullable, else written as it is.
+        return None if value < 0 and optional else _EPOCH + datetime.timedelta(milliseconds=value)
     return value
 
 
@@ -433,7 +462,7 @@ def to_entity(cls, data: dict):
             elif kind == "PrimitiveTupleField":
                 value = tuple(_convert(kafka_type, v) for v in value)
             else:
-                value = _convert(kafka_type, value)
+                value = _convert(kafka_type, value, optional)
         elif name in data and optional:
             value = None
         elif default is not dataclasses.MISSING:

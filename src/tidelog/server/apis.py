@@ -58,6 +58,13 @@ class ApiContext:
     authorizer: object | None = None
 
 
+def _is_transactional(records) -> bool:
+    """Whether the first batch of a partition's records says it is transactional (magic 2,
+    attributes bit 4); two byte reads, on every produce request without a transactional id.
+    A malformed batch is left to the append, which refuses it with the right error."""
+    return len(records) >= BATCH_HEADER_SIZE_BYTES and records[16] == 2 and bool(records[22] & 0x10)
+
+
 class KafkaApis:
     def __init__(self, context: ApiContext):
         self.context = context
@@ -123,6 +130,12 @@ class KafkaApis:
                     errors[tp] = ErrorCode.CORRUPT_MESSAGE
                 else:
                     entries[tp] = data.records
+        if not getattr(request, "transactional_id", None) and any(map(_is_transactional, entries.values())):
+            # Transactional batches need the transactional id their coordinator checks (Kafka
+            # refuses the whole request so, as KafkaApis.handleProduceRequest does).
+            for tp in entries:
+                errors[tp] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            entries.clear()
         authorizer = self.context.authorizer
         if authorizer is not None and entries:
             transactional_id = getattr(request, "transactional_id", None)
