@@ -49,7 +49,6 @@ chaos-long: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/storage_bench.py
 	$(PY) benchmarks/produce_consume_bench.py
-	$(PY) benchmarks/idempotence_bench.py
 	$(PY) benchmarks/txn_bench.py
 	$(PY) benchmarks/validation_bench.py
 	$(PY) benchmarks/group_bench.py

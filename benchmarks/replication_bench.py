@@ -58,8 +58,7 @@ def produce_rate(bootstrap: str, topic: str, acks: str, records: int, record_byt
 
 
 def throughput(bootstrap: str, topic: str, acks: str, records: int, **config) -> float:
-    """MB/s of ``records`` 1 KiB records over 3 partitions (also used by idempotence_bench
-    and metrics_bench)."""
+    """MB/s of ``records`` 1 KiB records over 3 partitions (also used by metrics_bench)."""
     return produce_rate(bootstrap, topic, acks, records, RECORD_BYTES, **config) * RECORD_BYTES / 1e6
 
 
