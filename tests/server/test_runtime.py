@@ -100,3 +100,35 @@ def test_a_heartbeat_answered_stale_broker_epoch_registers_again(tmp_path):
         await server.stop()
         assert server.exit_status == 0
     asyncio.run(main())
+
+
+_MMAPPED_BLOCKS = """
+import ctypes, sys
+
+class Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+                 "fordblks", "keepcost")]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Mallinfo2
+if sys.argv[1] == "tuned":
+    from tidelog.server.runtime import keep_request_buffers
+    assert keep_request_buffers()
+before = libc.mallinfo2().hblks
+held = [bytearray(3 << 20) for _ in range(4)]       # requests of a few MB in flight
+print(libc.mallinfo2().hblks - before)
+"""
+
+
+def test_request_sized_buffers_come_from_the_heap_not_fresh_mappings():
+    """Without the tuning each multi-megabyte buffer is its own mmap (fresh, zeroed pages)."""
+    import subprocess
+    import sys
+
+    def mapped(variant: str) -> int:
+        out = subprocess.run([sys.executable, "-c", _MMAPPED_BLOCKS, variant], capture_output=True, text=True,
+                             check=True, timeout=60)
+        return int(out.stdout.split()[-1])
+    assert mapped("default") == 4
+    assert mapped("tuned") == 0
