@@ -50,6 +50,7 @@ from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.core.ids import TopicPartition
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
+from tidelog.protocol.codec import ProtocolError
 
 CLIENT_ID = "tidelog-groups"
 RETRIABLE = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -118,8 +119,14 @@ def add_parser(commands) -> None:
 
 
 async def run(args) -> int:
+    return await run_verb(args, globals())
+
+
+async def run_verb(args, verbs: dict, key_type: int = GROUP_KEY, noun: str = "group") -> int:
+    """Connect as ``args`` say and run the verb's ``_<verb>(session, args)`` from ``verbs``
+    (also ``tidelog transactions``'); every failure is a message and exit status 1."""
     host, _, port = args.bootstrap_server.split(",")[0].rpartition(":")
-    if not port.isdigit():
+    if not port.isdigit() or not 0 < int(port) < 65536:
         print(f"expected HOST:PORT, got {args.bootstrap_server!r}", file=sys.stderr)
         return 1
     try:
@@ -127,16 +134,19 @@ async def run(args) -> int:
     except (OSError, KafkaError) as e:
         print(f"error: cannot use --command-config {args.command_config}: {e}", file=sys.stderr)
         return 1
-    session = Session((host or "127.0.0.1", int(port)), args.timeout / 1000, security)
+    session = Session((host or "127.0.0.1", int(port)), args.timeout / 1000, security, key_type, noun)
     try:
         await session.bootstrap()
-    except OSError as e:
+    except (OSError, KafkaError) as e:
         print(f"cannot connect to {args.bootstrap_server}: {e}", file=sys.stderr)
         return 1
     try:
-        return await globals()[f"_{args.verb.replace('-', '_')}"](session, args)
+        return await verbs[f"_{args.verb.replace('-', '_')}"](session, args)
     except (CommandError, OSError, KafkaError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except ProtocolError as e:
+        print(f"error: the broker's answer cannot be read: {e}", file=sys.stderr)
         return 1
     finally:
         session.close()

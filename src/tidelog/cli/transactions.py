@@ -50,14 +50,13 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from tidelog.cli.client_config import load_command_config
-from tidelog.cli.groups import RETRY_BACKOFF_S, CommandError, Session, _table
+from tidelog.cli.groups import RETRY_BACKOFF_S, CommandError, Session, _table, run_verb
 from tidelog.cli.topics import _error, _metadata
-from tidelog.core.errors import ErrorCode, KafkaError
+from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
-from tidelog.protocol.codec import ProtocolError, millis
+from tidelog.protocol.codec import millis
 
 TRANSACTION_KEY = 1                      # FindCoordinator key type of a transactional id
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15  # Kafka's transaction.max.timeout.ms, in minutes
@@ -125,32 +124,7 @@ def add_parser(commands) -> None:
 
 
 async def run(args) -> int:
-    host, _, port = args.bootstrap_server.split(",")[0].rpartition(":")
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        print(f"expected HOST:PORT, got {args.bootstrap_server!r}", file=sys.stderr)
-        return 1
-    try:
-        security = load_command_config(args.command_config)
-    except (OSError, KafkaError) as e:
-        print(f"error: cannot use --command-config {args.command_config}: {e}", file=sys.stderr)
-        return 1
-    session = Session((host or "127.0.0.1", int(port)), args.timeout / 1000, security,
-                      key_type=TRANSACTION_KEY, noun="transactional id")
-    try:
-        await session.bootstrap()
-    except (OSError, KafkaError) as e:
-        print(f"cannot connect to {args.bootstrap_server}: {e}", file=sys.stderr)
-        return 1
-    try:
-        return await globals()[f"_{args.verb.replace('-', '_')}"](session, args)
-    except (CommandError, OSError, KafkaError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except ProtocolError as e:
-        print(f"error: the broker's answer cannot be read: {e}", file=sys.stderr)
-        return 1
-    finally:
-        session.close()
+    return await run_verb(args, globals(), key_type=TRANSACTION_KEY, noun="transactional id")
 
 
 # ================================================================== the cluster
