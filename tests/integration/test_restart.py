@@ -3,6 +3,7 @@
 import glob
 import os
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tidelog.testing import Broker
@@ -43,8 +44,12 @@ def test_clean_stop_then_restart_loses_nothing():
         assert [o for o, _ in got] == list(range(len(acked)))
 
 
-def test_kill_9_then_restart_keeps_every_acknowledged_record_and_a_sound_log():
-    with Broker() as broker:
+@pytest.mark.parametrize("segment_bytes", [None, 16_384])
+def test_kill_9_then_restart_keeps_every_acknowledged_record_and_a_sound_log(segment_bytes):
+    """With 16 KiB segments the log rolls ~60 times, each roll's fsync on the worker
+    thread, so the kill lands among background flushes and recovery-point moves."""
+    overrides = {"log.segment.bytes": str(segment_bytes)} if segment_bytes else {}
+    with Broker(overrides=overrides) as broker:
         acked = _produce(broker.bootstrap, "killed", 20_000)
         broker.restart(clean=False)  # SIGKILL: page cache survives, the process does not
         got = _consume(broker.bootstrap, "killed", len(acked))
