@@ -65,8 +65,8 @@ class LaggingCopy:
 
 
 class World:
-    def __init__(self, tmp_path, controlled_shutdown_timeout_ms=5000):
-        self.clock = ManualClock()
+    def __init__(self, tmp_path, controlled_shutdown_timeout_ms=5000, clock=None):
+        self.clock = clock or ManualClock()
         self.log = InMemoryMetadataLog()
         self.controller = QuorumController(clock=self.clock, log=self.log, cluster_id="c1",
                                            rng=random.Random(0), session_timeout_ms=9000)
@@ -74,9 +74,9 @@ class World:
         self.nodes = {}
         self.timeout_ms = controlled_shutdown_timeout_ms
 
-    def node(self, node_id, metadata_log=None):
+    def node(self, node_id, metadata_log=None, settings=None):
         config = BrokerConfig({"node.id": str(node_id), "process.roles": "broker",
-                               "log.dirs": str(self.tmp_path / f"b{node_id}")})
+                               "log.dirs": str(self.tmp_path / f"b{node_id}"), **(settings or {})})
         node = BrokerNode(config, self.clock, metadata_log or self.log, "c1", uuid.uuid4(),
                           (Endpoint("PLAINTEXT", "localhost", 9000 + node_id),),
                           controlled_shutdown_timeout_ms=self.timeout_ms)
@@ -287,3 +287,94 @@ def test_a_broker_in_controlled_shutdown_stops_fetching_the_partitions_whose_isr
     assert not any(isinstance(e, FetcherAdded) for e in seen)
     seen = world.run(first, [], others=[second], until=lambda n: n.state == BrokerState.SHUTTING_DOWN)
     assert not any(isinstance(e, FetcherAdded) for e in seen)
+
+
+class SteppingClock(ManualClock):
+    """A ManualClock whose wall time can step (NTP, an operator) while the monotonic clock runs on."""
+
+    def __init__(self):
+        super().__init__()
+        self.wall_step_ms = 0
+
+    def now_ms(self) -> int:
+        return super().now_ms() + self.wall_step_ms
+
+
+def test_a_wall_clock_step_back_does_not_hold_a_rebalance(tmp_path):
+    """Kafka's group coordinator times a rebalance on a monotonic timer (the DelayedJoin
+    of rebalanceTimeoutMs): when it passes, the members that did not rejoin are removed
+    and the join completes, whatever the wall clock did meanwhile. Simulator seed 1023:
+    the coordinator's wall clock stepped back an hour during PreparingRebalance and the
+    join deadline (and the sessions), stamped in wall time, moved an hour away — every
+    JoinGroup timed out and was resent until the run ended, the group still rebalancing."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from tidelog.group.classic import GroupState
+    from tidelog.group.coordinator import offsets_topic
+    from tidelog.server.group_apis import GroupApis
+
+    clock = SteppingClock()
+    world = World(tmp_path, clock=clock)
+    node = world.node(1, settings={"offsets.topic.num.partitions": "1"})
+    world.run(node, node.start(clock.monotonic_ms()), until=running)
+    world.controller.create_topics([offsets_topic(node.config, 1)])
+    world.run(node, node.on_metadata_committed(),
+              until=lambda n: not isinstance(n.group_coordinator.shard_for("g"), ErrorCode))
+    shard = node.group_coordinator.shard_for("g")
+
+    def advance(ms):
+        end = clock.monotonic_ms() + ms
+        world.run(node, [], steps=10_000, until=lambda n: clock.monotonic_ms() >= end)
+
+    async def scenario():
+        apis = GroupApis(node, "PLAINTEXT", clock, lambda topic: ErrorCode.NONE)
+        header = SimpleNamespace(client_id="c", api_version=3)     # v3: no MEMBER_ID_REQUIRED round
+
+        def join(member_id=""):
+            request = SimpleNamespace(group_id="g", member_id=member_id, group_instance_id=None,
+                                      session_timeout=10_000, rebalance_timeout=30_000, protocol_type="consumer",
+                                      protocols=[SimpleNamespace(name="range", metadata=b"")])
+            answer = apis.handle_join_group(header, request)
+            return answer if isinstance(answer, dict) else asyncio.ensure_future(answer)
+
+        def heartbeat(member_id, generation):
+            request = SimpleNamespace(group_id="g", generation_id=generation, member_id=member_id)
+            return apis.handle_heartbeat(header, request)["error_code"]
+
+        async def settled(task):
+            for _ in range(3):
+                await asyncio.sleep(0)
+            assert task.done(), "no answer yet"
+            return task.result()
+
+        first, second = join(), join()
+        advance(3_000)                                             # group.initial.rebalance.delay.ms
+        a, b = (await settled(first))["member_id"], (await settled(second))["member_id"]
+        sync = apis.handle_sync_group(header, SimpleNamespace(
+            group_id="g", generation_id=1, member_id=a, assignments=[]))
+        sync = sync if isinstance(sync, dict) else asyncio.ensure_future(sync)
+        advance(100)
+        if not isinstance(sync, dict):
+            await settled(sync)
+        assert shard.groups["g"].state == GroupState.STABLE
+
+        rejoin = join(a)                                           # the leader rejoins: a rebalance
+        assert shard.groups["g"].state == GroupState.PREPARING_REBALANCE
+        clock.wall_step_ms = -3_600_000                            # the wall clock steps back an hour
+        resent = None
+        for step in range(14):                                     # 28 s: b stays alive, never rejoins
+            advance(2_000)
+            assert heartbeat(b, 1) == ErrorCode.REBALANCE_IN_PROGRESS
+            if step == 5:                                          # a's client timed out and asks again
+                resent = join(a)
+                assert (await settled(rejoin))["error_code"] == ErrorCode.REBALANCE_IN_PROGRESS
+        assert shard.groups["g"].state == GroupState.PREPARING_REBALANCE
+        advance(2_500)                                             # the rebalance timeout, from its start
+        answer = await settled(resent)
+        assert answer["error_code"] == ErrorCode.NONE and answer["generation_id"] == 2
+        assert shard.groups["g"].state == GroupState.COMPLETING_REBALANCE
+        assert set(shard.groups["g"].members) == {a}               # b did not rejoin: removed
+        assert heartbeat(b, 1) == ErrorCode.UNKNOWN_MEMBER_ID
+
+    asyncio.run(scenario())

@@ -16,7 +16,8 @@ class Harness:
     def __init__(self, partitions=6):
         self.now = 1_000
         self.partitions = partitions
-        self.shard = GroupShard(0, CONFIG, lambda records, on_done: on_done(E.NONE), lambda p: f"{p}-id")
+        self.shard = GroupShard(0, CONFIG, lambda records, on_done: on_done(E.NONE), lambda p: f"{p}-id",
+                                lambda: self.now)
         self.shard.loaded(self.now)
         self.owned: dict[str, frozenset] = {}               # what each client owns
         self.epochs: dict[str, int] = {}

@@ -20,11 +20,12 @@ CONFIG = GroupConfig(initial_rebalance_delay_ms=100, offsets_retention_ms=60_000
 
 class Harness:
     def __init__(self, config: GroupConfig = CONFIG):
-        self.now = 1_000_000
+        self.now = 1_000_000                               # the coordinator's timer (monotonic) clock
+        self.wall_step_ms = 0                              # how far the wall clock stepped from it
         self.pending = []
         self.log = []                                      # every committed record, in order
         self.ids = 0
-        self.shard = GroupShard(0, config, self._write, self._new_id)
+        self.shard = GroupShard(0, config, self._write, self._new_id, lambda: self.now + self.wall_step_ms)
         self.shard.loaded(self.now)
         self.answers = {}
 
@@ -138,6 +139,42 @@ def test_an_expired_session_removes_the_member_and_members_not_rejoining_are_dro
     assert list(h.group().members) == [ids["a"]]
 
 
+def test_a_wall_clock_step_neither_holds_a_rebalance_nor_expires_sessions():
+    """Deadlines run on the timer clock (``now_ms``, monotonic), as Kafka's DelayedJoin and
+    heartbeat timers; only the timestamps written to records are wall time. Simulator seed
+    1023: the wall clock stepped back an hour while the group was PreparingRebalance, and
+    the group stayed there, its members' JoinGroups resent and timing out, until the end."""
+    h = Harness()
+    ids, _ = join_three(h)
+    h.sync("a", ids["a"], 1, {})
+    h.commit()
+    h.wall_step_ms = 3_600_000                            # an hour forward: no session expires early
+    h.tick(1)
+    assert set(h.group().members) == set(ids.values()) and h.group().state == GroupState.STABLE
+    assert h.join("a", ids["a"]) is None                  # the leader rejoins: a rebalance
+    assert h.group().state == GroupState.PREPARING_REBALANCE
+    h.wall_step_ms = 0                                    # ... and back an hour: the rebalance still ends on time
+    for step in range(14):                                # c stays alive but never rejoins
+        h.tick(2_000)
+        assert h.shard.heartbeat("g", 1, ids["c"], None, h.now) == E.REBALANCE_IN_PROGRESS
+        answer = h.join("b", ids["b"])                    # b's client timed out and sends JoinGroup again:
+        assert answer is None if step == 0 else answer["error_code"] == E.REBALANCE_IN_PROGRESS   # (the old one's)
+    assert h.group().state == GroupState.PREPARING_REBALANCE
+    h.tick(2_000)                                         # 30 s, the rebalance timeout, since it began
+    assert h.answers.pop(("join", "a"))["generation_id"] == 2
+    assert h.answers.pop(("join", "b"))["generation_id"] == 2
+    assert set(h.group().members) == {ids["a"], ids["b"]}
+    assert h.shard.heartbeat("g", 2, ids["c"], None, h.now) == E.UNKNOWN_MEMBER_ID
+    h.wall_step_ms = -5_000
+    h.sync("a", ids["a"], 2, {})
+    h.commit()
+    out = {}
+    h.shard.commit_offsets("g", ids["a"], None, 2, [OffsetToCommit(TP0, 5, 3, None)], h.now, out.update)
+    h.commit()
+    assert out == {TP0: E.NONE}
+    assert h.shard.fetch_offsets("g", [TP0])[TP0].commit_timestamp_ms == h.now - 5_000   # wall time
+
+
 def test_offset_commits_are_fenced_by_generation_and_visible_only_once_committed():
     h = Harness()
     ids, _ = join_three(h)
@@ -205,7 +242,7 @@ def test_replaying_the_written_records_rebuilds_groups_and_offsets():
     h.commit_offsets(ids["a"], 1, 42)
     h.commit_offsets(ids["b"], 1, 43)
     h.commit()
-    loaded = GroupShard(0, CONFIG, lambda records, on_done: None, lambda prefix: prefix)
+    loaded = GroupShard(0, CONFIG, lambda records, on_done: None, lambda prefix: prefix, lambda: h.now)
     for key, value in h.log:
         loaded.replay(key, value, h.now)
     loaded.loaded(h.now)

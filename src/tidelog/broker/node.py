@@ -307,8 +307,8 @@ class BrokerNode:
             return self._drain()
         manager = self.replica_manager
         manager.on_tick(now_ms)
-        self.group_coordinator.on_tick(self.clock.now_ms())
-        self.txn_coordinator.on_tick(self.clock.now_ms())
+        self.group_coordinator.on_tick(self.group_coordinator.now_ms())
+        self.txn_coordinator.on_tick(self.txn_coordinator.now_ms())
         if now_ms >= self._next_tick_ms:
             self._next_tick_ms = now_ms + self.tick_interval_ms
             self._periodic_work(now_ms)
@@ -373,9 +373,9 @@ class BrokerNode:
         candidates = [self._next_tick_ms, self._next_registration_ms, heartbeat_ms,
                       self._shutdown_deadline_ms, self.replica_manager.next_deadline_ms()]
         for coordinator in (self.group_coordinator, self.txn_coordinator):
-            deadline = coordinator.next_wakeup_ms()      # wall-clock, as Kafka's coordinator timers
+            deadline = coordinator.next_wakeup_ms()      # on the coordinator's clock (monotonic or wall)
             if deadline is not None:
-                candidates.append(self.clock.monotonic_ms() + max(0, deadline - self.clock.now_ms()))
+                candidates.append(self.clock.monotonic_ms() + max(0, deadline - coordinator.now_ms()))
         return min(c for c in candidates if c is not None)
 
     def offsets_topic_partition_count(self) -> int:
@@ -490,8 +490,8 @@ class BrokerNode:
             if restored is not None and partition is not None and partition.is_leader:
                 partition.log.update_high_watermark(min(restored, partition.log.log_end_offset))
         self._apply_config_changes()
-        self.group_coordinator.reconcile(self.clock.now_ms())
-        self.txn_coordinator.reconcile(self.clock.now_ms())
+        self.group_coordinator.reconcile(self.group_coordinator.now_ms())
+        self.txn_coordinator.reconcile(self.txn_coordinator.now_ms())
         self._effects.append(MetadataPublished(self.image.offset))
 
     def _may_publish(self) -> bool:

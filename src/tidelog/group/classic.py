@@ -15,6 +15,12 @@ failover is the ``GroupMetadataValue`` record written when a generation's
 assignment is stored or the group empties (``to_record`` / ``from_record``).
 Each member may hold a pending JoinGroup or SyncGroup answer (a callback the
 coordinator completes when the rebalance moves on).
+
+Two clocks, as in Kafka: deadlines (sessions, join, sync, pending members) and
+``state_timestamp_ms`` are on the coordinator's monotonic timer clock, so a
+wall-clock step neither fires nor postpones them; ``empty_since_ms`` and the
+timestamps written to records are wall time (offset retention compares them
+with commit timestamps, across coordinators).
 """
 
 from __future__ import annotations
@@ -101,17 +107,18 @@ class ClassicGroup:
     join_deadline_ms: int | None = None
     sync_deadline_ms: int | None = None
     initial_join: bool = False                                       # group.initial.rebalance.delay.ms applies
-    state_timestamp_ms: int = -1
-    # When the group last became Empty: offsets expire offsets.retention.minutes after (KIP-211).
+    state_timestamp_ms: int = -1                                     # last move, on the timer clock
+    # When the group last became Empty (wall time): offsets expire offsets.retention.minutes after (KIP-211).
     empty_since_ms: int | None = None
 
     # ------------------------------------------------------------- state
 
-    def move(self, event: GroupEvent, now_ms: int) -> None:
+    def move(self, event: GroupEvent, now_ms: int, wall_ms: int) -> None:
+        """``now_ms`` on the coordinator's timer (monotonic) clock, ``wall_ms`` wall time."""
         self.state = transition(TRANSITIONS, self.state, event, f"group {self.group_id}")
         self.state_timestamp_ms = now_ms
         if self.state == GroupState.EMPTY:
-            self.empty_since_ms = now_ms
+            self.empty_since_ms = wall_ms
         elif self.state != GroupState.DEAD:
             self.empty_since_ms = None
 
@@ -185,20 +192,21 @@ class ClassicGroup:
 
     # ------------------------------------------------------------ record
 
-    def to_record(self, now_ms: int) -> GroupMetadataValue:
+    def to_record(self, wall_ms: int) -> GroupMetadataValue:
         stored = self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE)
         return GroupMetadataValue(
             protocol_type=self.protocol_type or "", generation=self.generation_id,
-            protocol=self.protocol_name, leader=self.leader_id, current_state_timestamp_ms=now_ms,
+            protocol=self.protocol_name, leader=self.leader_id, current_state_timestamp_ms=wall_ms,
             members=tuple(MemberMetadata(
                 m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
                 m.session_timeout_ms, m.metadata(self.protocol_name or ""), m.assignment)
                 for m in self.members.values()) if stored else ())
 
     @classmethod
-    def from_record(cls, group_id: str, value: GroupMetadataValue, now_ms: int) -> "ClassicGroup":
+    def from_record(cls, group_id: str, value: GroupMetadataValue, now_ms: int, wall_ms: int) -> "ClassicGroup":
+        """``now_ms`` on the coordinator's timer (monotonic) clock, ``wall_ms`` wall time."""
         group = cls(group_id, protocol_type=value.protocol_type or None, protocol_name=value.protocol,
-                    generation_id=value.generation, state_timestamp_ms=value.current_state_timestamp_ms)
+                    generation_id=value.generation, state_timestamp_ms=now_ms)
         for m in value.members:
             group.add(Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                              m.rebalance_timeout_ms, m.session_timeout_ms, value.protocol_type,
@@ -208,5 +216,5 @@ class ClassicGroup:
         if group.members:
             group.state = GroupState.STABLE
         else:
-            group.empty_since_ms = value.current_state_timestamp_ms if value.current_state_timestamp_ms >= 0 else now_ms
+            group.empty_since_ms = value.current_state_timestamp_ms if value.current_state_timestamp_ms >= 0 else wall_ms
         return group

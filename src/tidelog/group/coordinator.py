@@ -20,7 +20,12 @@ appended through the replica manager with acks=all; when it commits, the
 shard replays up to the new high watermark and only then is the client answered.
 
 Nothing here does I/O of its own: the log is the replica manager's, time is
-``now_ms`` from the caller, member ids come from an injected source.
+``now_ms`` from the caller, member ids come from an injected source. Which
+clock ``now_ms`` is, is the runtime's ``now_ms()``: the group coordinator's
+timers run on the monotonic clock (as Kafka's: a wall-clock step must not hold
+a rebalance or expire a session); the transaction coordinator's still run on
+the wall clock (its transaction timeouts compare stored timestamps, as Kafka's;
+its marker retries should not: docs/simulation.md, seed 1012).
 """
 
 from __future__ import annotations
@@ -96,6 +101,10 @@ class CoordinatorRuntime:
 
     def _new_shard(self, index: int, leader_epoch: int):
         raise NotImplementedError
+
+    def now_ms(self) -> int:
+        """The clock the shards' ``now_ms`` and ``next_deadline_ms()`` are on: wall time here."""
+        return self.clock.now_ms()
 
     # ============================================================ routing
 
@@ -194,7 +203,7 @@ class CoordinatorRuntime:
             def appended(responses: dict) -> None:
                 error = ErrorCode(responses[tp]["error_code"])
                 if error == ErrorCode.NONE:
-                    self._catch_up(index, self.clock.now_ms())
+                    self._catch_up(index, self.now_ms())
                 on_done(error)
             self.replica_manager.append_records(-1, self._commit_timeout_ms, {tp: batch},
                                                 appended, internal=True)
@@ -231,5 +240,10 @@ class GroupCoordinator(CoordinatorRuntime):
         self.config = config
         self._new_member_id = new_member_id or (lambda prefix: f"{prefix}-{uuid.uuid4()}")
 
+    def now_ms(self) -> int:
+        """Group timers (sessions, join and sync deadlines) run on the monotonic clock, as
+        Kafka's DelayedJoin/DelayedHeartbeat; the shards read wall time for timestamps."""
+        return self.clock.monotonic_ms()
+
     def _new_shard(self, index: int, leader_epoch: int) -> GroupShard:
-        return GroupShard(index, self.config, self._writer(index), self._new_member_id)
+        return GroupShard(index, self.config, self._writer(index), self._new_member_id, self.clock.now_ms)

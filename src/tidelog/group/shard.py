@@ -23,6 +23,14 @@ coordinator appends with acks=all and calls back once they are committed
 (``ErrorCode.NONE``) or failed. Time moves only through ``on_tick(now_ms)``,
 which expires sessions, join and sync deadlines, pending members and old
 offsets; ``next_deadline_ms()`` says when it is next needed.
+
+``now_ms`` is the coordinator's *timer clock*, a monotonic one: Kafka's
+coordinator timers (the purgatory's DelayedJoin and DelayedHeartbeat, the new
+coordinator's timer) count delays on a monotonic clock, so a wall-clock step
+neither fires a deadline early nor postpones it (an hour back would hold a
+rebalance for an hour). Wall time, read from the injected ``wall_ms()``, goes
+only where Kafka uses it: the timestamps written to records (commits, group
+metadata), when a group became empty, and offset retention.
 """
 
 from __future__ import annotations
@@ -153,11 +161,12 @@ def subscribed_topics(subscription: bytes) -> set[str]:
 
 class GroupShard:
     def __init__(self, partition: int, config: GroupConfig, write: Writer,
-                 new_member_id: Callable[[str], str]):
+                 new_member_id: Callable[[str], str], wall_ms: Callable[[], int]):
         self.partition = partition
         self.config = config
         self._write = write
         self._new_member_id = new_member_id
+        self._wall_ms = wall_ms                  # wall time, for timestamps; deadlines use now_ms
         self.groups: dict[str, ClassicGroup] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetCommitValue]] = {}
@@ -183,7 +192,7 @@ class GroupShard:
                 return
             self.offsets.setdefault(key.group, {})[tp] = decode_offset_commit_value(value_bytes)
             if key.group not in self.groups and key.group not in self.consumer_groups:
-                self.groups[key.group] = ClassicGroup(key.group, empty_since_ms=now_ms)
+                self.groups[key.group] = ClassicGroup(key.group, empty_since_ms=self._wall_ms())
         elif isinstance(key, GroupMetadataKey):
             group = self.groups.get(key.group)
             if value_bytes is None:
@@ -194,7 +203,7 @@ class GroupShard:
                 # Loading: the newest record wins. Active: memory is the truth,
                 # the record was written from it.
                 self.groups[key.group] = ClassicGroup.from_record(
-                    key.group, decode_group_metadata_value(value_bytes), now_ms)
+                    key.group, decode_group_metadata_value(value_bytes), now_ms, self._wall_ms())
 
     def replay_transactional(self, producer_id: int, key_bytes: bytes, value_bytes: bytes | None,
                              now_ms: int) -> None:
@@ -250,7 +259,8 @@ class GroupShard:
         if group is None:
             if request.member_id:
                 return respond(_join_error(ErrorCode.UNKNOWN_MEMBER_ID, request.member_id))
-            group = self.groups[request.group_id] = ClassicGroup(request.group_id, empty_since_ms=now_ms)
+            group = self.groups[request.group_id] = ClassicGroup(request.group_id,
+                                                                 empty_since_ms=self._wall_ms())
         if group.is_in(GroupState.DEAD):
             return respond(_join_error(ErrorCode.COORDINATOR_NOT_AVAILABLE, request.member_id))
         if not group.supports(request.protocol_type, request.protocols):
@@ -343,7 +353,7 @@ class GroupShard:
                         group.replace_static(new_id, old_id)
                     return respond(_join_error(append_error(error), new_id))
                 respond(self._join_response(group, member, skip_assignment=True))
-            self._write([self._group_record(group, now_ms)], stored)
+            self._write([self._group_record(group)], stored)
             return
         self._update_member(group, member, request, respond)
         if group.is_in(GroupState.PREPARING_REBALANCE):
@@ -370,7 +380,7 @@ class GroupShard:
                 member.awaiting_sync = None
         was_empty = group.is_in(GroupState.EMPTY)
         old_state = group.state
-        group.move(GroupEvent.JOIN if was_empty else GroupEvent.REBALANCE, now_ms)
+        group.move(GroupEvent.JOIN if was_empty else GroupEvent.REBALANCE, now_ms, self._wall_ms())
         group.sync_deadline_ms = None
         group.initial_join = was_empty
         if was_empty:
@@ -397,12 +407,12 @@ class GroupShard:
         group.generation_id += 1
         if not group.members:
             group.protocol_name = None
-            group.move(GroupEvent.NONE_JOINED, now_ms)
+            group.move(GroupEvent.NONE_JOINED, now_ms, self._wall_ms())
             log.info("group %s is empty at generation %d", group.group_id, group.generation_id)
-            self._write([self._group_record(group, now_ms)], lambda error: None)
+            self._write([self._group_record(group)], lambda error: None)
             return
         group.protocol_name = group.select_protocol()
-        group.move(GroupEvent.ALL_JOINED, now_ms)
+        group.move(GroupEvent.ALL_JOINED, now_ms, self._wall_ms())
         group.sync_deadline_ms = now_ms + group.rebalance_timeout_ms()
         log.info("group %s generation %d (protocol %s) with %d members", group.group_id,
                  group.generation_id, group.protocol_name, len(group.members))
@@ -452,7 +462,7 @@ class GroupShard:
         generation = group.generation_id
         for m in group.members.values():
             m.assignment = assignments.get(m.member_id, b"")
-        record = self._group_record(group, now_ms)
+        record = self._group_record(group)
 
         def stored(error: ErrorCode) -> None:
             if group.generation_id != generation or not group.is_in(GroupState.COMPLETING_REBALANCE):
@@ -463,7 +473,7 @@ class GroupShard:
                     m.awaiting_sync = None
                 self._prepare_rebalance(group, now_ms, "storing the assignment failed")
                 return
-            group.move(GroupEvent.ASSIGNED, now_ms)
+            group.move(GroupEvent.ASSIGNED, now_ms, self._wall_ms())
             group.sync_deadline_ms = None
             for m in group.members.values():
                 respond_m, m.awaiting_sync = m.awaiting_sync, None
@@ -690,19 +700,20 @@ class GroupShard:
             if group is None:
                 if generation_id >= 0 and producer is None:
                     return all_(ErrorCode.ILLEGAL_GENERATION)
-                group = self.groups[group_id] = ClassicGroup(group_id, empty_since_ms=now_ms)
+                group = self.groups[group_id] = ClassicGroup(group_id, empty_since_ms=self._wall_ms())
             error = self._validate_commit(group, member_id, instance_id, generation_id, now_ms)
         if error != ErrorCode.NONE:
             return all_(error)
         errors: dict[TopicPartition, ErrorCode] = {}
         records: list[Record] = []
+        commit_timestamp_ms = self._wall_ms()
         for o in offsets:
             metadata = o.metadata or ""
             if len(metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes:
                 errors[o.topic_partition] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                 continue
             records.append((encode_key(OffsetCommitKey(group_id, o.topic_partition.topic, o.topic_partition.partition)),
-                            encode_value(OffsetCommitValue(o.offset, o.leader_epoch, metadata, now_ms))))
+                            encode_value(OffsetCommitValue(o.offset, o.leader_epoch, metadata, commit_timestamp_ms))))
             errors[o.topic_partition] = ErrorCode.NONE
         if not records:
             return respond(errors)
@@ -756,7 +767,7 @@ class GroupShard:
             if consumer_group.members:
                 return respond(ErrorCode.NON_EMPTY_GROUP)
             del self.consumer_groups[group_id]
-            self.groups[group_id] = ClassicGroup(group_id, empty_since_ms=now_ms)
+            self.groups[group_id] = ClassicGroup(group_id, empty_since_ms=self._wall_ms())
         group = self.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             return respond(ErrorCode.GROUP_ID_NOT_FOUND)
@@ -765,11 +776,12 @@ class GroupShard:
         records = [(encode_key(OffsetCommitKey(group_id, tp.topic, tp.partition)), None)
                    for tp in sorted(self.offsets.get(group_id, {}))]
         records.append((encode_key(GroupMetadataKey(group_id)), None))
-        group.move(GroupEvent.DELETED, now_ms)
+        wall_ms = self._wall_ms()
+        group.move(GroupEvent.DELETED, now_ms, wall_ms)
 
         def deleted(error: ErrorCode) -> None:
             if error != ErrorCode.NONE:
-                self._revive(group, now_ms)
+                self._revive(group, wall_ms)
             respond(append_error(error))
         self._write(records, deleted)
 
@@ -859,8 +871,9 @@ class GroupShard:
 
     def _expire_offsets(self, now_ms: int) -> None:
         """offsets.retention.minutes, counted from when the group became empty (KIP-211),
-        or from the commit for a group that never had members. An empty group left
-        with no offsets is deleted, as Kafka's cleanup does."""
+        or from the commit for a group that never had members (wall time, as the commit
+        timestamps). An empty group left with no offsets is deleted, as Kafka's cleanup does."""
+        wall_ms = self._wall_ms()
         records: list[Record] = []
         expired, deleted = 0, []
         for group_id, group in list(self.groups.items()):
@@ -870,14 +883,14 @@ class GroupShard:
             kept = 0
             for tp, value in offsets.items():
                 since = group.empty_since_ms if group.protocol_type else value.commit_timestamp_ms
-                if since is not None and since + self.config.offsets_retention_ms <= now_ms:
+                if since is not None and since + self.config.offsets_retention_ms <= wall_ms:
                     records.append((encode_key(OffsetCommitKey(group_id, tp.topic, tp.partition)), None))
                     expired += 1
                 else:
                     kept += 1
             if kept == 0:
                 records.append((encode_key(GroupMetadataKey(group_id)), None))
-                group.move(GroupEvent.DELETED, now_ms)
+                group.move(GroupEvent.DELETED, now_ms, wall_ms)
                 deleted.append(group)
         if records:
             log.info("expiring %d committed offsets past offsets.retention.minutes; deleting %d empty groups",
@@ -886,19 +899,19 @@ class GroupShard:
             def written(error: ErrorCode) -> None:
                 if error != ErrorCode.NONE:
                     for group in deleted:
-                        self._revive(group, now_ms)
+                        self._revive(group, wall_ms)
             self._write(records, written)
 
     # =============================================================== helpers
 
-    def _revive(self, group: ClassicGroup, now_ms: int) -> None:
-        """A deletion whose tombstones were not written: the group is Empty again."""
+    def _revive(self, group: ClassicGroup, wall_ms: int) -> None:
+        """A deletion whose tombstones were not written: the group is Empty again (since ``wall_ms``)."""
         if self.groups.get(group.group_id) is group:
             self.groups[group.group_id] = ClassicGroup(group.group_id, protocol_type=group.protocol_type,
-                                                       generation_id=group.generation_id, empty_since_ms=now_ms)
+                                                       generation_id=group.generation_id, empty_since_ms=wall_ms)
 
-    def _group_record(self, group: ClassicGroup, now_ms: int) -> Record:
-        return encode_key(GroupMetadataKey(group.group_id)), encode_value(group.to_record(now_ms))
+    def _group_record(self, group: ClassicGroup) -> Record:
+        return encode_key(GroupMetadataKey(group.group_id)), encode_value(group.to_record(self._wall_ms()))
 
 
 def _validate_member_epoch(group: ConsumerGroup, member_id: str, member_epoch: int) -> ErrorCode:

@@ -66,7 +66,8 @@ class GroupApis:
         return self.node.group_coordinator
 
     def _now(self) -> int:
-        return self.clock.now_ms()
+        """The group coordinator's timer clock (monotonic; shards read wall time themselves)."""
+        return self.coordinator.now_ms()
 
     # ======================================================== FindCoordinator
 

@@ -448,7 +448,7 @@ class SimBroker(NetworkNode):
             return respond({"error_code": int(shard), "member_id": body["member_id"]})
         shard.join_group(JoinRequest(body["group_id"], body["member_id"], None, body["session_timeout_ms"],
                                      body["rebalance_timeout_ms"], "consumer", body["protocols"], message.src,
-                                     message.src, JOIN_GROUP_VERSION), self.clock.now_ms(), respond)
+                                     message.src, JOIN_GROUP_VERSION), self.node.group_coordinator.now_ms(), respond)
 
     def _handle_SyncGroup(self, message) -> None:
         body, respond = message.body, self._answer(message)
@@ -462,13 +462,14 @@ class SimBroker(NetworkNode):
                                                body["member_id"], response["assignment"])
             respond(response)
         shard.sync_group(body["group_id"], body["generation_id"], body["member_id"], None, "consumer",
-                         body["protocol_name"], body["assignments"], self.clock.now_ms(), answered)
+                         body["protocol_name"], body["assignments"], self.node.group_coordinator.now_ms(),
+                         answered)
 
     def _handle_Heartbeat(self, message) -> None:
         body = message.body
         shard = self.node.group_coordinator.shard_for(body["group_id"])
         error = shard if isinstance(shard, ErrorCode) else shard.heartbeat(
-            body["group_id"], body["generation_id"], body["member_id"], None, self.clock.now_ms())
+            body["group_id"], body["generation_id"], body["member_id"], None, self.node.group_coordinator.now_ms())
         self.reply(message, {"error_code": int(error)})
 
     def _handle_LeaveGroup(self, message) -> None:
@@ -476,7 +477,8 @@ class SimBroker(NetworkNode):
         shard = self.node.group_coordinator.shard_for(body["group_id"])
         if isinstance(shard, ErrorCode):
             return self.reply(message, {"error_code": int(shard)})
-        error, members = shard.leave_group(body["group_id"], [(body["member_id"], None)], self.clock.now_ms())
+        error, members = shard.leave_group(body["group_id"], [(body["member_id"], None)],
+                                           self.node.group_coordinator.now_ms())
         self.reply(message, {"error_code": int(members[0][2] if error == ErrorCode.NONE and members else error)})
 
     def _handle_OffsetCommit(self, message) -> None:
@@ -484,15 +486,16 @@ class SimBroker(NetworkNode):
         shard = self.node.group_coordinator.shard_for(body["group_id"])
         if isinstance(shard, ErrorCode):
             return respond({"errors": {tp: int(shard) for tp in body["offsets"]}})
-        now_ms = self.clock.now_ms()
-        taken = self.sim.checker.on_commit_taken(self.broker_id, shard, body, now_ms)
+        # The checker knows a commit by its record's timestamp: wall time, as the shard writes it.
+        taken = self.sim.checker.on_commit_taken(self.broker_id, shard, body, self.clock.now_ms())
 
         def answered(errors: dict) -> None:
             self.sim.checker.on_commit_answered(taken, errors)
             respond({"errors": {tp: int(error) for tp, error in errors.items()}})
         shard.commit_offsets(body["group_id"], body["member_id"], None, body["generation_id"],
                              [OffsetToCommit(tp, offset, -1, body["metadata"])
-                              for tp, offset in sorted(body["offsets"].items())], now_ms, answered)
+                              for tp, offset in sorted(body["offsets"].items())],
+                             self.node.group_coordinator.now_ms(), answered)
 
     def _handle_OffsetFetch(self, message) -> None:
         body = message.body
