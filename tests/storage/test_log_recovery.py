@@ -361,3 +361,37 @@ def test_a_failed_background_flush_takes_the_log_offline(log_dir, clock, fs):
     assert log.recovery_point == 0 and len(reported) == 1
     with pytest.raises(Exception, match="offline"):
         log.append_as_leader(batch("after"), leader_epoch=0)
+
+
+def test_a_crash_before_the_background_flush_leaves_no_hole(tmp_path, clock):
+    """The new segment's file must not outlive the old segment's unsynced data: a crash
+    between the roll and its background fsync keeps the log contiguous (it loses the
+    tail, never a middle), so a leader cannot serve offsets that skip lost ones."""
+    fs, log_dir = fresh(tmp_path, "hole")
+    background = QueuedBackground()
+    log = Log.open(log_dir, CONFIG, clock, fs, background=background)
+    log.flush()                                                 # the directory entry itself is durable
+    fill_until_roll(log)
+    for i in range(3):
+        log.append_as_leader(batch(f"after-roll-{i}"), leader_epoch=0)
+    fs.crash()
+    log = Log.open(log_dir, CONFIG, clock, fs, recovery_point=0)
+    assert [o for o, _ in values(log)] == list(range(log.log_start_offset, log.log_end_offset))
+    check_log_consistency(log)
+
+
+def test_a_flush_while_the_background_flush_is_pending_makes_the_new_segment_durable(tmp_path, clock):
+    """flush() (flush.messages / flush.ms, shutdown) must leave the new segment's file in the
+    directory too, not only its bytes."""
+    fs, log_dir = fresh(tmp_path, "flushed")
+    background = QueuedBackground()
+    log = Log.open(log_dir, CONFIG, clock, fs, background=background)
+    log.flush()
+    fill_until_roll(log)
+    log.append_as_leader(batch("after-roll"), leader_epoch=0)
+    end = log.log_end_offset
+    log.flush()
+    fs.crash()
+    log = Log.open(log_dir, CONFIG, clock, fs, recovery_point=end)
+    assert log.log_end_offset == end
+    assert [o for o, _ in values(log)] == list(range(end))

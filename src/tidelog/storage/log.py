@@ -246,6 +246,7 @@ class Log:
         self._last_flush_ms = clock.now_ms()
         self._on_io_error = on_io_error
         self._background = background
+        self._rolls = self._rolls_durable = 0    # rolls, and those whose new file is durably listed
         self._offline = False
         self._check_segments()
         self._producer_state = ProducerStateManager()
@@ -647,23 +648,34 @@ class Log:
         return self._segments[-1]
 
     def _roll(self, new_base_offset: int) -> None:
-        """Start a new active segment; the old one is fsynced and the recovery point moves."""
+        """Start a new active segment; the old one is fsynced and the recovery point moves.
+
+        Order on disk: the old segment's bytes, then the directory entry of the new one,
+        then the producer snapshot. A new segment file that outlived its predecessor's
+        unsynced tail would leave a hole after a crash (offsets served past lost ones), so
+        with a background runner the directory is fsynced there, after the old data, and
+        the snapshot taken when that is done."""
+        roll = self._rolls + 1
         old = self._segments[-1]
+        scheduled = False
         if old.size_bytes == 0:
             old.delete()
             self._segments.pop()
             self._base_offsets.pop()
         else:
-            self._flush_in_background(min(new_base_offset, self._log_end_offset))
+            scheduled = self._flush_in_background(min(new_base_offset, self._log_end_offset), roll)
             old.on_become_inactive()
         segment = LogSegment.create(self.fs, self.directory, new_base_offset,
                                     index_size_max_bytes=self.config.segment_index_bytes,
                                     index_interval_bytes=self.config.index_interval_bytes,
                                     now_ms=self.clock.now_ms())
-        self.fs.fsync_dir(self.directory)
         self._segments.append(segment)
         self._base_offsets.append(new_base_offset)
-        self._take_snapshot()
+        self._rolls = roll
+        if not scheduled and self._rolls_durable == roll - 1:   # nothing in flight before it
+            self.fs.fsync_dir(self.directory)
+            self._rolls_durable = self._rolls
+            self._take_snapshot()
         logger.debug("%s: rolled segment %d", self.topic_partition, new_base_offset)
 
     # -- reads ------------------------------------------------------------------------
@@ -1009,44 +1021,59 @@ class Log:
         last = max(0, bisect_right(self._base_offsets, offset - 1) - 1)
         for segment in self._segments[first:last + 1]:
             segment.flush()
+        if self._rolls_durable < self._rolls:          # a roll's new file, after the data before it
+            self.fs.fsync_dir(self.directory)
+            self._rolls_durable = self._rolls
         self._recovery_point = offset
         self._last_flush_ms = self.clock.now_ms()
 
-    def _flush_in_background(self, offset: int) -> None:
+    def _flush_in_background(self, offset: int, roll: int) -> bool:
         """Fsync the segments below ``offset`` on the background runner; the recovery point
-        moves once they are durable. Only the log files: the index files of segments that
-        stopped being active are written and fsynced by ``on_become_inactive``, and a
-        recovery rebuilds those above the recovery point anyway."""
+        moves once they are durable; then the directory is fsynced (the rolls' new files)
+        and, if no later roll is still in flight, the producer snapshot taken. Only the log
+        files: the index files of segments that stopped being active are written and
+        fsynced by ``on_become_inactive``, and a recovery rebuilds those above the recovery
+        point anyway. Returns whether it was scheduled (else it was done inline)."""
         if self._background is None:
             self._flush(offset)
-            return
-        if offset <= self._recovery_point:
-            return
+            return False
         first = max(0, bisect_right(self._base_offsets, self._recovery_point) - 1)
         last = max(0, bisect_right(self._base_offsets, offset - 1) - 1)
-        syncs = [segment.log.sync_later() for segment in self._segments[first:last + 1]]
+        syncs = [segment.log.sync_later() for segment in self._segments[first:last + 1]] \
+            if offset > self._recovery_point else []
         truncations = self._truncations
+        fs, directory = self.fs, self.directory
 
         def work() -> None:
             for sync in syncs:
                 sync()
+            fs.fsync_dir(directory)
 
         def done(error: BaseException | None) -> None:
             if self._offline:
                 return
             if isinstance(error, OSError):
                 self._go_offline(error)
-            elif error is not None:
+                return
+            if error is not None:
                 logger.error("%s: background flush failed", self.topic_partition, exc_info=error)
-            elif self._truncations == truncations and offset > self._recovery_point:
+                return
+            if self._truncations == truncations and offset > self._recovery_point:
                 self._recovery_point = offset
                 self._last_flush_ms = self.clock.now_ms()
+            self._rolls_durable = max(self._rolls_durable, roll)
+            if self._rolls_durable == self._rolls:
+                try:
+                    self._take_snapshot()
+                except OSError as e:
+                    self._go_offline(e)
         self._background(work, done)
+        return True
 
     def close(self) -> None:
         """Write index files and the producer snapshot, and close every file (no fsync
         of the segments: flush first for durability)."""
-        if not self._offline:
+        if not self._offline and self._rolls_durable == self._rolls:   # (flush() first makes it so)
             try:
                 self._take_snapshot()
             except OSError as e:
