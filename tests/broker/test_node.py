@@ -378,3 +378,59 @@ def test_a_wall_clock_step_back_does_not_hold_a_rebalance(tmp_path):
         assert heartbeat(b, 1) == ErrorCode.UNKNOWN_MEMBER_ID
 
     asyncio.run(scenario())
+
+
+def test_a_wall_clock_step_back_does_not_hold_a_transactions_markers(tmp_path):
+    """Kafka's transaction coordinator retries markers on its channel's timers, not at a
+    wall-clock instant: markers that failed while the wall clock was an hour ahead are
+    retried within the backoff once the clock steps back, and the transaction completes.
+    Simulator seed 1012: b3's wall clock an hour ahead while a PREPARE_COMMIT's markers
+    failed; the retry, due 200 ms later in that time, was an hour away after the step
+    back, and the producer got CONCURRENT_TRANSACTIONS until the run ended."""
+    from tidelog.txn.coordinator import transaction_state_topic
+    from tidelog.txn.records import TxnState
+
+    clock = SteppingClock()
+    world = World(tmp_path, clock=clock)
+    node = world.node(1, settings={"transaction.state.log.num.partitions": "1"})
+    world.run(node, node.start(clock.monotonic_ms()), until=running)
+    out = TopicPartition("out", 0)
+    world.controller.create_topics([transaction_state_topic(node.config, 1), CreatableTopic("out", 1, 1)])
+    coordinator = node.txn_coordinator
+    world.run(node, node.on_metadata_committed(),
+              until=lambda n: not isinstance(coordinator.shard_for("app"), ErrorCode)
+              and n.image.partition(out) is not None)
+    shard = coordinator.shard_for("app")
+    markers, failing = [], [False]
+
+    def write_markers(broker_id, producer_id, epoch, commit, coordinator_epoch, partitions, on_done):
+        markers.append((clock.monotonic_ms(), clock.now_ms()))
+        code = ErrorCode.NOT_LEADER_OR_FOLLOWER if failing[0] else ErrorCode.NONE
+        on_done({tp: code for tp in partitions})
+    coordinator.write_markers = write_markers
+
+    def advance(ms, until=lambda n: False):
+        end = clock.monotonic_ms() + ms
+        world.run(node, [], steps=10_000, until=lambda n: until(n) or clock.monotonic_ms() >= end)
+
+    def call(method, *args):
+        answers = []
+        getattr(shard, method)(*args, coordinator.now_ms(), lambda *a: answers.append(a))
+        advance(2_000, until=lambda n: answers)
+        return answers[0]
+
+    assert call("init_producer_id", "app", 60_000, -1, -1, 7) == (ErrorCode.NONE, 7, 0)
+    assert call("add_partitions", "app", 7, 0, {out}) == (ErrorCode.NONE,)
+    failing[0] = True
+    assert call("end_transaction", "app", 7, 0, True) == (ErrorCode.NONE,)     # decided: PREPARE_COMMIT
+    clock.wall_step_ms = 3_600_000                               # the wall clock an hour ahead
+    advance(1_000)
+    assert shard.transactions["app"].state == TxnState.PREPARE_COMMIT
+    retried = len(markers)
+    assert retried >= 3, "failed markers are retried after a backoff"
+    clock.wall_step_ms = 0                                       # ... and back
+    failing[0] = False
+    advance(1_000, until=lambda n: shard.transactions["app"].state == TxnState.COMPLETE_COMMIT)
+    assert shard.transactions["app"].state == TxnState.COMPLETE_COMMIT
+    assert len(markers) == retried + 1 and markers[-1][0] - markers[retried - 1][0] <= 500
+    assert call("end_transaction", "app", 7, 0, True) == (ErrorCode.NONE,)     # the client's retry

@@ -22,8 +22,9 @@ class HeldLog:
         self.replayed = 0                                  # the high watermark, as replayed
         self.waiting: list = []                            # (end offset, on_done) of unanswered writes
         self.markers: list[tuple] = []
+        self.wall_ms = T0                                  # the wall clock; ``now`` is the timer clock
         self.shard = TxnShard(0, 3, TxnConfig(max_timeout_ms=60_000, abort_timed_out_interval_ms=1_000),
-                              self.write, self.send_markers)
+                              self.write, self.send_markers, lambda: self.wall_ms)
         self.shard.loaded(T0)
 
     # the writer: append now, answer when the test says
@@ -127,6 +128,7 @@ def test_a_write_refused_before_the_append_frees_the_id_at_once():
 def test_a_timed_out_abort_decision_that_commits_later_is_finished():
     h = HeldLog()
     ongoing(h)
+    h.wall_ms = T0 + 20_000
     h.shard.on_tick(T0 + 20_000)                           # the transaction timed out: abort, epoch + 1
     h.answer_last(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
     assert h.markers == []

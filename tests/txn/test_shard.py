@@ -17,12 +17,13 @@ class Harness:
         self.records: list[tuple[bytes, bytes | None]] = []
         self.markers: list[tuple] = []
         self.marker_ok = True
+        self.wall_ms = T0                   # the wall clock; the tests' ``now`` is the timer clock
         self.shard = self.new_shard()
         self.shard.loaded(T0)
 
     def new_shard(self) -> TxnShard:
         return TxnShard(0, 3, TxnConfig(max_timeout_ms=60_000, abort_timed_out_interval_ms=1_000),
-                        self.write, self.send_markers)
+                        self.write, self.send_markers, lambda: self.wall_ms)
 
     def write(self, records, on_done, producer=None):
         for key, value in records:
@@ -83,11 +84,56 @@ def test_an_expired_transaction_is_aborted_on_a_tick():
     h = Harness()
     h.init(timeout_ms=5_000)
     h.call("add_partitions", "app", 100, 0, {TP0}, T0)
+    h.wall_ms = T0 + 4_000
     h.shard.on_tick(T0 + 4_000)
     assert h.markers == []
+    h.wall_ms = T0 + 6_000
     h.shard.on_tick(T0 + 6_000)
     assert h.markers == [(100, 1, False, frozenset({TP0}), 3)]
     assert h.shard.transactions["app"].state == TxnState.COMPLETE_ABORT
+
+
+def test_a_timeout_is_judged_by_the_wall_time_in_the_record_on_any_coordinator():
+    """Two clocks, as Kafka's: ``now`` (the timer clock, monotonic: each broker's own,
+    unrelated to the others') only says when to check; the records carry wall time
+    and the timeout compares wall time with it — so a coordinator that loads the
+    partition after a failover aborts the transaction when the client's timeout
+    passed, not a full timeout after it took over."""
+    h = Harness()
+    h.init(timeout_ms=5_000, now=20)
+    h.call("add_partitions", "app", 100, 0, {TP0}, 30)
+    stored = decode_value(h.records[-1][1])
+    assert (stored.start_ms, stored.last_update_ms) == (T0, T0)   # wall time, not the timer clock
+    loader = h.new_shard()                            # another broker: its timer clock starts near 0
+    for key, value in h.records:
+        loader.replay(key, value, 7)
+    h.shard = loader
+    h.wall_ms = T0 + 3_000
+    loader.loaded(7)
+    assert h.markers == [] and loader.transactions["app"].state == TxnState.ONGOING
+    h.wall_ms = T0 + 5_500                            # 5.5 s after the start, 1.5 s after the failover
+    loader.on_tick(1_010)
+    assert h.markers == [(100, 1, False, frozenset({TP0}), 3)]
+    assert loader.transactions["app"].state == TxnState.COMPLETE_ABORT
+
+
+def test_a_wall_clock_step_neither_postpones_nor_hastens_the_timers():
+    """Marker retries and the periodic timeout check run on the timer clock: a wall
+    clock an hour behind does not hold a failed marker's retry, one an hour ahead
+    does not make it due early (the check then aborts by wall time, as Kafka's)."""
+    h = Harness()
+    h.init()
+    h.call("add_partitions", "app", 100, 0, {TP0}, T0)
+    h.marker_ok = False
+    h.wall_ms = T0 + 3_600_000                        # an hour ahead when the markers fail
+    assert h.call("end_transaction", "app", 100, 0, True, T0 + 10) == ErrorCode.NONE
+    assert len(h.markers) == 1 and h.shard.next_deadline_ms() <= T0 + 1_000
+    h.shard.on_tick(T0 + 100)                         # not due yet, whatever the wall clock says
+    assert len(h.markers) == 1
+    h.wall_ms = T0 + 300                              # ... and back
+    h.marker_ok = True
+    h.shard.on_tick(T0 + 10 + 200)
+    assert len(h.markers) == 2 and h.shard.transactions["app"].state == TxnState.COMPLETE_COMMIT
 
 
 def test_failed_markers_are_retried_and_a_loading_coordinator_finishes_prepared_transactions():
@@ -128,6 +174,7 @@ def test_a_silent_transactional_id_expires_but_not_one_with_an_open_transaction(
     h.call("add_partitions", "busy", 200, 0, {TP0}, T0)
     h.shard.config.max_timeout_ms = 10 ** 9
     h.shard.transactions["busy"].timeout_ms = 10 ** 8          # it stays open past the expiration
+    h.wall_ms = T0 + 20_000
     h.shard.on_tick(T0 + 20_000)
     assert "idle" not in h.shard.transactions and h.records[-1] == (b"\x00\x00\x00\x04idle", None)
     assert h.shard.transactions["busy"].state == TxnState.ONGOING

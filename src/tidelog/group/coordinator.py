@@ -20,12 +20,13 @@ appended through the replica manager with acks=all; when it commits, the
 shard replays up to the new high watermark and only then is the client answered.
 
 Nothing here does I/O of its own: the log is the replica manager's, time is
-``now_ms`` from the caller, member ids come from an injected source. Which
-clock ``now_ms`` is, is the runtime's ``now_ms()``: the group coordinator's
-timers run on the monotonic clock (as Kafka's: a wall-clock step must not hold
-a rebalance or expire a session); the transaction coordinator's still run on
-the wall clock (its transaction timeouts compare stored timestamps, as Kafka's;
-its marker retries should not: docs/simulation.md, seed 1012).
+``now_ms`` from the caller, member ids come from an injected source. ``now_ms``
+is the runtime's ``now_ms()``, the monotonic clock: both coordinators' timers
+(sessions, join and sync deadlines; marker retries, the timeout and expiration
+checks) run on it, as Kafka's do, so a wall-clock step neither fires nor
+postpones them. The shards read wall time from an injected ``wall_ms`` for what
+Kafka keeps in wall time: the timestamps in records, and the decisions that
+compare with them (offset retention, transaction timeouts, id expiration).
 """
 
 from __future__ import annotations
@@ -103,8 +104,10 @@ class CoordinatorRuntime:
         raise NotImplementedError
 
     def now_ms(self) -> int:
-        """The clock the shards' ``now_ms`` and ``next_deadline_ms()`` are on: wall time here."""
-        return self.clock.now_ms()
+        """The clock the shards' ``now_ms`` and ``next_deadline_ms()`` are on: the monotonic
+        clock, as Kafka's coordinator timers (DelayedJoin, DelayedHeartbeat, the transaction
+        marker channel's retries); the shards read wall time for timestamps themselves."""
+        return self.clock.monotonic_ms()
 
     # ============================================================ routing
 
@@ -239,11 +242,6 @@ class GroupCoordinator(CoordinatorRuntime):
         super().__init__(replica_manager, clock, partition_count, config.offsets_commit_timeout_ms)
         self.config = config
         self._new_member_id = new_member_id or (lambda prefix: f"{prefix}-{uuid.uuid4()}")
-
-    def now_ms(self) -> int:
-        """Group timers (sessions, join and sync deadlines) run on the monotonic clock, as
-        Kafka's DelayedJoin/DelayedHeartbeat; the shards read wall time for timestamps."""
-        return self.clock.monotonic_ms()
 
     def _new_shard(self, index: int, leader_epoch: int) -> GroupShard:
         return GroupShard(index, self.config, self._writer(index), self._new_member_id, self.clock.now_ms)

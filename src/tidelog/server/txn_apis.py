@@ -63,7 +63,8 @@ class TxnApis:
         return self.node.txn_coordinator
 
     def _now(self) -> int:
-        return self.clock.now_ms()
+        """The transaction coordinator's timer clock (monotonic; shards read wall time themselves)."""
+        return self.coordinator.now_ms()
 
     # ===================================================== InitProducerId
 
@@ -245,7 +246,7 @@ class TxnApis:
 
     def write_local_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
                             partitions: list, on_done: Callable[[dict], None]) -> None:
-        now_ms = self._now()
+        now_ms = self.clock.now_ms()                      # the markers' timestamp: wall time
         entries = {tp: build_marker(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
                    for tp in partitions}
 

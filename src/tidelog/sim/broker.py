@@ -66,7 +66,7 @@ from tidelog.controller.messages import CreatableTopic
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.group.shard import JoinRequest, OffsetToCommit
-from tidelog.records.batch import build_marker
+from tidelog.records.batch import build_marker, read_header
 from tidelog.metadata.records import Endpoint
 from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
 from tidelog.replication.fetcher import (
@@ -385,7 +385,63 @@ class SimBroker(NetworkNode):
             if body["acks"] != 0 and self.up:
                 self.reply(message, responses[tp])
 
-        self.replica_manager.append_records(body["acks"], body["timeout_ms"], {tp: body["batch"]}, on_done)
+        def append() -> None:
+            self.replica_manager.append_records(body["acks"], body["timeout_ms"], {tp: body["batch"]}, on_done)
+        producer = self._unverified(body)
+        if producer is None:
+            return append()
+        node = self.node
+
+        def verified(error: ErrorCode) -> None:
+            if not (self.up and self.node is node):
+                return
+            if error == ErrorCode.NONE:
+                append()
+            else:
+                on_done({tp: {"error_code": int(error), "base_offset": -1, "log_append_time": -1,
+                              "log_start_offset": -1, "error_message": None}})
+                self._carry_out(node, [])
+        self._verify(body["transactional_id"], *producer, tp, verified)
+
+    def _unverified(self, body) -> tuple[int, int] | None:
+        """KIP-890 part 1, as ``KafkaApis`` (server/apis.py) does it: a transactional batch
+        whose producer has no open transaction in the partition is appended only once the
+        coordinator confirms the partition is in the producer's transaction — a zombie's
+        late batch (an old epoch, or a transaction already ended) is refused, even by a
+        partition whose history no longer holds the abort marker that fenced it."""
+        if not body.get("transactional_id"):
+            return None
+        header = read_header(body["batch"])
+        partition = self.replica_manager.get_partition(body["tp"])
+        if (not header.is_transactional or header.producer_id < 0 or not isinstance(partition, Partition)
+                or not partition.is_leader or header.producer_id in partition.log.ongoing_transactions()):
+            return None                 # the append answers (NOT_LEADER_OR_FOLLOWER, …) or continues
+        return header.producer_id, header.producer_epoch
+
+    def _verify(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition, on_done) -> None:
+        """The coordinator's verdict: at once if this broker coordinates the id, else
+        over the network (AddPartitionsToTxn v4, verify_only); coordinator trouble is
+        NOT_ENOUGH_REPLICAS, which the producer retries (as Kafka maps it)."""
+        coordinator = self.node.txn_coordinator
+        shard = coordinator.shard_for(transactional_id)
+        if not isinstance(shard, ErrorCode):
+            return on_done(shard.verify(transactional_id, producer_id, epoch, [tp])[tp])
+        state = self.image.partition(TopicPartition(coordinator.topic, coordinator.partition_for(transactional_id)))
+        leader = -1 if state is None else state.leader
+        if shard == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or leader < 0 or leader == self.broker_id:
+            return on_done(ErrorCode.NOT_ENOUGH_REPLICAS)
+        self.rpc.request(f"b{leader}", "VerifyTxn", {"transactional_id": transactional_id, "producer_id": producer_id,
+                                                    "producer_epoch": epoch, "tp": tp},
+                         self.sim.config.request_timeout_ms,
+                         lambda answer: on_done(ErrorCode(answer["error_code"])),
+                         lambda error: on_done(ErrorCode.NOT_ENOUGH_REPLICAS))
+
+    def _handle_VerifyTxn(self, message) -> None:
+        body = message.body
+        shard = self.node.txn_coordinator.shard_for(body["transactional_id"])
+        error = ErrorCode.NOT_ENOUGH_REPLICAS if isinstance(shard, ErrorCode) else shard.verify(
+            body["transactional_id"], body["producer_id"], body["producer_epoch"], [body["tp"]])[body["tp"]]
+        self.reply(message, {"error_code": int(error)})
 
     def _handle_ClientFetch(self, message) -> None:
         body = message.body
@@ -525,7 +581,7 @@ class SimBroker(NetworkNode):
         shard, respond = self._txn_shard(message), self._answer(message)
         if shard is not None:
             shard.init_producer_id(message.body["transactional_id"], message.body["timeout_ms"], -1, -1,
-                                   self.sim.next_producer_id(), self.clock.now_ms(),
+                                   self.sim.next_producer_id(), self.node.txn_coordinator.now_ms(),
                                    lambda error, pid, epoch: respond({"error_code": int(error), "producer_id": pid,
                                                                       "producer_epoch": epoch}))
 
@@ -533,14 +589,15 @@ class SimBroker(NetworkNode):
         body, shard, respond = message.body, self._txn_shard(message), self._answer(message)
         if shard is not None:
             shard.add_partitions(body["transactional_id"], body["producer_id"], body["producer_epoch"],
-                                 body["partitions"], self.clock.now_ms(),
+                                 body["partitions"], self.node.txn_coordinator.now_ms(),
                                  lambda error: respond({"error_code": int(error)}))
 
     def _handle_EndTxn(self, message) -> None:
         body, shard, respond = message.body, self._txn_shard(message), self._answer(message)
         if shard is not None:
             shard.end_transaction(body["transactional_id"], body["producer_id"], body["producer_epoch"],
-                                  body["commit"], self.clock.now_ms(), lambda error: respond({"error_code": int(error)}))
+                                  body["commit"], self.node.txn_coordinator.now_ms(),
+                                  lambda error: respond({"error_code": int(error)}))
 
     def _write_markers(self, broker_id: int, producer_id: int, producer_epoch: int, commit: bool,
                        coordinator_epoch: int, partitions: list, on_done) -> None:
@@ -565,7 +622,7 @@ class SimBroker(NetworkNode):
                          answered, failed)
 
     def _append_markers(self, body: dict, on_done) -> None:
-        now_ms = self.clock.now_ms()
+        now_ms = self.clock.now_ms()                      # the markers' timestamp: wall time
         entries = {tp: build_marker(body["producer_id"], body["producer_epoch"], body["commit"],
                                     body["coordinator_epoch"], now_ms) for tp in body["partitions"]}
         self.replica_manager.append_records(

@@ -233,7 +233,7 @@ class SimTxnProducer(_Client):
             batch = build_batch(values, timestamp_ms=self.clock.now_ms(), producer_id=self.producer_id,
                                 producer_epoch=self.producer_epoch, base_sequence=sequence, is_transactional=True)
             body = {"tp": tp, "acks": -1, "timeout_ms": self.sim.config.request_timeout_ms, "values": values,
-                    "batch": batch}
+                    "batch": batch, "transactional_id": TRANSACTIONAL_ID}
 
             def on_reply(response) -> None:
                 if self.txn is not txn:

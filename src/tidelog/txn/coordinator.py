@@ -16,6 +16,10 @@ transaction is complete when every partition answered NONE, or UNKNOWN_TOPIC_OR_
 for a topic the coordinator's metadata no longer has (deleted) — a broker still
 loading its metadata says the same of a live partition, and its marker must be
 retried; otherwise the shard retries after a backoff.
+
+Time: the shards' timers (marker retries, the periodic timeout and expiration
+check) run on the runtime's monotonic ``now_ms()``; the timestamps stored in
+the records, and the timeouts judged against them, are wall time.
 """
 
 from __future__ import annotations
@@ -73,7 +77,8 @@ class TransactionCoordinator(CoordinatorRuntime):
         self.write_markers: WriteMarkers | None = None     # set by the server layer
 
     def _new_shard(self, index: int, leader_epoch: int) -> TxnShard:
-        return TxnShard(index, leader_epoch, self.config, self._writer(index), self._send_markers)
+        return TxnShard(index, leader_epoch, self.config, self._writer(index), self._send_markers,
+                        self.clock.now_ms)
 
     def _send_markers(self, producer_id: int, producer_epoch: int, commit: bool, partitions: frozenset,
                       coordinator_epoch: int, on_done: Callable[[bool], None]) -> None:

@@ -28,8 +28,17 @@ the log gets its markers; markers that failed are retried after a backoff.
 An ongoing transaction older than its timeout is aborted with the producer's
 epoch bumped, which fences the producer (its next request gets PRODUCER_FENCED).
 
-Pure Python: time is ``now_ms`` from the caller; writes and markers go through
-injected functions.
+Two clocks, as in Kafka. ``now_ms``, from the caller, is the coordinator's
+timer clock, a monotonic one: when markers are (re)sent and when the next
+timeout and expiration check runs (Kafka's marker channel and scheduler), so a
+wall-clock step neither fires nor postpones them. Wall time, read from the
+injected ``wall_ms()``, goes where Kafka keeps it: the start and last-update
+timestamps written to the records, and the timeout and expiration decisions
+that compare with them — so a coordinator that loads the partition judges a
+transaction by the same timestamps.
+
+Pure Python: time comes from the caller and ``wall_ms``; writes and markers go
+through injected functions.
 """
 
 from __future__ import annotations
@@ -80,10 +89,10 @@ class TxnMetadata:
     timeout_ms: int
     state: TxnState
     partitions: frozenset = field(default_factory=frozenset)
-    last_update_ms: int = -1
-    start_ms: int = -1
+    last_update_ms: int = -1            # wall time, as stored
+    start_ms: int = -1                  # wall time, as stored
     pending: bool = False               # a record for this id is being written
-    markers_due_ms: int | None = None   # PREPARE_*: when to (re)send the markers
+    markers_due_ms: int | None = None   # PREPARE_*: when to (re)send the markers (timer clock)
 
     def value(self) -> TxnLogValue:
         return TxnLogValue(self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
@@ -91,15 +100,17 @@ class TxnMetadata:
 
 
 class TxnShard:
-    def __init__(self, partition: int, coordinator_epoch: int, config: TxnConfig, write, send_markers: SendMarkers):
+    def __init__(self, partition: int, coordinator_epoch: int, config: TxnConfig, write, send_markers: SendMarkers,
+                 wall_ms: Callable[[], int]):
         self.partition = partition
         self.coordinator_epoch = coordinator_epoch     # the leader epoch of the partition
         self.config = config
         self._write = write
         self._send_markers = send_markers
+        self._wall_ms = wall_ms                        # wall time, for the records; timers use now_ms
         self.transactions: dict[str, TxnMetadata] = {}
         self.loading = True
-        self._next_timeout_check_ms = 0
+        self._next_timeout_check_ms = 0                # on the timer clock
 
     # ================================================================ replay
 
@@ -175,7 +186,7 @@ class TxnShard:
         meta = self.transactions.get(transactional_id)
         if meta is None:
             new = TxnMetadata(transactional_id, fresh_producer_id, 0, timeout_ms, TxnState.EMPTY,
-                              frozenset(), now_ms, -1)
+                              frozenset(), self._wall_ms(), -1)
             placeholder = self.transactions[transactional_id] = replace(new, producer_id=-1, producer_epoch=-1)
 
             def created(error: ErrorCode) -> None:
@@ -203,7 +214,7 @@ class TxnShard:
         else:
             new_id, new_epoch = meta.producer_id, meta.producer_epoch + 1
         new = replace(meta, producer_id=new_id, producer_epoch=new_epoch, timeout_ms=timeout_ms,
-                      state=TxnState.EMPTY, partitions=frozenset(), last_update_ms=now_ms, start_ms=-1,
+                      state=TxnState.EMPTY, partitions=frozenset(), last_update_ms=self._wall_ms(), start_ms=-1,
                       pending=False, markers_due_ms=None)
         self._store(meta, new, lambda error: respond(error, *((new_id, new_epoch) if error == ErrorCode.NONE
                                                                else (-1, -1))))
@@ -219,8 +230,9 @@ class TxnShard:
         if meta.state == TxnState.ONGOING and partitions <= meta.partitions:
             return respond(ErrorCode.NONE)
         ongoing = meta.state == TxnState.ONGOING
+        wall_ms = self._wall_ms()
         new = replace(meta, state=TxnState.ONGOING, partitions=(meta.partitions if ongoing else frozenset()) | partitions,
-                      last_update_ms=now_ms, start_ms=meta.start_ms if ongoing else now_ms, pending=False)
+                      last_update_ms=wall_ms, start_ms=meta.start_ms if ongoing else wall_ms, pending=False)
         self._store(meta, new, respond)
 
     def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -260,7 +272,7 @@ class TxnShard:
         self._prepare(meta, prepare_state, meta.producer_epoch, now_ms, respond)
 
     def _prepare(self, meta: TxnMetadata, state: TxnState, epoch: int, now_ms: int, respond: Respond) -> None:
-        new = replace(meta, state=state, producer_epoch=epoch, last_update_ms=now_ms, pending=False)
+        new = replace(meta, state=state, producer_epoch=epoch, last_update_ms=self._wall_ms(), pending=False)
 
         def prepared(error: ErrorCode) -> None:
             respond(error)
@@ -311,32 +323,38 @@ class TxnShard:
     # ============================================================ time
 
     def on_tick(self, now_ms: int) -> None:
+        """``now_ms`` on the timer clock: markers due, and whether the periodic timeout and
+        expiration check is due; the check itself compares wall time with the stored
+        timestamps, as Kafka's ``abortTimedOutTransactions`` and id expiration do."""
+        check = now_ms >= self._next_timeout_check_ms
+        wall_ms = self._wall_ms() if check else 0
         for meta in list(self.transactions.values()):
             if meta.pending:
                 continue
             if meta.markers_due_ms is not None and meta.markers_due_ms <= now_ms:
                 self._send(meta, now_ms)
-            elif (meta.state == TxnState.ONGOING and now_ms >= self._next_timeout_check_ms
-                  and meta.start_ms >= 0 and now_ms - meta.start_ms > meta.timeout_ms):
+            elif (check and meta.state == TxnState.ONGOING
+                  and meta.start_ms >= 0 and wall_ms - meta.start_ms > meta.timeout_ms):
                 self._abort_fenced(meta, now_ms)
-        if now_ms >= self._next_timeout_check_ms:
+        if check:
             self._next_timeout_check_ms = now_ms + self.config.abort_timed_out_interval_ms
-            self._expire_ids(now_ms)
+            self._expire_ids(wall_ms)
 
-    def _expire_ids(self, now_ms: int) -> None:
+    def _expire_ids(self, wall_ms: int) -> None:
         """``transactional.id.expiration.ms``: an id with no transaction open, silent that
-        long, is forgotten (a tombstone), as Kafka's ``TransactionStateManager`` does."""
+        long (wall time, against its stored last update), is forgotten (a tombstone), as
+        Kafka's ``TransactionStateManager`` does."""
         for meta in list(self.transactions.values()):
             if (not meta.pending and meta.producer_id >= 0
                     and meta.state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
-                    and now_ms - meta.last_update_ms > self.config.id_expiration_ms):
+                    and wall_ms - meta.last_update_ms > self.config.id_expiration_ms):
                 meta.pending = True
 
                 def written(error: ErrorCode, meta=meta) -> None:
                     if self.transactions.get(meta.transactional_id) is meta and error not in _OUTCOME_UNKNOWN:
                         meta.pending = False
                 log.info("transactional id %r expired (silent for %d ms)", meta.transactional_id,
-                         now_ms - meta.last_update_ms)
+                         wall_ms - meta.last_update_ms)
                 self._write([(encode_key(meta.transactional_id), None)], written)
 
     def next_deadline_ms(self) -> int | None:
