@@ -72,7 +72,7 @@ from tidelog.txn.shard import TxnConfig
 from tidelog.metadata.loader import MetadataLoader
 from tidelog.metadata.records import Endpoint
 from tidelog.replication.fetcher import FetcherConfig, FetcherState
-from tidelog.replication.metadata_changes import apply_local_changes
+from tidelog.replication.metadata_changes import apply_local_changes, delete_stray_logs
 from tidelog.replication.partition import IsrProposal, Partition, ReplicationSettings
 from tidelog.replication.replica_manager import OFFLINE, ReplicaManager
 from tidelog.storage.config import LogConfig
@@ -175,6 +175,7 @@ class BrokerNode:
         fetchers.on_fetcher_added = lambda fetcher: self._effects.append(FetcherAdded(fetcher))
         fetchers.on_fetcher_removed = lambda fetcher: self._effects.append(FetcherRemoved(fetcher))
         self._restore_high_watermarks = self.log_manager.read_high_watermarks()
+        self._strays_deleted = False             # the first publish after start looks for stray logs
         self.group_coordinator = GroupCoordinator(
             GroupConfig.from_settings(config), self.replica_manager, clock, self.offsets_topic_partition_count,
             new_member_id)
@@ -484,6 +485,9 @@ class BrokerNode:
         if delta is None:
             return
         states = apply_local_changes(self.replica_manager, delta, self.node_id)
+        if not self._strays_deleted:            # the image now holds everything up to our registration
+            self._strays_deleted = True
+            delete_stray_logs(self.replica_manager, self.image, self.node_id)
         for tp in states:
             restored = self._restore_high_watermarks.pop(tp, None)
             partition = self.replica_manager.get_partition(tp)

@@ -3,25 +3,67 @@
 The one place where replayed metadata becomes become-leader / become-follower /
 delete calls on a ReplicaManager — shared by the broker process, the
 in-process replication harness and the simulator, so they cannot drift apart.
+
+Stray logs (Kafka's stray replicas, KIP-516 topic ids): a broker that was away
+while a topic was deleted replays the topic's whole life in one delta, which
+then holds no deletion for it. So ``apply_local_changes`` deletes a log whose
+``partition.metadata`` names another topic id than the metadata's topic of that
+name before hosting the new topic's partition (the old topic was deleted and
+re-created meanwhile), and ``delete_stray_logs`` — run by the broker on its first
+publish after start — deletes every log the image does not place on this broker
+(topic gone, partition gone, or the broker no longer a replica).
 """
 
 from __future__ import annotations
 
+import logging
+
 from tidelog.core.ids import TopicPartition
 from tidelog.replication.partition import PartitionState
+
+log = logging.getLogger(__name__)
 
 
 def apply_local_changes(replica_manager, delta, broker_id: int) -> dict[TopicPartition, PartitionState]:
     """Apply ``delta.local_changes(broker_id)``: deletions first (a topic may be
-    deleted and re-created in one delta), then every new leader/follower state.
-    Returns the states applied."""
+    deleted and re-created in one delta, or before this broker came back), then every
+    new leader/follower state. Returns the states applied."""
     changes = delta.local_changes(broker_id)
-    if changes.deletes:
-        replica_manager.stop_partitions(changes.deletes, delete=True)
+    logs = replica_manager.log_manager
+    assigned = list(changes.leaders.items()) + list(changes.followers.items())
+    stale = {tp for tp, local in assigned if logs.topic_id_of(tp) not in (None, local.topic_id)}
+    for tp in sorted(stale):
+        log.warning("%s: the log here belongs to a deleted topic of that name (topic id %s, now %s); deleting it",
+                    tp, logs.topic_id_of(tp), dict(assigned)[tp].topic_id)
+    if changes.deletes or stale:
+        replica_manager.stop_partitions(changes.deletes | stale, delete=True)
+        for tp in stale:
+            logs.delete_log(tp)                    # not hosted yet: stop_partitions left it
     states = {}
-    for tp, local in list(changes.leaders.items()) + list(changes.followers.items()):
+    for tp, local in assigned:
         p = local.partition
         states[tp] = PartitionState(p.leader, p.leader_epoch, tuple(p.isr), tuple(p.replicas), p.partition_epoch)
     if states:
         replica_manager.apply_partition_states(states)
+        for tp, local in assigned:
+            logs.record_topic_id(tp, local.topic_id)
     return states
+
+
+def delete_stray_logs(replica_manager, image, broker_id: int) -> list[TopicPartition]:
+    """Delete every log ``image`` does not place on ``broker_id``; returns them."""
+    logs = replica_manager.log_manager
+    strays = []
+    for tp in sorted(log_.topic_partition for log_ in logs.all_logs()):
+        partition = image.partition(tp)
+        if partition is None or broker_id not in partition.replicas:
+            strays.append(tp)
+    for tp in strays:
+        log.warning("%s: stray log (%s); deleting it", tp,
+                    "no such partition in the metadata" if image.partition(tp) is None
+                    else "this broker is not one of its replicas")
+    if strays:
+        replica_manager.stop_partitions(strays, delete=True)
+        for tp in strays:
+            logs.delete_log(tp)
+    return strays

@@ -20,6 +20,13 @@ Periodic work the broker drives: retention (``delete_old_segments``), flushes,
 checkpoints, and log compaction (``clean_logs``: one bounded step of the
 ``LogCleaner`` per call, docs/compaction.md).
 
+Topic ids: each partition directory holds Kafka's ``partition.metadata``
+(``version: 0`` and the topic id, KIP-516), written when metadata first assigns
+the partition here. A log whose file names another id than the metadata's topic
+of that name is a deleted topic's (re-created under the same name while this
+broker was away): the broker deletes it before hosting the new one
+(``replication/metadata_changes.py``).
+
 A directory is *offline* after any ``OSError`` in it (or a checkpoint that does
 not parse): its logs are closed and dropped, later calls for its partitions
 raise ``OfflineLogDirError``, and the other directories keep working. New logs
@@ -28,8 +35,10 @@ go to the online directory holding the fewest partitions.
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
+import uuid
 from typing import Mapping
 
 from tidelog.core.clock import Clock
@@ -44,12 +53,14 @@ from tidelog.storage.checkpoint import (
 from tidelog.storage.cleaner import CLEANER_OFFSET_CHECKPOINT, CleanerConfig, LogCleaner
 from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import DuplicateLogError, LogDirLockedError, OfflineLogDirError
-from tidelog.storage.files import FileLock, FileSystem, RealFileSystem
+from tidelog.storage.files import FileLock, FileSystem, RealFileSystem, read_whole_file, write_file_atomically
 from tidelog.storage.log import Background, Log
 
 logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+PARTITION_METADATA_FILE = "partition.metadata"
+_PARTITION_METADATA_SIZE_MAX_BYTES = 4096
 LOCK_FILE = ".lock"
 DELETE_DIR_SUFFIX = "-delete"
 METADATA_TOPIC = "__cluster_metadata"  # the metadata log is the Raft layer's, not ours
@@ -70,6 +81,7 @@ class LogManager:
         self.topic_configs = dict(topic_configs or {})
         self._background = background           # where a roll's fsync runs (Log._flush_in_background)
         self._logs: dict[TopicPartition, Log] = {}
+        self._topic_ids: dict[TopicPartition, uuid.UUID] = {}    # partition.metadata, as read or written
         self._dir_of: dict[TopicPartition, str] = {}
         self._offline_dirs: set[str] = set()
         self._offline_partitions: set[TopicPartition] = set()
@@ -184,6 +196,7 @@ class LogManager:
     def delete_log(self, tp: TopicPartition) -> None:
         """Close and remove a partition's log (renamed ``*-delete`` first, as Kafka does)."""
         log = self._logs.pop(tp, None)
+        self._topic_ids.pop(tp, None)
         if log is None:
             return
         log_dir = self._dir_of.pop(tp)
@@ -199,6 +212,51 @@ class LogManager:
             self._mark_dir_offline(log_dir, e)
             raise StorageError(f"{tp}: cannot delete its log in {log_dir}: {e}") from e
         logger.info("deleted log %s from %s", tp, log_dir)
+
+    # -- topic ids (partition.metadata) --------------------------------------------------
+
+    def topic_id_of(self, tp: TopicPartition) -> uuid.UUID | None:
+        """The topic id in the partition's ``partition.metadata``; None if the log, the
+        file or a readable id is missing (a log written before tidelog kept the file)."""
+        log = self._logs.get(tp)
+        if log is None:
+            return None
+        if tp in self._topic_ids:
+            return self._topic_ids[tp]
+        path = os.path.join(log.directory, PARTITION_METADATA_FILE)
+        try:
+            if not self.fs.exists(path):
+                return None
+            text = read_whole_file(self.fs, path, _PARTITION_METADATA_SIZE_MAX_BYTES).decode("utf-8")
+        except (OSError, StorageError, UnicodeDecodeError) as e:
+            logger.warning("%s: cannot read %s: %s", tp, PARTITION_METADATA_FILE, e)
+            return None
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "topic_id":
+                try:
+                    topic_id = uuid.UUID(bytes=base64.urlsafe_b64decode(value.strip() + "=="))
+                except ValueError:
+                    break
+                self._topic_ids[tp] = topic_id
+                return topic_id
+        logger.warning("%s: %s holds no topic id", tp, PARTITION_METADATA_FILE)
+        return None
+
+    def record_topic_id(self, tp: TopicPartition, topic_id: uuid.UUID) -> None:
+        """Write ``partition.metadata`` (Kafka's format) unless it already names ``topic_id``."""
+        log = self._logs.get(tp)
+        if log is None or self.topic_id_of(tp) == topic_id:
+            return
+        encoded = base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+        try:
+            write_file_atomically(self.fs, os.path.join(log.directory, PARTITION_METADATA_FILE),
+                                  f"version: 0\ntopic_id: {encoded}\n".encode())
+        except OSError as e:
+            log_dir = self._dir_of[tp]
+            self._mark_dir_offline(log_dir, e)
+            raise StorageError(f"{tp}: cannot write {PARTITION_METADATA_FILE} in {log_dir}: {e}") from e
+        self._topic_ids[tp] = topic_id
 
     def _delete_dir_name(self, log_dir: str, tp: TopicPartition) -> str:
         """``<tp>.<32 hex digits>-delete``, a name no directory in ``log_dir`` has.
@@ -386,6 +444,7 @@ class LogManager:
             except (OSError, ValueError):
                 pass
             del self._logs[tp]
+            self._topic_ids.pop(tp, None)
             self._offline_partitions.add(tp)
         self._release_lock(log_dir)
 
