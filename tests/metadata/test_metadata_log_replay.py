@@ -64,10 +64,12 @@ def test_a_loader_whose_records_were_deleted_loads_the_snapshot():
     rng = random.Random(2)
     for _ in range(30):
         random_operation(env, rng)
+    assert not broker.from_snapshot
     snapshot = env.controller.write_snapshot()
     env.log.delete_before(snapshot.last_offset + 1)
     broker.catch_up()
     assert broker.image == env.controller.image
+    assert broker.from_snapshot          # the broker then looks for stray logs (no deletion in this delta)
 
 
 def test_a_controller_restarted_from_a_truncated_log_makes_the_same_decisions():

@@ -485,7 +485,9 @@ class BrokerNode:
         if delta is None:
             return
         states = apply_local_changes(self.replica_manager, delta, self.node_id)
-        if not self._strays_deleted:            # the image now holds everything up to our registration
+        if not self._strays_deleted or self.loader.from_snapshot:
+            # The image now holds everything up to our registration (or a snapshot replaced
+            # it: a delta from nothing names no deletion either).
             self._strays_deleted = True
             delete_stray_logs(self.replica_manager, self.image, self.node_id)
         for tp in states:

@@ -25,6 +25,7 @@ class MetadataLoader:
         self.log = log
         self.use_snapshots = use_snapshots
         self.image = MetadataImage()
+        self.from_snapshot = False      # the last delta started from a snapshot (empty image)
 
     def catch_up(self) -> MetadataDelta | None:
         """Replay what is newly committed; None when there was nothing new."""
@@ -39,8 +40,10 @@ class MetadataLoader:
                 raise MetadataLogError(f"offsets from {start} are gone and no snapshot covers them")
             delta = load_snapshot(snapshot)
             start = snapshot.last_offset + 1
+            self.from_snapshot = True
         else:
             delta = MetadataDelta(self.image)
+            self.from_snapshot = False
         for offset, record in self.log.read(start):
             delta.replay(record, offset)
         # Everything committed has been read, control batches (the quorum's
