@@ -197,3 +197,19 @@ def test_a_marker_a_live_partition_refuses_as_unknown_is_retried():
     coordinator._send_markers(100, 0, False, frozenset({TP0}), 3, answers.append)
     coordinator._send_markers(100, 0, False, frozenset({TP1}), 3, answers.append)
     assert answers == [False, True]
+
+
+def test_the_complete_record_carries_the_time_the_markers_were_done():
+    """As Kafka's prepareComplete: transactional.id.expiration.ms counts from then."""
+    h = Harness()
+    answers = []
+    h.send_markers = lambda pid, epoch, commit, partitions, coordinator_epoch, on_done: answers.append(on_done)
+    h.shard = h.new_shard()
+    h.shard.loaded(T0)
+    h.init()
+    h.call("add_partitions", "app", 100, 0, {TP0}, T0)
+    assert h.call("end_transaction", "app", 100, 0, True, T0) == ErrorCode.NONE
+    h.wall_ms = T0 + 5_000                      # the markers take five seconds
+    answers[0](True)
+    complete = decode_value(h.records[-1][1])
+    assert complete.state == TxnState.COMPLETE_COMMIT and complete.last_update_ms == T0 + 5_000

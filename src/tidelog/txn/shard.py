@@ -306,7 +306,7 @@ class TxnShard:
                 current.markers_due_ms = now_ms + MARKER_RETRY_BACKOFF_MS
                 return
             done = replace(current, state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
-                           partitions=frozenset(), pending=False)
+                           partitions=frozenset(), pending=False, last_update_ms=self._wall_ms())
 
             def completed(error: ErrorCode) -> None:
                 if error != ErrorCode.NONE:
