@@ -250,3 +250,43 @@ def test_cluster_up_starts_the_web_view_with_fault_drills_and_down_stops_it(tmp_
 def get_json_any(url: str):
     with urllib.request.urlopen(url, timeout=10) as response:
         return json.loads(response.read())
+
+
+def test_the_web_view_of_a_secure_cluster(tmp_path):
+    """cluster up --secure starts the view (it reads the nodes' metrics ports; cluster.json
+    names them), and a standalone tidelog ui finds SASL_SSL brokers with --command-config."""
+    def tidelog(*args):
+        return subprocess.run([sys.executable, "-m", "tidelog.cli.main", "cluster", *args, "--dir", directory],
+                              capture_output=True, text=True, timeout=120)
+    directory = str(tmp_path / "secure")
+    up = tidelog("up", "-n", "2", "--secure", "--base-port", "0")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        url = re.search(r"web view: (http://\S+)", up.stdout).group(1)
+        wait_until(lambda: [n["state"] for n in get_json_any(url + "api/snapshot")["nodes"]
+                            if n["role"] == "broker"] == ["RUNNING", "RUNNING"], what="both brokers in the view")
+        layout = json.load(open(os.path.join(directory, "cluster.json")))
+        brokers = [n for n in layout["nodes"] if n["role"] == "broker"]
+        standalone = [sys.executable, "-m", "tidelog.cli.main", "ui", "-b", f"127.0.0.1:{brokers[0]['port']}",
+                      "--port", "0", *[f"--metrics-port={n['node_id']}={n['metrics_port']}" for n in brokers]]
+
+        def view(extra: list[str]) -> dict:
+            process = subprocess.Popen(standalone + extra, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            try:
+                for line in process.stdout:
+                    match = re.search(r"tidelog ui ready: (http://\S+)", line)
+                    if match:
+                        break
+                time.sleep(3)                   # a discovery round and a poll
+                return get_json_any(match.group(1) + "api/snapshot")
+            finally:
+                process.terminate()
+                process.wait(10)
+        refused = view([])                      # a plaintext client on a SASL_SSL listener
+        assert not any(n["state"] == "RUNNING" for n in refused["nodes"]), refused
+        admin = os.path.join(directory, "security", "admin.properties")
+        seen = view(["--command-config", admin])
+        assert sorted(n["id"] for n in seen["nodes"] if n["state"] == "RUNNING") == sorted(
+            n["node_id"] for n in brokers), seen
+    finally:
+        assert tidelog("down").returncode == 0

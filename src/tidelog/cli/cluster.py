@@ -110,9 +110,7 @@ def _run(args) -> int:
             print(f"client settings: {files['client']}  (CA certificate {files['ca']})")
             print(f"admin settings (super user): {files['admin']}  — e.g. tidelog topics -b "
                   f"{cluster.layout.host}:{first.port} --command-config {files['admin']} list")
-        if not args.no_ui and metrics_base_port is not None and cluster.layout.secure:
-            print("web view not started: it does not speak TLS/SASL yet (tidelog cluster up without --secure)")
-        elif not args.no_ui and metrics_base_port is not None:
+        if not args.no_ui and metrics_base_port is not None:
             ui_port = args.ui_port if args.ui_port is not None else 0 if args.base_port == 0 else args.base_port + 200
             try:
                 print(f"web view: {cluster.start_ui(ui_port)}")

@@ -18,13 +18,22 @@ def add_parser(commands) -> None:
     ui.add_argument("--metrics-port", action="append", default=[], metavar="ID=PORT",
                     help="the metrics port of one node, instead of the offset (repeatable)")
     ui.add_argument("--interval", type=float, default=1.0, help="seconds between polls of the brokers (≥ 1)")
+    ui.add_argument("--command-config", default=None, metavar="FILE",
+                    help="client properties (security.protocol, ssl.*, sasl.*) to reach TLS/SASL brokers")
     ui.add_argument("--cluster-dir", default=None,
                     help="a cluster started by `tidelog cluster up`: read its nodes from cluster.json and offer "
                          "fault drills (kill/pause/resume/restart)")
 
 
 def run(args) -> int:
+    from tidelog.cli.client_config import load_command_config
+    from tidelog.core.errors import KafkaError
     from tidelog.ui import UiServer, parse_address, serve
+    try:
+        security = load_command_config(args.command_config)
+    except (OSError, KafkaError) as e:
+        print(f"error: cannot use --command-config {args.command_config}: {e}", file=sys.stderr)
+        return 2
     try:
         bootstrap = [parse_address(a) for a in args.bootstrap_server.split(",") if a.strip()]
         metrics_ports = {}
@@ -38,7 +47,7 @@ def run(args) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = UiServer(bootstrap, args.host, args.port, args.metrics_port_offset, metrics_ports,
-                      args.cluster_dir, args.interval)
+                      args.cluster_dir, args.interval, security)
 
     async def main() -> int:
         import signal

@@ -107,8 +107,9 @@ def _event_key(event: dict) -> str:
 class UiServer:
     def __init__(self, bootstrap: list[tuple[str, int]], host: str = "127.0.0.1", port: int = 0,
                  metrics_port_offset: int = 100, metrics_ports: dict[int, int] | None = None,
-                 cluster_dir: str | None = None, interval_s: float = 1.0):
+                 cluster_dir: str | None = None, interval_s: float = 1.0, security=None):
         self.bootstrap = bootstrap
+        self.security = security                   # --command-config: TLS/SASL to find the brokers
         self.host = host
         self.port = port
         self.metrics_port_offset = metrics_port_offset
@@ -171,6 +172,7 @@ class UiServer:
             self.nodes[n.node_id].process = n.process_state()
 
     async def _discover(self) -> None:
+        from tidelog.core.errors import KafkaError
         from tidelog.protocol.api_keys import ApiKey
         from tidelog.protocol.client import KafkaConnection
         addresses = list(self.bootstrap) + [(n.host, n.port) for n in self.nodes.values()
@@ -178,8 +180,8 @@ class UiServer:
         errors = []
         for host, port in dict.fromkeys(addresses):
             try:
-                connection = await KafkaConnection.connect(host, port, "tidelog-ui", 2)
-            except (OSError, asyncio.TimeoutError) as e:
+                connection = await KafkaConnection.connect(host, port, "tidelog-ui", 2, security=self.security)
+            except (OSError, asyncio.TimeoutError, KafkaError) as e:
                 errors.append(f"{host}:{port}: {type(e).__name__}: {e}")
                 continue
             try:
