@@ -269,3 +269,22 @@ def test_flush_dirty_logs_flushes_only_what_is_due(dirs, clock, fs):
     clock.advance(1000)
     assert m.flush_dirty_logs() == 1
     assert m.get_log(A0).recovery_point == 2 and m.get_log(B0).recovery_point == 0
+
+
+def test_topic_ids_are_kept_in_partition_metadata_and_a_failed_write_only_takes_the_directory_offline(
+        dirs, clock, fs):
+    import uuid
+    m = manager(dirs, clock, fs)
+    m.get_or_create_log(A0)
+    m.get_or_create_log(A1)
+    topic_id = uuid.UUID(int=42)
+    assert m.topic_id_of(A0) is None                    # a log from before the file existed
+    m.record_topic_id(A0, topic_id)
+    with open(os.path.join(m.get_log(A0).directory, "partition.metadata")) as f:
+        assert f.read() == "version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAKg\n"   # Kafka's base64 form
+    m.shutdown()
+    m = manager(dirs, clock, fs)
+    assert m.topic_id_of(A0) == topic_id
+    fs.fail(m.log_dir_of(A1))
+    m.record_topic_id(A1, topic_id)                     # no exception: the directory goes offline
+    assert A1 in m.offline_partitions

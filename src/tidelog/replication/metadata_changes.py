@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 
+from tidelog.core.errors import StorageError
 from tidelog.core.ids import TopicPartition
 from tidelog.replication.partition import PartitionState
 
@@ -37,8 +38,7 @@ def apply_local_changes(replica_manager, delta, broker_id: int) -> dict[TopicPar
                     tp, logs.topic_id_of(tp), dict(assigned)[tp].topic_id)
     if changes.deletes or stale:
         replica_manager.stop_partitions(changes.deletes | stale, delete=True)
-        for tp in stale:
-            logs.delete_log(tp)                    # not hosted yet: stop_partitions left it
+        _delete_logs(logs, stale)                  # not hosted yet: stop_partitions left them
     states = {}
     for tp, local in assigned:
         p = local.partition
@@ -64,6 +64,14 @@ def delete_stray_logs(replica_manager, image, broker_id: int) -> list[TopicParti
                     else "this broker is not one of its replicas")
     if strays:
         replica_manager.stop_partitions(strays, delete=True)
-        for tp in strays:
-            logs.delete_log(tp)
+        _delete_logs(logs, strays)
     return strays
+
+
+def _delete_logs(logs, topic_partitions) -> None:
+    """A directory failing meanwhile is offline now (its partitions go Offline); go on."""
+    for tp in topic_partitions:
+        try:
+            logs.delete_log(tp)
+        except StorageError as e:
+            log.error("%s", e)

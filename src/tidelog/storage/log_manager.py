@@ -244,7 +244,9 @@ class LogManager:
         return None
 
     def record_topic_id(self, tp: TopicPartition, topic_id: uuid.UUID) -> None:
-        """Write ``partition.metadata`` (Kafka's format) unless it already names ``topic_id``."""
+        """Write ``partition.metadata`` (Kafka's format) unless it already names ``topic_id``.
+        A failed write takes the directory offline (its partitions go Offline as for any
+        I/O error there); it does not raise."""
         log = self._logs.get(tp)
         if log is None or self.topic_id_of(tp) == topic_id:
             return
@@ -254,8 +256,9 @@ class LogManager:
                                   f"version: 0\ntopic_id: {encoded}\n".encode())
         except OSError as e:
             log_dir = self._dir_of[tp]
+            logger.error("%s: cannot write %s in %s: %s", tp, PARTITION_METADATA_FILE, log_dir, e)
             self._mark_dir_offline(log_dir, e)
-            raise StorageError(f"{tp}: cannot write {PARTITION_METADATA_FILE} in {log_dir}: {e}") from e
+            return
         self._topic_ids[tp] = topic_id
 
     def _delete_dir_name(self, log_dir: str, tp: TopicPartition) -> str:
