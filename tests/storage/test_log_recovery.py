@@ -395,3 +395,22 @@ def test_a_flush_while_the_background_flush_is_pending_makes_the_new_segment_dur
     log = Log.open(log_dir, CONFIG, clock, fs, recovery_point=end)
     assert log.log_end_offset == end
     assert [o for o, _ in values(log)] == list(range(end))
+
+
+def test_an_earlier_rolls_flush_does_not_list_a_later_rolls_file(tmp_path, clock):
+    """Two rolls in flight: the first one's flush must not make the second new file durable
+    while the segment before it (the first roll's new one) still has unsynced bytes."""
+    fs, log_dir = fresh(tmp_path, "two-rolls")
+    background = QueuedBackground()
+    log = Log.open(log_dir, CONFIG, clock, fs, background=background)
+    log.flush()
+    fill_until_roll(log)
+    fill_until_roll(log, start=100)
+    log.append_as_leader(batch("in-the-third-segment"), leader_epoch=0)
+    first, _ = background.queued
+    background.queued = [first]
+    background.run_all()                          # only the first roll's flush is done
+    fs.crash()
+    log = Log.open(log_dir, CONFIG, clock, fs, recovery_point=0)
+    assert [o for o, _ in values(log)] == list(range(log.log_start_offset, log.log_end_offset))
+    check_log_consistency(log)

@@ -1029,8 +1029,9 @@ class Log:
 
     def _flush_in_background(self, offset: int, roll: int) -> bool:
         """Fsync the segments below ``offset`` on the background runner; the recovery point
-        moves once they are durable; then the directory is fsynced (the rolls' new files)
-        and, if no later roll is still in flight, the producer snapshot taken. Only the log
+        moves once they are durable; then, back on the caller's thread and unless a later
+        roll came meanwhile, the directory is fsynced (the new file listed only after the
+        bytes before it) and the producer snapshot taken. Only the log
         files: the index files of segments that stopped being active are written and
         fsynced by ``on_become_inactive``, and a recovery rebuilds those above the recovery
         point anyway. Returns whether it was scheduled (else it was done inline)."""
@@ -1042,12 +1043,10 @@ class Log:
         syncs = [segment.log.sync_later() for segment in self._segments[first:last + 1]] \
             if offset > self._recovery_point else []
         truncations = self._truncations
-        fs, directory = self.fs, self.directory
 
         def work() -> None:
             for sync in syncs:
                 sync()
-            fs.fsync_dir(directory)
 
         def done(error: BaseException | None) -> None:
             if self._offline:
@@ -1061,12 +1060,14 @@ class Log:
             if self._truncations == truncations and offset > self._recovery_point:
                 self._recovery_point = offset
                 self._last_flush_ms = self.clock.now_ms()
-            self._rolls_durable = max(self._rolls_durable, roll)
-            if self._rolls_durable == self._rolls:
-                try:
-                    self._take_snapshot()
-                except OSError as e:
-                    self._go_offline(e)
+            if self._rolls != roll:
+                return      # a later roll's flush syncs the bytes before its file, then lists both
+            try:
+                self.fs.fsync_dir(self.directory)   # metadata only: the bytes before are durable
+                self._rolls_durable = roll
+                self._take_snapshot()
+            except OSError as e:
+                self._go_offline(e)
         self._background(work, done)
         return True
 
