@@ -111,12 +111,7 @@ class FileMetadataLog:
     def write_snapshot(self, snapshot: MetadataSnapshot) -> None:
         """``<end offset>-<epoch>.checkpoint``: the image's records as batches, written
         atomically; the epoch is that of the last offset it covers."""
-        if snapshot.last_offset > self.committed_offset:
-            raise MetadataLogError(f"snapshot at {snapshot.last_offset} is past the committed "
-                                   f"offset {self.committed_offset}")
-        end_offset = snapshot.last_offset + 1
-        self._write_snapshot_file(end_offset, self.epoch_at(snapshot.last_offset) if end_offset > 0 else 0,
-                                  snapshot_bytes(snapshot))
+        self._write_snapshot_file(*snapshot_to_store(self, snapshot))
         self.bytes_since_snapshot = 0
 
     def _write_snapshot_file(self, end_offset: int, epoch: int, data: bytes) -> None:
@@ -260,6 +255,16 @@ class FileMetadataLog:
     def close(self) -> None:
         self.log.flush()
         self.log.close()
+
+
+def snapshot_to_store(log, snapshot: MetadataSnapshot) -> tuple[int, int, bytes]:
+    """(end offset, epoch of its last offset, bytes) of a snapshot a Raft log (file or
+    memory) is asked to keep; refused past the log's committed offset."""
+    if snapshot.last_offset > log.committed_offset:
+        raise MetadataLogError(f"snapshot at {snapshot.last_offset} is past the committed "
+                               f"offset {log.committed_offset}")
+    end_offset = snapshot.last_offset + 1
+    return end_offset, log.epoch_at(snapshot.last_offset) if end_offset > 0 else 0, snapshot_bytes(snapshot)
 
 
 def snapshot_bytes(snapshot: MetadataSnapshot) -> bytes:

@@ -40,7 +40,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
-from tidelog.metadata.file_log import build_leader_change, snapshot_bytes
+from tidelog.metadata.file_log import build_leader_change, snapshot_to_store
 from tidelog.metadata.log import MetadataLogError, MetadataSnapshot
 from tidelog.metadata.records import MetadataRecord, iter_batch_records, records_to_batch
 from tidelog.records.batch import iter_batches, validate_batch
@@ -238,12 +238,7 @@ class MemoryMetadataLog:
     # ------------------------------------------------------------ snapshots (KIP-630)
 
     def write_snapshot(self, snapshot: MetadataSnapshot) -> None:
-        if snapshot.last_offset > self.committed_offset:
-            raise MetadataLogError(f"snapshot at {snapshot.last_offset} is past the committed "
-                                   f"offset {self.committed_offset}")
-        end_offset = snapshot.last_offset + 1
-        self._store_snapshot(end_offset, self.epoch_at(snapshot.last_offset) if end_offset > 0 else 0,
-                             snapshot_bytes(snapshot))
+        self._store_snapshot(*snapshot_to_store(self, snapshot))
 
     def _store_snapshot(self, end_offset: int, epoch: int, data: bytes) -> None:
         self._snapshots[(end_offset, epoch)] = data
