@@ -1,13 +1,18 @@
-"""``tidelog cluster up --secure``: TLS and SASL on every listener of a local cluster.
+"""``tidelog cluster up --secure``: TLS, SASL and ACLs on every listener of a local cluster.
 
-Theory of operation. ``secure_cluster(directory, host)`` makes, once, under
-``<cluster>/security/``: a throwaway certificate authority and one certificate
-for the nodes (named ``host``, ``localhost`` and 127.0.0.1), an ``admin`` password
-(the nodes' own SASL/PLAIN identity, a super user) and a ``client`` password. The
-settings it returns put every broker listener on ``SASL_SSL`` (PLAIN for the
-nodes, SCRAM-SHA-512 for clients) and the controllers' on ``SSL``. After ``up``,
-``create_client_user`` stores the ``client`` SCRAM credential in the metadata log,
-and ``client.properties`` / ``admin.properties`` hold what a client needs
+Theory of operation. ``secure_cluster(directory, host, node_ids)`` makes, once, under
+``<cluster>/security/`` (0700): a throwaway certificate authority; one certificate
+per node (``node-<id>.pem``, CN=node-<id>, naming ``host``, ``localhost`` and
+127.0.0.1) and one for the operator (``admin.pem``, CN=admin); an ``admin`` password
+(the nodes' SASL/PLAIN identity towards broker listeners) and a ``client`` password.
+The settings it returns put every broker listener on ``SASL_SSL`` (PLAIN for the
+nodes, SCRAM-SHA-512 for clients) and the controllers' on ``SSL`` with client
+certificates required: a node is ``User:node-<id>`` there (``ssl.principal.mapping.rules``
+keep the CN), and only the nodes and ``User:admin`` are super users. ACLs are on
+with Kafka's default ``allow.everyone.if.no.acl.found=false``. After ``up``,
+``create_client_user`` stores the ``client`` SCRAM credential and the ACLs it needs
+to produce, consume, use groups and transactions — nothing on the cluster resource.
+``client.properties`` / ``admin.properties`` hold what a client needs
 (``--command-config`` for the tidelog tools; the same names for Kafka clients).
 """
 
@@ -18,6 +23,7 @@ import os
 import secrets
 
 from tidelog.controller.scram_control import salted_password
+from tidelog.metadata.authorizer import WILDCARD, AclOperation, AclPermissionType, PatternType, ResourceType
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import ClientSecurity, KafkaConnection
 
@@ -29,19 +35,19 @@ def _directory(cluster_directory: str) -> str:
     return os.path.join(cluster_directory, "security")
 
 
-def secure_cluster(cluster_directory: str, host: str) -> str:
+def secure_cluster(cluster_directory: str, host: str, node_ids: list[int]) -> str:
     """The path of the nodes' properties file of a secure cluster (private: it holds the
-    admin password), creating its CA, certificate and passwords once."""
+    admin password), creating its CA, certificates and passwords once."""
     directory = _directory(cluster_directory)
     os.makedirs(directory, mode=0o700, exist_ok=True)
-    ca_path, node_path = os.path.join(directory, "ca.pem"), os.path.join(directory, "node.pem")
-    if not os.path.exists(node_path):
-        import trustme
-        ca = trustme.CA(organization_name="tidelog local cluster")
-        ca.cert_pem.write_to_path(ca_path)
-        names = sorted({host, "localhost", "127.0.0.1"})
-        ca.issue_cert(*names).private_key_and_cert_chain_pem.write_to_path(node_path)
-        os.chmod(node_path, 0o600)
+    ca_path = os.path.join(directory, "ca.pem")
+    ca = _certificate_authority(directory, ca_path)
+    for name in [f"node-{i}" for i in node_ids] + ["admin"]:
+        path = os.path.join(directory, f"{name}.pem")
+        if not os.path.exists(path):
+            leaf = ca.issue_cert(*sorted({host, "localhost", "127.0.0.1"}), common_name=name)
+            leaf.private_key_and_cert_chain_pem.write_to_path(path)
+            os.chmod(path, 0o600)
     admin_password, client_password = _password(directory, "admin"), _password(directory, "client")
     jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
             f'password="{admin_password}" user_admin="{admin_password}";')
@@ -52,14 +58,38 @@ def secure_cluster(cluster_directory: str, host: str) -> str:
            f"security.protocol=SASL_SSL\nssl.truststore.location={ca_path}\nsasl.mechanism=SCRAM-SHA-512\n"
            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
            f'username="client" password="{client_password}";\n')
+    super_users = ";".join(["User:admin"] + [f"User:node-{i}" for i in sorted(node_ids)])
     settings = {"listener.security.protocol.map": "PLAINTEXT:SASL_SSL,CONTROLLER:SSL",
-                "ssl.keystore.location": node_path, "ssl.truststore.location": ca_path,
+                "ssl.truststore.location": ca_path,
+                # Controllers know the nodes by their certificates: CN=node-<id> is User:node-<id>.
+                "listener.name.controller.ssl.client.auth": "required",
+                "ssl.principal.mapping.rules": "RULE:^CN=([^,]+).*$/$1/,DEFAULT",
                 "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512", "sasl.jaas.config": jaas,
                 "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                "super.users": "User:admin", "allow.everyone.if.no.acl.found": "true"}
+                "super.users": super_users, "allow.everyone.if.no.acl.found": "false"}
     path = os.path.join(directory, "node.properties")
     _write(path, "".join(f"{key}={value}\n" for key, value in settings.items()))
     return path
+
+
+def node_keystore(cluster_directory: str, node_id: int) -> str:
+    """The node's own key and certificate chain (``ssl.keystore.location``)."""
+    return os.path.join(_directory(cluster_directory), f"node-{node_id}.pem")
+
+
+def _certificate_authority(directory: str, ca_path: str):
+    """The cluster's CA (its key kept beside the certificate, 0600, to issue more)."""
+    import trustme
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    key_path = os.path.join(directory, "ca.key")
+    if os.path.exists(key_path) and os.path.exists(ca_path):
+        with open(ca_path, "rb") as c, open(key_path, "rb") as k:
+            return trustme.CA.from_pem(c.read(), k.read())
+    ca = trustme.CA(organization_name="tidelog local cluster")
+    ca.cert_pem.write_to_path(ca_path)
+    ca.private_key_pem.write_to_path(key_path)
+    os.chmod(key_path, 0o600)
+    return ca
 
 
 def paths(cluster_directory: str) -> dict[str, str]:
@@ -74,14 +104,27 @@ def admin_security(cluster_directory: str) -> ClientSecurity:
 
 
 def controller_security(cluster_directory: str) -> ClientSecurity:
+    """The operator's TLS identity (``User:admin``) for the controllers' listener."""
     import ssl
+    files = paths(cluster_directory)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.load_verify_locations(paths(cluster_directory)["ca"])
+    context.load_verify_locations(files["ca"])
+    context.load_cert_chain(os.path.join(_directory(cluster_directory), "admin.pem"))
     return ClientSecurity(context)
 
 
+# What the ``client`` user may do: produce (idempotently: WRITE on a topic implies
+# IDEMPOTENT_WRITE, KIP-679), consume, create topics, use consumer groups and
+# transactions. Nothing on the cluster: it cannot delete topics, alter configs,
+# manage ACLs or credentials, or speak for a node.
+CLIENT_ACLS = [(ResourceType.TOPIC, op) for op in (AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE,
+                                                    AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS)] + \
+              [(ResourceType.GROUP, op) for op in (AclOperation.READ, AclOperation.DESCRIBE)] + \
+              [(ResourceType.TRANSACTIONAL_ID, op) for op in (AclOperation.WRITE, AclOperation.DESCRIBE)]
+
+
 def create_client_user(cluster_directory: str, bootstrap: tuple[str, int]) -> None:
-    """The ``client`` SCRAM-SHA-512 user, stored in the metadata log through a broker."""
+    """The ``client`` SCRAM-SHA-512 user and its ACLs, stored in the metadata log through a broker."""
     password = _password(_directory(cluster_directory), "client")
     salt = os.urandom(32)
 
@@ -92,9 +135,14 @@ def create_client_user(cluster_directory: str, bootstrap: tuple[str, int]) -> No
             answer = await connection.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, {"deletions": [], "upsertions": [{
                 "name": "client", "mechanism": SCRAM_SHA_512, "iterations": ITERATIONS, "salt": salt,
                 "salted_password": salted_password(SCRAM_SHA_512, password, salt, ITERATIONS)}]})
-            code = int(answer.results[0].error_code.value)
-            if code != 0:
-                raise RuntimeError(f"creating the client user failed with error {code}")
+            codes = [int(answer.results[0].error_code.value)]
+            answer = await connection.request(ApiKey.CREATE_ACLS, {"creations": [{
+                "resource_type": int(kind), "resource_name": WILDCARD, "resource_pattern_type": int(PatternType.LITERAL),
+                "principal": "User:client", "host": WILDCARD, "operation": int(operation),
+                "permission_type": int(AclPermissionType.ALLOW)} for kind, operation in CLIENT_ACLS]})
+            codes += [int(r.error_code.value) for r in answer.results]
+            if any(codes):
+                raise RuntimeError(f"creating the client user and its ACLs failed with errors {sorted(set(codes))}")
         finally:
             connection.close()
     asyncio.run(go())

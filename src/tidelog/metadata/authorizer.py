@@ -113,6 +113,32 @@ class Authorizer:
                 return True
         return False
 
+    def authorize_any(self, acls: Iterable, principal: str, host: str, operation: AclOperation,
+                      resource_type: ResourceType) -> bool:
+        """Kafka's ``authorizeByResourceType`` (KIP-679): may the principal do
+        ``operation`` on *some* resource of the type — an ALLOW for it on any name or
+        prefix that no DENY of the same or a wider pattern cancels. It asks about
+        resources that may not exist yet (an idempotent producer before its topic)."""
+        if principal in self.super_users:
+            return True
+        typed = [acl for acl in acls if acl.resource_type == resource_type]
+        if not typed:
+            return self.allow_everyone_if_no_acl_found
+        mine = [acl for acl in typed if acl.principal in (principal, WILDCARD_PRINCIPAL)
+                and acl.host in (host, WILDCARD) and acl.operation in (operation, AclOperation.ALL)]
+        denied = [acl for acl in mine if acl.permission_type == AclPermissionType.DENY]
+        if any(acl.pattern_type == PatternType.LITERAL and acl.resource_name == WILDCARD for acl in denied):
+            return False
+        for acl in mine:
+            if acl.permission_type != AclPermissionType.ALLOW:
+                continue
+            name = acl.resource_name
+            if not any(_pattern_matches(d.pattern_type, d.resource_name, name)
+                       and (acl.pattern_type == PatternType.LITERAL or d.pattern_type == PatternType.PREFIXED)
+                       for d in denied):
+                return True
+        return False
+
 
 def _pattern_matches(pattern_type: int, pattern: str, name: str) -> bool:
     if pattern_type == PatternType.LITERAL:

@@ -118,6 +118,7 @@ class KafkaApis:
         entries: dict[TopicPartition, bytes] = {}
         errors: dict[TopicPartition, ErrorCode] = {}
         topic_keys: dict[str, tuple[str | None, uuid.UUID | None]] = {}
+        empty: list[TopicPartition] = []
         for topic in request.topic_data:
             name, topic_id = self._topic_name(topic)
             for data in topic.partition_data:
@@ -127,7 +128,7 @@ class KafkaApis:
                     errors[tp] = (ErrorCode.UNKNOWN_TOPIC_ID if topic_id or hasattr(topic, "topic_id")
                                   else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 elif not data.records:
-                    errors[tp] = ErrorCode.CORRUPT_MESSAGE
+                    empty.append(tp)           # CORRUPT_MESSAGE, once the caller may write there
                 else:
                     entries[tp] = data.records
         if not getattr(request, "transactional_id", None) and any(map(_is_transactional, entries.values())):
@@ -137,17 +138,19 @@ class KafkaApis:
                 errors[tp] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             entries.clear()
         authorizer = self.context.authorizer
-        if authorizer is not None and entries:
+        if authorizer is not None and (entries or empty):
             transactional_id = getattr(request, "transactional_id", None)
             txn_denied = bool(transactional_id) and not authorizer.allowed(
                 AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
             allowed_topics = {topic: not txn_denied and authorizer.topic_allowed(AclOperation.WRITE, topic)
-                              for topic in {tp.topic for tp in entries}}
-            for tp in list(entries):
+                              for topic in {tp.topic for tp in [*entries, *empty]}}
+            for tp in [*entries, *empty]:
                 if not allowed_topics[tp.topic]:
-                    del entries[tp]
+                    entries.pop(tp, None)
                     errors[tp] = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_denied
                                   else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        for tp in empty:
+            errors.setdefault(tp, ErrorCode.CORRUPT_MESSAGE)
         future, resolve = self._future()
         unverified = self._unverified(request, entries)
         if unverified:

@@ -24,7 +24,6 @@ An API in neither list is refused to everyone but super users (fail closed).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Callable
 
@@ -36,7 +35,6 @@ from tidelog.metadata.authorizer import (
     ResourceType,
 )
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.codec import ProtocolError, _response_class
 from tidelog.server.dispatch import current_connection
 
 log = logging.getLogger("tidelog.authorizer")
@@ -86,8 +84,9 @@ def _init_producer_id(request) -> list[Need]:
 def _add_partitions(request) -> list[Need]:
     if getattr(request, "transactions", None):                  # v4: brokers verifying (KIP-890)
         return [(AclOperation.CLUSTER_ACTION, *CLUSTER)]
-    return _transactional(request) + [(AclOperation.WRITE, ResourceType.TOPIC, str(t.name))
-                                      for t in getattr(request, "topics", ()) or ()]
+    # v0-3, a producer's: WRITE on its transactional id and on each topic.
+    return [(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, str(request.v3_and_below_transactional_id))] + [
+        (AclOperation.WRITE, ResourceType.TOPIC, str(t.name)) for t in request.v3_and_below_topics or ()]
 
 
 def _offset_for_leader_epoch(request) -> list[Need]:
@@ -144,16 +143,31 @@ WHOLE_REQUEST: dict[int, Callable[[object], list[Need]]] = {
     ApiKey.ALTER_CONFIGS: _configs(describe=False),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _configs(describe=False),
     ApiKey.ELECT_LEADERS: _cluster(AclOperation.ALTER),
-    ApiKey.DESCRIBE_CLUSTER: _cluster(AclOperation.DESCRIBE),
     ApiKey.DESCRIBE_LOG_DIRS: _cluster(AclOperation.DESCRIBE),
     ApiKey.DESCRIBE_QUORUM: _cluster(AclOperation.DESCRIBE),
     ApiKey.DESCRIBE_ACLS: _cluster(AclOperation.DESCRIBE),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster(AclOperation.DESCRIBE),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster(AclOperation.ALTER),
+    # The nodes' own APIs (Kafka's ControllerApis): only a principal with CLUSTER_ACTION
+    # on the cluster — the nodes, as super users — may register, heartbeat, change an
+    # ISR, take producer ids or take part in the quorum.
+    ApiKey.BROKER_REGISTRATION: _cluster(AclOperation.CLUSTER_ACTION),
+    ApiKey.BROKER_HEARTBEAT: _cluster(AclOperation.CLUSTER_ACTION),
+    ApiKey.ALTER_PARTITION: _cluster(AclOperation.CLUSTER_ACTION),
+    ApiKey.ALLOCATE_PRODUCER_IDS: _cluster(AclOperation.CLUSTER_ACTION),
+    ApiKey.VOTE: _cluster(AclOperation.CLUSTER_ACTION),
+    ApiKey.BEGIN_QUORUM_EPOCH: _cluster(AclOperation.CLUSTER_ACTION),
+    ApiKey.END_QUORUM_EPOCH: _cluster(AclOperation.CLUSTER_ACTION),
+    ApiKey.FETCH_SNAPSHOT: _cluster(AclOperation.CLUSTER_ACTION),
 }
+# On a controller listener: the metadata log's Fetch is the quorum's and the brokers'
+# (CLUSTER_ACTION), and DescribeCluster needs ALTER on the cluster, as Kafka's controller
+# asks (KIP-919: it names every controller). A broker's DescribeCluster is open, as Kafka's.
+CONTROLLER_LISTENER = {ApiKey.FETCH: _cluster(AclOperation.CLUSTER_ACTION),
+                       ApiKey.DESCRIBE_CLUSTER: _cluster(AclOperation.ALTER)}
 IN_HANDLER = {ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA, ApiKey.LIST_OFFSETS, ApiKey.CREATE_TOPICS,
               ApiKey.DELETE_TOPICS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS}
-ALWAYS = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
+ALWAYS = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.DESCRIBE_CLUSTER}
 
 
 class RequestAuthorizer:
@@ -181,35 +195,47 @@ class RequestAuthorizer:
         return self.allowed(operation, ResourceType.TOPIC, topic)
 
     def gate(self, header, request):
-        """None to go on; a response body refusing the request; or ProtocolError (close)."""
+        """The client listener's check: None to go on, or a response body refusing the request."""
         api_key = header.api_key
         if api_key in ALWAYS or api_key in IN_HANDLER:
             return None
-        rule = WHOLE_REQUEST.get(api_key)
+        return self._check(header, request, WHOLE_REQUEST.get(api_key))
+
+    def controller_gate(self, header, request):
+        """A controller listener's check (the same ACLs, the nodes' APIs included)."""
+        api_key = header.api_key
+        rule = CONTROLLER_LISTENER.get(api_key)
+        if rule is None and (api_key in ALWAYS or api_key in IN_HANDLER):
+            return None
+        return self._check(header, request, rule or WHOLE_REQUEST.get(api_key))
+
+    def _check(self, header, request, rule):
+        api_key = header.api_key
         if rule is None:
             principal, _ = self.who()
             if principal in self.authorizer.super_users:
                 return None
-            raise ProtocolError(f"{_name(api_key)} is open to super users only when ACLs are on")
+            log.info("Principal = %s is Denied %s (open to super users only when ACLs are on)",
+                     principal, _name(api_key))
+            return _refusal(header, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         for operation, resource_type, name in rule(request):
             if operation == AclOperation.IDEMPOTENT_WRITE and self._may_write_any_topic():
                 continue                    # KIP-679: WRITE on any topic implies IDEMPOTENT_WRITE
             if not self.allowed(operation, resource_type, name):
-                return _refusal(header, _FAILED.get(resource_type, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+                return _refusal(header, request, _FAILED.get(resource_type, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
         return None
 
     def _may_write_any_topic(self) -> bool:
         principal, host = self.who()
-        image = self.image()
-        return any(self.authorizer.authorize(image.acls.values(), principal, host, AclOperation.WRITE,
-                                             ResourceType.TOPIC, name) for name in image.topics_by_name)
+        return self.authorizer.authorize_any(self.image().acls.values(), principal, host, AclOperation.WRITE,
+                                             ResourceType.TOPIC)
 
 
-def _refusal(header, code: ErrorCode) -> dict:
-    cls = _response_class(header.api_key, header.api_version)
-    if "error_code" not in {f.name for f in dataclasses.fields(cls)}:
-        raise ProtocolError(f"{_name(header.api_key)} not authorized ({code.name})")
-    return {"throttle_time": 0, "error_code": int(code)}
+def _refusal(header, request, code: ErrorCode) -> dict:
+    """The whole request refused with ``code``, in the API's own shape: the top-level
+    error code and every item's (server/refusals.py), never a closed connection."""
+    from tidelog.server.refusals import refusal    # noqa: PLC0415 (being written; see report)
+    return refusal(header, request, code)
 
 
 def _name(api_key: int) -> str:

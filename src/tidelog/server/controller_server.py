@@ -47,6 +47,7 @@ from tidelog.raft.metadata_log import RaftMetadataLog
 from tidelog.raft.replica import RaftConfig
 from tidelog.server.admin import AdminApis
 from tidelog.server.controller_channel import parse_quorum_voters
+from tidelog.server.dispatch import current_connection
 from tidelog.server.raft_driver import RaftDriver
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.topic_configs import topic_config_values
@@ -136,6 +137,7 @@ class ControllerServer:
         self._committed = asyncio.Event()
         self._publish_hooks: list = []
         self._observers: dict[int, tuple[int, int]] = {}     # broker → (fetch offset, at ms)
+        self._principals: dict[int, str] = {}      # broker → the principal it registered as
 
     def start(self) -> None:
         """Join the quorum (a single voter leads, and so is active, at once)."""
@@ -231,7 +233,7 @@ class ControllerServer:
 
     # --------------------------------------------------------------- handlers
 
-    def register(self, dispatcher) -> None:
+    def register(self, dispatcher, authorizer=None) -> None:
         """Put the controller's APIs on a controller listener — never on a client
         listener (runtime.plan_listeners), where anyone could fence or shut down a
         broker: the broker lifecycle (BrokerRegistration, BrokerHeartbeat,
@@ -244,7 +246,7 @@ class ControllerServer:
         writes.register(ApiKey.BROKER_HEARTBEAT, self.handle_broker_heartbeat, 0, 1)
         writes.register(ApiKey.ALTER_PARTITION, self.handle_alter_partition, 2, 3)
         writes.register(ApiKey.ALLOCATE_PRODUCER_IDS, self.handle_allocate_producer_ids, 0, 0)
-        admin = AdminApis(self)
+        admin = AdminApis(self, authorizer)       # with ACLs, the same per-topic checks as a broker's
         admin.register(writes)
         dispatcher.register(ApiKey.DESCRIBE_CONFIGS, admin.handle_describe_configs, 1, 4)   # a read: any voter
         dispatcher.register(ApiKey.FETCH, self.handle_fetch, 4, 18)
@@ -281,7 +283,36 @@ class ControllerServer:
         self.publish()
         return response
 
+    def _acting_as(self, header, broker_id: int, registering: bool = False) -> dict | None:
+        """A broker acts only as itself: the principal that registered broker ``broker_id``
+        (its connection's, from TLS or SASL) is the only one that may heartbeat, change
+        its partitions' ISR or take producer ids for it, and another may register the same
+        id only once that broker is fenced. Kafka lets any CLUSTER_ACTION principal speak
+        for any broker; with one certificate per node this stops one node (or anyone
+        holding one node's key) from fencing or shutting down the others. The binding is
+        the active controller's memory: after a failover the first caller binds again.
+        None to go on, or the refusal (CLUSTER_AUTHORIZATION_FAILED)."""
+        connection = current_connection.get()
+        principal = getattr(connection, "principal", None)
+        if principal is None:
+            return None                         # no authorizer: nothing is checked, as Kafka
+        bound = self._principals.get(broker_id)
+        if bound is None or bound == principal or (registering and not self._unfenced(broker_id)):
+            self._principals[broker_id] = principal
+            return None
+        log.warning("%s from %s refused: broker %d is %s's", ApiKey(header.api_key).name, principal,
+                    broker_id, bound)
+        return {"throttle_time": 0, "error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+                "error_message": f"broker {broker_id} is registered by another principal"}
+
+    def _unfenced(self, broker_id: int) -> bool:
+        registration = self.image.brokers.get(broker_id)
+        return registration is not None and not registration.fenced
+
     def handle_broker_registration(self, header, request):
+        refusal = self._acting_as(header, int(request.broker_id), registering=True)
+        if refusal is not None:
+            return refusal
         reply = self.register_broker(BrokerRegistrationRequest(
             broker_id=int(request.broker_id), incarnation_id=request.incarnation_id,
             cluster_id=request.cluster_id,
@@ -293,6 +324,9 @@ class ControllerServer:
         return {"throttle_time": 0, "error_code": int(reply.error_code), "broker_epoch": reply.broker_epoch}
 
     def handle_broker_heartbeat(self, header, request):
+        refusal = self._acting_as(header, int(request.broker_id))
+        if refusal is not None:
+            return refusal
         reply = self.broker_heartbeat(BrokerHeartbeatRequest(
             broker_id=int(request.broker_id), broker_epoch=int(request.broker_epoch),
             current_metadata_offset=int(request.current_metadata_offset),
@@ -301,6 +335,9 @@ class ControllerServer:
                 "is_fenced": reply.is_fenced, "should_shut_down": reply.should_shut_down}
 
     def handle_alter_partition(self, header, request):
+        refusal = self._acting_as(header, int(request.broker_id))
+        if refusal is not None:
+            return refusal
         items = []
         for topic in request.topics:
             topic_id = getattr(topic, "topic_id", None)
@@ -338,6 +375,9 @@ class ControllerServer:
         return reply
 
     def handle_allocate_producer_ids(self, header, request):
+        refusal = self._acting_as(header, int(request.broker_id))
+        if refusal is not None:
+            return refusal
         reply = self.allocate_producer_ids(int(request.broker_id), int(request.broker_epoch))
         return {"throttle_time": 0, "error_code": int(reply.error_code),
                 "producer_id_start": reply.producer_id_start, "producer_id_len": reply.producer_id_len}
