@@ -336,3 +336,63 @@ def test_attacks_lose_no_acknowledged_write(secure):
             got.add(message.value())
     consumer.close()
     assert set(acknowledged) <= got
+
+
+# ------------------------------------------- one SASL + ACL `tidelog serve`
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def single():
+    """One combined node: SASL_PLAINTEXT for clients and for its controller listener,
+    PLAIN users admin (super user) and alice (no ACLs), Kafka's default
+    allow.everyone.if.no.acl.found=false."""
+    from tidelog.testing import Broker
+    controller_port = _free_port()
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+            'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+    with Broker(overrides={
+            "listeners": f"SASL_PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:{controller_port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": jaas,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin"}) as broker:
+        broker.controller_port = controller_port
+        yield broker
+
+
+def _plain(user: str, password: str) -> ClientSecurity:
+    return ClientSecurity(None, "PLAIN", user, password)
+
+
+def test_single_node_refuses_a_user_without_acls_on_both_listeners(single):
+    client = run(_sweep("127.0.0.1", single.port, _plain("alice", "alice-secret"), OPEN_ON_BROKER,
+                        {ApiKey.FETCH: {"topic_id": None}, ApiKey.PRODUCE: {"topic_id": None}}))
+    # Fetch and Produce by topic id name no topic here: UNKNOWN_TOPIC_ID comes before any ACL, as in Kafka.
+    wrong = {k: v for k, v in _not_refused(client).items() if v - {ErrorCode.NONE} != {ErrorCode.UNKNOWN_TOPIC_ID}}
+    assert wrong == {}
+    controller = run(_sweep("127.0.0.1", single.controller_port, _plain("alice", "alice-secret"), OPEN))
+    assert {"FETCH", "BROKER_HEARTBEAT", "VOTE", "CREATE_TOPICS", "ALTER_USER_SCRAM_CREDENTIALS"} <= \
+        {name for name, _ in controller}
+    assert _not_refused(controller) == {}
+    # Nobody without a login gets further than the handshake, on either listener.
+    for port in (single.port, single.controller_port):
+        anonymous = run(_sweep("127.0.0.1", port, None, OPEN | {ApiKey.DESCRIBE_CLUSTER}))
+        assert anonymous and all(codes == CLOSED for codes in anonymous.values()), anonymous
+        with pytest.raises(KafkaError):
+            run(_connect("127.0.0.1", port, _plain("admin", "wrong")))
+    # The super user (the node's own identity) is still served on the controller listener.
+    async def as_admin():
+        connection = await _connect("127.0.0.1", single.controller_port, _plain("admin", "admin-secret"))
+        try:
+            return await call(connection, ApiKey.DESCRIBE_QUORUM, 0, probe_body(ApiKey.DESCRIBE_QUORUM, 0,
+                                                                                "__cluster_metadata"))
+        finally:
+            connection.close()
+    assert run(as_admin()) == {ErrorCode.NONE}

@@ -1,4 +1,4 @@
-"""Who may do what, per request: ACLs on the client listener (``authorizer.class.name``).
+"""Who may do what, per request: ACLs on every listener (``authorizer.class.name``).
 
 Theory of operation. With an authorizer configured (Kafka's StandardAuthorizer
 class name, or ``tidelog``), every request is checked against the ACLs of the
@@ -15,11 +15,16 @@ Two ways, by API:
   ListOffsets (DESCRIBE), CreateTopics (CREATE), DeleteTopics (DELETE),
   CreateAcls / DeleteAcls (ALTER cluster);
 * **by this gate**, for the whole request (``WHOLE_REQUEST``): the operation and
-  resources it needs, answered with the API's top-level error code
-  (GROUP_/TOPIC_/CLUSTER_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED) — or, for an API
-  whose response has no top-level error, by closing the connection.
+  resources it needs; a refusal is answered in the request's own shape, the
+  top-level error code and every item's (GROUP_/TOPIC_/CLUSTER_/
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ``server/refusals.py``) — never a closed
+  connection.
 
-An API in neither list is refused to everyone but super users (fail closed).
+A controller listener uses ``controller_gate``: the same table, plus the nodes' own
+APIs (BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds, the
+Raft RPCs and the metadata log's Fetch) which need CLUSTER_ACTION on the cluster, as
+Kafka's ControllerApis asks. An API in no list is refused to everyone but super users
+(fail closed), with CLUSTER_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from tidelog.metadata.authorizer import (
 )
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.server.dispatch import current_connection
+from tidelog.server.refusals import refusal
 
 log = logging.getLogger("tidelog.authorizer")
 
@@ -234,7 +240,6 @@ class RequestAuthorizer:
 def _refusal(header, request, code: ErrorCode) -> dict:
     """The whole request refused with ``code``, in the API's own shape: the top-level
     error code and every item's (server/refusals.py), never a closed connection."""
-    from tidelog.server.refusals import refusal    # noqa: PLC0415 (being written; see report)
     return refusal(header, request, code)
 
 

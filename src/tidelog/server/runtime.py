@@ -188,6 +188,7 @@ class Server:
             self.metrics = ServerMetrics(config["metrics.host"], config["metrics.port"])
             self.metrics.http.bind()
         self.dispatcher = Dispatcher(self._observer())
+        self.authorizer = self._request_authorizer()
         # Each server's listeners share a memory pool and connection quotas (Kafka's SocketServer).
         self.listener = self._new_listener(self.dispatcher, self.bind_host, self.bind_port,
                                            ServerLimits.from_config(config))
@@ -201,12 +202,14 @@ class Server:
             # The controller's APIs only on controller listeners (Kafka's "listeners"
             # scopes): on a client listener anyone could fence or stop a broker. A
             # combined node's broker reaches its controller in-process.
+            # With an authorizer, every controller listener checks the same ACLs as the
+            # client listener, and the nodes' APIs need CLUSTER_ACTION (Kafka's ControllerApis).
             if not self.is_broker:
-                self.controller_server.register(self.dispatcher)
+                self._serve_controller_apis(self.dispatcher)
             controller_limits = ServerLimits.from_config(config)   # KRaft's controller has its own
             for name, host, port in (self.controller_endpoints if self.is_broker else []):
                 dispatcher = Dispatcher(self._observer())
-                self.controller_server.register(dispatcher)
+                self._serve_controller_apis(dispatcher)
                 listener = self._new_listener(dispatcher, host, port, controller_limits, name)
                 listener.bind()
                 self.controller_listeners.append(listener)
@@ -242,6 +245,11 @@ class Server:
                  self.node_id, roles, self.listener_name, self.bind_host, self.listener.port,
                  self.cluster_id, ",".join(config["log.dirs"]),
                  f", metrics on {self.metrics.http.url}" if self.metrics is not None else "")
+
+    def _serve_controller_apis(self, dispatcher: Dispatcher) -> None:
+        self.controller_server.register(dispatcher, self.authorizer)
+        if self.authorizer is not None:
+            dispatcher.gate = self.authorizer.controller_gate
 
     def _observer(self):
         return self.metrics.requests if self.metrics is not None else None
@@ -328,7 +336,6 @@ class Server:
             self.controller_server.on_publish(self.publish)
         else:
             metadata_log = FileMetadataLog(config["log.dirs"][0], self.clock, follower=True)
-        self.authorizer = self._request_authorizer()
         if self.authorizer is not None:
             self.dispatcher.gate = self.authorizer.gate
         if self.in_process_controller:
