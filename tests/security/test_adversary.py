@@ -161,6 +161,9 @@ async def _sweep(host, port, security, open_keys, overrides=None) -> dict:
 
 # Versions whose answer has no place for an error: Kafka answers them empty.
 NO_ERROR_FIELD = {("DESCRIBE_LOG_DIRS", 1), ("DESCRIBE_LOG_DIRS", 2)}
+# Listings answer with what the caller may describe, without an error (Kafka's rule;
+# test_listings_show_only_what_the_caller_may_describe checks what they list).
+LISTINGS = {"LIST_GROUPS", "LIST_TRANSACTIONS"}
 
 
 def _not_refused(results: dict) -> dict:
@@ -168,6 +171,8 @@ def _not_refused(results: dict) -> dict:
     wrong = {}
     for (name, version), codes in results.items():
         if (name, version) in NO_ERROR_FIELD and codes == set():
+            continue
+        if name in LISTINGS and codes == {ErrorCode.NONE}:
             continue
         if codes == CLOSED or not isinstance(codes, set) or not codes & AUTHORIZATION_FAILED \
                 or codes - AUTHORIZATION_FAILED - {ErrorCode.NONE}:
@@ -179,6 +184,9 @@ def test_a_user_without_acls_is_refused_every_api_on_the_client_listener(secure)
     results = run(_sweep(secure.host, secure.broker_ports[0], secure.sasl("mallory", "mallory-secret"), OPEN_ON_BROKER,
                          secure.by_topic_id))
     assert len(results) > 60, results            # every API the broker serves, two versions each
+    # Listings answer with what may be described (nothing here), as Kafka's: checked below.
+    listings = {k: results.pop(k) for k in list(results) if k[0] in ("LIST_GROUPS", "LIST_TRANSACTIONS")}
+    assert listings and all(codes == {ErrorCode.NONE} for codes in listings.values()), listings
     # Metadata answers (the topic it names is refused inside): checked below.
     assert _not_refused(results) == {}
     assert results[("METADATA", max(v for n, v in results if n == "METADATA"))] >= {ErrorCode.TOPIC_AUTHORIZATION_FAILED}
@@ -396,3 +404,26 @@ def test_single_node_refuses_a_user_without_acls_on_both_listeners(single):
         finally:
             connection.close()
     assert run(as_admin()) == {ErrorCode.NONE}
+
+
+def test_listings_show_only_what_the_caller_may_describe(secure):
+    """ListGroups and ListTransactions as Kafka answers them under ACLs: no error, and only
+    the groups / transactional ids the caller may DESCRIBE (everything with DESCRIBE on the
+    cluster)."""
+    consumer = confluent_kafka.Consumer(secure.confluent(**{"group.id": "listed-group"}))
+    consumer.commit(offsets=[confluent_kafka.TopicPartition(SECRET_TOPIC, 0, 0)], asynchronous=False)
+    consumer.close()
+
+    async def listed(security):          # each broker lists the groups it coordinates
+        groups = set()
+        for port in secure.broker_ports:
+            connection = await _connect(secure.host, port, security)
+            try:
+                answer = await connection.request(ApiKey.LIST_GROUPS, {})
+                assert int(answer.error_code.value) == 0
+                groups |= {g.group_id for g in answer.groups}
+            finally:
+                connection.close()
+        return groups
+    assert "listed-group" in run(listed(secure.sasl("client", secure.client_password)))
+    assert run(listed(secure.sasl("mallory", "mallory-secret"))) == set()

@@ -128,7 +128,6 @@ WHOLE_REQUEST: dict[int, Callable[[object], list[Need]]] = {
     ApiKey.OFFSET_DELETE: _group(AclOperation.DELETE),
     ApiKey.DESCRIBE_GROUPS: lambda r: [(AclOperation.DESCRIBE, ResourceType.GROUP, str(g)) for g in r.groups],
     ApiKey.DELETE_GROUPS: lambda r: [(AclOperation.DELETE, ResourceType.GROUP, str(g)) for g in r.groups_names],
-    ApiKey.LIST_GROUPS: _cluster(AclOperation.DESCRIBE),
     ApiKey.CONSUMER_GROUP_DESCRIBE: lambda r: [(AclOperation.DESCRIBE, ResourceType.GROUP, str(g))
                                                for g in r.group_ids],
     ApiKey.FIND_COORDINATOR: _find_coordinator,
@@ -140,7 +139,6 @@ WHOLE_REQUEST: dict[int, Callable[[object], list[Need]]] = {
     ApiKey.WRITE_TXN_MARKERS: _cluster(AclOperation.CLUSTER_ACTION),
     ApiKey.DESCRIBE_TRANSACTIONS: lambda r: [(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, str(t))
                                              for t in r.transactional_ids],
-    ApiKey.LIST_TRANSACTIONS: _cluster(AclOperation.DESCRIBE),
     ApiKey.DESCRIBE_PRODUCERS: _topics(AclOperation.READ, "topics", "name"),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: _offset_for_leader_epoch,
     ApiKey.DELETE_RECORDS: _topics(AclOperation.DELETE, "topics", "name"),
@@ -172,7 +170,8 @@ WHOLE_REQUEST: dict[int, Callable[[object], list[Need]]] = {
 CONTROLLER_LISTENER = {ApiKey.FETCH: _cluster(AclOperation.CLUSTER_ACTION),
                        ApiKey.DESCRIBE_CLUSTER: _cluster(AclOperation.ALTER)}
 IN_HANDLER = {ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA, ApiKey.LIST_OFFSETS, ApiKey.CREATE_TOPICS,
-              ApiKey.DELETE_TOPICS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS}
+              ApiKey.DELETE_TOPICS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS,
+              ApiKey.LIST_GROUPS, ApiKey.LIST_TRANSACTIONS}      # these two list what may be described
 ALWAYS = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.DESCRIBE_CLUSTER}
 
 
@@ -189,13 +188,22 @@ class RequestAuthorizer:
             return "User:ANONYMOUS", "*"
         return getattr(connection, "principal", "User:ANONYMOUS"), connection.peer.rpartition(":")[0]
 
-    def allowed(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+    def allowed(self, operation: AclOperation, resource_type: ResourceType, name: str,
+                log_denied: bool = True) -> bool:
         principal, host = self.who()
         ok = self.authorizer.authorize(self.image().acls.values(), principal, host, operation, resource_type, name)
-        if not ok:
+        if not ok and log_denied:
             log.info("Principal = %s is Denied operation = %s from host = %s on resource = %s:%s",
                      principal, operation.name, host, resource_type.name, name)
         return ok
+
+    def visible(self, resource_type: ResourceType) -> Callable[[str], bool]:
+        """For a listing: may the caller DESCRIBE this one (or the whole cluster)? A name
+        left out is not a denial worth a log line, as in Kafka."""
+        def may_describe(name: str) -> bool:
+            return self.allowed(AclOperation.DESCRIBE, *CLUSTER, log_denied=False) or \
+                self.allowed(AclOperation.DESCRIBE, resource_type, name, log_denied=False)
+        return may_describe
 
     def topic_allowed(self, operation: AclOperation, topic: str) -> bool:
         return self.allowed(operation, ResourceType.TOPIC, topic)

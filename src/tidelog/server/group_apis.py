@@ -44,6 +44,9 @@ class GroupApis:
         self.listener_name = listener_name
         self.clock = clock
         self._create_topic = create_topic
+        # With ACLs, ListGroups lists only the groups the caller may DESCRIBE (all of them
+        # with DESCRIBE on the cluster), as Kafka's handleListGroupsRequest.
+        self.may_describe: Callable[[str], bool] = lambda group_id: True
 
     def register(self, dispatcher) -> None:
         dispatcher.register(ApiKey.FIND_COORDINATOR, self.handle_find_coordinator, 0, 6)
@@ -304,7 +307,8 @@ class GroupApis:
             found += [(g.group_id, CONSUMER, g.state, CONSUMER) for g in shard.list_consumer_groups()]
         groups = [{"group_id": group_id, "protocol_type": protocol_type, "group_state": state, "group_type": kind}
                   for group_id, protocol_type, state, kind in found
-                  if (not states or state.lower() in states) and (not types or kind in types)]
+                  if (not states or state.lower() in states) and (not types or kind in types)
+                  and self.may_describe(group_id)]
         error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if loading else ErrorCode.NONE
         return {"throttle_time": 0, "error_code": int(error), "groups": groups}
 

@@ -80,7 +80,7 @@ from tidelog.server.fetcher_driver import FetcherDriver
 from tidelog.server.group_apis import GroupApis
 from tidelog.server.txn_apis import TxnApis
 from tidelog.server import tls
-from tidelog.metadata.authorizer import Authorizer
+from tidelog.metadata.authorizer import Authorizer, ResourceType
 from tidelog.server.authorization import AUTHORIZER_CLASS_NAMES, RequestAuthorizer
 from tidelog.server.sasl import SaslAuthenticator, listener_jaas
 from tidelog.server.sasl_apis import SaslApis
@@ -353,11 +353,15 @@ class Server:
             next_producer_id=self.next_producer_id, authorizer=self.authorizer,
         ))
         kafka_apis.register(self.dispatcher)
-        GroupApis(self.node, self.listener_name, self.clock, self.create_internal_topic).register(self.dispatcher)
+        group_apis = GroupApis(self.node, self.listener_name, self.clock, self.create_internal_topic)
+        group_apis.register(self.dispatcher)
         self.txn_apis = TxnApis(self.node, self.listener_name, self.clock, self.next_producer_id,
                                 kafka_apis.handle_init_producer_id)
         self.txn_apis.channel.security = self.inter_broker_security
         self.txn_apis.register(self.dispatcher)
+        if self.authorizer is not None:
+            group_apis.may_describe = self.authorizer.visible(ResourceType.GROUP)
+            self.txn_apis.may_describe = self.authorizer.visible(ResourceType.TRANSACTIONAL_ID)
         if self.config["transaction.partition.verification.enable"]:
             kafka_apis.context.verify_transactions = self.txn_apis.verify
         self.admin.register(self.dispatcher)

@@ -46,6 +46,8 @@ class TxnApis:
         self._next_producer_id = next_producer_id
         self._plain_init_producer_id = plain_init_producer_id
         self.channel = MarkerChannel(node, listener_name)
+        # With ACLs, ListTransactions lists only the ids the caller may DESCRIBE (Kafka's rule).
+        self.may_describe: Callable[[str], bool] = lambda transactional_id: True
         node.txn_coordinator.write_markers = self.write_markers
 
     def register(self, dispatcher) -> None:
@@ -325,6 +327,8 @@ class TxnApis:
                 if state_filters and meta.state.display not in state_filters:
                     continue
                 if producer_filters and meta.producer_id not in producer_filters:
+                    continue
+                if not self.may_describe(meta.transactional_id):
                     continue
                 listed.append({"transactional_id": meta.transactional_id, "producer_id": meta.producer_id,
                                "transaction_state": meta.state.display})
