@@ -6,9 +6,15 @@ written once for every version (see protocol.codec). The supported range of
 an API is the handler's declared range intersected with what kio can encode.
 
 * An unknown API key or a version outside the range is answered with
-  ``UNSUPPORTED_VERSION`` in the API's own response shape when one exists; an
+  ``UNSUPPORTED_VERSION`` in the API's own response shape when kio can encode
+  that version and the shape has a top-level error code (other fields empty,
+  times -1, as Kafka's error responses); otherwise the connection is closed. An
   ApiVersions request of a too-new version is answered in v0 format (KIP-511)
-  so the client can learn what we support.
+  so the client can learn what we support. Such requests cost no authentication,
+  so each listener logs them through one ``network.RateLimitedLog`` (after a
+  burst, at most one line per ``REJECTED_LOG_INTERVAL_S``, with a count of the
+  lines left out), never with a traceback. On a SASL listener, any request but the handshake's before
+  authentication closes the connection first (Kafka's SaslServerAuthenticator).
 * Bodies that do not decode raise ``ProtocolError``: the connection is closed.
 * A handler that raises an unexpected exception is a bug: it is logged and the
   connection is closed (never a silent wrong answer).
@@ -37,6 +43,7 @@ from tidelog.protocol.codec import (
     encode_response,
     kio_versions,
 )
+from tidelog.server.network import RateLimitedLog
 
 log = logging.getLogger("tidelog.dispatch")
 
@@ -56,6 +63,8 @@ class Dispatcher:
         # ACLs (server/authorization.py): (header, request) -> None to go on, or a
         # refusal body; raises ProtocolError to close the connection.
         self.gate: Callable[[RequestHeader, object], dict | None] | None = None
+        # Requests answered UNSUPPORTED_VERSION, when the connection has no listener's log.
+        self.rejected_log = RateLimitedLog(log)
         self.register(ApiKey.API_VERSIONS, self._api_versions, 0, 4)
 
     def register(self, api_key: int, handler: Handler, min_version: int, max_version: int) -> None:
@@ -71,14 +80,15 @@ class Dispatcher:
 
     def __call__(self, header: RequestHeader, frame: bytes, body_offset: int, connection):
         entry = self.handlers.get(header.api_key)
-        if entry is None or not entry[1] <= header.api_version <= entry[2]:
-            return self._unsupported(header, entry)
-        handler = entry[0]
         session = getattr(connection, "sasl", None)
         if session is not None and not session.allows(header.api_key, int(monotonic() * 1000)):
             # Kafka's SaslServerAuthenticator: any other request before authentication (or
-            # after the login expired, KIP-368) closes the connection.
+            # after the login expired, KIP-368) closes the connection; so does an unknown
+            # API key or version there (the listener logs it, rate-limited).
             raise ProtocolError(f"{_api_name(header.api_key)} request without a valid SASL authentication")
+        if entry is None or not entry[1] <= header.api_version <= entry[2]:
+            return self._unsupported(header, connection)
+        handler = entry[0]
         observer = self.observer
         started = perf_counter() if observer is not None else 0.0
         request = decode_request(header, frame, body_offset)
@@ -101,25 +111,54 @@ class Dispatcher:
             return response
         return _encode_later(header, result, observer, request, started)
 
-    def _unsupported(self, header: RequestHeader, entry) -> bytes:
-        log.info("unsupported API key %d version %d from %s", header.api_key, header.api_version,
-                 header.client_id)
+    def _unsupported(self, header: RequestHeader, connection) -> bytes:
+        """UNSUPPORTED_VERSION in the request's own response shape, or ProtocolError
+        (the connection closes; the listener logs that, rate-limited)."""
         if header.api_key == ApiKey.API_VERSIONS:
             v0 = header._replace(api_version=0)
-            return encode_response(v0, {"error_code": int(ErrorCode.UNSUPPORTED_VERSION),
-                                        "api_keys": self.supported_versions()})
-        versions = kio_versions(header.api_key)
-        if versions and versions[0] <= header.api_version <= versions[1]:
-            cls = _response_class(header.api_key, header.api_version)
-            if "error_code" in {f.name for f in dataclasses.fields(cls)}:
-                return encode_response(header, {"error_code": int(ErrorCode.UNSUPPORTED_VERSION)})
-        # Kafka closes the connection when it cannot answer in the request's shape.
-        raise ProtocolError(f"unsupported API key {header.api_key} version {header.api_version}")
+            response = encode_response(v0, {"error_code": int(ErrorCode.UNSUPPORTED_VERSION),
+                                            "api_keys": self.supported_versions()})
+        else:
+            body = _unsupported_version_body(header.api_key, header.api_version)
+            if body is None:
+                # Kafka closes the connection when it cannot answer in the request's shape.
+                raise ProtocolError(f"unsupported API key {header.api_key} version {header.api_version}")
+            try:
+                response = encode_response(header, body)
+            except Exception as e:      # a shape we cannot fill: close rather than answer wrongly
+                raise ProtocolError(f"unsupported API key {header.api_key} version {header.api_version} "
+                                    f"(no error response: {type(e).__name__})") from None
+        rejected = getattr(connection, "rejected_log", None) or self.rejected_log
+        rejected.log(logging.INFO, "answered UNSUPPORTED_VERSION to %s v%d from %s (client id %r)",
+                     _api_name(header.api_key), header.api_version, getattr(connection, "peer", "?"),
+                     header.client_id)
+        return response
 
     def _api_versions(self, header: RequestHeader, request) -> dict:
         return {"error_code": 0, "api_keys": self.supported_versions(), "throttle_time": 0,
                 "supported_features": [], "finalized_features_epoch": -1, "finalized_features": [],
                 "zk_migration_ready": False}
+
+
+def _unsupported_version_body(api_key: int, api_version: int) -> dict | None:
+    """The error response of an API version kio can encode whose shape has a top-level
+    error code: that code UNSUPPORTED_VERSION, collections empty, times -1 (as Kafka's
+    error responses, e.g. CreateDelegationToken's issue/expiry timestamps); else None."""
+    versions = kio_versions(api_key)
+    if not versions or not versions[0] <= api_version <= versions[1]:
+        return None
+    try:
+        cls = _response_class(api_key, api_version)
+    except Exception:                   # a gap in kio's versions
+        return None
+    fields = dataclasses.fields(cls)
+    if "error_code" not in {f.name for f in fields}:
+        return None
+    body: dict = {"error_code": int(ErrorCode.UNSUPPORTED_VERSION)}
+    for f in fields:
+        if f.metadata.get("kafka_type") == "datetime_i64":
+            body[f.name] = -1
+    return body
 
 
 def _api_name(api_key: int) -> str:

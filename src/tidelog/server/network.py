@@ -64,6 +64,14 @@ Limits, all as Kafka names them:
 
 One connection's failure never touches another.
 
+Requests rejected before they are served (a malformed frame, a frame over the
+size limit, a request before SASL authentication, an unknown API key or
+version, a failed TLS handshake) are logged through the listener's
+``RateLimitedLog``: after a burst of ``REJECTED_LOG_BURST`` lines, at most one
+line per ``REJECTED_LOG_INTERVAL_S``, the next one counting the lines left out;
+never a traceback. They cost a client nothing,
+not even a login, so one line each would let anyone fill the disk.
+
 Errors: a malformed request closes that connection; a handler that raises
 anything else is a bug — the connection is closed and logged, and an
 ``AssertionError`` (a broken invariant) goes to ``fault_handler``, which stops
@@ -80,6 +88,7 @@ import logging
 import socket
 import ssl
 import struct
+import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Mapping, Union
 
@@ -107,6 +116,47 @@ SSL_HANDSHAKE_TIMEOUT_S = 10.0   # a TLS client that does not finish its handsha
 
 # accept() failures that mean "out of descriptors or kernel memory": wait, then try again.
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+# Rejected requests (bad frames, unknown API versions, ...): after a burst of
+# REJECTED_LOG_BURST lines, at most one log line per REJECTED_LOG_INTERVAL_S per listener.
+REJECTED_LOG_INTERVAL_S = 10.0
+REJECTED_LOG_BURST = 20
+
+
+class RateLimitedLog:
+    """Log lines for events any client can cause at will, bounded: a token bucket of
+    ``burst`` lines refilled at one per ``interval_s`` (so sporadic events are all
+    logged, a flood costs ``burst`` lines and then one per ``interval_s``). The lines
+    left out are counted and the count told on the next line written. Callers pass
+    a message, never an exception: no traceback, ever."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float = REJECTED_LOG_INTERVAL_S,
+                 burst: int = REJECTED_LOG_BURST, clock: Callable[[], float] = time.monotonic):
+        self._logger = logger
+        self.interval_s = interval_s
+        self.burst = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._refilled_s = clock()
+        self.suppressed = 0          # lines left out since the last one written
+        self.total = 0               # events since the start, written or not
+
+    def log(self, level: int, message: str, *args) -> bool:
+        """Log ``message % args`` if the bucket has a line left; True if written."""
+        self.total += 1
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._refilled_s) / self.interval_s)
+        self._refilled_s = now
+        if self._tokens < 1:
+            self.suppressed += 1
+            return False
+        self._tokens -= 1
+        if self.suppressed:
+            message += " (%d more such not logged: at most one line per %.0f s after a burst of %d)"
+            args = (*args, self.suppressed, self.interval_s, self.burst)
+            self.suppressed = 0
+        self._logger.log(level, message, *args)
+        return True
 
 
 class MemoryPool:
@@ -317,7 +367,8 @@ class Connection:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  dispatch: Dispatcher, request_size_max_bytes: int, idle_timeout_ms: int,
-                 in_flight_max: int, memory_pool: MemoryPool | None = None):
+                 in_flight_max: int, memory_pool: MemoryPool | None = None,
+                 rejected_log: RateLimitedLog | None = None):
         self.reader = reader
         self.writer = writer
         peer = writer.get_extra_info("peername")
@@ -332,6 +383,8 @@ class Connection:
         self.principal = "User:ANONYMOUS"      # the TLS client certificate's, on an SSL listener
         self.sasl = None                       # a SaslSession on a SASL listener
         self.close_after_response = False      # a failed authentication: answer, then close
+        # The listener's log of rejected requests (shared by its connections).
+        self.rejected_log = rejected_log if rejected_log is not None else RateLimitedLog(log)
 
     async def serve(self) -> None:
         writer_task = asyncio.create_task(self._write_loop())
@@ -355,8 +408,8 @@ class Connection:
                 return
             (size,) = _SIZE.unpack(size_bytes)
             if size < 0 or size > self._request_size_max_bytes:
-                log.warning("closing connection from %s: request size %d outside [0, %d]",
-                            self.peer, size, self._request_size_max_bytes)
+                self.rejected_log.log(logging.WARNING, "closing connection from %s: request size %d outside [0, %d]",
+                                      self.peer, size, self._request_size_max_bytes)
                 return
             request = self._pool.begin()
             try:
@@ -367,7 +420,7 @@ class Connection:
                     header, body_offset = parse_request_header(frame)
                     response = self._dispatch(header, frame, body_offset, self)
                 except ProtocolError as e:
-                    log.warning("closing connection from %s: %s", self.peer, e)
+                    self.rejected_log.log(logging.WARNING, "closing connection from %s: %s", self.peer, e)
                     return
                 del frame
             finally:
@@ -476,6 +529,7 @@ class Listener:
         self._connection_tasks: set[asyncio.Task] = set()
         self.connections: set[Connection] = set()
         self.accept_failures = 0   # accept() calls that failed (EMFILE, ...) since the start
+        self.rejected_log = RateLimitedLog(log)   # requests refused before being served
 
     def bind(self) -> int:
         """Bind the socket now (so the real port is known before serving)."""
@@ -553,7 +607,7 @@ class Listener:
                         lambda: protocol, sock, ssl=self.ssl_context,
                         ssl_handshake_timeout=SSL_HANDSHAKE_TIMEOUT_S)
             except ssl.SSLError as e:        # not TLS, an untrusted certificate, no common protocol
-                log.info("TLS handshake with %s failed: %s", ip, e.reason or e)
+                self.rejected_log.log(logging.INFO, "TLS handshake with %s failed: %s", ip, e.reason or e)
                 sock.close()
                 return
             except (OSError, asyncio.TimeoutError) as e:     # gone before we could start
@@ -570,7 +624,8 @@ class Listener:
 
     async def _on_connect(self, reader, writer, principal: str | None = None) -> None:
         connection = Connection(reader, writer, self._dispatch, self._request_size_max_bytes,
-                                self._idle_timeout_ms, self._in_flight_max, self.limits.memory_pool)
+                                self._idle_timeout_ms, self._in_flight_max, self.limits.memory_pool,
+                                self.rejected_log)
         connection.principal = principal or "User:ANONYMOUS"
         if self._sasl is not None:
             connection.sasl = self._sasl.session()
