@@ -15,7 +15,11 @@ node's ready line and recorded. With metrics (``metrics_base_port``), every node
 also serves Prometheus ``/metrics`` on its ``metrics_port`` (``metrics.port``;
 0 = a free port, read from the ready line the same way). ``start_ui`` runs
 ``tidelog ui`` for the cluster (tidelog/ui) as one more process, recorded in
-``ui.json`` and stopped by ``down``.
+``ui.json`` and stopped by ``down``; its fault drills only with ``drills=True``.
+Its URL may carry the view's token, so ``ui.json`` and ``ui.log`` are private
+(0600). A secure cluster's nodes need a token for ``/state`` and
+``/state-changes`` (``metrics.state.token.file``): ``security/state.token``, made
+once (0600) and read by the view.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ _READY = re.compile(r"tidelog ready: node (\d+) listening on \w+://([^:]+):(\d+)
 LAYOUT_FILE = "cluster.json"
 UI_FILE = "ui.json"
 _UI_READY = re.compile(r"tidelog ui ready: (http://\S+)")
+STATE_TOKEN_FILE = "state.token"      # under the secure cluster's security/ directory
 
 
 class ClusterError(Exception):
@@ -149,6 +154,40 @@ def _process_state(pid: int | None, start: int | None = None) -> str:
         return "running"
 
 
+def state_token_path(directory: str) -> str:
+    """Where a secure cluster keeps the token of its nodes' /state (metrics.state.token.file)."""
+    return os.path.join(os.path.abspath(directory), "security", STATE_TOKEN_FILE)
+
+
+def ensure_state_token(directory: str) -> str:
+    """``state_token_path``, made (0600, a ``secrets`` token) unless it exists; complete
+    before it appears (linked into place), so a node starting alongside never reads half."""
+    import secrets
+    path = state_token_path(directory)
+    if os.path.exists(path):
+        return path
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    temporary = f"{path}.{os.getpid()}.{secrets.token_hex(4)}"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            pass
+    finally:
+        os.remove(temporary)
+    return path
+
+
+def _private(path: str, flags: int) -> int:
+    """Open ``path`` readable by its owner only (an existing file is made so)."""
+    fd = os.open(path, flags, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
+
+
 def _free_port(host: str) -> int:
     """A port free now (a quorum's voters must know each other's ports before they start)."""
     import socket
@@ -248,6 +287,9 @@ class ProcessCluster:
             "controller.quorum.voters": layout.quorum_voters,
             **({"metrics.port": str(node.metrics_port), "metrics.host": layout.host}
                if node.metrics_port is not None else {}),
+            # A secure cluster's /state and /state-changes need a token (the path is not secret).
+            **({"metrics.state.token.file": ensure_state_token(layout.directory)}
+               if layout.secure and node.metrics_port is not None else {}),
             **layout.overrides,
             **node.overrides,
         }
@@ -439,15 +481,17 @@ class ProcessCluster:
 
     # ------------------------------------------------------------------ web view
 
-    def start_ui(self, port: int = 0, timeout_s: float = 15.0) -> str:
-        """Run ``tidelog ui`` for this cluster (fault drills on); returns its URL."""
+    def start_ui(self, port: int = 0, timeout_s: float = 15.0, drills: bool = False) -> str:
+        """Run ``tidelog ui`` for this cluster (its fault drills with ``drills``); returns its
+        URL, which holds the view's token when it has one."""
         self.stop_ui()
         directory = self.layout.directory
         log_path = os.path.join(directory, "ui.log")
         start_at = os.path.getsize(log_path) if os.path.exists(log_path) else 0
-        with open(log_path, "ab") as out:
-            process = subprocess.Popen([sys.executable, "-m", "tidelog.cli.main", "ui", "-b", self.layout.bootstrap,
-                                        "--host", self.layout.host, "--port", str(port), "--cluster-dir", directory],
+        args = [sys.executable, "-m", "tidelog.cli.main", "ui", "-b", self.layout.bootstrap,
+                "--host", self.layout.host, "--port", str(port), "--cluster-dir", directory]
+        with os.fdopen(_private(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab") as out:
+            process = subprocess.Popen(args + (["--drills"] if drills else []),
                                        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        start_new_session=True)
         deadline = time.monotonic() + timeout_s
@@ -462,8 +506,9 @@ class ProcessCluster:
                     process.kill()
                 raise ClusterError(f"tidelog ui did not start (see {log_path})")
             time.sleep(0.02)
-        with open(os.path.join(directory, UI_FILE), "w") as f:
-            json.dump({"pid": process.pid, "pid_start": _start_time(process.pid), "url": match.group(1)}, f)
+        with os.fdopen(_private(os.path.join(directory, UI_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as f:
+            json.dump({"pid": process.pid, "pid_start": _start_time(process.pid), "url": match.group(1),
+                       "drills": drills}, f)
         return match.group(1)
 
     def ui_url(self) -> str | None:

@@ -13,8 +13,9 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from confluent_kafka import Producer
@@ -179,7 +180,8 @@ def test_tidelog_ui_serves_its_page_and_streams_a_snapshot_of_the_cluster(cluste
 
         host, port = urlsplit(url).hostname, urlsplit(url).port
         with socket.create_connection((host, port), timeout=10) as sock:
-            sock.sendall(b"GET /events HTTP/1.1\r\nHost: ui\r\nAccept: text/event-stream\r\n\r\n")
+            sock.sendall(f"GET /events HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: text/event-stream\r\n\r\n"
+                         .encode())
             received = b""
             while b"\r\n\r\n" not in received:
                 chunk = sock.recv(65536)
@@ -217,26 +219,32 @@ def test_cluster_up_starts_the_web_view_with_fault_drills_and_down_stops_it(tmp_
         return subprocess.run([sys.executable, "-m", "tidelog.cli.main", "cluster", *args, "--dir", directory],
                               capture_output=True, text=True, timeout=120)
     directory = str(tmp_path / "cluster")
-    up = tidelog("up", "-n", "1", "--base-port", "0")
+    up = tidelog("up", "-n", "1", "--base-port", "0", "--ui-drills")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         url = re.search(r"web view: (http://\S+)", up.stdout).group(1)
         assert f"web view {url}" in tidelog("status").stdout
+        # The URL holds the view's token, so the files that name it are the owner's only.
+        token = parse_qs(urlsplit(url).query)["token"][0]
+        for name in ("ui.json", "ui.log"):
+            assert os.stat(os.path.join(directory, name)).st_mode & 0o077 == 0, name
+        base = url.split("?")[0]
 
         def snapshot():
-            return get_json_any(url + "api/snapshot")
+            return get_json_any(base + "api/snapshot")
         wait_until(lambda: all(n["reachable"] for n in snapshot()["nodes"]), what="every node answering the view")
         nodes = {n["id"]: n for n in snapshot()["nodes"]}
         assert set(nodes) == {1, 1000} and nodes[1000]["is_controller"] and nodes[1000]["role"] == "controller"
         assert snapshot()["drills"] is True and nodes[1]["process"] == "running"
 
-        request = urllib.request.Request(url + "api/drill?action=pause&node=1", method="POST")
+        drill = {"X-Tidelog-Token": token, "Origin": base.rstrip("/")}
+        request = urllib.request.Request(base + "api/drill?action=pause&node=1", method="POST", headers=drill)
         with urllib.request.urlopen(request, timeout=30) as response:
             assert json.loads(response.read()) == {"done": "pause 1"}
         wait_until(lambda: {n["id"]: n for n in snapshot()["nodes"]}[1]["process"] == "paused",
                    what="broker 1 shown paused")
         assert not {n["id"]: n for n in snapshot()["nodes"]}[1]["reachable"]
-        request = urllib.request.Request(url + "api/drill?action=resume&node=1", method="POST")
+        request = urllib.request.Request(base + "api/drill?action=resume&node=1", method="POST", headers=drill)
         urllib.request.urlopen(request, timeout=30).close()
         wait_until(lambda: {n["id"]: n for n in snapshot()["nodes"]}[1]["reachable"], what="broker 1 answering again")
     finally:
@@ -263,10 +271,28 @@ def test_the_web_view_of_a_secure_cluster(tmp_path):
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         url = re.search(r"web view: (http://\S+)", up.stdout).group(1)
-        wait_until(lambda: [n["state"] for n in get_json_any(url + "api/snapshot")["nodes"]
+        # The view of a secure cluster needs its token (in the URL printed); drills are off.
+        base, token = url.split("?")[0], parse_qs(urlsplit(url).query)["token"][0]
+        for path in ("", "api/snapshot", "events"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(base + path, timeout=10)
+            assert refused.value.code == 401
+        wait_until(lambda: [n["state"] for n in get_json_any(f"{base}api/snapshot?token={token}")["nodes"]
                             if n["role"] == "broker"] == ["RUNNING", "RUNNING"], what="both brokers in the view")
+        assert get_json_any(f"{base}api/snapshot?token={token}")["drills"] is False
         layout = json.load(open(os.path.join(directory, "cluster.json")))
         brokers = [n for n in layout["nodes"] if n["role"] == "broker"]
+        # The nodes' /state and /state-changes need the cluster's state token (a 0600 file).
+        token_file = os.path.join(directory, "security", "state.token")
+        assert os.stat(token_file).st_mode & 0o077 == 0
+        state_token = open(token_file).read().strip()
+        for node in layout["nodes"]:
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(f"http://127.0.0.1:{node['metrics_port']}/state", timeout=10)
+            assert refused.value.code == 401
+            request = urllib.request.Request(f"http://127.0.0.1:{node['metrics_port']}/state",
+                                             headers={"Authorization": f"Bearer {state_token}"})
+            assert get_json_any(request)["node_id"] == node["node_id"]
         standalone = [sys.executable, "-m", "tidelog.cli.main", "ui", "-b", f"127.0.0.1:{brokers[0]['port']}",
                       "--port", "0", *[f"--metrics-port={n['node_id']}={n['metrics_port']}" for n in brokers]]
 
@@ -278,14 +304,19 @@ def test_the_web_view_of_a_secure_cluster(tmp_path):
                     if match:
                         break
                 time.sleep(3)                   # a discovery round and a poll
-                return get_json_any(match.group(1) + "api/snapshot")
+                view_url = match.group(1)
+                return get_json_any(view_url.replace("/?", "/api/snapshot?") if "?" in view_url
+                                    else view_url + "api/snapshot")
             finally:
                 process.terminate()
                 process.wait(10)
         refused = view([])                      # a plaintext client on a SASL_SSL listener
         assert not any(n["state"] == "RUNNING" for n in refused["nodes"]), refused
         admin = os.path.join(directory, "security", "admin.properties")
-        seen = view(["--command-config", admin])
+        no_token = view(["--command-config", admin])     # found, but /state refuses it
+        assert not any(n["reachable"] for n in no_token["nodes"]) and no_token["nodes"], no_token
+        assert all("401" in n["error"] for n in no_token["nodes"]), no_token
+        seen = view(["--command-config", admin, "--state-token-file", token_file])
         assert sorted(n["id"] for n in seen["nodes"] if n["state"] == "RUNNING") == sorted(
             n["node_id"] for n in brokers), seen
     finally:

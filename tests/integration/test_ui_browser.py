@@ -1,6 +1,8 @@
 """The web view in a real browser (headless Chromium through Selenium): it shows a
-3-broker cluster, then a killed broker as fenced and its partition's new leader
-within seconds. Screenshots go to ``test-artifacts/`` (or $TIDELOG_ARTIFACTS)."""
+3-broker cluster, then a broker killed with the page's own fault-drill button (the
+view started with ``--drills``: the page sends the token of its URL) as fenced and
+its partition's new leader within seconds. Screenshots go to ``test-artifacts/``
+(or $TIDELOG_ARTIFACTS)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ import shutil
 import subprocess
 import sys
 import time
-from urllib.parse import urlsplit
 
 import pytest
 from confluent_kafka import Producer
@@ -77,6 +78,11 @@ def _broker_row(driver, node_id: int) -> str:
     return ""
 
 
+def _process(cluster, node_id: int) -> str:
+    from tidelog.cluster import ProcessCluster
+    return ProcessCluster.load(cluster.directory).layout.node(node_id).process_state()
+
+
 def test_the_page_shows_the_cluster_and_a_killed_broker_fenced_with_a_new_leader():
     with Cluster(brokers=3, metrics=True, overrides={"broker.session.timeout.ms": "3000",
                                                      "broker.heartbeat.interval.ms": "500"}) as cluster:
@@ -88,9 +94,8 @@ def test_the_page_shows_the_cluster_and_a_killed_broker_fenced_with_a_new_leader
         for i in range(500):
             producer.produce("ui-orders", b"order-%d" % i, partition=0)
         assert producer.flush(30) == 0
-        args = [sys.executable, "-m", "tidelog.cli.main", "ui", "-b", cluster.bootstrap, "--port", "0"]
-        for b in BROKERS:
-            args += ["--metrics-port", f"{b}={urlsplit(cluster.metrics_url(b)).port}"]
+        args = [sys.executable, "-m", "tidelog.cli.main", "ui", "-b", cluster.bootstrap, "--port", "0",
+                "--cluster-dir", cluster.directory, "--drills"]
         ui = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         driver = None
         try:
@@ -114,8 +119,12 @@ def test_the_page_shows_the_cluster_and_a_killed_broker_fenced_with_a_new_leader
             _wait_for(driver, lambda: f"leader {leader}" in _text(driver, "partitions"), f"leader {leader}")
             _shot(driver, "cluster")
 
+            assert "token=" in url                 # drills on: the page has the view's token
             killed_at = time.monotonic()
-            cluster.kill(leader)
+            button = driver.find_element("css selector", f'button[data-action="kill"][data-node="{leader}"]')
+            assert button.is_displayed()
+            button.click()
+            _wait_for(driver, lambda: _process(cluster, leader) == "dead", f"broker {leader} killed by the button")
             _wait_for(driver, lambda: "FENCED" in _broker_row(driver, leader)
                       and re.search(r"ui-orders-0\s+leader (\d+)", _text(driver, "partitions")) is not None
                       and re.search(r"ui-orders-0\s+leader (\d+)", _text(driver, "partitions")).group(1)

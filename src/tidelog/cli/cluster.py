@@ -1,6 +1,7 @@
 """``tidelog cluster up|down|status|kill|pause|resume|restart`` — a local cluster of processes;
 ``partition|cut|isolate|heal|links`` cut its links (with ``up --link-proxy``, tidelog.chaos).
-``up`` also starts the live web view (``tidelog ui``, unless ``--no-ui``); ``down`` stops it."""
+``up`` also starts the live web view (``tidelog ui``, unless ``--no-ui``; its fault drills only
+with ``--ui-drills``); ``down`` stops it."""
 
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ def add_parser(commands) -> None:
                     help="the live web view (tidelog ui) on PORT (default: the Kafka base port + 200; 0 picks a "
                          "free port)")
     up.add_argument("--no-ui", action="store_true", help="do not start the web view (it needs metrics)")
+    up.add_argument("--ui-drills", action="store_true",
+                    help="give the web view its fault-drill buttons (kill/pause/resume/restart a node); off by "
+                         "default. A drill then needs the view's per-run token, which is in the printed URL")
     up.add_argument("--link-proxy", action="store_true",
                     help="put a TCP proxy in front of every node so links can be cut (partition/cut/isolate/heal)")
     links = {"partition": "cut both directions between two nodes (broker ids, 1000, or 'client')",
@@ -113,7 +117,10 @@ def _run(args) -> int:
         if not args.no_ui and metrics_base_port is not None:
             ui_port = args.ui_port if args.ui_port is not None else 0 if args.base_port == 0 else args.base_port + 200
             try:
-                print(f"web view: {cluster.start_ui(ui_port)}")
+                print(f"web view: {cluster.start_ui(ui_port, drills=args.ui_drills)}")
+                if args.ui_drills or cluster.layout.secure:
+                    print("  (the URL holds the view's token: keep it private"
+                          + ("; fault drills on)" if args.ui_drills else ")"))
             except ClusterError as e:   # the cluster is up; the view is a convenience
                 print(f"web view not started: {e}", file=sys.stderr)
         return 0

@@ -1,4 +1,9 @@
-"""``tidelog ui -b HOST:PORT [--port N]``: the live web view of a cluster (tidelog/ui)."""
+"""``tidelog ui -b HOST:PORT [--port N]``: the live web view of a cluster (tidelog/ui).
+
+``--drills`` (with ``--cluster-dir``) turns the fault-drill buttons on; the URL
+printed then carries the view's token. ``--state-token-file`` (or a secure
+cluster's own, with ``--cluster-dir``) is sent to the brokers' ``/state`` and makes
+the view itself need its token."""
 
 from __future__ import annotations
 
@@ -21,8 +26,15 @@ def add_parser(commands) -> None:
     ui.add_argument("--command-config", default=None, metavar="FILE",
                     help="client properties (security.protocol, ssl.*, sasl.*) to reach TLS/SASL brokers")
     ui.add_argument("--cluster-dir", default=None,
-                    help="a cluster started by `tidelog cluster up`: read its nodes from cluster.json and offer "
-                         "fault drills (kill/pause/resume/restart)")
+                    help="a cluster started by `tidelog cluster up`: read its nodes from cluster.json (and, for "
+                         "a --secure one, the token of its brokers' /state)")
+    ui.add_argument("--drills", action="store_true",
+                    help="with --cluster-dir: offer fault drills (kill/pause/resume/restart a node). Off by "
+                         "default; when on, a drill needs the per-run token of the printed URL, sent by the page "
+                         "as X-Tidelog-Token, and an Origin and Host of this view")
+    ui.add_argument("--state-token-file", default=None, metavar="FILE",
+                    help="a file holding the brokers' metrics.state.token.file token, sent to /state as "
+                         "Authorization: Bearer; the view then needs its own token (in the printed URL)")
 
 
 def run(args) -> int:
@@ -45,9 +57,17 @@ def run(args) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.drills and args.cluster_dir is None:
+        print("error: --drills needs --cluster-dir (a cluster started by tidelog cluster up)", file=sys.stderr)
+        return 2
+    try:
+        state_token = _state_token(args)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = UiServer(bootstrap, args.host, args.port, args.metrics_port_offset, metrics_ports,
-                      args.cluster_dir, args.interval, security)
+                      args.cluster_dir, args.interval, security, drills=args.drills, state_token=state_token)
 
     async def main() -> int:
         import signal
@@ -65,3 +85,23 @@ def run(args) -> int:
         return 0
 
     return asyncio.run(main())
+
+
+def _state_token(args) -> str | None:
+    """The token to send to /state: --state-token-file, else a secure cluster's own."""
+    from tidelog.cluster import ClusterError, ProcessCluster, state_token_path
+    path = args.state_token_file
+    if path is None and args.cluster_dir is not None:
+        try:
+            secure = ProcessCluster.load(args.cluster_dir).layout.secure
+        except (ClusterError, OSError, ValueError):
+            secure = False                     # the view reports an unreadable cluster itself
+        if secure:
+            path = state_token_path(args.cluster_dir)
+    if path is None:
+        return None
+    with open(path, "rb") as f:
+        token = f.read(4096).split(b"\n", 1)[0].strip().decode("ascii", "replace")
+    if len(token) < 16:
+        raise ValueError(f"{path} holds no token of at least 16 characters")
+    return token

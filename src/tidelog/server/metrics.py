@@ -34,11 +34,26 @@ for (``Accept``: the classic text format or OpenMetrics), anything else with
 raises is answered with 500 and logged; it never touches the broker. The same
 server answers ``GET /state`` and ``GET /state-changes`` (server/state.py) with
 JSON, through ``routes``.
+
+Who may ask. ``/metrics`` is open to whoever reaches ``metrics.host`` (Prometheus
+scrapes it without credentials), which is why that defaults to 127.0.0.1: like
+Kafka's JMX port it is for the operator, and it names every topic, ACLs or not.
+``/state`` and ``/state-changes`` name the same topics and every broker's epoch;
+with ``metrics.state.token.file`` set (``tidelog cluster up --secure`` sets it)
+they answer only a request with ``Authorization: Bearer <the file's token>``
+(compared in constant time) and 401 to any other, logged without what was sent
+(each one, up to a burst; then at most one line per 10 s with a count).
+Bound to a loopback address, the server answers only a loopback name as
+``Host`` (403 otherwise), so a web page in the operator's browser cannot read it
+through DNS rebinding. A request head (request line and headers) is bounded to
+``HTTP_REQUEST_MAX_BYTES`` (431 past it) and must arrive within
+``HTTP_READ_TIMEOUT_S``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import socket
@@ -59,6 +74,7 @@ from prometheus_client.registry import CollectorRegistry
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import RequestHeader
 from tidelog.replication.partition import Partition
+from tidelog.server.network import RateLimitedLog
 
 log = logging.getLogger("tidelog.metrics")
 
@@ -407,6 +423,9 @@ class MetricsHttpServer:
         self._writers: set[asyncio.StreamWriter] = set()     # connections being answered
         # More read-only paths beside /metrics (/state, /state-changes): path → handler(query) → JSON
         self.routes: dict[str, Callable[[dict[str, str]], object]] = {}
+        # Set (metrics.state.token.file): the bearer token every path of ``routes`` needs.
+        self.routes_token: bytes | None = None
+        self._refusals = RateLimitedLog(log)     # anyone who reaches the port can cause them
 
     def bind(self) -> int:
         """Bind now (a taken port fails the start; port 0 learns its real port)."""
@@ -448,7 +467,10 @@ class MetricsHttpServer:
         try:
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HTTP_READ_TIMEOUT_S)
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError):
+            except asyncio.LimitOverrunError:
+                return await self._write(writer, ("431 Request Header Fields Too Large", "text/plain; charset=utf-8",
+                                                  b"request head too large\n", ()), False)
+            except (asyncio.IncompleteReadError, asyncio.TimeoutError):
                 return
             lines = head.decode("latin-1").split("\r\n")
             words = lines[0].split()
@@ -457,43 +479,96 @@ class MetricsHttpServer:
                 name, sep, value = line.partition(":")
                 if sep:
                     headers[name.strip().lower()] = value.strip()
-            status, content_type, body = self._answer(words, headers)
-            head_only = bool(words) and words[0] == "HEAD"
-            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
-                         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("latin-1"))
-            if not head_only:
-                writer.write(body)
-            await writer.drain()
+            answer = self._answer(words, headers)
+            if answer[0].startswith(("401", "403")):
+                peer = writer.get_extra_info("peername")
+                reason = (f"Host {headers.get('host', '')[:100]!r}" if answer[0].startswith("403") else
+                          "wrong bearer token" if "authorization" in headers else "no Authorization header")
+                self._refusals.log(logging.WARNING, "refused %s %s from %s: %s", words[0],
+                                   words[1].partition("?")[0][:200], peer[0] if peer else "?", reason)
+            await self._write(writer, answer, bool(words) and words[0] == "HEAD")
         except ConnectionError:
             pass
         finally:
             self._writers.discard(writer)
             writer.close()
 
-    def _answer(self, words: list[str], headers: dict[str, str]) -> tuple[str, str, bytes]:
+    @staticmethod
+    async def _write(writer: asyncio.StreamWriter, answer, head_only: bool) -> None:
+        status, content_type, body, extra = answer
+        more = "".join(f"{name}: {value}\r\n" for name, value in extra)
+        writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+                     f"Content-Length: {len(body)}\r\n{more}Connection: close\r\n\r\n".encode("latin-1"))
+        if not head_only:
+            writer.write(body)
+        await writer.drain()
+
+    def _authorized(self, headers: dict[str, str]) -> bool:
+        """``Authorization: Bearer <routes_token>``, compared in constant time."""
+        scheme, _, credentials = headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            credentials.strip().encode("latin-1"), self.routes_token)
+
+    def _host_allowed(self, host: str | None) -> bool:
+        """Bound to a loopback address, only a loopback name may be the ``Host``: a web
+        page whose own name was pointed at 127.0.0.1 (DNS rebinding) reads nothing. A
+        request without ``Host`` (HTTP/1.0, not a browser) is answered."""
+        if host is None or not _is_loopback(self.host):
+            return True
+        name = host.lower()
+        if name.startswith("["):
+            name = name[1:].partition("]")[0]
+        elif name.count(":") == 1:
+            name = name.partition(":")[0]
+        return _is_loopback(name)
+
+    def _answer(self, words: list[str], headers: dict[str, str]) -> tuple[str, str, bytes, tuple]:
         text = "text/plain; charset=utf-8"
         if len(words) != 3 or not words[2].startswith("HTTP/"):
-            return "400 Bad Request", text, b"bad request\n"
+            return "400 Bad Request", text, b"bad request\n", ()
+        if not self._host_allowed(headers.get("host")):
+            return "403 Forbidden", text, b"this server answers only its loopback address as Host\n", ()
         method, (target, _, query) = words[0], words[1].partition("?")
         if target != "/metrics" and target not in self.routes:
-            return "404 Not Found", text, b"tidelog serves Prometheus metrics at /metrics\n"
+            return "404 Not Found", text, b"tidelog serves Prometheus metrics at /metrics\n", ()
         if method not in ("GET", "HEAD"):
-            return "405 Method Not Allowed", text, f"GET {target}\n".encode()
+            return "405 Method Not Allowed", text, f"GET {target}\n".encode(), (("Allow", "GET, HEAD"),)
         if target in self.routes:
+            if self.routes_token is not None and not self._authorized(headers):
+                return ("401 Unauthorized", text, f"{target} needs Authorization: Bearer <token> "
+                        "(the token of metrics.state.token.file)\n".encode(),
+                        (("WWW-Authenticate", 'Bearer realm="tidelog"'),))
             try:
                 answer = self.routes[target](dict(parse_qsl(query)))
             except ValueError as e:
-                return "400 Bad Request", text, f"{e}\n".encode()
+                return "400 Bad Request", text, f"{e}\n".encode(), ()
             except Exception:   # as a collector: answer 500, log it, serve on
                 log.exception("answering %s failed", target)
-                return "500 Internal Server Error", text, b"failed (see the server log)\n"
-            return "200 OK", "application/json", json.dumps(answer, separators=(",", ":")).encode()
+                return "500 Internal Server Error", text, b"failed (see the server log)\n", ()
+            return "200 OK", "application/json", json.dumps(answer, separators=(",", ":")).encode(), ()
         encoder, content_type = choose_encoder(headers.get("accept", ""))
         try:
-            return "200 OK", content_type, encoder(self.registry)
+            return "200 OK", content_type, encoder(self.registry), ()
         except Exception:   # a collector bug must not touch the broker: answer 500, log it
             log.exception("collecting metrics failed")
-            return "500 Internal Server Error", text, b"collecting metrics failed (see the server log)\n"
+            return "500 Internal Server Error", text, b"collecting metrics failed (see the server log)\n", ()
+
+
+def _is_loopback(name: str) -> bool:
+    return name in ("localhost", "::1") or (name.startswith("127.") and name.replace(".", "").isdigit())
+
+
+def read_token_file(path: str) -> bytes:
+    """The token in ``path`` (its first line), for ``metrics.state.token.file``."""
+    from tidelog.core.errors import InvalidConfigError
+    try:
+        with open(path, "rb") as f:
+            token = f.read(4096).split(b"\n", 1)[0].strip()
+    except OSError as e:
+        raise InvalidConfigError(f"cannot read metrics.state.token.file {path}: {e.strerror}") from None
+    if len(token) < 16:
+        raise InvalidConfigError(f"metrics.state.token.file {path} holds no token of at least 16 characters")
+    return token
 
 
 class ServerMetrics:
@@ -515,8 +590,12 @@ class ServerMetrics:
         self.registry.register(ControllerCollector(controller_server))
 
     def add_state(self, server) -> None:
-        """``/state`` (server/state.py) and, on a broker, ``/state-changes?since=SEQ``."""
+        """``/state`` (server/state.py) and, on a broker, ``/state-changes?since=SEQ``; with
+        ``metrics.state.token.file`` set, both need its token as a bearer token."""
         from tidelog.server.state import broker_state
+        token_file = server.config["metrics.state.token.file"]
+        if token_file:
+            self.http.routes_token = read_token_file(token_file)
         self.http.routes["/state"] = lambda query: broker_state(server)
         changes = server.state_changes
         if changes is not None:

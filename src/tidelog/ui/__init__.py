@@ -20,8 +20,8 @@ any ``/state``, which name the fenced ones Metadata leaves out); a broker's
 metrics port is its Kafka port + ``metrics_port_offset`` (what ``tidelog
 cluster up`` uses), unless given. Started by ``tidelog cluster`` (``cluster_dir``),
 it reads the nodes and their metrics ports from ``cluster.json`` instead — the
-controller included — and offers the fault drills (kill, pause, resume,
-restart a node), which run ``ProcessCluster`` in a thread.
+controller included — and, with ``--drills``, offers the fault drills (kill,
+pause, resume, restart a node), which run ``ProcessCluster`` in a thread.
 
 A round's result is merged into one snapshot: per node its reachability and
 state; per partition the newest registration any broker holds (highest
@@ -32,14 +32,39 @@ timeline merges the brokers' events: the same change seen by several brokers
 Each browser gets one ``snapshot`` event when it connects, then ``state`` when
 the nodes or partitions change and ``changes`` with the new timeline entries; a
 comment every ``KEEPALIVE_S`` keeps proxies from closing a quiet stream.
+
+Who may do what. The view listens on 127.0.0.1 unless ``--host`` says otherwise,
+and answers only requests whose ``Host`` is the address it is bound to or a
+loopback name (``127.0.0.1``, ``localhost``, ``[::1]``; with a wildcard bind
+also this machine's names), with its port: a page of another site that rebinds
+its own name to 127.0.0.1 (DNS rebinding) is refused. The fault drills are off
+unless asked for (``--drills``, which needs ``--cluster-dir``). ``token`` — made
+with ``secrets`` for each run when drills are on or the view reads brokers with a
+state token — is in the URL the view prints (``?token=…``); the page's script
+reads it from there. A drill is done only for a ``POST /api/drill`` with the
+token in ``X-Tidelog-Token`` (which a page of another origin cannot send without
+a CORS preflight this server never grants), an ``Origin`` equal to the view's own
+origin (``http://`` + the allowed ``Host``), and an allowed ``Host``; anything
+else is refused with 403 and a JSON error, each refusal logged once, never with
+what was sent as a token. When the view reads the brokers' ``/state`` with a
+token (``--state-token-file``, or the one of a ``cluster up --secure`` cluster
+with ``--cluster-dir``), the page, ``/events`` and ``/api/snapshot`` need the
+view's token too (``?token=``, ``X-Tidelog-Token`` or ``Authorization: Bearer``):
+401 without it, as the brokers answer. ``/app.js`` and ``/style.css`` are the
+package's own files and always served. Tokens are compared in constant time
+(``hmac.compare_digest``); a request head is bounded (``HTTP_HEAD_MAX_BYTES``,
+431 past it) and must arrive within ``HTTP_READ_TIMEOUT_S``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import os
+import secrets
+import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -53,6 +78,17 @@ HTTP_TIMEOUT_S = 0.8
 KEEPALIVE_S = 15.0
 TIMELINE_EVENTS = 500
 DRILLS = ("kill", "pause", "resume", "restart")
+HTTP_HEAD_MAX_BYTES = 16 * 1024
+HTTP_READ_TIMEOUT_S = 10.0
+MAX_STREAMS = 64            # open /events streams
+MAX_QUEUED = 32             # events waiting for a slow stream; past it the stream is closed (it reconnects)
+TOKEN_HEADER = "x-tidelog-token"
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+_WILDCARDS = ("", "0.0.0.0", "::", "[::]")
+_SECURITY_HEADERS = ("Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+                     "Referrer-Policy: no-referrer\r\nX-Frame-Options: DENY\r\n"
+                     "Content-Security-Policy: default-src 'self'; style-src 'self' 'unsafe-inline'; "
+                     "frame-ancestors 'none'; form-action 'none'\r\n")
 _STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
            "/app.js": ("app.js", "text/javascript; charset=utf-8"),
            "/style.css": ("style.css", "text/css; charset=utf-8")}
@@ -65,20 +101,28 @@ def parse_address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def http_get_json(host: str, port: int, path: str, timeout_s: float = HTTP_TIMEOUT_S):
-    """One ``GET`` answered with JSON (HTTP/1.1, ``Connection: close``)."""
+async def http_get_json(host: str, port: int, path: str, timeout_s: float = HTTP_TIMEOUT_S,
+                        token: str | None = None):
+    """One ``GET`` answered with JSON (HTTP/1.1, ``Connection: close``), with ``token``
+    as ``Authorization: Bearer`` if given."""
+    authorization = f"Authorization: Bearer {token}\r\n" if token else ""
+
     async def get():
         reader, writer = await asyncio.open_connection(host, port)
         try:
-            writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{authorization}"
+                         "Connection: close\r\n\r\n".encode())
             await writer.drain()
             data = await reader.read()
         finally:
             writer.close()
         head, _, body = data.partition(b"\r\n\r\n")
         status = head.split(b" ", 2)[1:2]
+        if status == [b"401"]:
+            raise ConnectionError(f"HTTP 401 from {path.partition('?')[0]}: "
+                                  + ("wrong state token" if token else "it needs a token (--state-token-file)"))
         if status != [b"200"]:
-            raise ConnectionError(f"HTTP {status[0].decode() if status else '?'} from {path}")
+            raise ConnectionError(f"HTTP {status[0].decode() if status else '?'} from {path.partition('?')[0]}")
         return json.loads(body)
     return await asyncio.wait_for(get(), timeout_s)
 
@@ -104,14 +148,33 @@ def _event_key(event: dict) -> str:
                        if k not in ("seq", "time_ms") and (own or k != "broker")}, sort_keys=True)
 
 
+class HttpRefused(Exception):
+    """A request the view refuses: ``status`` and the JSON ``error`` it answers."""
+
+    def __init__(self, status: str, error: str, extra: str = ""):
+        super().__init__(error)
+        self.status, self.error, self.extra = status, error, extra
+
+
+def _same(given: str | None, token: str) -> bool:
+    return given is not None and hmac.compare_digest(given.encode("utf-8", "replace"), token.encode())
+
+
 class UiServer:
     def __init__(self, bootstrap: list[tuple[str, int]], host: str = "127.0.0.1", port: int = 0,
                  metrics_port_offset: int = 100, metrics_ports: dict[int, int] | None = None,
-                 cluster_dir: str | None = None, interval_s: float = 1.0, security=None):
+                 cluster_dir: str | None = None, interval_s: float = 1.0, security=None,
+                 drills: bool = False, state_token: str | None = None):
         self.bootstrap = bootstrap
         self.security = security                   # --command-config: TLS/SASL to find the brokers
         self.host = host
         self.port = port
+        self.drills = drills and cluster_dir is not None
+        self.state_token = state_token             # sent to the brokers' /state as a bearer token
+        # The view re-serves what the brokers guard with a token: then it needs its own.
+        self.view_needs_token = state_token is not None
+        self.token = secrets.token_urlsafe(32) if self.drills or self.view_needs_token else None
+        self.allowed_hosts: set[str] = set()
         self.metrics_port_offset = metrics_port_offset
         self.metrics_ports = dict(metrics_ports or {})
         self.cluster_dir = cluster_dir
@@ -128,14 +191,31 @@ class UiServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/"
+        """Where to open the view (with its token, if it has one: keep it private)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/" + (f"?token={self.token}" if self.token else "")
 
     # ---------------------------------------------------------------- life
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=64 * 1024)
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=HTTP_HEAD_MAX_BYTES)
         self.port = self._server.sockets[0].getsockname()[1]
+        self.allowed_hosts = self._allowed_hosts()
         self._poller = asyncio.create_task(self._poll_loop())
+
+    def _allowed_hosts(self) -> set[str]:
+        """The ``Host`` values the view answers: its bound address and the loopback
+        names (a wildcard bind: this machine's names too), each with the port."""
+        bound = self.host.lower()
+        names = set(_LOOPBACK_NAMES)
+        if bound in _WILDCARDS:
+            names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+        else:
+            names.add(f"[{bound}]" if ":" in bound else bound)
+        hosts = {f"{name}:{self.port}" for name in names if name}
+        if self.port == 80:
+            hosts |= {name for name in names if name}
+        return hosts
 
     async def stop(self) -> None:
         if self._poller is not None:
@@ -256,8 +336,9 @@ class UiServer:
     async def _poll_node(self, node: NodeView) -> None:
         try:
             state, changes = await asyncio.gather(
-                http_get_json(node.host, node.metrics_port, "/state"),
-                http_get_json(node.host, node.metrics_port, f"/state-changes?since={node.since}")
+                http_get_json(node.host, node.metrics_port, "/state", token=self.state_token),
+                http_get_json(node.host, node.metrics_port, f"/state-changes?since={node.since}",
+                              token=self.state_token)
                 if node.role == "broker" else asyncio.sleep(0, {"events": [], "last_seq": 0}))
         except (OSError, asyncio.TimeoutError, ConnectionError, ValueError) as e:
             node.state, node.error = None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
@@ -314,55 +395,120 @@ class UiServer:
         return {k: v for k, v in entry.items() if k != "key"}
 
     def snapshot(self) -> dict:
-        return {**self.state, "time_ms": int(time.time() * 1000), "drills": self.cluster_dir is not None,
+        return {**self.state, "time_ms": int(time.time() * 1000), "drills": self.drills,
                 "interval_s": self.interval_s, "events": [self._public(e) for e in self.timeline]}
 
     def _broadcast(self, kind: str, data: dict) -> None:
         message = f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
         for queue in self._clients:
-            queue.put_nowait(message)
+            if queue.qsize() >= MAX_QUEUED:      # a stream that does not read: close it
+                while not queue.empty():
+                    queue.get_nowait()
+                queue.put_nowait(None)
+            else:
+                queue.put_nowait(message)
 
     # ----------------------------------------------------------------- HTTP
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        method = path = "?"
         try:
             try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError):
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HTTP_READ_TIMEOUT_S)
+            except asyncio.LimitOverrunError:
+                return await self._reply(writer, "431 Request Header Fields Too Large", "text/plain",
+                                         b"request head too large\n")
+            except (asyncio.IncompleteReadError, asyncio.TimeoutError):
                 return
-            words = head.decode("latin-1").split("\r\n")[0].split()
-            if len(words) != 3:
+            lines = head.decode("latin-1").split("\r\n")
+            words = lines[0].split()
+            if len(words) != 3 or not words[2].startswith("HTTP/"):
                 return await self._reply(writer, "400 Bad Request", "text/plain", b"bad request\n")
+            headers: dict[str, str] = {}
+            for line in lines[1:]:
+                name, sep, value = line.partition(":")
+                name = name.strip().lower()
+                if not sep:
+                    continue
+                if name in headers and name in ("host", "origin", "authorization", TOKEN_HEADER):
+                    return await self._reply(writer, "400 Bad Request", "text/plain", b"repeated header\n")
+                headers[name] = value.strip()
             method, (path, _, query) = words[0], words[1].partition("?")
-            if path == "/events" and method == "GET":
-                return await self._stream(writer)
-            if path == "/api/drill" and method == "POST":
-                status, body = await self._drill(dict(parse_qsl(query)))
-                return await self._reply(writer, status, "application/json", json.dumps(body).encode())
-            if method != "GET":
-                return await self._reply(writer, "405 Method Not Allowed", "text/plain", b"GET only\n")
-            if path == "/api/snapshot":
-                return await self._reply(writer, "200 OK", "application/json", json.dumps(self.snapshot()).encode())
-            if path in _STATIC:
-                name, content_type = _STATIC[path]
-                body = resources.files("tidelog.ui").joinpath("static", name).read_bytes()
-                return await self._reply(writer, "200 OK", content_type, body)
-            await self._reply(writer, "404 Not Found", "text/plain", b"not found\n")
+            try:
+                return await self._route(writer, method, path, dict(parse_qsl(query)), headers)
+            except HttpRefused as refused:
+                peer = writer.get_extra_info("peername")
+                log.warning("refused %s %s from %s: %s", method, path[:200], peer[0] if peer else "?", refused.error)
+                return await self._reply(writer, refused.status, "application/json",
+                                         json.dumps({"error": refused.error}).encode(), refused.extra)
         except ConnectionError:
             pass
         finally:
             writer.close()
 
+    async def _route(self, writer, method: str, path: str, query: dict[str, str], headers: dict[str, str]) -> None:
+        host = headers.get("host", "").lower()
+        if host not in self.allowed_hosts:
+            raise HttpRefused("403 Forbidden", f"Host {host[:100]!r} is not this view's address")
+        if path == "/api/drill":
+            if method != "POST":
+                return await self._reply(writer, "405 Method Not Allowed", "text/plain", b"POST only\n",
+                                         "Allow: POST\r\n")
+            self._check_drill(host, headers)
+            status, body = await self._drill(query)
+            return await self._reply(writer, status, "application/json", json.dumps(body).encode())
+        if path not in _STATIC and path not in ("/events", "/api/snapshot"):
+            return await self._reply(writer, "404 Not Found", "text/plain", b"not found\n")
+        if method != "GET":
+            return await self._reply(writer, "405 Method Not Allowed", "text/plain", b"GET only\n",
+                                     "Allow: GET\r\n")
+        if path not in ("/app.js", "/style.css"):
+            self._check_view(query, headers)
+        if path == "/events":
+            return await self._stream(writer)
+        if path == "/api/snapshot":
+            return await self._reply(writer, "200 OK", "application/json", json.dumps(self.snapshot()).encode())
+        name, content_type = _STATIC[path]
+        body = resources.files("tidelog.ui").joinpath("static", name).read_bytes()
+        return await self._reply(writer, "200 OK", content_type, body)
+
+    def _check_view(self, query: dict[str, str], headers: dict[str, str]) -> None:
+        """The page, /events and /api/snapshot: the token, when the view needs one."""
+        if not self.view_needs_token:
+            return
+        scheme, _, bearer = headers.get("authorization", "").partition(" ")
+        given = headers.get(TOKEN_HEADER) or (bearer.strip() if scheme.lower() == "bearer" else None) \
+            or query.get("token")
+        if not _same(given, self.token):
+            raise HttpRefused("401 Unauthorized", "this view needs its token (open the URL tidelog ui printed)"
+                              if given is None else "wrong token", 'WWW-Authenticate: Bearer realm="tidelog ui"\r\n')
+
+    def _check_drill(self, host: str, headers: dict[str, str]) -> None:
+        """A fault drill: drills on, this view's token in X-Tidelog-Token, Origin this view's."""
+        if not self.drills:
+            raise HttpRefused("403 Forbidden", "fault drills are off (start tidelog ui with --cluster-dir and "
+                                               "--drills, or tidelog cluster up with --ui-drills)")
+        given = headers.get(TOKEN_HEADER)
+        if not _same(given, self.token):
+            raise HttpRefused("403 Forbidden", "no X-Tidelog-Token header" if given is None else "wrong token")
+        origin = headers.get("origin")
+        if origin is None or origin.lower() != f"http://{host}":
+            raise HttpRefused("403 Forbidden", "no Origin header" if origin is None else
+                              f"Origin {origin[:100]!r} is not this view's")
+
     @staticmethod
-    async def _reply(writer, status: str, content_type: str, body: bytes) -> None:
+    async def _reply(writer, status: str, content_type: str, body: bytes, extra: str = "") -> None:
         writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
-                     f"Cache-Control: no-store\r\nConnection: close\r\n\r\n".encode("latin-1") + body)
+                     f"{_SECURITY_HEADERS}{extra}Connection: close\r\n\r\n".encode("latin-1") + body)
         await writer.drain()
 
     async def _stream(self, writer: asyncio.StreamWriter) -> None:
         """One browser's server-sent events: a snapshot, then what changes."""
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n"
-                     b"Connection: close\r\n\r\nretry: 2000\n\n")
+        if len(self._clients) >= MAX_STREAMS:
+            return await self._reply(writer, "503 Service Unavailable", "text/plain", b"too many streams\n",
+                                     "Retry-After: 5\r\n")
+        writer.write(f"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n{_SECURITY_HEADERS}"
+                     "Connection: close\r\n\r\nretry: 2000\n\n".encode("latin-1"))
         queue: asyncio.Queue = asyncio.Queue()
         queue.put_nowait(f"event: snapshot\ndata: {json.dumps(self.snapshot(), separators=(',', ':'))}\n\n"
                          .encode())
@@ -381,8 +527,7 @@ class UiServer:
             self._clients.discard(queue)
 
     async def _drill(self, query: dict[str, str]) -> tuple[str, dict]:
-        if self.cluster_dir is None:
-            return "403 Forbidden", {"error": "fault drills need a cluster started by tidelog cluster up"}
+        """Run a drill the request checks let through (``_check_drill``)."""
         action, node = query.get("action"), query.get("node", "")
         if action not in DRILLS or not node.isdigit():
             return "400 Bad Request", {"error": f"action must be one of {', '.join(DRILLS)}, node an id"}
@@ -402,6 +547,8 @@ class UiServer:
 async def serve(server: UiServer, ready=None) -> None:
     await server.start()
     print(f"tidelog ui ready: {server.url}", flush=True)
+    if server.drills:
+        log.info("fault drills on: POST /api/drill needs this run's token (X-Tidelog-Token) and this view's Origin")
     if ready is not None:
         ready()
     try:

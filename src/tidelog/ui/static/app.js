@@ -2,6 +2,12 @@
 // "snapshot" (on connect), "state" (nodes and partitions changed) and
 // "changes" (new state-change events). Nothing here polls.
 "use strict";
+// The view's token, when it has one (fault drills on, or a secure cluster): it
+// comes in the URL tidelog ui printed (?token=… or #token=…) and goes with the
+// event stream (an EventSource cannot send headers) and, as X-Tidelog-Token,
+// with every drill.
+const token = new URLSearchParams(location.search).get("token")
+  || new URLSearchParams(location.hash.slice(1)).get("token") || "";
 let view = { nodes: [], partitions: [], events: [], controller_id: null, drills: false, errors: [] };
 
 const $ = (id) => document.getElementById(id);
@@ -9,7 +15,7 @@ const esc = (v) => String(v ?? "").replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(
 const list = (xs) => "[" + (xs || []).join(",") + "]";
 
 function connect() {
-  const source = new EventSource("/events");
+  const source = new EventSource(token ? `/events?token=${encodeURIComponent(token)}` : "/events");
   source.addEventListener("open", () => setStatus("live", "live"));
   source.addEventListener("error", () => setStatus("down", "disconnected, retrying…"));
   source.addEventListener("snapshot", (e) => { view = JSON.parse(e.data); render(); });
@@ -107,7 +113,8 @@ document.addEventListener("click", async (ev) => {
   if (!b) return;
   b.disabled = true;
   try {
-    const r = await fetch(`/api/drill?action=${b.dataset.action}&node=${b.dataset.node}`, { method: "POST" });
+    const r = await fetch(`/api/drill?action=${encodeURIComponent(b.dataset.action)}&node=${encodeURIComponent(b.dataset.node)}`,
+      { method: "POST", headers: token ? { "X-Tidelog-Token": token } : {} });
     if (!r.ok) alert((await r.json()).error);
   } finally { b.disabled = false; }
 });
