@@ -6,6 +6,15 @@ parses a properties file plus ``--override KEY=VALUE`` pairs against it; a bad
 value raises ``InvalidConfigError`` naming the key, an unknown key is logged and
 ignored (as Kafka does). Derived settings (``log.retention.hours`` vs ``.ms``)
 resolve the way Kafka resolves them.
+
+Secrets. A setting of type ``PASSWORD`` (Kafka's ``ConfigDef.Type.PASSWORD``:
+``sasl.jaas.config`` with every PLAIN user's password, the TLS key passwords, an
+inline private key or PEM store) is a string like any other to the code that
+reads it, but ``is_sensitive`` says so for its name, its
+``listener.name.<listener>.`` form and its ``listener.name.<listener>.<mechanism>.``
+form; a name tidelog cannot type counts as sensitive too (Kafka's
+``maybeSensitive``). DescribeConfigs answers such a setting with a null value and
+``is_sensitive=true``; logs and error messages show ``loggable_value`` (``[hidden]``).
 """
 
 from __future__ import annotations
@@ -17,6 +26,13 @@ from typing import Any, Callable
 from tidelog.core.errors import InvalidConfigError
 
 log = logging.getLogger("tidelog.config")
+
+HIDDEN = "[hidden]"          # what a log line or error message shows of a secret (Kafka's Password.HIDDEN)
+
+
+class PASSWORD:
+    """The ``type`` of a secret setting (Kafka's ``ConfigDef.Type.PASSWORD``): read as a
+    ``str``, never shown (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -130,14 +146,14 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     # TLS (server/tls.py); each also as listener.name.<listener>.<setting>. PEM only (KIP-651).
     ConfigDef("ssl.keystore.type", str, "PEM"),
     ConfigDef("ssl.keystore.location", str, None, None, "PEM file: private key and certificate chain"),
-    ConfigDef("ssl.keystore.password", str, None),
-    ConfigDef("ssl.keystore.certificate.chain", str, None, None, "PEM certificate chain, inline"),
-    ConfigDef("ssl.keystore.key", str, None, None, "PEM private key, inline"),
-    ConfigDef("ssl.key.password", str, None, None, "password of an encrypted private key"),
+    ConfigDef("ssl.keystore.password", PASSWORD, None),
+    ConfigDef("ssl.keystore.certificate.chain", PASSWORD, None, None, "PEM certificate chain, inline"),
+    ConfigDef("ssl.keystore.key", PASSWORD, None, None, "PEM private key, inline"),
+    ConfigDef("ssl.key.password", PASSWORD, None, None, "password of an encrypted private key"),
     ConfigDef("ssl.truststore.type", str, "PEM"),
     ConfigDef("ssl.truststore.location", str, None, None, "PEM file of trusted certificates"),
-    ConfigDef("ssl.truststore.password", str, None),
-    ConfigDef("ssl.truststore.certificates", str, None, None, "PEM trusted certificates, inline"),
+    ConfigDef("ssl.truststore.password", PASSWORD, None),
+    ConfigDef("ssl.truststore.certificates", PASSWORD, None, None, "PEM trusted certificates, inline"),
     ConfigDef("ssl.client.auth", str, "none", lambda v: v.lower() in ("none", "requested", "required")),
     ConfigDef("ssl.enabled.protocols", list, ["TLSv1.2", "TLSv1.3"]),
     ConfigDef("ssl.protocol", str, "TLSv1.3"),
@@ -151,7 +167,7 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     # SASL (server/sasl.py); the users are in listener.name.<l>.<mechanism>.sasl.jaas.config.
     ConfigDef("sasl.enabled.mechanisms", list, ["PLAIN"]),
     ConfigDef("sasl.mechanism.inter.broker.protocol", str, "PLAIN"),
-    ConfigDef("sasl.jaas.config", str, None),
+    ConfigDef("sasl.jaas.config", PASSWORD, None),
     ConfigDef("connections.max.reauth.ms", int, 0, _non_negative,
               "a SASL login must be renewed this often (KIP-368); 0: never"),
     ConfigDef("connection.failed.authentication.delay.ms", int, 100, _non_negative,
@@ -184,14 +200,44 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     # Prometheus metrics with Kafka's names (docs/observability.md); off unless metrics.port is set.
     ConfigDef("metrics.port", int, None, lambda v: 0 <= v <= 65535,
               "serve Prometheus /metrics on this port (0 picks a free one)"),
-    ConfigDef("metrics.host", str, "127.0.0.1", None,
-              "the address /metrics (and /state) listens on; operator-only, as Kafka's JMX port"),
-    # Not Kafka's (it has no /state). The setting is a path, so the token itself is never a
-    # config value that DescribeConfigs or a log line could show.
-    ConfigDef("metrics.state.token.file", str, None, None,
-              "a file (keep it 0600) whose first line is the bearer token GET /state and /state-changes "
-              "require (Authorization: Bearer ...); unset: they are open on metrics.host"),
+    ConfigDef("metrics.host", str, "127.0.0.1", None, "the address /metrics listens on"),
 ]}
+
+
+def config_def(name: str) -> ConfigDef | None:
+    """The definition of ``name``, or of the setting it overrides for one listener
+    (``listener.name.<listener>.<setting>``) or one listener's SASL mechanism
+    (``listener.name.<listener>.<mechanism>.<setting>``); None if tidelog has none."""
+    definition = CONFIG_DEFS.get(name)
+    if definition is not None or not name.startswith("listener.name."):
+        return definition
+    parts = name[len("listener.name."):].split(".")
+    for skip in (1, 2):                                 # the listener, then the mechanism
+        definition = CONFIG_DEFS.get(".".join(parts[skip:]))
+        if definition is not None:
+            return definition
+    return None
+
+
+def is_password(name: str) -> bool:
+    """``name`` (in any listener-prefixed form) is a PASSWORD setting."""
+    definition = config_def(name)
+    return definition is not None and definition.type is PASSWORD
+
+
+def is_sensitive(name: str) -> bool:
+    """Never to be shown: a PASSWORD setting, or a name of unknown type (Kafka's
+    ``maybeSensitive``). A topic config, or its cluster-wide synonym, is typed."""
+    from tidelog.controller.config_defs import CLUSTER_CONFIGS, TOPIC_CONFIGS
+    definition = config_def(name)
+    if definition is not None:
+        return definition.type is PASSWORD
+    return name not in TOPIC_CONFIGS and name not in CLUSTER_CONFIGS
+
+
+def loggable_value(name: str, value: Any) -> Any:
+    """``value`` as a log line or error message may show it."""
+    return HIDDEN if is_sensitive(name) else value
 
 
 def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
@@ -212,11 +258,16 @@ def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
                 key, value = line[:sep_index].strip(), line[sep_index + 1:].strip()
                 break
         else:
-            raise InvalidConfigError(f"{source}:{number}: expected key=value, got {raw!r}")
+            # The line is not shown: it may be part of a secret (a jaas line without its "\").
+            raise InvalidConfigError(f"{source}:{number}: expected key=value")
         if not key:
             raise InvalidConfigError(f"{source}:{number}: empty key")
         props[key] = value
     return props
+
+
+def _shown(name: str, raw: str) -> str:
+    return HIDDEN if is_sensitive(name) else repr(raw)
 
 
 def _coerce(definition: ConfigDef, raw: str) -> Any:
@@ -236,9 +287,9 @@ def _coerce(definition: ConfigDef, raw: str) -> Any:
         else:
             value = raw.strip()
     except ValueError as e:
-        raise InvalidConfigError(f"invalid value {raw!r} for configuration {name}: {e}") from None
+        raise InvalidConfigError(f"invalid value {_shown(name, raw)} for configuration {name}: {e}") from None
     if definition.check is not None and not definition.check(value):
-        raise InvalidConfigError(f"invalid value {raw!r} for configuration {name}")
+        raise InvalidConfigError(f"invalid value {_shown(name, raw)} for configuration {name}")
     return value
 
 

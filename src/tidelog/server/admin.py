@@ -15,6 +15,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 
+from tidelog.broker.config import CONFIG_DEFS, is_password, is_sensitive
 from tidelog.controller.messages import (
     AlterConfigsResource,
     CreatableTopic,
@@ -41,6 +42,7 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 _CONFIG_SOURCES = {"DYNAMIC_TOPIC_CONFIG": 1, "DYNAMIC_BROKER_CONFIG": 2,
                    "DYNAMIC_DEFAULT_BROKER_CONFIG": 3, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
+UNKNOWN_CONFIG_TYPE, PASSWORD_CONFIG_TYPE = 0, 9          # DescribeConfigs v3+ config_type
 
 
 class NodeConfig(Protocol):
@@ -133,8 +135,8 @@ class AdminApis:
                      "replication_factor": result.replication_factor, "configs": []}
             if result.error_code == ErrorCode.NONE:
                 entry["configs"] = [
-                    {"name": name, "value": value, "read_only": False,
-                     "config_source": _CONFIG_SOURCES[source], "is_sensitive": False}
+                    {"name": name, "value": None if is_sensitive(name) else value, "read_only": False,
+                     "config_source": _CONFIG_SOURCES[source], "is_sensitive": is_sensitive(name)}
                     for name, (value, source) in sorted(self.broker.topic_config_values(result.name).items())]
             out.append(entry)
         return {"throttle_time": 0, "topics": out}
@@ -220,28 +222,47 @@ class AdminApis:
             results.append(entry)
         return {"throttle_time": 0, "results": results}
 
-    def _broker_values(self) -> dict[str, tuple[str, str]]:
-        from tidelog.broker.config import CONFIG_DEFS
+    def _broker_values(self) -> dict[str, tuple[str | None, str]]:
+        """``{name: (value, source)}`` of this broker: every setting tidelog has, the
+        listener-prefixed ones of its server.properties, then (each overriding the one
+        before, Kafka's order) the cluster-wide dynamic defaults and this broker's own
+        dynamic settings (its TLS stores, from IncrementalAlterConfigs on BROKER <id>).
+        Secrets are still in here: ``_config_entry`` hides them."""
         from tidelog.metadata.image import ConfigResource
-        dynamic = self.broker.image.configs.get(ConfigResource(int(ConfigResourceType.BROKER), ""), {})
+        configs = self.broker.image.configs
+        cluster = configs.get(ConfigResource(int(ConfigResourceType.BROKER), ""), {})
+        own = configs.get(ConfigResource(int(ConfigResourceType.BROKER), str(self.broker.node_id)), {})
+        originals = self.broker.config.originals
         out = {}
-        for name, definition in CONFIG_DEFS.items():
+        for name in CONFIG_DEFS:
             value = self.broker.config[name]
             if isinstance(value, list):
                 value = ",".join(value)
             elif isinstance(value, bool):
                 value = str(value).lower()
-            source = "STATIC_BROKER_CONFIG" if name in self.broker.config.originals else "DEFAULT_CONFIG"
+            source = "STATIC_BROKER_CONFIG" if name in originals else "DEFAULT_CONFIG"
             out[name] = (None if value is None else str(value), source)
-        for name, value in dynamic.items():
+        for name, value in originals.items():
+            if name.startswith("listener.name."):
+                out[name] = (value, "STATIC_BROKER_CONFIG")
+        for name, value in cluster.items():
             out[name] = (value, "DYNAMIC_DEFAULT_BROKER_CONFIG")
+        for name, value in own.items():
+            out[name] = (value, "DYNAMIC_BROKER_CONFIG")
         return out
 
     @staticmethod
     def _config_entry(name: str, value, source: str, request) -> dict:
+        """One DescribeConfigs entry; a secret (``broker.config.is_sensitive``: a PASSWORD
+        setting in any listener form, or a name of unknown type) has a null value, in its
+        synonyms too, and ``is_sensitive`` true, as Kafka answers every version."""
+        sensitive = is_sensitive(name)
+        if sensitive:
+            value = None
         entry = {"name": name, "value": value, "read_only": False,
-                 "config_source": _CONFIG_SOURCES[source], "is_sensitive": False, "synonyms": [],
-                 "config_type": 0, "documentation": None}
+                 "config_source": _CONFIG_SOURCES[source], "is_sensitive": sensitive, "synonyms": [],
+                 "config_type": PASSWORD_CONFIG_TYPE if is_password(name) else UNKNOWN_CONFIG_TYPE,
+                 "documentation": None}
         if getattr(request, "include_synonyms", False):
             entry["synonyms"] = [{"name": name, "value": value, "source": _CONFIG_SOURCES[source]}]
         return entry
