@@ -218,7 +218,7 @@ class ProcessCluster:
 
     def save(self) -> None:
         with self._save_lock:
-            os.makedirs(self.layout.directory, exist_ok=True)
+            os.makedirs(self.layout.directory, mode=0o700, exist_ok=True)
             path = os.path.join(self.layout.directory, LAYOUT_FILE)
             with open(path + ".tmp", "w") as f:
                 json.dump(asdict(self.layout), f, indent=2)
@@ -254,9 +254,10 @@ class ProcessCluster:
         controller_port = port if controllers == 1 or base_port != 0 else lambda offset: _free_port(host)
         nodes = [Node(CONTROLLER_ID + i, "controller", controller_port(brokers + i)) for i in range(controllers)]
         nodes += [Node(i, "broker", port(i - 1)) for i in range(1, brokers + 1)]
+        os.makedirs(directory, mode=0o700, exist_ok=True)       # the nodes' data and logs: private
         if secure:
             from tidelog.cluster_security import secure_cluster
-            secure_cluster(directory, host)
+            secure_cluster(directory, host, [n.node_id for n in nodes])
         cluster = cls(Layout(directory, new_cluster_id(), host, dict(overrides or {}), nodes, secure))
         cluster._assign_metrics_ports(metrics_base_port)
         return cluster
@@ -295,8 +296,9 @@ class ProcessCluster:
         }
         args = [sys.executable, "-m", "tidelog.cli.main", "serve"]
         if layout.secure:            # secrets stay in a private file, not on command lines
-            from tidelog.cluster_security import secure_cluster
-            args.append(secure_cluster(layout.directory, layout.host))
+            from tidelog.cluster_security import node_keystore, secure_cluster
+            args.append(secure_cluster(layout.directory, layout.host, [n.node_id for n in layout.nodes]))
+            settings.setdefault("ssl.keystore.location", node_keystore(layout.directory, node.node_id))
         for key, value in settings.items():
             args += ["--override", f"{key}={value}"]
         return args
@@ -304,7 +306,7 @@ class ProcessCluster:
     def start_node(self, node: Node, timeout_s: float = 60.0) -> None:
         if node.alive():
             raise ClusterError(f"{node.name} is already running (pid {node.pid})")
-        os.makedirs(self._node_dir(node), exist_ok=True)
+        os.makedirs(self._node_dir(node), mode=0o700, exist_ok=True)
         log_path = os.path.join(self._node_dir(node), "server.log")
         start_at = os.path.getsize(log_path) if os.path.exists(log_path) else 0
         with open(log_path, "ab") as out:
