@@ -661,7 +661,13 @@ def keep_request_buffers() -> bool:
         mallopt(_M_TRIM_THRESHOLD, HEAP_KEEP_BYTES))
 
 
+# The broker's files (the metadata log with the SCRAM keys, every record, checkpoints)
+# are its user's alone: 0600 files, 0700 directories, whatever the caller's umask.
+SERVER_UMASK = 0o077
+
+
 def run_server(properties: str | None, overrides: list[str]) -> int:
+    os.umask(SERVER_UMASK)
     try:
         config = load_config(properties, overrides)
     except InvalidConfigError as e:

@@ -3,6 +3,12 @@
 Kafka requires ``kafka-storage format`` before a first start; tidelog formats an
 empty directory itself (the development default), and refuses to start on a
 directory of another cluster or another node — mixing them would corrupt both.
+
+A log directory holds the metadata log (SCRAM keys included) and every record, so
+it is private to the broker's user: created 0700 (``tidelog serve`` runs with
+umask 077, so what it writes inside is 0600/0700), and an existing one that group
+or others may enter loses those permissions, logged once (not a directory of
+another user's, nor a shared sticky one such as /tmp: those are only warned about).
 """
 
 from __future__ import annotations
@@ -10,11 +16,13 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import stat
 import uuid
 
 log = logging.getLogger("tidelog.storage_format")
 
 META_PROPERTIES = "meta.properties"
+LOG_DIR_MODE = 0o700
 
 
 class StorageFormatError(Exception):
@@ -37,11 +45,31 @@ def _read(path: str) -> dict[str, str]:
     return props
 
 
+def make_private(log_dir: str) -> None:
+    """Take group and other permissions off ``log_dir`` (logged when there were any)."""
+    status = os.stat(log_dir)
+    mode = stat.S_IMODE(status.st_mode)
+    if not mode & 0o077:
+        return
+    if status.st_uid != os.geteuid() or mode & stat.S_ISVTX:
+        log.warning("log directory %s is mode %o (others may read the data); it is shared or not ours, "
+                    "so it is left as it is", log_dir, mode)
+        return
+    try:
+        os.chmod(log_dir, mode & ~0o077)
+    except OSError as e:
+        log.warning("log directory %s is mode %o (others may read the data); cannot restrict it to its "
+                    "owner: %s", log_dir, mode, e.strerror)
+        return
+    log.warning("log directory %s was mode %o: restricted to its owner (%o)", log_dir, mode, mode & ~0o077)
+
+
 def format_log_dirs(log_dirs: list[str], node_id: int, configured_cluster_id: str | None) -> str:
     """Agree on one cluster id across ``log_dirs`` (writing it where missing); return it."""
     found: dict[str, dict[str, str]] = {}
     for log_dir in log_dirs:
-        os.makedirs(log_dir, exist_ok=True)
+        os.makedirs(log_dir, mode=LOG_DIR_MODE, exist_ok=True)
+        make_private(log_dir)
         path = os.path.join(log_dir, META_PROPERTIES)
         if os.path.exists(path):
             found[log_dir] = _read(path)
