@@ -91,8 +91,8 @@ async def _connect(host, port, security, client_id="attacker"):
     return await KafkaConnection.connect(host, port, client_id=client_id, timeout_s=10, security=security)
 
 
-async def _as_admin(secure: Secure, api_key: int, body: dict):
-    connection = await _connect(secure.host, secure.broker_ports[0],
+async def _as_admin(secure: Secure, api_key: int, body: dict, port: int | None = None):
+    connection = await _connect(secure.host, port or secure.broker_ports[0],
                                 secure.sasl("admin", secure.admin_password, "PLAIN"), "admin")
     try:
         return await connection.request(api_key, body)
@@ -427,3 +427,39 @@ def test_listings_show_only_what_the_caller_may_describe(secure):
         return groups
     assert "listed-group" in run(listed(secure.sasl("client", secure.client_password)))
     assert run(listed(secure.sasl("mallory", "mallory-secret"))) == set()
+
+
+def test_no_secret_in_logs_answers_or_readable_files(secure):
+    """After every attack above: no password in any log of the cluster or in a
+    DescribeConfigs answer of any node's configs, and nothing under the cluster's
+    directory readable by other local users."""
+    import stat
+    secrets = [secure.admin_password, secure.client_password, "mallory-secret"]
+    for node in secure.cluster.layout.nodes:
+        resource = {"resource_type": 4, "resource_name": str(node.node_id), "configuration_keys": None}
+        if node.role == "broker":
+            answer = run(_as_admin(secure, ApiKey.DESCRIBE_CONFIGS, {"resources": [resource],
+                                                                    "include_synonyms": True}, node.port))
+            text = repr(answer)
+            assert not any(s in text for s in secrets)
+            jaas = [c for r in answer.results for c in r.configs if c.name == "sasl.jaas.config"]
+            assert jaas and all(c.value is None and c.is_sensitive for c in jaas)
+    def private(path: str) -> bool:     # no group/other bits on it or on a directory above it
+        while True:
+            if not os.stat(path).st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+                return True
+            if os.path.samefile(path, secure.directory):
+                return False
+            path = os.path.dirname(path)
+    assert private(secure.directory)
+    readable = []
+    for root, directories, files in os.walk(secure.directory):
+        for name in directories + files:
+            path = os.path.join(root, name)
+            if not private(path):
+                readable.append((path, oct(os.stat(path).st_mode & 0o777)))
+            if name.endswith(".log"):
+                with open(path, errors="replace") as f:
+                    text = f.read()
+                assert not any(s in text for s in secrets), path
+    assert readable == []
