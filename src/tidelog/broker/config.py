@@ -200,7 +200,13 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     # Prometheus metrics with Kafka's names (docs/observability.md); off unless metrics.port is set.
     ConfigDef("metrics.port", int, None, lambda v: 0 <= v <= 65535,
               "serve Prometheus /metrics on this port (0 picks a free one)"),
-    ConfigDef("metrics.host", str, "127.0.0.1", None, "the address /metrics listens on"),
+    ConfigDef("metrics.host", str, "127.0.0.1", None,
+              "the address /metrics (and /state) listens on; operator-only, as Kafka's JMX port"),
+    # Not Kafka's (it has no /state). The setting is a path, so the token itself is never a
+    # config value that DescribeConfigs or a log line could show.
+    ConfigDef("metrics.state.token.file", str, None, None,
+              "a file (keep it 0600) whose first line is the bearer token GET /state and /state-changes "
+              "require (Authorization: Bearer ...); unset: they are open on metrics.host"),
 ]}
 
 
