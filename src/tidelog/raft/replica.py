@@ -35,6 +35,17 @@ States, as Kafka's ``QuorumState``::
 * **Check quorum**: a leader that has not been fetched from by a majority within
   ``fetch_timeout_ms`` resigns (a partitioned old leader stops believing it leads).
 
+* **Input validation**: a request is checked before it is believed
+  (``check_request``) and a refused one changes nothing: Kafka's rules (an older
+  epoch is FENCED_LEADER_EPOCH; a sender that is not a voter, or a replica that
+  is not one, INCONSISTENT_VOTER_SET; a negative id or an impossible last epoch
+  or offset, INVALID_REQUEST), and ours for epochs (INVALID_REQUEST): none above
+  ``MAX_EPOCH``, and none that would move this replica more than
+  ``MAX_EPOCH_JUMP`` past its log's last epoch, except the very next epoch at
+  most once per election timeout.
+  Responses with an impossible epoch are dropped. A ``quorum-state`` record with
+  an impossible epoch is discarded at ``start`` (``discarded_quorum_state``).
+
 Messages are small dataclasses; the driver maps them onto Kafka's Vote,
 BeginQuorumEpoch, EndQuorumEpoch and Fetch requests. Snapshots (KIP-630) and
 dynamic voters (KIP-853) are not here yet.
@@ -46,7 +57,27 @@ import dataclasses
 import random
 from dataclasses import dataclass, field
 
+from tidelog.core.errors import ErrorCode
+
 NO_LEADER = -1
+
+INT32_MAX = 2**31 - 1
+# The largest epoch a replica ever takes. Epochs are int32 on the wire (Kafka's), and
+# a replica at epoch e asks for pre-votes and votes at e + 1: that must still encode.
+MAX_EPOCH = INT32_MAX - 1
+# How far a request (Vote, BeginQuorumEpoch) may move this replica's epoch past the
+# last epoch of its own log, the last one a leader really wrote in (every leader's
+# first entry is its LeaderChange). Each epoch past it is an election that elected no
+# leader this replica heard of; with pre-votes an election needs a majority that
+# hears no leader, so a hundred in a row does not happen. Past this window a request
+# may only bring the very next epoch (one election step), and no more often than an
+# election timeout (a candidate's own retries are that far apart). A voter that
+# really is further behind (down for a long time) learns the epoch from the answers to
+# its own pre-votes and fetches, which only the MAX_EPOCH bound applies to. So a client
+# forging voters' requests raises an epoch by at most this much per leader that is
+# then elected, or by one per election timeout: at Kafka's default timeouts, using up
+# the int32 epoch space takes more than a year of forging; before, three requests.
+MAX_EPOCH_JUMP = 100
 
 
 # ================================================================ the log
@@ -123,6 +154,7 @@ class VoteResponse:
     granted: bool
     leader_id: int = NO_LEADER
     pre_vote: bool = False
+    error: ErrorCode = ErrorCode.NONE    # why the request was refused (nothing changed then)
 
 
 @dataclass(frozen=True)
@@ -156,6 +188,7 @@ class FetchResponse:
     fenced: bool = False                          # the fetcher's epoch is newer (or not a leader here)
     snapshot_id: tuple[int, int] | None = None    # (end offset, epoch): the fetch is below the log start
     for_fetch: tuple[int, int] | None = None      # the (fetch offset, last fetched epoch) it answers
+    error: ErrorCode = ErrorCode.NONE             # an invalid request, refused (with fenced set)
 
 
 @dataclass(frozen=True)
@@ -171,6 +204,7 @@ class FetchSnapshotResponse:
     leader_id: int
     snapshot_id: tuple[int, int]
     data: bytes | None                            # None: not the leader, or the snapshot is gone
+    error: ErrorCode = ErrorCode.NONE             # an invalid request, refused
 
 
 @dataclass(frozen=True)
@@ -178,6 +212,9 @@ class Envelope:
     source: int
     destination: int
     message: object
+
+
+_REQUESTS = (VoteRequest, BeginQuorumEpoch, EndQuorumEpoch, FetchRequest, FetchSnapshotRequest)
 
 
 # ================================================================ the replica
@@ -201,6 +238,20 @@ class QuorumStateRecord:
     epoch: int
     voted_for: int
     leader_id: int
+
+
+def quorum_state_problem(record: QuorumStateRecord) -> str | None:
+    """Why ``record`` cannot be a state this quorum ever was in (None when it can): an
+    epoch no election can reach (negative, or above ``MAX_EPOCH``: a replica there could
+    never ask for a vote again), or ids below -1 (ids no longer voters are the caller's)."""
+    for name in ("epoch", "voted_for", "leader_id"):
+        if type(getattr(record, name)) is not int:
+            return f"{name} {getattr(record, name)!r} is not an integer"
+    if not 0 <= record.epoch <= MAX_EPOCH:
+        return f"epoch {record.epoch} is outside 0..{MAX_EPOCH}"
+    if record.voted_for < NO_LEADER or record.leader_id < NO_LEADER:
+        return f"votedId {record.voted_for} or leaderId {record.leader_id} is below -1"
+    return None
 
 
 @dataclass
@@ -230,6 +281,10 @@ class RaftReplica:
         self._epoch_start_offset = 0
         self._leader_since_ms = 0
         self._next_begin_epoch_ms = 0
+        self.discarded_quorum_state: str | None = None     # why start() discarded the persisted record
+        self.epoch_exhausted = False                       # at MAX_EPOCH: no election can follow
+        self.refused: dict[ErrorCode, int] = {}            # requests refused by check_request, by error
+        self._next_epoch_step_ms = 0                       # when a request may next step past the window
 
     # ------------------------------------------------------------ driver API
 
@@ -242,10 +297,30 @@ class RaftReplica:
         return len(self.voters) // 2 + 1
 
     def start(self, now_ms: int, persisted: QuorumStateRecord | None = None) -> None:
+        """Begin from the persisted ``quorum-state`` (None: there is none). A record no
+        election can have written (``quorum_state_problem``: an epoch above
+        ``MAX_EPOCH``, say, left by a forged request before epochs were checked) is
+        discarded, the reason kept in ``discarded_quorum_state`` for the driver to
+        report, and the replica starts as Kafka's does without the file: unattached
+        in the log's last epoch, with no vote; the new record is persisted at once."""
         self.high_watermark = max(self.high_watermark, self.log.log_start_offset)   # a snapshot is committed
         if persisted is not None:
+            self.discarded_quorum_state = quorum_state_problem(persisted)
+            if self.discarded_quorum_state is not None:
+                persisted = None
+                self.quorum_state_changed = True
+        if persisted is not None:
             self.epoch, self.voted_for, self.leader_id = persisted.epoch, persisted.voted_for, persisted.leader_id
+            if self.leader_id not in self.voters:
+                self.leader_id = NO_LEADER          # not a voter (any more): nothing to follow
             self.state = VOTED if self.voted_for != NO_LEADER else UNATTACHED
+        log_epoch = min(self.log.last_epoch, MAX_EPOCH)
+        if self.epoch < log_epoch:
+            # Kafka's rule: never resume an epoch older than the log's last (no file, or
+            # a discarded one): a vote may have been cast in any epoch up to it.
+            self.epoch, self.voted_for, self.leader_id, self.state = log_epoch, NO_LEADER, NO_LEADER, UNATTACHED
+            self.quorum_state_changed = True
+        if persisted is not None and self.epoch == persisted.epoch:
             if self.leader_id == self.node_id:
                 self.leader_id, self.state = NO_LEADER, UNATTACHED   # a restarted leader starts over
             elif self.leader_id != NO_LEADER:
@@ -292,7 +367,9 @@ class RaftReplica:
 
     def quorum_state(self) -> QuorumStateRecord:
         self.quorum_state_changed = False
-        return QuorumStateRecord(self.epoch, self.voted_for, self.leader_id)
+        record = QuorumStateRecord(self.epoch, self.voted_for, self.leader_id)
+        assert quorum_state_problem(record) is None, f"an impossible quorum state: {record}"
+        return record
 
     def append(self, payloads: list) -> int | None:
         """The leader appends (a controller's records); the offset of the first, or None
@@ -346,9 +423,107 @@ class RaftReplica:
 
     # ------------------------------------------------------------ messages
 
-    def on_message(self, source: int, message, now_ms: int) -> None:
+    def on_message(self, source: int, message, now_ms: int) -> ErrorCode:
+        """Feed one message from ``source``. A request is checked first
+        (``check_request``): a refused one changes nothing, is answered (Vote, Fetch,
+        FetchSnapshot) with the error, and the error is returned. A response that
+        cannot be true (an epoch above ``MAX_EPOCH``, an error answer) is dropped."""
+        if isinstance(message, _REQUESTS):
+            error = self.check_request(source, message, now_ms)
+            if error != ErrorCode.NONE:
+                self.refused[error] = self.refused.get(error, 0) + 1
+                self._refuse(source, message, error)
+                return error
+            if isinstance(message, (VoteRequest, BeginQuorumEpoch)) and not getattr(message, "pre_vote", False) \
+                    and message.epoch > max(self.epoch, self.log.last_epoch + MAX_EPOCH_JUMP):
+                self._next_epoch_step_ms = now_ms + self.config.election_timeout_ms   # a step past the window
+        else:
+            message = self._believable_response(source, message)
+            if message is None:
+                return ErrorCode.NONE
         handler = getattr(self, "_on_" + type(message).__name__)
         handler(source, message, now_ms)
+        return ErrorCode.NONE
+
+    def epoch_ceiling(self, now_ms: int | None = None) -> int:
+        """The largest epoch a request may bring this replica to (``MAX_EPOCH_JUMP``):
+        the log's last epoch + the jump, or the next epoch — at ``now_ms``, unless a
+        request already took a step past the window within an election timeout
+        (``now_ms`` None: a pre-vote, which moves nothing)."""
+        step = 1 if now_ms is None or now_ms >= self._next_epoch_step_ms else 0
+        return min(MAX_EPOCH, max(self.log.last_epoch + MAX_EPOCH_JUMP, self.epoch + step))
+
+    def check_request(self, source: int, message, now_ms: int | None = None) -> ErrorCode:
+        """Kafka's validation of a Raft request (``KafkaRaftClient``), and this
+        replica's epoch bounds; ``ErrorCode.NONE`` when the request may be handled.
+
+        Vote, BeginQuorumEpoch and EndQuorumEpoch are between voters only: an epoch
+        older than ours is FENCED_LEADER_EPOCH; a negative sender id, a sender that is
+        not who the request names, or this replica itself as the sender is
+        INVALID_REQUEST; a sender outside the voter set (or this replica being an
+        observer) is INCONSISTENT_VOTER_SET; an epoch above ``epoch_ceiling()`` (so
+        never one that cannot be encoded or incremented) is INVALID_REQUEST, and so
+        is a BeginQuorumEpoch naming another leader of the epoch whose leader we know.
+        A Vote also needs a last epoch and offset that can be true (Kafka's rule:
+        not negative; the last epoch below the candidate's epoch, or at most equal
+        for a pre-vote). A Fetch or FetchSnapshot needs an epoch in range, a
+        fetcher other than this replica, and for a Fetch a fetch offset >= 0 and a
+        last fetched epoch within -1 (nothing fetched yet) .. its epoch."""
+        invalid = ErrorCode.INVALID_REQUEST
+        if isinstance(message, (FetchRequest, FetchSnapshotRequest)):
+            if not -1 <= message.epoch <= MAX_EPOCH or message.replica_id < 0 or message.replica_id == self.node_id \
+                    or source != message.replica_id:
+                return invalid
+            if isinstance(message, FetchRequest):
+                if message.fetch_offset < 0 or message.last_fetched_epoch < -1 or \
+                        (message.epoch >= 0 and message.last_fetched_epoch > message.epoch):
+                    return invalid
+            elif min(message.snapshot_id) < 0:
+                return invalid
+            return ErrorCode.NONE
+        if isinstance(message, VoteRequest):
+            sender = message.candidate_id
+            if message.end_offset < 0 or message.last_epoch < 0 or message.last_epoch > message.epoch or \
+                    (not message.pre_vote and message.last_epoch == message.epoch):
+                return invalid
+        else:
+            sender = message.leader_id
+        if not 0 <= message.epoch <= MAX_EPOCH:
+            return invalid
+        if message.epoch < self.epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if sender < 0 or sender != source or sender == self.node_id:
+            return invalid
+        if not self.is_voter or sender not in self.voters:
+            return ErrorCode.INCONSISTENT_VOTER_SET
+        if message.epoch > self.epoch_ceiling(None if getattr(message, "pre_vote", False) else now_ms):
+            return invalid
+        if isinstance(message, BeginQuorumEpoch) and message.epoch == self.epoch and \
+                self.leader_id not in (NO_LEADER, message.leader_id):
+            return invalid            # a second leader of an epoch whose leader we know cannot be
+        return ErrorCode.NONE
+
+    def _refuse(self, source: int, message, error: ErrorCode) -> None:
+        if isinstance(message, VoteRequest):
+            self._send(source, VoteResponse(self.epoch, False, self.leader_id, pre_vote=message.pre_vote, error=error))
+        elif isinstance(message, FetchRequest):
+            self._send(source, FetchResponse(self.epoch, self.leader_id, fenced=True, error=error,
+                                             for_fetch=(message.fetch_offset, message.last_fetched_epoch)))
+        elif isinstance(message, FetchSnapshotRequest):
+            self._send(source, FetchSnapshotResponse(self.epoch, self.leader_id, message.snapshot_id, None, error))
+
+    def _believable_response(self, source: int, response):
+        """``response``, with a leader that is not another voter forgotten; or None (drop
+        it) when its epoch is impossible or it is an error other than an older epoch."""
+        if not 0 <= response.epoch <= MAX_EPOCH or \
+                response.error not in (ErrorCode.NONE, ErrorCode.FENCED_LEADER_EPOCH):
+            return None
+        if response.leader_id != NO_LEADER and (response.leader_id not in self.voters
+                                                or response.leader_id == self.node_id):
+            if isinstance(response, FetchResponse) and response.epoch > self.epoch:
+                return None       # a newer epoch with a leader that cannot be: nothing to follow
+            response = dataclasses.replace(response, leader_id=NO_LEADER)
+        return response
 
     def _on_VoteRequest(self, source: int, request: VoteRequest, now_ms: int) -> None:
         up_to_date = (request.last_epoch, request.end_offset) >= (self.log.last_epoch, self.log.end_offset)
@@ -506,7 +681,18 @@ class RaftReplica:
         self.quorum_state_changed = True
         self._arm_election(now_ms)
 
+    def _epoch_space_left(self, now_ms: int) -> bool:
+        """False at ``MAX_EPOCH``: no election can be held (its epoch would not encode)."""
+        if self.epoch < MAX_EPOCH:
+            return True
+        self.epoch_exhausted = True
+        self.state, self.leader_id = (VOTED if self.voted_for != NO_LEADER else UNATTACHED), NO_LEADER
+        self._arm_election(now_ms)
+        return False
+
     def _start_pre_vote(self, now_ms: int) -> None:
+        if not self._epoch_space_left(now_ms):
+            return
         self.state, self.leader_id = PROSPECTIVE, NO_LEADER
         self._votes = {self.node_id}
         self._arm_election(now_ms)
@@ -519,6 +705,8 @@ class RaftReplica:
                                               self.log.end_offset, pre_vote=True))
 
     def _become_candidate(self, now_ms: int) -> None:
+        if not self._epoch_space_left(now_ms):
+            return
         self.epoch += 1
         self.state, self.voted_for, self.leader_id = CANDIDATE, self.node_id, NO_LEADER
         self.quorum_state_changed = True

@@ -23,6 +23,14 @@ Theory of operation. ``RaftDriver`` is the thin asyncio layer around the sans-I/
 Brokers are observers that never vote: they fetch the *committed* metadata log
 from the active controller through the controller's own Fetch handler
 (``controller_server``), so they never need to truncate.
+
+Input validation (docs/raft.md, "Input validation"): before a request reaches the
+replica, a cluster id other than this cluster's (absent included) is refused with
+INCONSISTENT_CLUSTER_ID and anything but the one partition ``__cluster_metadata-0``
+with INVALID_REQUEST, both top-level as Kafka's ``KafkaRaftClient`` does; the
+replica's own checks (``RaftReplica.check_request``: voters only, epochs in bounds)
+answer the partition's error. A refused request changes nothing and writes nothing.
+A ``quorum-state`` file the replica cannot have written is reported and replaced.
 """
 
 from __future__ import annotations
@@ -94,13 +102,32 @@ class RaftDriver:
     # ------------------------------------------------------------------ life
 
     def start(self) -> None:
-        persisted = self.state_file.read()
-        record = None
-        if persisted is not None:
-            record = QuorumStateRecord(int(persisted["leaderEpoch"]), int(persisted["votedId"]),
-                                       int(persisted["leaderId"]))
-        self._step(lambda now: self.replica.start(now, record))
+        record, problem = self._read_quorum_state()
+
+        def start(now: int) -> None:
+            self.replica.start(now, record)
+            if problem is not None:
+                self.replica.quorum_state_changed = True      # replace the unreadable record now
+        self._step(start)
+        problem = problem or self.replica.discarded_quorum_state
+        if problem is not None:
+            log.error("quorum: %s cannot be a state this quorum was in (%s): discarded; node %d starts "
+                      "unattached in epoch %d (its log's last), with no vote, as with no file",
+                      self.state_file.path, problem, self.node_id, self.replica.epoch)
         self._timer = asyncio.get_running_loop().create_task(self._timer_loop())
+
+    def _read_quorum_state(self) -> tuple[QuorumStateRecord | None, str | None]:
+        """The persisted record, or (None, why) when its fields are not integers at all."""
+        persisted = self.state_file.read()
+        if persisted is None:
+            return None, None
+        try:
+            fields = [persisted[name] for name in ("leaderEpoch", "votedId", "leaderId")]
+        except (KeyError, TypeError):
+            return None, "a field is missing"
+        if any(type(value) is not int for value in fields):
+            return None, f"leaderEpoch, votedId, leaderId {fields} are not all integers"
+        return QuorumStateRecord(*fields), None      # its values are the replica's to judge
 
     def close(self) -> None:
         if self._timer is not None:
@@ -165,6 +192,9 @@ class RaftDriver:
         if now_state[:3] != self._last[:3]:
             log.info("quorum: node %d is %s in epoch %d (leader %d)", self.node_id, replica.state,
                      replica.epoch, replica.leader_id)
+            if replica.epoch_exhausted:
+                log.error("quorum: node %d is at epoch %d, the last an election can use: it cannot "
+                          "start another", self.node_id, replica.epoch)
         if now_state != self._last:
             self._last = now_state
             self.on_change()
@@ -293,37 +323,75 @@ class RaftDriver:
 
     # ------------------------------------------------------------ incoming
 
+    def _refusal(self, request, topic_field: str, index_field: str) -> ErrorCode:
+        """Kafka's top-level checks of a quorum request, before anything is believed:
+        the cluster id must be this cluster's (a request without one is refused too:
+        every voter sends it), and the request must be about ``__cluster_metadata-0``
+        alone (one topic, one partition)."""
+        if getattr(request, "cluster_id", None) != self.cluster_id:
+            return ErrorCode.INCONSISTENT_CLUSTER_ID
+        topics = request.topics
+        if len(topics) != 1 or len(topics[0].partitions) != 1 or \
+                getattr(topics[0], topic_field, None) not in (METADATA_TOPIC, None) or \
+                int(getattr(topics[0].partitions[0], index_field)) != 0:
+            return ErrorCode.INVALID_REQUEST
+        return ErrorCode.NONE
+
+    def _log_refusal(self, api: str, error: ErrorCode, detail: str) -> None:
+        log.debug("quorum: node %d refused %s (%s): %s", self.node_id, api, error.name, detail)
+
     def handle_vote(self, header, request):
+        refusal = self._refusal(request, "topic_name", "partition_index")
+        if refusal != ErrorCode.NONE:
+            self._log_refusal("Vote", refusal, f"cluster id {request.cluster_id!r}")
+            return {"error_code": int(refusal), "topics": [], "node_endpoints": []}
         p = request.topics[0].partitions[0]
         pre_vote = bool(getattr(p, "pre_vote", False))
         epoch = p.replica_epoch if hasattr(p, "replica_epoch") else p.candidate_epoch    # v2 renamed them
         candidate = p.replica_id if hasattr(p, "replica_id") else p.candidate_id
         message = VoteRequest(int(epoch), int(candidate), int(p.last_offset_epoch), int(p.last_offset),
                               pre_vote=pre_vote)
-        answer = self._step(lambda now: self.replica.on_message(message.candidate_id, message, now),
-                            message.candidate_id, VoteResponse)
+        voter_id = int(getattr(request, "voter_id", -1))
+        if voter_id >= 0 and voter_id != self.node_id:
+            # Meant for another voter (Kafka answers INVALID_VOTER_KEY, a code this
+            # server does not know; INVALID_REQUEST is the nearest).
+            answer = VoteResponse(self.replica.epoch, False, self.replica.leader_id, pre_vote=pre_vote,
+                                  error=ErrorCode.INVALID_REQUEST)
+        else:
+            answer = self._step(lambda now: self.replica.on_message(message.candidate_id, message, now),
+                                message.candidate_id, VoteResponse)
         if answer is None:
             answer = VoteResponse(self.replica.epoch, False, self.replica.leader_id)
+        if answer.error != ErrorCode.NONE:
+            self._log_refusal("Vote", answer.error, str(message))
         return {"error_code": 0, "topics": [{"topic_name": METADATA_TOPIC, "partitions": [{
-            "partition_index": 0, "error_code": 0, "leader_id": answer.leader_id,
+            "partition_index": 0, "error_code": int(answer.error), "leader_id": answer.leader_id,
             "leader_epoch": answer.epoch, "vote_granted": answer.granted}]}], "node_endpoints": []}
 
-    def _quorum_epoch_answer(self) -> dict:
+    def _quorum_epoch_answer(self, error: ErrorCode = ErrorCode.NONE) -> dict:
         return {"error_code": 0, "topics": [{"topic_name": METADATA_TOPIC, "partitions": [{
-            "partition_index": 0, "error_code": 0, "leader_id": self.replica.leader_id,
+            "partition_index": 0, "error_code": int(error), "leader_id": self.replica.leader_id,
             "leader_epoch": self.replica.epoch}]}], "node_endpoints": []}
 
-    def handle_begin_quorum_epoch(self, header, request):
+    def _handle_quorum_epoch(self, request, message_type) -> dict:
+        refusal = self._refusal(request, "topic_name", "partition_index")
+        if refusal != ErrorCode.NONE:
+            self._log_refusal(message_type.__name__, refusal, f"cluster id {request.cluster_id!r}")
+            return {"error_code": int(refusal), "topics": [], "node_endpoints": []}
         p = request.topics[0].partitions[0]
-        message = BeginQuorumEpoch(int(p.leader_epoch), int(p.leader_id))
-        self._step(lambda now: self.replica.on_message(message.leader_id, message, now))
-        return self._quorum_epoch_answer()
+        message = message_type(int(p.leader_epoch), int(p.leader_id))
+        errors = []
+        self._step(lambda now: errors.append(self.replica.on_message(message.leader_id, message, now)))
+        error = errors[0] if errors else ErrorCode.NONE
+        if error != ErrorCode.NONE:
+            self._log_refusal(message_type.__name__, error, str(message))
+        return self._quorum_epoch_answer(error)
+
+    def handle_begin_quorum_epoch(self, header, request):
+        return self._handle_quorum_epoch(request, BeginQuorumEpoch)
 
     def handle_end_quorum_epoch(self, header, request):
-        p = request.topics[0].partitions[0]
-        message = EndQuorumEpoch(int(p.leader_epoch), int(p.leader_id))
-        self._step(lambda now: self.replica.on_message(message.leader_id, message, now))
-        return self._quorum_epoch_answer()
+        return self._handle_quorum_epoch(request, EndQuorumEpoch)
 
     def is_voter_fetch(self, request) -> bool:
         replica_id = int(getattr(getattr(request, "replica_state", None), "replica_id", -1))
@@ -335,6 +403,12 @@ class RaftDriver:
         """A voter's Fetch: answered at once, or held while there is nothing new."""
         replica_id = int(request.replica_state.replica_id) if getattr(request, "replica_state", None) \
             else int(request.replica_id)
+        refusal = self._refusal(request, "topic", "partition")
+        if refusal == ErrorCode.NONE and millis(request.max_wait) < 0:
+            refusal = ErrorCode.INVALID_REQUEST
+        if refusal != ErrorCode.NONE:
+            self._log_refusal("Fetch", refusal, f"from replica {replica_id}")
+            return {"throttle_time": 0, "error_code": int(refusal), "session_id": 0, "responses": []}
         p = request.topics[0].partitions[0]
         message = FetchRequest(int(p.current_leader_epoch), replica_id, int(p.fetch_offset),
                                int(p.last_fetched_epoch))
@@ -379,7 +453,10 @@ class RaftDriver:
                  "current_leader": {"leader_id": answer.leader_id, "leader_epoch": answer.epoch},
                  "snapshot_id": {"end_offset": -1, "epoch": -1},
                  "aborted_transactions": None, "preferred_read_replica": -1, "records": b""}
-        if answer.fenced:
+        if answer.error != ErrorCode.NONE:
+            entry["error_code"] = int(answer.error)
+            entry["current_leader"] = {"leader_id": self.replica.leader_id, "leader_epoch": self.replica.epoch}
+        elif answer.fenced:
             entry["error_code"] = int(ErrorCode.NOT_LEADER_OR_FOLLOWER if self.replica.leader_id != self.node_id
                                       else ErrorCode.FENCED_LEADER_EPOCH)
             entry["current_leader"] = {"leader_id": self.replica.leader_id, "leader_epoch": self.replica.epoch}
@@ -421,19 +498,31 @@ class RaftDriver:
     def handle_fetch_snapshot(self, header, request, observer_data=None):
         """A voter's FetchSnapshot goes through the replica (leader and epoch checks);
         ``observer_data`` is the snapshot a broker asked for, already looked up."""
+        voter = observer_data is None and int(request.replica_id) in self.addresses
+        refusal = self._refusal(request, "name", "partition") if voter else ErrorCode.NONE
+        if refusal != ErrorCode.NONE:
+            self._log_refusal("FetchSnapshot", refusal, f"from replica {request.replica_id}")
+            return {"throttle_time": 0, "error_code": int(refusal), "topics": []}
         p = request.topics[0].partitions[0]
         snapshot_id = (int(p.snapshot_id.end_offset), int(p.snapshot_id.epoch))
-        if observer_data is None and int(request.replica_id) in self.addresses:
+        error = ErrorCode.NONE
+        if voter:
             message = FetchSnapshotRequest(int(p.current_leader_epoch), int(request.replica_id), snapshot_id)
             answer = self._step(lambda now: self.replica.on_message(message.replica_id, message, now),
                                 message.replica_id, FetchSnapshotResponse)
             data = answer.data if answer is not None else None
+            error = answer.error if answer is not None else ErrorCode.NONE
         else:
             data = observer_data
         entry = {"index": 0, "error_code": 0, "snapshot_id": {"end_offset": snapshot_id[0], "epoch": snapshot_id[1]},
                  "current_leader": {"leader_id": self.replica.leader_id, "leader_epoch": self.replica.epoch},
                  "size": 0, "position": int(p.position), "unaligned_records": b""}
-        if data is None:
+        if error != ErrorCode.NONE:
+            self._log_refusal("FetchSnapshot", error, f"from replica {request.replica_id}")
+            entry["error_code"] = int(error)
+        elif data is not None and not 0 <= int(p.position) <= len(data):
+            entry["error_code"] = int(ErrorCode.POSITION_OUT_OF_RANGE)      # Kafka's answer
+        elif data is None:
             entry["error_code"] = int(ErrorCode.NOT_LEADER_OR_FOLLOWER if self.replica.leader_id != self.node_id
                                       else ErrorCode.SNAPSHOT_NOT_FOUND)
         else:
