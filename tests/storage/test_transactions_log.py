@@ -53,6 +53,27 @@ def test_the_lso_never_passes_the_high_watermark(log):
     assert log.last_stable_offset == 1
 
 
+def test_a_completed_transaction_stays_unstable_until_its_marker_is_replicated(log):
+    """Kafka's unreplicated transactions: a COMMIT marker written but not yet below the
+    high watermark keeps the LSO at the transaction's first offset, so read_committed
+    never sees records that a leader change could still make uncommitted."""
+    log.append_as_leader(plain("a"), 0)                                 # 0
+    log.append_as_leader(txn(0, "t0", "t1"), 0)                         # 1-2
+    log.append_as_leader(marker(True), 0, from_coordinator=True)        # 3: COMMIT
+    log.append_as_leader(plain("b"), 0)                                 # 4
+    log.update_high_watermark(3)                                        # the marker not yet replicated
+    assert log.last_stable_offset == 1
+    log.update_high_watermark(4)                                        # now it is
+    assert log.last_stable_offset == 4
+    # The same for an ABORT, with the high watermark moved by the leader's rule.
+    log.append_as_leader(txn(2, "u"), 0)                                # 5
+    log.append_as_leader(marker(False), 0, from_coordinator=True)       # 6: ABORT
+    log.maybe_increment_high_watermark(6)
+    assert log.last_stable_offset == 5
+    log.maybe_increment_high_watermark(7)
+    assert log.last_stable_offset == 7
+
+
 def test_an_aborted_transaction_is_indexed_with_its_range(log):
     log.append_as_leader(txn(0, "a0", "a1"), 0)                              # 0-1 producer 7
     log.append_as_leader(txn(0, "b0", producer_id=8), 0)                     # 2   producer 8

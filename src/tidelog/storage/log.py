@@ -490,6 +490,7 @@ class Log:
                     elif is_idempotent(header):
                         state.update(header, header.base_offset)
             except CorruptRecordError as e:   # reads report it; the state stops where the damage starts
+        state.on_high_watermark_updated(self._high_watermark)
                 logger.warning("%s: producer state stops at damaged batch: %s", self.topic_partition, e)
                 break
         state.truncate_head(self._log_start_offset)
@@ -766,6 +767,7 @@ class Log:
 
     # -- offsets moved by replication ---------------------------------------------------
 
+        self._producer_state.on_high_watermark_updated(self._high_watermark)
     def update_high_watermark(self, offset: int) -> int:
         """Set the HW, clamped to ``[log_start_offset, log_end_offset]``; returns it."""
         self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
@@ -775,6 +777,7 @@ class Log:
     def maybe_increment_high_watermark(self, offset: int) -> bool:
         """Raise the HW to ``offset`` if that is higher (a leader's HW never goes back)."""
         assert offset <= self._log_end_offset, f"HW {offset} above the log end offset {self._log_end_offset}"
+        self._producer_state.on_high_watermark_updated(offset)
         if offset <= self._high_watermark:
             return False
         self._high_watermark = offset

@@ -141,10 +141,23 @@ class ProducerStateManager:
     def __init__(self):
         self.producers: dict[int, ProducerEntry] = {}
         self.ongoing: dict[int, int] = {}      # producer id → first offset of its open transaction
+        # Transactions whose marker is written but not yet below the high watermark: first
+        # offset → the marker's offset (Kafka's unreplicatedTxns). They stay unstable until
+        # the marker is replicated, so a read_committed reader never sees a transaction a
+        # leader change could still undo (ReplicaManagerTest testReadCommittedFetchLimitedAtLSO).
+        self.unreplicated: dict[int, int] = {}
 
     def first_unstable_offset(self) -> int | None:
-        """The first offset of the oldest open transaction, or None."""
-        return min(self.ongoing.values()) if self.ongoing else None
+        """The first offset of the oldest transaction still open or not yet replicated, or None."""
+        if not self.ongoing and not self.unreplicated:
+            return None
+        return min([*self.ongoing.values(), *self.unreplicated])
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Forget the completed transactions whose marker is now below the high watermark."""
+        if self.unreplicated:
+            self.unreplicated = {first: marker for first, marker in self.unreplicated.items()
+                                 if marker >= high_watermark}
 
     def check_marker(self, header, coordinator_epoch: int, partition: str = "") -> None:
         """A leader's validation of a transaction marker from the coordinator; raises."""
@@ -175,9 +188,12 @@ class ProducerStateManager:
             return None
         entry.current_txn_first_offset = -1
         del self.ongoing[header.producer_id]
+        self.unreplicated[first] = offset
         if control_type != CONTROL_ABORT:
             return None
-        unstable = self.first_unstable_offset()
+        # The aborted-transaction index's stable offset counts the other open transactions
+        # only (Kafka's lastStableOffset(completedTxn)).
+        unstable = min(self.ongoing.values()) if self.ongoing else None
         return AbortedTxn(header.producer_id, first, offset, offset + 1 if unstable is None else unstable)
 
     def find_duplicate(self, header) -> BatchMetadata | None:
@@ -271,6 +287,7 @@ class ProducerStateManager:
     def clear(self) -> None:
         self.producers.clear()
         self.ongoing.clear()
+        self.unreplicated.clear()
 
     # ------------------------------------------------------------- snapshots
 
