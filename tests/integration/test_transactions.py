@@ -333,3 +333,34 @@ def test_transactional_batches_without_a_transactional_id_are_refused(cluster):
     # Nothing was appended, and no open transaction holds read_committed readers below the plain record.
     assert _read(cluster.bootstrap, "txn-no-id", 1, "read_committed", expected=1) == [b"plain"]
     assert _read(cluster.bootstrap, "txn-no-id", 1, "read_uncommitted", expected=1) == [b"plain"]
+
+
+def test_a_fenced_producers_produce_is_answered_invalid_producer_epoch_and_is_fatal(cluster):
+    """Kafka answers a fenced transactional producer's Produce INVALID_PRODUCER_EPOCH (the
+    coordinator's PRODUCER_FENCED from the KIP-890 verification is mapped so, and the
+    partition's own epoch check raises the same). librdkafka takes 47 on a transactional
+    Produce for "fenced by a newer instance", a fatal error; PRODUCER_FENCED there would be
+    only abortable, and the zombie could go on."""
+    from confluent_kafka import KafkaError
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("txn-fenced-produce", 1, 3)])["txn-fenced-produce"].result(15)
+    config = {"bootstrap.servers": cluster.bootstrap, "transactional.id": "fenced-produce"}
+    first = Producer(config)
+    first.init_transactions(30)
+    first.begin_transaction()
+    first.produce("txn-fenced-produce", b"before", partition=0)
+    first.flush(30)
+    second = Producer(config)
+    second.init_transactions(30)                    # bumps the epoch, aborts the first's transaction
+    first.produce("txn-fenced-produce", b"zombie", partition=0)
+    # The delivery failure is fatal at once; flush raises it (a delivery callback would see
+    # INVALID_PRODUCER_EPOCH, but confluent-kafka calls it with the fatal error pending).
+    with pytest.raises(KafkaException) as flushed:
+        first.flush(30)
+    error = flushed.value.args[0]
+    assert error.fatal() and error.code() == KafkaError._FENCED, error
+    assert "Producer attempted an operation with an old epoch" in error.str(), error   # 47's text
+    with pytest.raises(KafkaException) as committed:
+        first.commit_transaction(30)
+    assert committed.value.args[0].fatal(), committed.value.args[0]
+    assert _read(cluster.bootstrap, "txn-fenced-produce", 1, "read_committed") == []

@@ -31,6 +31,7 @@ from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
 from tidelog.replication.fetcher import OffsetsForLeaderEpochPartition
 from tidelog.replication.partition import Isolation
 from tidelog.replication.replica_manager import DEBUGGING_REPLICA_ID
+from tidelog.txn.shard import produce_error
 
 log = logging.getLogger("tidelog.apis")
 
@@ -230,7 +231,7 @@ class KafkaApis:
         for tp, error in answer.items():
             if error != ErrorCode.NONE:
                 entries.pop(tp, None)
-                errors[tp] = error
+                errors[tp] = produce_error(error)
 
     # ------------------------------------------------------------------ fetch
 

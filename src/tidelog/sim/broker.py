@@ -77,6 +77,7 @@ from tidelog.replication.fetcher import (
 )
 from tidelog.replication.partition import Isolation, Partition
 from tidelog.server.group_apis import GroupApis
+from tidelog.txn.shard import produce_error
 from tidelog.raft.memory_log import MemoryMetadataLog
 from tidelog.sim.controller import ControllerChannel
 from tidelog.sim.disk import SimDisk
@@ -398,7 +399,7 @@ class SimBroker(NetworkNode):
             if error == ErrorCode.NONE:
                 append()
             else:
-                on_done({tp: {"error_code": int(error), "base_offset": -1, "log_append_time": -1,
+                on_done({tp: {"error_code": int(produce_error(error)), "base_offset": -1, "log_append_time": -1,
                               "log_start_offset": -1, "error_message": None}})
                 self._carry_out(node, [])
         self._verify(body["transactional_id"], *producer, tp, verified)

@@ -58,6 +58,15 @@ PRODUCER_EPOCH_MAX = 0x7FFF - 1        # Kafka's Short.MaxValue - 1: then a new 
 MARKER_RETRY_BACKOFF_MS = 200
 
 _PREPARE_STATES = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+
+def produce_error(verification_error: ErrorCode) -> ErrorCode:
+    """What a Produce answers for a partition the KIP-890 verification (``verify``) refused:
+    the coordinator's verdict, except that a fenced producer (PRODUCER_FENCED) is told
+    INVALID_PRODUCER_EPOCH, as Kafka's partition leaders answer — the partition's own epoch
+    check gives the same, and clients (librdkafka) take 47 on a transactional Produce for
+    "fenced by a newer instance", a fatal error, where PRODUCER_FENCED is only abortable."""
+    return ErrorCode.INVALID_PRODUCER_EPOCH if verification_error == ErrorCode.PRODUCER_FENCED else verification_error
 # Append errors after which the record is in the leader's log and may still commit:
 # the delayed produce expired, or the ISR shrank below min.insync.replicas after the append.
 _OUTCOME_UNKNOWN = {ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
