@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test setup bench clean kcat browser sim-long chaos-long
+.PHONY: run test setup bench clean kcat browser sim-long chaos-long java-interop
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +31,24 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null; \
 	  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; fi; }
 
+# Kafka's own Java client and tools for tests/interop/ (interop/java/pom.xml pins them):
+# resolved from Maven Central into the local Maven cache the first time (offline after
+# that), the driver compiled, the class path written to target/classpath.txt. Without
+# java or mvn the Java interop tests skip and say so.
+JAVA_INTEROP := interop/java
+JAVA_BUILT   := $(JAVA_INTEROP)/target/classpath.txt
+JAVA_SOURCES := $(JAVA_INTEROP)/pom.xml $(shell find $(JAVA_INTEROP)/src -name '*.java' 2>/dev/null)
+MVN_GOALS    := -q -B compile dependency:build-classpath -Dmdep.outputFile=target/classpath.txt
+
+java-interop: $(JAVA_BUILT)
+
+$(JAVA_BUILT): $(JAVA_SOURCES)
+	@if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then \
+	  cd $(JAVA_INTEROP) && { mvn -o $(MVN_GOALS) >/dev/null 2>&1 || mvn $(MVN_GOALS); } && touch target/classpath.txt; \
+	else echo "java or mvn not found: the Java interop tests (tests/interop/) will be skipped"; fi
+
 # Sets everything up and runs the whole test suite.
-test: $(STAMP) kcat browser
+test: $(STAMP) kcat browser java-interop
 	$(PY) -m pytest -q
 
 # The deterministic simulator over thousands of seeds (beyond the 50 that `make test`

@@ -430,7 +430,8 @@ class AdminApis:
         by_user: dict[str, list] = {}
         for (name, mechanism), credential in self.broker.image.scram_credentials.items():
             by_user.setdefault(name, []).append({"mechanism": mechanism, "iterations": credential.iterations})
-        names = sorted(by_user) if request.users is None else [u.name for u in request.users]
+        # Kafka's ScramImage.describe: a null or an empty list of users asks for every user.
+        names = sorted(by_user) if not request.users else [u.name for u in request.users]
         results, seen = [], set()
         for name in names:
             if name in seen:
