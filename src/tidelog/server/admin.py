@@ -43,6 +43,7 @@ TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 _CONFIG_SOURCES = {"DYNAMIC_TOPIC_CONFIG": 1, "DYNAMIC_BROKER_CONFIG": 2,
                    "DYNAMIC_DEFAULT_BROKER_CONFIG": 3, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
 UNKNOWN_CONFIG_TYPE, PASSWORD_CONFIG_TYPE = 0, 9          # DescribeConfigs v3+ config_type
+NO_AUTHORIZER = "No Authorizer is configured."            # Kafka's message with SECURITY_DISABLED
 
 
 class NodeConfig(Protocol):
@@ -322,6 +323,20 @@ class AdminApis:
 
     # ----------------------------------------------------------------- ACLs
 
+    def acls_disabled(self) -> bool:
+        """No authorizer on this node (``authorizer.class.name`` unset): as Kafka's AclApis,
+        CreateAcls / DescribeAcls / DeleteAcls answer SECURITY_DISABLED and nothing is
+        stored — ACLs nobody enforces would only look like protection. Decided by the
+        node that receives the request (a broker without an authorizer answers without
+        forwarding; the controller by its own settings)."""
+        if self.authorizer is not None:
+            return False
+        try:
+            name = self.broker.config["authorizer.class.name"]
+        except KeyError:
+            return True
+        return not (name or "").strip()
+
     def _may_alter_cluster(self) -> bool:
         return self.authorizer is None or self.authorizer.allowed(AclOperation.ALTER, ResourceType.CLUSTER,
                                                                   CLUSTER_NAME)
@@ -373,6 +388,10 @@ class AdminApis:
         return later()
 
     def handle_create_acls(self, header, request):
+        if self.acls_disabled():
+            return {"throttle_time": 0, "results": [
+                {"error_code": int(ErrorCode.SECURITY_DISABLED), "error_message": NO_AUTHORIZER}
+                for _ in request.creations]}
         if not self._may_alter_cluster():
             return {"throttle_time": 0, "results": [
                 {"error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "error_message": "Authorization failed."}
@@ -385,6 +404,10 @@ class AdminApis:
                                                 for r in results]}
 
     def handle_delete_acls(self, header, request):
+        if self.acls_disabled():
+            return {"throttle_time": 0, "filter_results": [
+                {"error_code": int(ErrorCode.SECURITY_DISABLED), "error_message": NO_AUTHORIZER, "matching_acls": []}
+                for _ in request.filters]}
         if not self._may_alter_cluster():
             return {"throttle_time": 0, "filter_results": [
                 {"error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), "error_message": "Authorization failed.",
@@ -402,6 +425,9 @@ class AdminApis:
 
     def handle_describe_acls(self, header, request):
         """From this node's metadata image (DESCRIBE on the cluster, checked by the gate)."""
+        if self.acls_disabled():
+            return {"throttle_time": 0, "error_code": int(ErrorCode.SECURITY_DISABLED),
+                    "error_message": NO_AUTHORIZER, "resources": []}
         matching = [a for a in self.broker.image.acls.values() if matches_filter(
             a, int(request.resource_type_filter), request.resource_name_filter, int(request.pattern_type_filter),
             request.principal_filter, request.host_filter, int(request.operation), int(request.permission_type))]
@@ -497,12 +523,12 @@ class ForwardingAdminApis(AdminApis):
         return self._forward(header, request)
 
     def handle_create_acls(self, header, request):
-        if not self._may_alter_cluster():
+        if self.acls_disabled() or not self._may_alter_cluster():   # answered here, not forwarded
             return super().handle_create_acls(header, request)
         return self._forward_acls(header, request)
 
     def handle_delete_acls(self, header, request):
-        if not self._may_alter_cluster():
+        if self.acls_disabled() or not self._may_alter_cluster():
             return super().handle_delete_acls(header, request)
         return self._forward_acls(header, request)
 
