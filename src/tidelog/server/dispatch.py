@@ -13,8 +13,9 @@ an API is the handler's declared range intersected with what kio can encode.
   so the client can learn what we support. Such requests cost no authentication,
   so each listener logs them through one ``network.RateLimitedLog`` (after a
   burst, at most one line per ``REJECTED_LOG_INTERVAL_S``, with a count of the
-  lines left out), never with a traceback. On a SASL listener, any request but the handshake's before
-  authentication closes the connection first (Kafka's SaslServerAuthenticator).
+  lines left out), never with a traceback. On a SASL listener, any request but
+  the handshake's before authentication closes the connection first (Kafka's
+  SaslServerAuthenticator).
 * Bodies that do not decode raise ``ProtocolError``: the connection is closed.
 * A handler that raises an unexpected exception is a bug: it is logged and the
   connection is closed (never a silent wrong answer).
@@ -60,8 +61,8 @@ class Dispatcher:
     def __init__(self, observer: Callable[[RequestHeader, object, dict | None, float], None] | None = None):
         self.handlers: dict[int, tuple[Handler, int, int]] = {}
         self.observer = observer
-        # ACLs (server/authorization.py): (header, request) -> None to go on, or a
-        # refusal body; raises ProtocolError to close the connection.
+        # ACLs (server/authorization.py): (header, request) -> None to go on, a refusal
+        # body, or a ``Partial`` (some items refused, the others served).
         self.gate: Callable[[RequestHeader, object], dict | None] | None = None
         # Requests answered UNSUPPORTED_VERSION, when the connection has no listener's log.
         self.rejected_log = RateLimitedLog(log)
@@ -98,8 +99,13 @@ class Dispatcher:
         connection_token = current_connection.set(connection) \
             if session is not None or self.gate is not None else None
         try:
-            refusal = self.gate(header, request) if self.gate is not None else None
-            result = refusal if refusal is not None else handler(header, request)
+            verdict = self.gate(header, request) if self.gate is not None else None
+            if verdict is None:
+                result = handler(header, request)
+            elif isinstance(verdict, dict):             # the whole request refused
+                result = verdict
+            else:                                       # some items refused: the rest served
+                result = verdict.answer(handler, header)
         finally:
             client_host.reset(token)
             if connection_token is not None:
