@@ -463,3 +463,52 @@ def test_no_secret_in_logs_answers_or_readable_files(secure):
                     text = f.read()
                 assert not any(s in text for s in secrets), path
     assert readable == []
+
+
+def test_items_are_authorized_one_by_one(secure):
+    """Where Kafka authorizes item by item (configs, groups, committed topics), the items
+    allowed are served and only the others refused, in one answer."""
+    acl = {"resource_pattern_type": 3, "principal": "User:mallory", "host": "*", "permission_type": 3}
+    answer = run(_as_admin(secure, ApiKey.CREATE_ACLS, {"creations": [
+        {**acl, "resource_type": 3, "resource_name": "mallorys-group", "operation": 3},             # READ group
+        {**acl, "resource_type": 2, "resource_name": "mallorys-topic", "operation": 3},             # READ topic
+        {**acl, "resource_type": 2, "resource_name": SECRET_TOPIC, "operation": 10},                # DESCRIBE_CONFIGS
+        {**acl, "resource_type": 2, "resource_name": "mallorys-topic", "operation": 11}]}))         # ALTER_CONFIGS
+    assert all(int(r.error_code.value) == 0 for r in answer.results)
+    time.sleep(1.0)                         # the ACLs reach every broker's image
+
+    async def go():
+        connection = await _connect(secure.host, secure.broker_ports[0], secure.sasl("mallory", "mallory-secret"))
+        try:
+            configs = await connection.request(ApiKey.DESCRIBE_CONFIGS, {"resources": [
+                {"resource_type": 2, "resource_name": SECRET_TOPIC, "configuration_keys": None},
+                {"resource_type": 4, "resource_name": "1", "configuration_keys": None}]})
+            # Forwarded to the controller (an entity comes back) with the refused item added.
+            altered = await connection.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, {"resources": [
+                {"resource_type": 2, "resource_name": name, "configs": [
+                    {"name": "retention.ms", "config_operation": 0, "value": "3600000"}]}
+                for name in ("mallorys-topic", SECRET_TOPIC)]})
+            assert {r.resource_name: int(r.error_code.value) for r in altered.responses} == {
+                "mallorys-topic": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, SECRET_TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+            deadline = time.monotonic() + 30
+            while True:             # until __consumer_offsets exists
+                found = await connection.request(ApiKey.FIND_COORDINATOR, {"key_type": 0, "key": "mallorys-group",
+                                                                          "coordinator_keys": ["mallorys-group"]})
+                coordinator = found.coordinators[0] if getattr(found, "coordinators", None) else found
+                if int(coordinator.error_code.value) == 0 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.2)
+        finally:
+            connection.close()
+        connection = await _connect(secure.host, int(coordinator.port), secure.sasl("mallory", "mallory-secret"))
+        try:        # the group's coordinator serves it; the other group is refused
+            groups = await connection.request(ApiKey.DESCRIBE_GROUPS, {"groups": ["mallorys-group", "someone-else"]})
+            return configs, groups
+        finally:
+            connection.close()
+    configs, groups = run(go())
+    by_name = {r.resource_name: r for r in configs.results}
+    assert int(by_name[SECRET_TOPIC].error_code.value) == 0 and by_name[SECRET_TOPIC].configs
+    assert int(by_name["1"].error_code.value) == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    by_group = {g.group_id: int(g.error_code.value) for g in groups.groups}
+    assert by_group == {"mallorys-group": 0, "someone-else": ErrorCode.GROUP_AUTHORIZATION_FAILED}

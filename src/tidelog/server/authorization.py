@@ -29,8 +29,12 @@ Kafka's ControllerApis asks. An API in no list is refused to everyone but super 
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import logging
-from typing import Callable
+from typing import Callable, NamedTuple
+
+from kio.serial._introspect import classify_field
 
 from tidelog.core.errors import ErrorCode
 from tidelog.metadata.authorizer import (
@@ -41,7 +45,8 @@ from tidelog.metadata.authorizer import (
 )
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.server.dispatch import current_connection
-from tidelog.server.refusals import refusal
+from tidelog.protocol.codec import to_entity
+from tidelog.server.refusals import refusal, response_array
 
 log = logging.getLogger("tidelog.authorizer")
 
@@ -175,6 +180,85 @@ IN_HANDLER = {ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA, ApiKey.LIST_OFFSETS
 ALWAYS = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.DESCRIBE_CLUSTER}
 
 
+class Item(NamedTuple):
+    """An API authorized item by item, as Kafka does: ``whole`` needs of the request first
+    (refused whole), then ``need(request, item)`` for each item of the ``array``; the
+    items allowed are served, the others answered with their authorization error."""
+    array: str
+    need: Callable[[object, object], Need]
+    whole: Callable[[object], list[Need]] = lambda request: []
+
+
+def _config_item(operation: AclOperation) -> Callable[[object, object], Need]:
+    def need(request, resource) -> Need:
+        if int(resource.resource_type) == 2:
+            return operation, ResourceType.TOPIC, str(resource.resource_name)
+        return operation, *CLUSTER
+    return need
+
+
+def _named(operation: AclOperation, resource_type: ResourceType, field: str | None = None):
+    return lambda request, item: (operation, resource_type, str(item if field is None else getattr(item, field)))
+
+
+def _coordinator_key(request, key) -> Need:
+    kind = ResourceType.TRANSACTIONAL_ID if int(getattr(request, "key_type", 0)) == 1 else ResourceType.GROUP
+    return AclOperation.DESCRIBE, kind, str(key)
+
+
+# Kafka answers these per item; an array a version lacks falls back to WHOLE_REQUEST.
+PER_ITEM: dict[int, Item] = {
+    ApiKey.DESCRIBE_CONFIGS: Item("resources", _config_item(AclOperation.DESCRIBE_CONFIGS)),
+    ApiKey.ALTER_CONFIGS: Item("resources", _config_item(AclOperation.ALTER_CONFIGS)),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: Item("resources", _config_item(AclOperation.ALTER_CONFIGS)),
+    ApiKey.DELETE_RECORDS: Item("topics", _named(AclOperation.DELETE, ResourceType.TOPIC, "name")),
+    ApiKey.CREATE_PARTITIONS: Item("topics", _named(AclOperation.ALTER, ResourceType.TOPIC, "name")),
+    ApiKey.DESCRIBE_PRODUCERS: Item("topics", _named(AclOperation.READ, ResourceType.TOPIC, "name")),
+    ApiKey.DESCRIBE_GROUPS: Item("groups", _named(AclOperation.DESCRIBE, ResourceType.GROUP)),
+    ApiKey.DELETE_GROUPS: Item("groups_names", _named(AclOperation.DELETE, ResourceType.GROUP)),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: Item("group_ids", _named(AclOperation.DESCRIBE, ResourceType.GROUP)),
+    ApiKey.DESCRIBE_TRANSACTIONS: Item("transactional_ids",
+                                       _named(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID)),
+    ApiKey.OFFSET_FETCH: Item("groups", _named(AclOperation.DESCRIBE, ResourceType.GROUP, "group_id")),
+    ApiKey.FIND_COORDINATOR: Item("coordinator_keys", _coordinator_key),
+    ApiKey.OFFSET_COMMIT: Item("topics", _named(AclOperation.READ, ResourceType.TOPIC, "name"),
+                               _group(AclOperation.READ)),
+    ApiKey.TXN_OFFSET_COMMIT: Item("topics", _named(AclOperation.READ, ResourceType.TOPIC, "name"),
+                                   lambda r: _transactional(r) + _group(AclOperation.READ)(r)),
+}
+
+
+class Partial:
+    """Some items of a request refused: the handler serves the others, and the answer
+    lists the refused ones with their error codes beside what it served."""
+
+    def __init__(self, header, request, item: Item, allowed: list, refused: dict[ErrorCode, list]):
+        self.allowed_request = dataclasses.replace(request, **{item.array: tuple(allowed)})
+        self.field = response_array(header.api_key, item.array)
+        self.refused = [entry for code, items in refused.items() for entry in refusal(
+            header, dataclasses.replace(request, **{item.array: tuple(items)}), code).get(self.field, [])]
+
+    def answer(self, handler, header):
+        served = handler(header, self.allowed_request)
+        if inspect.isawaitable(served):
+            return self._merge_later(served)
+        return self.merge(served)
+
+    async def _merge_later(self, served):
+        return self.merge(await served)
+
+    def merge(self, served):
+        if isinstance(served, dict):
+            return {**served, self.field: list(served.get(self.field) or []) + self.refused}
+        element = _response_element(type(served), self.field)           # a forwarded answer (an entity)
+        return dataclasses.replace(served, **{self.field: tuple(getattr(served, self.field)) + tuple(
+            to_entity(element, entry) for entry in self.refused)})
+
+
+def _response_element(cls, field: str):
+    return next(classify_field(f).type_ for f in dataclasses.fields(cls) if f.name == field)
+
+
 class RequestAuthorizer:
     """The authorizer as the handlers of one listener see it."""
 
@@ -225,6 +309,9 @@ class RequestAuthorizer:
 
     def _check(self, header, request, rule):
         api_key = header.api_key
+        item = PER_ITEM.get(api_key)
+        if item is not None and getattr(request, item.array, None) is not None:
+            return self._check_items(header, request, item)
         if rule is None:
             principal, _ = self.who()
             if principal in self.authorizer.super_users:
@@ -238,6 +325,23 @@ class RequestAuthorizer:
             if not self.allowed(operation, resource_type, name):
                 return _refusal(header, request, _FAILED.get(resource_type, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
         return None
+
+    def _check_items(self, header, request, item: Item):
+        for operation, resource_type, name in item.whole(request):
+            if not self.allowed(operation, resource_type, name):
+                return _refusal(header, request, _FAILED.get(resource_type, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
+        allowed, refused = [], {}
+        for entry in getattr(request, item.array):
+            operation, resource_type, name = item.need(request, entry)
+            if self.allowed(operation, resource_type, name):
+                allowed.append(entry)
+            else:
+                refused.setdefault(_FAILED.get(resource_type, ErrorCode.CLUSTER_AUTHORIZATION_FAILED), []).append(entry)
+        if not refused:
+            return None
+        if not allowed and len(refused) == 1:
+            return _refusal(header, request, next(iter(refused)))
+        return Partial(header, request, item, allowed, refused)
 
     def _may_write_any_topic(self) -> bool:
         principal, host = self.who()

@@ -61,8 +61,8 @@ class Dispatcher:
     def __init__(self, observer: Callable[[RequestHeader, object, dict | None, float], None] | None = None):
         self.handlers: dict[int, tuple[Handler, int, int]] = {}
         self.observer = observer
-        # ACLs (server/authorization.py): (header, request) -> None to go on, or a
-        # refusal body; raises ProtocolError to close the connection.
+        # ACLs (server/authorization.py): (header, request) -> None to go on, a refusal
+        # body, or a ``Partial`` (some items refused, the others served).
         self.gate: Callable[[RequestHeader, object], dict | None] | None = None
         # Requests answered UNSUPPORTED_VERSION, when the connection has no listener's log.
         self.rejected_log = RateLimitedLog(log)
@@ -99,8 +99,13 @@ class Dispatcher:
         connection_token = current_connection.set(connection) \
             if session is not None or self.gate is not None else None
         try:
-            refusal = self.gate(header, request) if self.gate is not None else None
-            result = refusal if refusal is not None else handler(header, request)
+            verdict = self.gate(header, request) if self.gate is not None else None
+            if verdict is None:
+                result = handler(header, request)
+            elif isinstance(verdict, dict):             # the whole request refused
+                result = verdict
+            else:                                       # some items refused: the rest served
+                result = verdict.answer(handler, header)
         finally:
             client_host.reset(token)
             if connection_token is not None:

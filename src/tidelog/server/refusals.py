@@ -149,6 +149,11 @@ _MIRRORS: dict[int, Mirror] = {
 }
 
 
+def response_array(api_key: int, request_array: str) -> str:
+    """The response array that answers the items of ``request_array``."""
+    return next(m.response for m in _MIRRORS[api_key].nested if request_array in m.request)
+
+
 def refusal(header, request, code: ErrorCode, message: str | None = None) -> dict:
     """The response body (for ``encode_response`` at ``header.api_version``) answering
     all of ``request`` with ``code``: at the top level where the version has an error
