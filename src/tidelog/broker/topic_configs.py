@@ -65,3 +65,48 @@ def log_config(image: MetadataImage, config: BrokerConfig, topic: str) -> LogCon
     props = {k: v for k, (v, source) in values.items()
              if k not in TOPIC_CONFIGS_OWNED_ELSEWHERE and source.startswith("DYNAMIC")}
     return LogConfig.from_properties(props, static_log_config(config))
+
+
+# Topic settings with more than one broker-level name (Kafka's ServerTopicConfigSynonyms),
+# in Kafka's order of precedence; the others have one, ``ConfigDef.synonym``.
+_BROKER_NAMES = {"retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+                 "segment.ms": ("log.roll.ms", "log.roll.hours")}
+
+
+def _as_text(value) -> str | None:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, bool):
+        return str(value).lower()
+    return None if value is None else str(value)
+
+
+def broker_synonyms(image: MetadataImage, config: BrokerConfig, node_id: int, names) -> list[tuple[str, str, str]]:
+    """Kafka's DescribeConfigs synonyms of broker settings ``names``: ``(name, value,
+    source)`` from the most to the least specific source — this broker's dynamic
+    settings, the cluster-wide dynamic defaults, server.properties, then the built-in
+    defaults that are not null (Kafka's ConfigHelper.configSynonyms)."""
+    from tidelog.broker.config import CONFIG_DEFS
+    own = image.configs.get(ConfigResource(int(ConfigResourceType.BROKER), str(node_id)), {})
+    cluster = image.configs.get(ConfigResource(int(ConfigResourceType.BROKER), ""), {})
+    chain = []
+    for source, values in (("DYNAMIC_BROKER_CONFIG", own), ("DYNAMIC_DEFAULT_BROKER_CONFIG", cluster),
+                           ("STATIC_BROKER_CONFIG", config.originals)):
+        chain += [(name, values[name], source) for name in names if name in values]
+    for name in names:
+        default = _as_text(CONFIG_DEFS[name].default) if name in CONFIG_DEFS else None
+        if default is not None:
+            chain.append((name, default, "DEFAULT_CONFIG"))
+    return chain
+
+
+def topic_config_synonyms(image: MetadataImage, config: BrokerConfig, node_id: int,
+                          topic: str, name: str) -> list[tuple[str, str, str]]:
+    """The synonyms of topic setting ``name``: the topic's own value, then its broker-level
+    names' (``cleanup.policy`` → ``log.cleanup.policy``; ``retention.ms`` → ``log.retention.ms``,
+    ``.minutes``, ``.hours``)."""
+    topic_configs = image.configs.get(ConfigResource(int(ConfigResourceType.TOPIC), topic), {})
+    own = [(name, topic_configs[name], "DYNAMIC_TOPIC_CONFIG")] if name in topic_configs else []
+    definition = TOPIC_CONFIGS.get(name)
+    names = _BROKER_NAMES.get(name, (definition.synonym,) if definition is not None else ())
+    return own + broker_synonyms(image, config, node_id, names)

@@ -16,6 +16,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 
 from tidelog.broker.config import CONFIG_DEFS, is_password, is_sensitive
+from tidelog.broker.topic_configs import broker_synonyms, topic_config_synonyms
 from tidelog.controller.messages import (
     AlterConfigsResource,
     CreatableTopic,
@@ -206,7 +207,8 @@ class AdminApis:
                                  error_message=f"topic {name} does not exist")
                 else:
                     values = self.broker.topic_config_values(name)
-                    entry["configs"] = [self._config_entry(k, v, s, request)
+                    entry["configs"] = [self._config_entry(k, v, s, request, topic_config_synonyms(
+                                            self.broker.image, self.broker.config, self.broker.node_id, name, k))
                                         for k, (v, s) in sorted(values.items())
                                         if keys is None or k in keys]
             elif rtype == BROKER_RESOURCE:
@@ -214,7 +216,8 @@ class AdminApis:
                     entry.update(error_code=int(ErrorCode.INVALID_REQUEST),
                                  error_message=f"broker {name} is not this broker")
                 else:
-                    entry["configs"] = [self._config_entry(k, v, s, request)
+                    entry["configs"] = [self._config_entry(k, v, s, request, broker_synonyms(
+                                            self.broker.image, self.broker.config, self.broker.node_id, [k]))
                                         for k, (v, s) in sorted(self._broker_values().items())
                                         if keys is None or k in keys]
             else:
@@ -253,10 +256,12 @@ class AdminApis:
         return out
 
     @staticmethod
-    def _config_entry(name: str, value, source: str, request) -> dict:
+    def _config_entry(name: str, value, source: str, request, synonyms=None) -> dict:
         """One DescribeConfigs entry; a secret (``broker.config.is_sensitive``: a PASSWORD
         setting in any listener form, or a name of unknown type) has a null value, in its
-        synonyms too, and ``is_sensitive`` true, as Kafka answers every version."""
+        synonyms too, and ``is_sensitive`` true, as Kafka answers every version.
+        ``synonyms``: Kafka's chain, ``(name, value, source)`` most specific first
+        (broker/topic_configs.py); without one, the entry itself."""
         sensitive = is_sensitive(name)
         if sensitive:
             value = None
@@ -265,7 +270,9 @@ class AdminApis:
                  "config_type": PASSWORD_CONFIG_TYPE if is_password(name) else UNKNOWN_CONFIG_TYPE,
                  "documentation": None}
         if getattr(request, "include_synonyms", False):
-            entry["synonyms"] = [{"name": name, "value": value, "source": _CONFIG_SOURCES[source]}]
+            entry["synonyms"] = [{"name": n, "value": None if sensitive else v, "source": _CONFIG_SOURCES[s]}
+                                 for n, v, s in synonyms] if synonyms else \
+                [{"name": name, "value": value, "source": _CONFIG_SOURCES[source]}]
         return entry
 
     def _alter(self, request, incremental: bool):

@@ -473,8 +473,10 @@ class ControllerServer:
             partition["observers"].append({"replica_id": broker_id, "log_end_offset": offset,
                                            "last_fetch_timestamp": fetched,
                                            "last_caught_up_timestamp": fetched if offset >= high_watermark else -1})
+        # A lone `tidelog serve` has no controller listener (its voter's port is 0): no
+        # endpoint to show, rather than one nobody can reach.
         nodes = [{"node_id": voter, "listeners": [{"name": "CONTROLLER", "host": host, "port": port}]}
-                 for voter, (host, port) in sorted(self.raft.addresses.items())]
+                 for voter, (host, port) in sorted(self.raft.addresses.items()) if port]
         return {"error_code": 0, "topics": [{"topic_name": METADATA_TOPIC, "partitions": [partition]}],
                 "nodes": nodes}
 
