@@ -490,10 +490,10 @@ class Log:
                     elif is_idempotent(header):
                         state.update(header, header.base_offset)
             except CorruptRecordError as e:   # reads report it; the state stops where the damage starts
-        state.on_high_watermark_updated(self._high_watermark)
                 logger.warning("%s: producer state stops at damaged batch: %s", self.topic_partition, e)
                 break
         state.truncate_head(self._log_start_offset)
+        state.on_high_watermark_updated(self._high_watermark)
 
     def _snapshot_path(self, offset: int) -> str:
         return os.path.join(self.directory, segment_file_name(offset, SNAPSHOT_SUFFIX))
@@ -767,20 +767,20 @@ class Log:
 
     # -- offsets moved by replication ---------------------------------------------------
 
-        self._producer_state.on_high_watermark_updated(self._high_watermark)
     def update_high_watermark(self, offset: int) -> int:
         """Set the HW, clamped to ``[log_start_offset, log_end_offset]``; returns it."""
         self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
+        self._producer_state.on_high_watermark_updated(self._high_watermark)
         self._check_invariants()
         return self._high_watermark
 
     def maybe_increment_high_watermark(self, offset: int) -> bool:
         """Raise the HW to ``offset`` if that is higher (a leader's HW never goes back)."""
         assert offset <= self._log_end_offset, f"HW {offset} above the log end offset {self._log_end_offset}"
-        self._producer_state.on_high_watermark_updated(offset)
         if offset <= self._high_watermark:
             return False
         self._high_watermark = offset
+        self._producer_state.on_high_watermark_updated(offset)
         self._check_invariants()
         return True
 
