@@ -3,6 +3,7 @@ topic that confluent-kafka (librdkafka) writes to, and refuses records without a
 
 import glob
 import os
+import re
 import time
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -114,3 +115,70 @@ def test_a_compacted_topic_keeps_the_latest_value_of_each_key_at_its_offset():
         producer.produce(TOPIC, b"no key", partition=0, on_delivery=lambda error, message: keyless.append(error))
         assert producer.flush(30) == 0
         assert len(keyless) == 1 and keyless[0] is not None and keyless[0].code() == KafkaError.INVALID_RECORD, keyless
+
+
+def _deliver(producer: Producer, topic: str, records: list[tuple[bytes | None, bytes, int | None]]) -> list:
+    """Produce ``records`` (key, value, timestamp) as one batch; the delivery error codes in order."""
+    reports: dict[bytes, object] = {}
+    for key, value, timestamp in records:
+        producer.produce(topic, value, key, partition=0, timestamp=timestamp or 0,
+                         on_delivery=lambda error, message: reports.__setitem__(message.value(), error))
+    assert producer.flush(30) == 0
+    return [None if reports[value] is None else reports[value].code() for _, value, _ in records]
+
+
+def test_records_refused_one_by_one_are_named_and_the_others_fail_as_different_records():
+    """KIP-467: a batch to a compacted topic with a keyless record in ten is refused whole, and the
+    response's record_errors name the ten, so librdkafka fails them INVALID_RECORD and the other 90
+    _INVALID_DIFFERENT_RECORD (with an empty record_errors it failed all 100 INVALID_RECORD). The
+    same for timestamps out of range (the partition's code INVALID_TIMESTAMP, which kafka-python
+    raises with Kafka's message for the record). Nothing is appended, nothing logged per record."""
+    from kafka import KafkaProducer
+    from kafka import errors as kafka_errors
+    with Broker() as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("keys-required", 1, 1, config={"cleanup.policy": "compact"}),
+                             NewTopic("recent-only", 1, 1, config={"message.timestamp.before.max.ms": "3600000"})])
+        wait_until(lambda: {"keys-required", "recent-only"} <= set(admin.list_topics(timeout=10).topics),
+                   what="the topics")
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 500, "acks": "all",
+                             "batch.num.messages": 1000})
+        lines_before = len(broker.output)
+
+        codes = _deliver(producer, "keys-required",
+                         [(None if i % 10 == 3 else b"k%d" % i, b"v%d" % i, None) for i in range(100)])
+        assert [i for i, code in enumerate(codes) if code == KafkaError.INVALID_RECORD] == list(range(3, 100, 10)), codes
+        assert codes.count(KafkaError._INVALID_DIFFERENT_RECORD) == 90, codes
+        now = int(time.time() * 1000)
+        codes = _deliver(producer, "recent-only",
+                         [(b"k", b"t%d" % i, now - 3 * 3_600_000 if i in (0, 7) else now) for i in range(20)])
+        assert [i for i, code in enumerate(codes) if code == KafkaError.INVALID_RECORD] == [0, 7], codes   # as librdkafka names them
+        assert codes.count(KafkaError._INVALID_DIFFERENT_RECORD) == 18, codes
+
+        # kafka-python (as the Java client) fails each named record with its own message; with one
+        # record named, with the partition's error (INVALID_TIMESTAMP).
+        python_producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=500, acks="all")
+        futures = [python_producer.send("recent-only", b"p%d" % i, b"k", partition=0,
+                                        timestamp_ms=now - 3 * 3_600_000 if i == 1 else now) for i in range(4)]
+        futures += [python_producer.send("keys-required", b"q%d" % i, None if i in (0, 2) else b"k", partition=0)
+                    for i in range(3)]
+        python_producer.flush(30)
+        failures = [future.exception for future in futures]
+        python_producer.close()
+        assert isinstance(failures[1], kafka_errors.InvalidTimestampError), failures
+        assert re.fullmatch(r"\[Error 32\] InvalidTimestampError: Timestamp \d+ of message with offset 1 is out of "
+                            r"range\. The timestamp should be within \[\d+, \d+\]", str(failures[1])), failures[1]
+        assert all(type(failures[i]) is kafka_errors.KafkaError for i in (0, 2, 3)), failures
+        assert [type(failures[i]) for i in (4, 6)] == [kafka_errors.InvalidRecordError] * 2, failures
+        assert str(failures[4]).endswith("Compacted topic cannot accept message without key in topic partition "
+                                         "keys-required-0."), failures[4]
+
+        time.sleep(0.5)
+        logged = broker.output[lines_before:]
+        assert not [line for line in logged if "key" in line or "imestamp" in line or "refused" in line
+                    or "rejected" in line], logged                              # no line per record
+        assert _deliver(producer, "keys-required", [(b"k", b"kept", None)]) == [None]
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused", "enable.auto.commit": False})
+        assert consumer.get_watermark_offsets(TopicPartition("keys-required", 0), timeout=10) == (0, 1)
+        assert consumer.get_watermark_offsets(TopicPartition("recent-only", 0), timeout=10) == (0, 0)
+        consumer.close()

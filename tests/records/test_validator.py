@@ -12,8 +12,8 @@ from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidelog.core.errors import CorruptRecordError, InvalidRecordError, KafkaError
-from tidelog.records.batch import SimpleRecord, build_batch, iter_records, read_header
+from tidelog.core.errors import CorruptRecordError, ErrorCode, InvalidRecordError, KafkaError, RecordValidationError
+from tidelog.records.batch import SimpleRecord, TimestampType, build_batch, iter_records, read_header
 from tidelog.records.compression import Compression
 from tidelog.records.validator import validate_records, walk_records
 
@@ -21,8 +21,10 @@ NOW = 1_800_000_000_000
 HOUR = 3_600_000
 
 
-def check(batch: bytes, now_ms: int = NOW, before: int = (1 << 63) - 1, after: int = HOUR) -> None:
-    validate_records(batch, 0, read_header(batch), now_ms, before, after, check_timestamps=True)
+def check(batch: bytes, now_ms: int = NOW, before: int = (1 << 63) - 1, after: int = HOUR,
+          create_time: bool = True, compacted: bool = False) -> None:
+    validate_records(batch, 0, read_header(batch), now_ms, before, after, check_timestamps=create_time,
+                     compacted=compacted, topic_partition="t-0")
 
 
 def recrc(batch: bytearray) -> bytes:
@@ -44,19 +46,70 @@ def test_unknown_codec_garbage_and_bad_offsets_are_refused():
         check(recrc(codec7))
     offsets = bytearray(build_batch([b"a", b"b"], timestamp_ms=NOW))
     offsets[61 + 3] = 2 * 5
-    with pytest.raises(InvalidRecordError, match="offset delta 5"):
+    with pytest.raises(InvalidRecordError, match="offset delta 5") as refused:
         check(recrc(offsets))
+    assert [index for index, _ in refused.value.record_errors] == [0]          # the first record
     short = build_batch([b"a", b"b"], timestamp_ms=NOW)
     with pytest.raises(CorruptRecordError, match="declares 3 records"):
         walk_records(memoryview(short)[61:], 3)
 
 
-def test_timestamps_outside_the_configured_bounds_are_invalid_records():
-    with pytest.raises(InvalidRecordError, match="after.max.ms"):
+def test_timestamps_outside_the_configured_bounds_are_refused_record_by_record():
+    """Kafka's LogValidator: INVALID_TIMESTAMP naming each record out of
+    [now - before.max.ms, now + after.max.ms]; a record without a timestamp (-1) passes."""
+    with pytest.raises(RecordValidationError) as refused:
         check(build_batch([b"x"], timestamp_ms=NOW + 2 * HOUR))
+    assert refused.value.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert str(refused.value) == "One or more records have been rejected due to invalid timestamp"
+    assert refused.value.record_errors == [(0, f"Timestamp {NOW + 2 * HOUR} of message with offset 0 is out of "
+                                               f"range. The timestamp should be within [{NOW - (1 << 63) + 1}, {NOW + HOUR}]")]
     check(build_batch([b"x"], timestamp_ms=NOW + HOUR // 2))
-    with pytest.raises(InvalidRecordError, match="before.max.ms"):
+    with pytest.raises(RecordValidationError, match="invalid timestamp"):
         check(build_batch([b"x"], timestamp_ms=NOW - 10 * HOUR), before=HOUR)
+    check(build_batch([b"x"], timestamp_ms=-1), before=HOUR)
+    # Only the records out of range are named, by their index in the batch.
+    records = [SimpleRecord(b"v%d" % i, timestamp_ms=NOW - (10 * HOUR if i % 4 == 1 else 0)) for i in range(9)]
+    with pytest.raises(RecordValidationError) as refused:
+        check(build_batch(records, timestamp_ms=NOW), before=HOUR)
+    assert [index for index, _ in refused.value.record_errors] == [1, 5]
+    # A LogAppendTime topic checks no CreateTime bounds.
+    check(build_batch([b"x"], timestamp_ms=NOW - 10 * HOUR), before=HOUR, create_time=False)
+
+
+def test_a_client_batch_marked_log_append_time_is_an_invalid_timestamp():
+    batch = build_batch([b"a", b"b"], timestamp_ms=-1, timestamp_type=TimestampType.LOG_APPEND_TIME)
+    for create_time in (True, False):
+        with pytest.raises(RecordValidationError) as refused:
+            check(batch, create_time=create_time)
+        assert refused.value.error_code == ErrorCode.INVALID_TIMESTAMP
+        assert [index for index, _ in refused.value.record_errors] == [0, 1]
+        assert "Producer should not set timestamp type to LogAppendTime." in refused.value.record_errors[0][1]
+
+
+@pytest.mark.parametrize("codec", list(Compression))
+def test_a_compacted_topic_refuses_exactly_the_records_without_a_key(codec):
+    records = [SimpleRecord(b"v%d" % i, None if i % 10 == 3 else b"k%d" % i) for i in range(100)]
+    batch = build_batch(records, compression=codec, timestamp_ms=NOW)
+    check(batch)                                       # any key will do elsewhere
+    with pytest.raises(RecordValidationError) as refused:
+        check(batch, compacted=True)
+    error = refused.value
+    assert error.error_code == ErrorCode.INVALID_RECORD
+    message = "Compacted topic cannot accept message without key in topic partition t-0."
+    assert error.record_errors == [(i, message) for i in range(3, 100, 10)]
+    assert str(error) == ("One or more records have been rejected due to 10 record errors in total, and only "
+                          "showing the first three errors at most: [" + ", ".join(
+                              f"RecordError(batchIndex={i}, message='{message}')" for i in (3, 13, 23)) + "]")
+    # A record refused for its key is not named again for its timestamp, and the batch's
+    # code is INVALID_TIMESTAMP as soon as one record's timestamp is refused.
+    records[3] = SimpleRecord(b"late", None, timestamp_ms=NOW + 2 * HOUR)
+    records[4] = SimpleRecord(b"late", b"k", timestamp_ms=NOW + 2 * HOUR)
+    with pytest.raises(RecordValidationError) as refused:
+        check(build_batch(records, compression=codec, timestamp_ms=NOW), compacted=True)
+    assert refused.value.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert dict(refused.value.record_errors)[3] == message
+    assert dict(refused.value.record_errors)[4].startswith(f"Timestamp {NOW + 2 * HOUR} of message with offset 4")
+    assert len(refused.value.record_errors) == 11
 
 
 @settings(max_examples=300, derandomize=True, deadline=None)

@@ -584,11 +584,14 @@ def test_a_compacted_topic_refuses_a_record_without_a_key_with_invalid_record(tm
     keyless = build_batch([SimpleRecord(b"no key")], timestamp_ms=T0_MS)
     mixed = build_batch([SimpleRecord(b"a", b"k"), SimpleRecord(b"b")], compression=Compression.LZ4,
                         timestamp_ms=T0_MS)
-    for data in (keyless, mixed, build_batch([SimpleRecord(b"ok", b"k")], timestamp_ms=T0_MS) + keyless):
+    for data, refused in ((keyless, [0]), (mixed, [1]),
+                          (build_batch([SimpleRecord(b"ok", b"k")], timestamp_ms=T0_MS) + keyless, [0])):
         with pytest.raises(InvalidRecordError) as error:
             log.append_as_leader(data, leader_epoch=0)
         assert error.value.error_code == ErrorCode.INVALID_RECORD
-        assert "without a key" in str(error.value)
+        assert "without key" in str(error.value)
+        # Each record refused by its index in its batch (KIP-467's record_errors).
+        assert [index for index, _ in error.value.record_errors] == refused
         assert log.log_end_offset == end
     plain = new_log(fs, tmp_path, clock, LogConfig(), "plain-0")
     assert plain.append_as_leader(keyless, leader_epoch=0).first_offset == 0

@@ -169,6 +169,25 @@ class InvalidRecordError(KafkaError):
     error_code = ErrorCode.INVALID_RECORD
 
 
+class RecordValidationError(InvalidRecordError):
+    """Records of a well-formed batch that a leader refuses one by one (Kafka's
+    ``RecordValidationException``, KIP-467): ``record_errors`` holds the (index in the
+    batch, message) of each offending record, the produce response's ``record_errors``;
+    the code is INVALID_TIMESTAMP if any record's timestamp is refused, else
+    INVALID_RECORD, and the message is Kafka's summary, the response's ``error_message``."""
+
+    def __init__(self, record_errors: list[tuple[int, str]], invalid_timestamp: bool):
+        if invalid_timestamp:
+            message = "One or more records have been rejected due to invalid timestamp"
+        else:
+            shown = ", ".join(f"RecordError(batchIndex={index}, message='{text}')"
+                              for index, text in record_errors[:3])
+            message = (f"One or more records have been rejected due to {len(record_errors)} record errors "
+                       f"in total, and only showing the first three errors at most: [{shown}]")
+        super().__init__(message, ErrorCode.INVALID_TIMESTAMP if invalid_timestamp else None)
+        self.record_errors = record_errors
+
+
 class UnexpectedAppendOffsetError(InvalidRecordError):
     """A follower's first batch starts below its log end offset (Kafka's
     UnexpectedAppendOffsetException); carries the batch's offsets."""

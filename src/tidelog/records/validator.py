@@ -13,28 +13,45 @@ if any of it is wrong:
   varint covers attributes, timestamp delta, offset delta, key, value and
   headers exactly, lengths are -1 (null) or more, header keys are UTF-8 and not
   null, varints are at most 10 bytes;
-* offset deltas run 0, 1, 2, … (consumers compute offsets from them);
-* timestamps (CreateTime) lie within ``log.message.timestamp.before.max.ms`` /
-  ``after.max.ms`` of the broker's clock (KIP-937).
 
-A failure raises ``InvalidRecordError`` (INVALID_RECORD) naming the record, or
-``CorruptRecordError`` (CORRUPT_MESSAGE) for a body that is not records at all,
-as Kafka answers. ``walk_records`` is the per-record loop: plain Python, about a
-microsecond per record.
+and, record by record (Kafka's ``validateRecord``):
+
+* offset deltas run 0, 1, 2, … (consumers compute offsets from them);
+* a compacted topic's records have a key;
+* timestamps (CreateTime topics; a record without one, -1, passes) lie within
+  ``log.message.timestamp.before.max.ms`` / ``after.max.ms`` of the broker's
+  clock (KIP-937), and a client's batch is not marked LogAppendTime.
+
+A body that is not records raises ``CorruptRecordError`` (CORRUPT_MESSAGE), as
+Kafka answers. Records refused one by one raise ``RecordValidationError`` with
+each offending record's index and Kafka's message for it (the produce
+response's ``record_errors``, KIP-467): INVALID_TIMESTAMP if a timestamp is
+among them, else INVALID_RECORD; clients then fail those records with the code
+and the batch's others as INVALID_DIFFERENT_RECORD. ``walk_records`` is the
+per-record loop: plain Python, about a microsecond per record; the per-record
+timestamps are read again only when the batch's smallest or largest is out of
+range.
 """
 
 from __future__ import annotations
 
-from tidelog.core.errors import CorruptRecordError, InvalidRecordError
+from tidelog.core.errors import CorruptRecordError, RecordValidationError
+from tidelog.records.batch import TimestampType, iter_records
 from tidelog.records.compression import Compression, decompress
+from tidelog.records.varint import decode_varint
+
+MISPLACED, KEYLESS = "offset", "key"        # why walk_records refuses a record
 
 
-def walk_records(body, count: int) -> tuple[int, int]:
-    """Check that ``body`` is exactly ``count`` well-formed records with offset deltas
-    0..count-1; returns (smallest, largest) timestamp delta. Raises ``CorruptRecordError``."""
+def walk_records(body, count: int, keys_required: bool = False) -> tuple[int, int, dict[int, tuple[str, int]]]:
+    """Check that ``body`` is exactly ``count`` well-formed records (else raises
+    ``CorruptRecordError``); returns the (smallest, largest) timestamp delta and the
+    records to refuse, {index: (MISPLACED, its offset delta)} for an offset delta that is
+    not the record's index, {index: (KEYLESS, -1)} for a null key where ``keys_required``."""
     pos, end = 0, len(body)
     n = 0
     low = high = 0
+    refused: dict[int, tuple[str, int]] = {}
 
     def varint(p: int) -> tuple[int, int]:
         if p >= end:
@@ -65,12 +82,14 @@ def walk_records(body, count: int) -> tuple[int, int]:
         timestamp_delta, p = varint(p)
         offset_delta, p = varint(p)
         if offset_delta != n:
-            raise InvalidRecordError(f"record {n} has offset delta {offset_delta}")
+            refused[n] = (MISPLACED, offset_delta)
         key_length, p = varint(p)
         if key_length >= 0:
             p += key_length
         elif key_length != -1:
             raise CorruptRecordError(f"record {n} has key length {key_length}")
+        elif keys_required and n not in refused:
+            refused[n] = (KEYLESS, -1)
         value_length, p = varint(p)
         if value_length >= 0:
             p += value_length
@@ -107,12 +126,22 @@ def walk_records(body, count: int) -> tuple[int, int]:
         n += 1
     if n != count:
         raise CorruptRecordError(f"record batch declares {count} records but holds {n}")
-    return low, high
+    return low, high, refused
+
+
+def _timestamp_deltas(body):
+    """The timestamp delta of each record of a body ``walk_records`` accepted."""
+    pos, end = 0, len(body)
+    while pos < end:
+        length, p = decode_varint(body, pos, end)
+        yield decode_varint(body, p + 1, end)[0]       # after the attributes byte
+        pos = p + length
 
 
 def validate_records(buf, pos: int, header, now_ms: int, before_max_ms: int, after_max_ms: int,
-                     check_timestamps: bool) -> None:
-    """Every record of the (CRC-checked) batch at ``pos``; raises naming what is wrong."""
+                     check_timestamps: bool, compacted: bool = False, topic_partition: str = "") -> None:
+    """Every record of the (CRC-checked) batch at ``pos``; raises naming what is wrong.
+    ``check_timestamps``: the topic keeps CreateTime; ``compacted``: records need a key."""
     try:
         codec = Compression(header.compression)
     except ValueError:
@@ -120,12 +149,60 @@ def validate_records(buf, pos: int, header, now_ms: int, before_max_ms: int, aft
     body = memoryview(buf)[pos + 61:pos + header.size_bytes]
     if codec != Compression.NONE:
         body = decompress(codec, body)
-    low, high = walk_records(body, header.record_count)
-    if check_timestamps and not header.is_control:
+    low, high, refused = walk_records(body, header.record_count, keys_required=compacted)
+    errors = {}
+    for index, (reason, offset_delta) in refused.items():
+        errors[index] = (f"Record {index} has offset delta {offset_delta}: offset deltas must run 0, 1, 2, ... "
+                         f"in topic partition {topic_partition}" if reason == MISPLACED else
+                         f"Compacted topic cannot accept message without key in topic partition {topic_partition}.")
+    bad_timestamps = []
+    if not header.is_control:
+        bad_timestamps = _timestamp_errors(buf, pos, header, body, low, high, now_ms, before_max_ms,
+                                           after_max_ms, check_timestamps)
+    invalid_timestamp = False
+    for index, message in bad_timestamps:
+        if index not in errors:            # one error a record: its key's before its timestamp's
+            errors[index] = message
+            invalid_timestamp = True
+    if errors:
+        raise RecordValidationError(sorted(errors.items()), invalid_timestamp)
+
+
+def _timestamp_errors(buf, pos: int, header, body, low: int, high: int, now_ms: int, before_max_ms: int,
+                      after_max_ms: int, create_time_topic: bool) -> list[tuple[int, str]]:
+    """(index, message) of each record whose timestamp Kafka refuses: out of the bounds in
+    a CreateTime topic, or in a batch the client marked LogAppendTime (only the broker may)
+    where no CreateTime timestamp is checked. Records are read one by one only when the
+    batch's smallest or largest timestamp is out of range."""
+    log_append_batch = header.timestamp_type == TimestampType.LOG_APPEND_TIME
+    if log_append_batch:            # its records' timestamps are the batch's max timestamp
+        first = last = header.max_timestamp
+    else:
         first, last = header.base_timestamp + low, header.base_timestamp + high
-        if now_ms - first > before_max_ms:
-            raise InvalidRecordError(f"timestamp {first} is more than log.message.timestamp.before.max.ms "
-                                     f"({before_max_ms}) before the broker's clock ({now_ms})")
-        if last - now_ms > after_max_ms:
-            raise InvalidRecordError(f"timestamp {last} is more than log.message.timestamp.after.max.ms "
-                                     f"({after_max_ms}) after the broker's clock ({now_ms})")
+    lowest, highest = now_ms - before_max_ms, now_ms + after_max_ms
+    if create_time_topic:
+        if lowest <= first and last <= highest and not (log_append_batch and first == -1):
+            return []
+    elif not log_append_batch:
+        return []
+    if log_append_batch:
+        records = list(iter_records(buf, pos))
+        timestamps = [header.max_timestamp] * len(records)
+    else:
+        timestamps = [header.base_timestamp + delta for delta in _timestamp_deltas(body)]
+    out = []
+    for index, timestamp in enumerate(timestamps):
+        if create_time_topic and timestamp != -1:
+            if not lowest <= timestamp <= highest:
+                out.append((index, f"Timestamp {timestamp} of message with offset {header.base_offset + index} "
+                                   f"is out of range. The timestamp should be within [{lowest}, {highest}]"))
+        elif log_append_batch:
+            out.append((index, f"Invalid timestamp type in message {_describe(records[index])}. Producer should "
+                               f"not set timestamp type to LogAppendTime."))
+    return out
+
+
+def _describe(record) -> str:
+    """A record as Kafka's ``DefaultRecord.toString`` shows it."""
+    return (f"DefaultRecord(offset={record.offset}, timestamp={record.timestamp}, "
+            f"key={len(record.key or b'')} bytes, value={len(record.value or b'')} bytes)")

@@ -308,7 +308,11 @@ class ReplicaManager:
                 info = partition.append_records_to_leader(records, required_acks, self.clock.monotonic_ms(),
                                                           from_coordinator)
             except KafkaError as e:
-                responses[topic_partition] = _produce_response(e.error_code, str(e))
+                # Refused records are the client's affair: never logged above DEBUG (KIP-467:
+                # the response names them, record_errors holding each one's index and reason).
+                log.debug("produce to %s refused: %s", topic_partition, e)
+                responses[topic_partition] = _produce_response(e.error_code, str(e),
+                                                               getattr(e, "record_errors", ()))
                 continue
             except OSError as e:
                 log.error("log directory failure appending to %s: %s", topic_partition, e)
@@ -571,6 +575,8 @@ class ReplicaManager:
         self.fetch_purgatory.complete_all()
 
 
-def _produce_response(error: ErrorCode, message: str | None = None) -> dict:
+def _produce_response(error: ErrorCode, message: str | None = None, record_errors=()) -> dict:
     return {"error_code": int(error), "base_offset": -1, "log_append_time": -1,
-            "log_start_offset": -1, "error_message": message}
+            "log_start_offset": -1, "error_message": message,
+            "record_errors": [{"batch_index": index, "batch_index_error_message": text}
+                              for index, text in record_errors]}

@@ -57,7 +57,6 @@ from tidelog.core.errors import (
 )
 from tidelog.core.ids import TopicPartition
 from tidelog.records.batch import (
-    iter_records,
     read_control,
     recompress,
     set_base_offset,
@@ -401,17 +400,15 @@ class Log:
         position, end = 0, len(buffer)
         while position < end:
             header = validate_batch(buffer, position, strict=True)
-            if validate:
+            if validate:    # records refused one by one (keys of a compacted topic too): RecordValidationError
                 validate_records(buffer, position, header, now_ms, config.message_timestamp_before_max_ms,
                                  config.message_timestamp_after_max_ms,
-                                 check_timestamps=not config.uses_log_append_time)
+                                 check_timestamps=not config.uses_log_append_time, compacted=config.compact,
+                                 topic_partition=str(self.topic_partition))
             size_bytes = header.size_bytes
             if size_bytes > config.max_message_bytes:
                 raise RecordTooLargeError(f"{self.topic_partition}: batch of {size_bytes} bytes is above "
                                           f"max.message.bytes {config.max_message_bytes}")
-            if config.compact and any(record.key is None for record in iter_records(buffer, position)):
-                raise InvalidRecordError(f"{self.topic_partition}: compacted topic cannot accept a record "
-                                         f"without a key (batch {len(batches)} of the request)")
             if header.is_control:
                 if not from_coordinator:
                     raise InvalidRecordError(f"{self.topic_partition}: a client cannot write a control batch")
