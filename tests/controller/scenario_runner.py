@@ -14,8 +14,9 @@ rewritten with the actual output instead, to be reviewed as a diff.
 
 Commands (ids are broker ids, ``t/0`` is partition 0 of topic ``t``)::
 
-    register 0 1 2 [racks=a,b,a]     restart 1            unregister 1
-    heartbeat 1 [want-fence=true] [want-shut-down=true] [offset=N] [epoch=N]
+    register 0 1 2 [racks=a,b,a] [dirs=N]     restart 1 [dirs=N]     unregister 1
+    heartbeat 1 [want-fence=true] [want-shut-down=true] [offset=N] [epoch=N] [offline-dirs=0,1]
+    assign-dirs 1 t/0=0 t/1=1        (AssignReplicasToDirs: broker 1's directory 0 / 1)
     unfence 0 1 2                    fence 2              shutdown 1
     tick 10s | tick 500ms            (advance the clock, fire due deadlines)
     advance 10s                      (advance the clock only: deadlines not fired)
@@ -47,7 +48,7 @@ from tidelog.controller import (
     ElectionType,
 )
 from tidelog.controller.quorum_controller import QuorumController
-from tidelog.controller.testing import CLUSTER_ID, ControllerTestEnv
+from tidelog.controller.testing import CLUSTER_ID, ControllerTestEnv, directory_id
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.metadata.delta import replay_all
@@ -139,6 +140,16 @@ def _error(code: ErrorCode, message: str | None) -> str:
     return code.name + (f": {message}" if message else "")
 
 
+def _dir_name(directory: uuid.UUID) -> str:
+    """``d<broker>.<start>.<index>`` for ``controller.testing.directory_id``; ``-`` unassigned."""
+    value = directory.int
+    if value == 0:
+        return "-"
+    if value >> 120 != 1:
+        return str(directory)
+    return f"d{(value >> 32) & 0xFFFFFFFF}.{(value >> 16) & 0xFFFF}.{value & 0xFFFF}"
+
+
 def _heartbeat_state(reply: BrokerHeartbeatReply) -> str:
     if reply.error_code != ErrorCode.NONE:
         return _error(reply.error_code, reply.error_message)
@@ -187,9 +198,11 @@ class ScenarioInterpreter:
     def _format_record(self, record) -> str:
         text = format_record(record, self.topic_names)
         text = re.sub(r" endpoints=\[[^\]]*\]", "", text)
-        return re.sub(r"incarnation_id=([0-9a-f-]{36})",
+        text = re.sub(r"incarnation_id=([0-9a-f-]{36})",
                       lambda m: "incarnation=%d.%d" % divmod(uuid.UUID(m.group(1)).int, 1 << 32),
                       text)
+        return re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+                      lambda m: _dir_name(uuid.UUID(m.group(0))), text)
 
     # ------------------------------------------------------------ brokers
 
@@ -197,7 +210,8 @@ class ScenarioInterpreter:
         racks = options.get("racks", "").split(",") if "racks" in options else []
         output = []
         for i, broker_id in enumerate(int(a) for a in args):
-            reply = self.env.register(broker_id, racks[i] if i < len(racks) else None)
+            reply = self.env.register(broker_id, racks[i] if i < len(racks) else None,
+                                      log_dirs=int(options.get("dirs", 0)))
             output.append(f"register {broker_id}: " + (
                 f"broker_epoch={reply.broker_epoch}" if reply.error_code == ErrorCode.NONE
                 else _error(reply.error_code, reply.error_message)))
@@ -205,7 +219,7 @@ class ScenarioInterpreter:
 
     def cmd_restart(self, args, options):
         broker_id = int(args[0])
-        reply = self.env.restart(broker_id, options.get("rack"))
+        reply = self.env.restart(broker_id, options.get("rack"), log_dirs=int(options.get("dirs", 0)))
         return [f"restart {broker_id}: " + (
             f"broker_epoch={reply.broker_epoch}" if reply.error_code == ErrorCode.NONE
             else _error(reply.error_code, reply.error_message))]
@@ -217,8 +231,22 @@ class ScenarioInterpreter:
             want_fence=_bool(options.get("want-fence", "false")),
             want_shut_down=_bool(options.get("want-shut-down", "false")),
             metadata_offset=int(options["offset"]) if "offset" in options else None,
-            broker_epoch=int(options["epoch"]) if "epoch" in options else None)
+            broker_epoch=int(options["epoch"]) if "epoch" in options else None,
+            offline_log_dirs=[self._directory(broker_id, i) for i in _ids(options.get("offline-dirs", ""))])
         return [f"heartbeat {broker_id}: {_heartbeat_state(reply)}"]
+
+    def _directory(self, broker_id: int, index: int) -> uuid.UUID:
+        """Broker ``broker_id``'s ``index``-th directory, as its current process registered it."""
+        return directory_id(broker_id, self.env.incarnations[broker_id].int & 0xFFFFFFFF, index)
+
+    def cmd_assign_dirs(self, args, options):
+        broker_id = int(args[0])
+        response = self.env.assign_replicas_to_dirs(
+            broker_id, {_tp(tp): self._directory(broker_id, int(i)) for tp, i in options.items()})
+        if response.error_code != ErrorCode.NONE:
+            return [f"assign-dirs {broker_id}: {_error(response.error_code, response.error_message)}"]
+        return [f"assign-dirs {broker_id} {self.topic_names.get(a.topic_id, a.topic_id)}-{a.partition_id}: "
+                f"{code.name}" for a, code in response.results]
 
     def cmd_unfence(self, args, options):
         return [line for a in args for line in self.cmd_heartbeat([a], {})]
@@ -254,8 +282,9 @@ class ScenarioInterpreter:
             state = ("FENCED" if broker.fenced else
                      "CONTROLLED_SHUTDOWN" if broker.in_controlled_shutdown else "UNFENCED")
             rack = f" rack={broker.rack}" if broker.rack else ""
+            dirs = f" online_dirs=[{','.join(map(_dir_name, broker.log_dirs))}]" if broker.log_dirs else ""
             lines.append(f"broker {broker.broker_id}: broker_epoch={broker.broker_epoch} "
-                         f"{state}{rack}")
+                         f"{state}{rack}{dirs}")
         return sorted(lines) or ["no brokers"]
 
     # ------------------------------------------------------------ topics
@@ -293,8 +322,9 @@ class ScenarioInterpreter:
 
     def cmd_describe(self, args, options):
         image = self.controller.image
-        lines = [f"{tp}: {partition.describe()}" for tp, partition in image.all_partitions()
-                 if not args or tp.topic in args]
+        lines = [f"{tp}: {partition.describe()}" + (
+                    f" dirs=[{','.join(map(_dir_name, partition.directories))}]" if partition.directories else "")
+                 for tp, partition in image.all_partitions() if not args or tp.topic in args]
         return lines or ["no partitions"]
 
     # ------------------------------------------------------------ partitions

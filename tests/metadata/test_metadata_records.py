@@ -38,6 +38,7 @@ int64 = st.integers(-(1 << 63), (1 << 63) - 1)
 uuids = st.uuids()
 text = st.text(max_size=20)
 int32_lists = st.lists(int32, max_size=6).map(tuple)
+uuid_lists = st.lists(uuids, max_size=4).map(tuple)
 
 endpoints = st.builds(Endpoint, text, text, st.integers(0, 65535), int16)
 features = st.builds(BrokerFeature, text, int16, int16)
@@ -45,20 +46,21 @@ features = st.builds(BrokerFeature, text, int16, int16)
 RECORDS = st.one_of(
     st.builds(RegisterBrokerRecord, int32, uuids, int64, st.lists(endpoints, max_size=3).map(tuple),
               st.lists(features, max_size=3).map(tuple), st.none() | text, st.booleans(),
-              st.booleans()),
+              st.booleans(), uuid_lists),
     st.builds(UnregisterBrokerRecord, int32, int64),
     st.builds(TopicRecord, text, uuids),
-    st.builds(PartitionRecord, uuids, int32, int32_lists, int32_lists, int32, int32, int32, int8),
+    st.builds(PartitionRecord, uuids, int32, int32_lists, int32_lists, int32, int32, int32, int8,
+              uuid_lists),
     st.builds(ConfigRecord, int8, text, text, st.none() | text),
     st.builds(PartitionChangeRecord, uuids, int32, st.none() | int32_lists, int32,
-              st.none() | int32_lists, int8),
+              st.none() | int32_lists, int8, st.none() | uuid_lists),
     st.builds(FenceBrokerRecord, int32, int64),
     st.builds(UnfenceBrokerRecord, int32, int64),
     st.builds(RemoveTopicRecord, uuids),
     st.builds(FeatureLevelRecord, text, int16),
     st.builds(ProducerIdsRecord, int32, int64, int64),
     st.builds(BrokerRegistrationChangeRecord, int32, int64, st.none() | st.booleans(),
-              st.none() | st.just(True)),
+              st.none() | st.just(True), st.none() | uuid_lists),
 )
 
 
@@ -73,6 +75,23 @@ def test_records_round_trip_through_one_crc_checked_batch(records, base_offset):
     batch = records_to_batch(records, base_offset=base_offset)
     decoded = list(iter_batch_records(batch))
     assert decoded == [(base_offset + i, r) for i, r in enumerate(records)]
+
+
+def test_log_directory_fields_are_version_1_and_version_0_frames_still_read():
+    """KIP-858's fields (a registration's log_dirs, a partition's directories) came
+    with version 1 of their records: a record that leaves them at their default is
+    written at version 0, byte for byte as before, and a version-0 frame reads back
+    with the default."""
+    directory = uuid.UUID(int=1 << 100)
+    plain = PartitionRecord(uuid.UUID(int=1), 0, (1, 2), (1, 2), 1)
+    placed = PartitionRecord(uuid.UUID(int=1), 0, (1, 2), (1, 2), 1, directories=(directory, directory))
+    assert encode(plain)[:3] == bytes([1, PartitionRecord.API_KEY, 0])
+    assert encode(placed)[:3] == bytes([1, PartitionRecord.API_KEY, 1])
+    assert encode(placed).startswith(encode(plain)[3:], 3)
+    assert decode(encode(plain)) == plain and decode(encode(placed)) == placed
+    change = BrokerRegistrationChangeRecord(1, 5, log_dirs=())
+    assert encode(change)[2] == 1 and decode(encode(change)) == change
+    assert encode(BrokerRegistrationChangeRecord(1, 5, fenced=True))[2] == 0
 
 
 def test_every_record_type_has_kafkas_api_key():

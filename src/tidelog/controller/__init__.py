@@ -18,6 +18,8 @@ from tidelog.controller.messages import (
     AlterPartitionRequest,
     AlterPartitionResponse,
     AlterPartitionResult,
+    AssignReplicasToDirsRequest,
+    AssignReplicasToDirsResponse,
     BrokerHeartbeatReply,
     BrokerHeartbeatRequest,
     BrokerRegistrationReply,
@@ -29,6 +31,7 @@ from tidelog.controller.messages import (
     DeleteTopicResult,
     ElectionType,
     ElectLeadersResult,
+    ReplicaDirectory,
 )
 from tidelog.controller.partition_change import Election, PartitionChangeBuilder
 from tidelog.controller.quorum_controller import QuorumController
@@ -43,6 +46,8 @@ __all__ = [
     "AlterPartitionResponse",
     "AlterPartitionResult",
     "ApiError",
+    "AssignReplicasToDirsRequest",
+    "AssignReplicasToDirsResponse",
     "BrokerControlState",
     "BrokerHeartbeatManager",
     "BrokerHeartbeatReply",
@@ -60,4 +65,5 @@ __all__ = [
     "ElectionType",
     "PartitionChangeBuilder",
     "QuorumController",
+    "ReplicaDirectory",
 ]

@@ -15,6 +15,15 @@ on a change it emits the matching records:
     UNFENCED             → handle_broker_unfenced (UnfenceBrokerRecord, elections)
     CONTROLLED_SHUTDOWN  → handle_broker_in_controlled_shutdown (move leaders away)
 
+then, as Kafka's ``processBrokerHeartbeat`` does, the log directories the
+heartbeat reports offline (``offline_log_dirs``, KIP-858) that were online:
+``handle_directories_offline`` moves the broker out of those directories'
+partitions and writes the directories still online. A broker that reports every
+one of its directories offline counts as asking to be fenced (tidelog's rule;
+Kafka's broker halts instead, and is fenced only when its session expires): the
+same heartbeat fences it, and it stays fenced while it reports them, so its
+partitions move at once and it is never unfenced without a working directory.
+
 Stale sessions are fenced **one broker per call** (the oldest contact only), so
 each fencing's partition changes are visible before the next broker is judged.
 """
@@ -40,9 +49,11 @@ def process_broker_heartbeat(cluster: ClusterControlManager,
     broker_id = request.broker_id
     heartbeat_state = cluster.heartbeat.state(broker_id)
     current = cluster.broker_state(broker_id)
+    offline_dirs = tuple(request.offline_log_dirs)
+    no_online_dir = bool(offline_dirs) and not cluster.registration(broker_id).directory_difference(offline_dirs)
     next_state = next_broker_state(
         current,
-        want_fence=request.want_fence,
+        want_fence=request.want_fence or no_online_dir,
         want_shut_down=request.want_shut_down,
         current_metadata_offset=request.current_metadata_offset,
         registration_offset=cluster.registration_offsets[broker_id],
@@ -52,13 +63,15 @@ def process_broker_heartbeat(cluster: ClusterControlManager,
         lowest_active_offset=cluster.heartbeat.lowest_active_offset(),
     )
     records: list[MetadataRecord] = []
+    overlay: dict = {}     # partitions as the state change leaves them, for the directories' records
     if next_state != current:
         if next_state in (BrokerControlState.FENCED, BrokerControlState.SHUTDOWN_NOW):
-            records = replication.handle_broker_fenced(broker_id)
+            records = replication.handle_broker_fenced(broker_id, overlay)
         elif next_state == BrokerControlState.UNFENCED:
-            records = replication.handle_broker_unfenced(broker_id)
+            records = replication.handle_broker_unfenced(broker_id, overlay, offline_dirs)
         else:
-            records = replication.handle_broker_in_controlled_shutdown(broker_id)
+            records = replication.handle_broker_in_controlled_shutdown(broker_id, overlay)
+    records += replication.handle_directories_offline(broker_id, offline_dirs, overlay)
     cluster.heartbeat.touch(broker_id, next_state.fenced, request.current_metadata_offset)
     return ControllerResult(records, BrokerHeartbeatReply(
         is_caught_up=request.current_metadata_offset >= last_committed_offset,

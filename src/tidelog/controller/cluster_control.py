@@ -12,6 +12,8 @@ Registration rules (Kafka's ``ClusterControlManager.registerBroker``):
   id → ``DUPLICATE_BROKER_REGISTRATION`` (another process holds the id);
 * every finalized feature level must be in the broker's supported range →
   otherwise ``UNSUPPORTED_VERSION``;
+* log directory ids (KIP-858) must be real ones (not Kafka's reserved 0-99) and
+  distinct → otherwise ``INVALID_REGISTRATION``;
 * the same incarnation id → an amendment: epoch, fenced and controlled-shutdown
   flags are kept;
 * a new incarnation → the old session is dropped, ``broker_epoch`` = the offset
@@ -23,6 +25,11 @@ Registration rules (Kafka's ``ClusterControlManager.registerBroker``):
 
 Invariant: ``broker_epoch`` of a registration equals the offset of the record
 that created that incarnation's registration, so epochs grow with every restart.
+
+``default_dir(broker)`` is the directory a new replica on that broker is assigned
+to when the controller creates it (Kafka's ``ClusterControlManager.defaultDir``):
+the broker's only directory, or ``UNASSIGNED_DIR`` when it has several (the broker
+then says where it put the replica, AssignReplicasToDirs) or none.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from tidelog.metadata.records import (
     UnregisterBrokerRecord,
 )
 from tidelog.metadata.delta import MetadataReplayError
-from tidelog.metadata.registrations import BrokerRegistration
+from tidelog.metadata.registrations import UNASSIGNED_DIR, BrokerRegistration, is_reserved_dir
 from tidelog.controller.feature_control import FeatureControlManager
 from tidelog.controller.heartbeat import BrokerControlState, BrokerHeartbeatManager
 from tidelog.controller.messages import BrokerRegistrationReply, BrokerRegistrationRequest
@@ -72,6 +79,13 @@ class ClusterControlManager:
         """Unfenced and not in controlled shutdown: may lead and be in ISRs."""
         broker = self.brokers.get(broker_id)
         return broker is not None and broker.is_active
+
+    def default_dir(self, broker_id: int):
+        """Where a new replica on ``broker_id`` goes (module docstring)."""
+        broker = self.brokers.get(broker_id)
+        if broker is None or len(broker.log_dirs) != 1:
+            return UNASSIGNED_DIR
+        return broker.log_dirs[0]
 
     def active_brokers(self) -> Iterator[BrokerRegistration]:
         return (self.brokers[b] for b in sorted(self.brokers) if self.brokers[b].is_active)
@@ -111,6 +125,7 @@ class ClusterControlManager:
         if not error.is_success:
             return ControllerResult([], BrokerRegistrationReply(error.error_code, error.message))
         broker_id = request.broker_id
+        log_dirs = tuple(sorted(request.log_dirs))
         existing = self.brokers.get(broker_id)
         records: list[MetadataRecord] = []
         if existing is not None and existing.incarnation_id == request.incarnation_id:
@@ -124,7 +139,7 @@ class ClusterControlManager:
             broker_epoch, fenced, in_controlled_shutdown = next_offset + len(records), True, False
         records.append(RegisterBrokerRecord(
             broker_id, request.incarnation_id, broker_epoch, tuple(request.listeners),
-            tuple(request.features), request.rack, fenced, in_controlled_shutdown))
+            tuple(request.features), request.rack, fenced, in_controlled_shutdown, log_dirs))
         self.heartbeat.touch(broker_id, fenced, -1)
         return ControllerResult(records, BrokerRegistrationReply(broker_epoch=broker_epoch))
 
@@ -137,6 +152,9 @@ class ClusterControlManager:
                 and self.heartbeat.has_valid_session(request.broker_id):
             return ApiError(ErrorCode.DUPLICATE_BROKER_REGISTRATION,
                             f"Another broker is registered with broker id {request.broker_id}.")
+        if len(set(request.log_dirs)) != len(request.log_dirs) or any(map(is_reserved_dir, request.log_dirs)):
+            return ApiError(ErrorCode.INVALID_REGISTRATION, f"Invalid log directory ids: "
+                            f"{sorted(map(str, request.log_dirs))} (duplicates or reserved ids).")
         offered = {f.name: f for f in request.features}
         for name, level in sorted(self.features.finalized.items()):
             feature = offered.get(name)

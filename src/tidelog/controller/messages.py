@@ -2,7 +2,8 @@
 
 These mirror the Kafka API bodies the controller serves (BrokerRegistration,
 BrokerHeartbeat, CreateTopics, DeleteTopics, CreatePartitions, AlterPartition,
-ElectLeaders, IncrementalAlterConfigs, AllocateProducerIds, UnregisterBroker) with
+AssignReplicasToDirs, ElectLeaders, IncrementalAlterConfigs, AllocateProducerIds,
+UnregisterBroker) with
 only the fields the decision logic reads. The wire codec (``protocol/``) converts.
 """
 
@@ -30,6 +31,7 @@ class BrokerRegistrationRequest:
     listeners: tuple[Endpoint, ...] = ()
     features: tuple[BrokerFeature, ...] = ()
     rack: str | None = None
+    log_dirs: tuple[uuid.UUID, ...] = ()       # the ids of the broker's log directories (KIP-858)
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class BrokerHeartbeatRequest:
     current_metadata_offset: int
     want_fence: bool
     want_shut_down: bool = False
+    offline_log_dirs: tuple[uuid.UUID, ...] = ()   # the ids of the log directories that failed
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,31 @@ class AlterPartitionResponse:
     error_code: ErrorCode = NONE
     error_message: str | None = None
     partitions: tuple[AlterPartitionResult, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReplicaDirectory:
+    """One replica a broker placed in one of its log directories (AssignReplicasToDirs)."""
+
+    topic_id: uuid.UUID
+    partition_id: int
+    directory_id: uuid.UUID
+
+
+@dataclass(frozen=True)
+class AssignReplicasToDirsRequest:
+    broker_id: int
+    broker_epoch: int
+    assignments: tuple[ReplicaDirectory, ...]
+
+
+@dataclass(frozen=True)
+class AssignReplicasToDirsResponse:
+    error_code: ErrorCode = NONE
+    error_message: str | None = None
+    # (the assignment, its error): UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION,
+    # NOT_LEADER_OR_FOLLOWER (the broker is not a replica) or NONE
+    results: tuple[tuple[ReplicaDirectory, ErrorCode], ...] = ()
 
 
 class ElectionType(enum.IntEnum):

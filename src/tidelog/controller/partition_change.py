@@ -1,9 +1,10 @@
 """PartitionChangeBuilder: the pure function behind every leader and ISR change.
 
 Theory of operation (Kafka's ``PartitionChangeBuilder``; docs/controller.md).
-Given a partition's current registration, a *target* ISR (and optionally target replicas and leader recovery
-state), a predicate saying which brokers are acceptable leaders (unfenced, not in
-controlled shutdown, not the broker being removed) and an election type,
+Given a partition's current registration, a *target* ISR (and optionally target replicas, replica
+directories and leader recovery state), a predicate saying which brokers are acceptable leaders (unfenced, not in
+controlled shutdown, not the broker being removed, its replica on a directory the
+broker still has online — Kafka's ``LeaderAcceptor``) and an election type,
 ``build()`` returns the ``PartitionChangeRecord`` carrying only what changes, or
 ``None`` when nothing would change (no-op detection: no record, no epoch bump).
 
@@ -59,6 +60,7 @@ class PartitionChangeBuilder:
         self.election = election
         self.target_isr: tuple[int, ...] = partition.isr
         self.target_replicas: tuple[int, ...] = partition.replicas
+        self.target_directories: tuple = partition.directories
         self.target_leader_recovery_state: int = partition.leader_recovery_state
 
     def set_target_isr(self, isr: tuple[int, ...]) -> PartitionChangeBuilder:
@@ -67,6 +69,11 @@ class PartitionChangeBuilder:
 
     def set_target_replicas(self, replicas: tuple[int, ...]) -> PartitionChangeBuilder:
         self.target_replicas = tuple(replicas)
+        return self
+
+    def set_target_directories(self, directories: tuple) -> PartitionChangeBuilder:
+        """Every replica's log directory, in replica order (AssignReplicasToDirs)."""
+        self.target_directories = tuple(directories)
         return self
 
     def set_target_leader_recovery_state(self, state: int) -> PartitionChangeBuilder:
@@ -131,6 +138,8 @@ class PartitionChangeBuilder:
             leader_recovery_state=(int(leader_recovery_state)
                                    if leader_recovery_state != current.leader_recovery_state
                                    else -1),
+            directories=(self.target_directories if self.target_directories != current.directories
+                         else None),
         )
         if record == PartitionChangeRecord(self.topic_id, self.partition_id):
             return None

@@ -67,6 +67,8 @@ from tidelog.controller.messages import (
     AlterConfigsResult,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AssignReplicasToDirsRequest,
+    AssignReplicasToDirsResponse,
     BrokerHeartbeatReply,
     BrokerHeartbeatRequest,
     BrokerRegistrationReply,
@@ -270,6 +272,9 @@ class QuorumController:
 
     def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
         return self._write(lambda: self.replication.alter_partition(request)).response
+
+    def assign_replicas_to_dirs(self, request: AssignReplicasToDirsRequest) -> AssignReplicasToDirsResponse:
+        return self._write(lambda: self.replication.assign_replicas_to_dirs(request)).response
 
     def elect_leaders(self, election_type: ElectionType,
                       partitions: Sequence[TopicPartition] | None = None

@@ -1,8 +1,10 @@
 """ReplicationControlManager: topics, partitions, leaders and ISRs.
 
 Theory of operation. Hard state is every topic with its partitions'
-``PartitionRegistration``s, plus two indexes kept in step at replay: the
-partitions each broker is an ISR member of, and the partitions without a leader.
+``PartitionRegistration``s, plus three indexes kept in step at replay: the
+partitions each broker is an ISR member of, the partitions without a leader, and
+the partitions with a replica in each log directory (Kafka's
+``directoriesToPartitions``).
 It changes only in ``replay``. Every leader or ISR change is produced by the pure
 ``PartitionChangeBuilder`` (``partition_change.py``), so all election and epoch
 rules live in one place.
@@ -15,7 +17,26 @@ Broker events (as Kafka's ``ReplicationControlManager`` handles them):
 * unfenced: ``UnfenceBrokerRecord``, then elections for leaderless partitions,
   with the broker acceptable although the registration still says fenced;
 * controlled shutdown: ``BrokerRegistrationChangeRecord(in_controlled_shutdown)``,
-  then the broker's leaderships and ISR memberships move away.
+  then the broker's leaderships and ISR memberships move away;
+* log directories offline (``handle_directories_offline``, reported in a
+  heartbeat, KIP-858): for every partition with this broker's replica in a
+  directory that was online, the broker leaves the ISR and, if it led, leadership
+  moves to another ISR member; then ``BrokerRegistrationChangeRecord(log_dirs=the
+  directories still online)``.
+
+A replica is an acceptable leader only if its broker is active *and* the
+replica's directory is online on that broker (``_acceptor``, Kafka's
+``LeaderAcceptor``), in every election: broker events, AlterPartition,
+ElectLeaders, AssignReplicasToDirs. New replicas are assigned the broker's
+``default_dir`` (its only directory); a broker with several directories says
+where it put each replica with AssignReplicasToDirs (``assign_replicas_to_dirs``),
+which also elects a leader the new directory makes possible, and moves the
+broker out of the partition at once if that directory is already offline.
+
+One decision may change a partition twice (a heartbeat that fences a broker and
+reports its directories offline): every helper takes an *overlay*, the partitions
+as this decision's earlier records left them, so a later record is computed from
+the state it will be replayed onto.
 
 Records are generated in (topic name, partition id) order so that they are
 deterministic and readable.
@@ -23,6 +44,7 @@ deterministic and readable.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import uuid
 from collections import Counter, defaultdict
@@ -44,7 +66,7 @@ from tidelog.metadata.records import (
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
-from tidelog.metadata.registrations import PartitionRegistration
+from tidelog.metadata.registrations import UNASSIGNED_DIR, PartitionRegistration, is_reserved_dir
 from tidelog.controller.cluster_control import ClusterControlManager
 from tidelog.controller.configuration_control import ConfigurationControlManager
 from tidelog.controller.partition_change import Election, PartitionChangeBuilder
@@ -56,6 +78,8 @@ from tidelog.controller.messages import (
     AlterPartitionRequest,
     AlterPartitionResponse,
     AlterPartitionResult,
+    AssignReplicasToDirsRequest,
+    AssignReplicasToDirsResponse,
     CreatableTopic,
     CreatableTopicResult,
     CreatePartitionsResult,
@@ -66,6 +90,7 @@ from tidelog.controller.messages import (
 )
 
 PartitionKey = tuple[uuid.UUID, int]
+Overlay = dict  # PartitionKey → the PartitionRegistration after this decision's earlier records
 
 
 @dataclass
@@ -88,6 +113,7 @@ class ReplicationControlManager:
         self.topic_ids: dict[str, uuid.UUID] = {}
         self._isr_members: dict[int, set[PartitionKey]] = defaultdict(set)
         self._leaderless: set[PartitionKey] = set()
+        self._dir_members: dict[uuid.UUID, set[PartitionKey]] = defaultdict(set)
 
     # ------------------------------------------------------------ queries
 
@@ -103,6 +129,9 @@ class ReplicationControlManager:
 
     def partitions_without_leader(self) -> set[PartitionKey]:
         return set(self._leaderless)
+
+    def partitions_in_directory(self, directory: uuid.UUID) -> set[PartitionKey]:
+        return set(self._dir_members.get(directory, ()))
 
     def has_leaderships(self, broker_id: int) -> bool:
         return any(self.partition(*key).leader == broker_id
@@ -206,7 +235,11 @@ class ReplicationControlManager:
 
     def _new_partition(self, replicas: tuple[int, ...]) -> PartitionRegistration:
         isr = tuple(b for b in replicas if self.cluster.is_active(b))
-        return PartitionRegistration(replicas, isr, isr[0], leader_epoch=0, partition_epoch=0)
+        directories = tuple(self.cluster.default_dir(b) for b in replicas)
+        if all(d == UNASSIGNED_DIR for d in directories):
+            directories = ()
+        return PartitionRegistration(replicas, isr, isr[0], leader_epoch=0, partition_epoch=0,
+                                     directories=directories)
 
     def delete_topics(self, names: Sequence[str] = (), topic_ids: Sequence[uuid.UUID] = ()
                       ) -> ControllerResult[list[DeleteTopicResult]]:
@@ -275,9 +308,9 @@ class ReplicationControlManager:
 
     # ------------------------------------------------------------ broker events
 
-    def handle_broker_fenced(self, broker_id: int) -> list[MetadataRecord]:
+    def handle_broker_fenced(self, broker_id: int, overlay: Overlay | None = None) -> list[MetadataRecord]:
         records: list[MetadataRecord] = self._leader_and_isr_updates(
-            self.partitions_with_broker_in_isr(broker_id), broker_to_remove=broker_id)
+            self.partitions_with_broker_in_isr(broker_id), broker_to_remove=broker_id, overlay=overlay)
         epoch = self.cluster.registration(broker_id).broker_epoch
         records.append(FenceBrokerRecord(broker_id, epoch))
         return records
@@ -289,44 +322,93 @@ class ReplicationControlManager:
         records.append(UnregisterBrokerRecord(broker_id, epoch))
         return records
 
-    def handle_broker_unfenced(self, broker_id: int) -> list[MetadataRecord]:
+    def handle_broker_unfenced(self, broker_id: int, overlay: Overlay | None = None,
+                               offline_dirs: Iterable[uuid.UUID] = ()) -> list[MetadataRecord]:
+        """``offline_dirs``: directories the same heartbeat reports offline (their
+        replicas are not elected although the registration still lists them)."""
         epoch = self.cluster.registration(broker_id).broker_epoch
         records: list[MetadataRecord] = [UnfenceBrokerRecord(broker_id, epoch)]
         records += self._leader_and_isr_updates(self.partitions_without_leader(),
-                                                broker_to_add=broker_id)
+                                                broker_to_add=broker_id, overlay=overlay,
+                                                offline_dirs=frozenset(offline_dirs))
         return records
 
-    def handle_broker_in_controlled_shutdown(self, broker_id: int) -> list[MetadataRecord]:
+    def handle_broker_in_controlled_shutdown(self, broker_id: int, overlay: Overlay | None = None
+                                             ) -> list[MetadataRecord]:
         epoch = self.cluster.registration(broker_id).broker_epoch
         records: list[MetadataRecord] = [
             BrokerRegistrationChangeRecord(broker_id, epoch, in_controlled_shutdown=True)]
         records += self._leader_and_isr_updates(self.partitions_with_broker_in_isr(broker_id),
-                                                broker_to_remove=broker_id)
+                                                broker_to_remove=broker_id, overlay=overlay)
         return records
 
+    def handle_directories_offline(self, broker_id: int, offline_dirs: Iterable[uuid.UUID],
+                                   overlay: Overlay | None = None) -> list[MetadataRecord]:
+        """Kafka's ``handleDirectoriesOffline``: nothing unless some of ``offline_dirs``
+        were online in the broker's registration; then the broker leaves the ISR (and
+        the leadership) of every partition whose replica is in one of them, and its
+        registration keeps only the directories still online."""
+        registration = self.cluster.registration(broker_id)
+        offline = tuple(offline_dirs)
+        newly_offline = registration.directory_intersection(offline)
+        if not newly_offline:
+            return []
+        keys = {key for d in newly_offline for key in self._dir_members.get(d, ())
+                if self._current(key, overlay).directory(broker_id) in newly_offline}
+        records: list[MetadataRecord] = self._leader_and_isr_updates(
+            keys, broker_to_remove=broker_id, overlay=overlay, offline_dirs=frozenset(newly_offline))
+        records.append(BrokerRegistrationChangeRecord(
+            broker_id, registration.broker_epoch, log_dirs=registration.directory_difference(offline)))
+        return records
+
+    def _current(self, key: PartitionKey, overlay: Overlay | None) -> PartitionRegistration:
+        if overlay is not None and key in overlay:
+            return overlay[key]
+        return self.partition(*key)
+
+    def _acceptor(self, partition: PartitionRegistration, broker_to_remove: int = -1,
+                  broker_to_add: int = -1, offline_dirs: frozenset = frozenset()):
+        """Who may lead ``partition`` (Kafka's ``LeaderAcceptor``): an active broker —
+        or ``broker_to_add``, being unfenced in this very write — that is not
+        ``broker_to_remove`` and whose replica's directory is online (not one of
+        ``offline_dirs``, reported in this write)."""
+        def acceptable(replica: int) -> bool:
+            if replica == broker_to_remove:
+                return False
+            if replica != broker_to_add and not self.cluster.is_active(replica):
+                return False
+            registration = self.cluster.registration(replica)
+            directory = partition.directory(replica)
+            return (registration is not None and directory not in offline_dirs
+                    and registration.has_online_dir(directory))
+        return acceptable
+
     def _leader_and_isr_updates(self, keys: Iterable[PartitionKey], broker_to_remove: int = -1,
-                                broker_to_add: int = -1) -> list[PartitionChangeRecord]:
+                                broker_to_add: int = -1, overlay: Overlay | None = None,
+                                offline_dirs: frozenset = frozenset()) -> list[PartitionChangeRecord]:
         """Partition changes after removing ``broker_to_remove`` / admitting ``broker_to_add``.
 
         ``broker_to_add`` counts as an acceptable leader although its registration
         still says fenced (the unfence record is in the same write);
         ``broker_to_remove`` is never acceptable, even for an unclean election.
+        Each partition is read from ``overlay`` when an earlier record of this
+        decision changed it, and the result is put there.
         """
-        def acceptable(replica: int) -> bool:
-            if replica == broker_to_remove:
-                return False
-            return replica == broker_to_add or self.cluster.is_active(replica)
-
         records = []
-        for topic_id, partition_id in self._sorted(keys):
+        for key in self._sorted(keys):
+            topic_id, partition_id = key
             topic = self.topics[topic_id]
-            partition = topic.partitions[partition_id]
-            builder = PartitionChangeBuilder(partition, topic_id, partition_id, acceptable,
-                                             self._election_for(topic.name))
+            partition = self._current(key, overlay)
+            builder = PartitionChangeBuilder(
+                partition, topic_id, partition_id,
+                self._acceptor(partition, broker_to_remove, broker_to_add, offline_dirs),
+                self._election_for(topic.name))
             builder.set_target_isr(tuple(r for r in partition.isr if r != broker_to_remove))
             record = builder.build()
             if record is not None:
                 records.append(record)
+                if overlay is not None:
+                    overlay[key] = partition.merge(record)
         return records
 
     def _election_for(self, topic: str) -> Election:
@@ -354,7 +436,7 @@ class ReplicationControlManager:
                                                     error.error_code, error.message))
                 continue
             builder = PartitionChangeBuilder(partition, item.topic_id, item.partition_id,
-                                             self.cluster.is_active)
+                                             self._acceptor(partition))
             builder.set_target_isr(item.new_isr)
             builder.set_target_leader_recovery_state(item.leader_recovery_state)
             record = builder.build()
@@ -368,6 +450,54 @@ class ReplicationControlManager:
                 partition.leader_epoch, partition.isr, partition.partition_epoch,
                 partition.leader_recovery_state))
         return ControllerResult(records, AlterPartitionResponse(partitions=tuple(results)))
+
+    # ------------------------------------------------------------ AssignReplicasToDirs
+
+    def assign_replicas_to_dirs(self, request: AssignReplicasToDirsRequest
+                                ) -> ControllerResult[AssignReplicasToDirsResponse]:
+        """Kafka's ``handleAssignReplicasToDirs``: a broker says in which of its log
+        directories it placed each replica. The partition records the directory and,
+        as any change does, elects a leader if it has none and one is now acceptable;
+        a replica placed in a directory that is not online leaves the ISR and the
+        leadership at once (the directory failed before the broker could say)."""
+        broker_id = request.broker_id
+        error = self.cluster.check_broker_epoch(broker_id, request.broker_epoch)
+        if not error.is_success:
+            return ControllerResult([], AssignReplicasToDirsResponse(error.error_code, error.message))
+        registration = self.cluster.registration(broker_id)
+        records: list[MetadataRecord] = []
+        results = []
+        overlay: Overlay = {}
+        into_offline_dirs: set[PartitionKey] = set()
+        for assignment in request.assignments:
+            key = (assignment.topic_id, assignment.partition_id)
+            topic = self.topics.get(assignment.topic_id)
+            known = topic is not None and assignment.partition_id in topic.partitions
+            partition = self._current(key, overlay) if known else None
+            if topic is None:
+                code = ErrorCode.UNKNOWN_TOPIC_ID
+            elif partition is None:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif broker_id not in partition.replicas:
+                code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            elif is_reserved_dir(assignment.directory_id):
+                code = ErrorCode.INVALID_REQUEST
+            else:
+                code = ErrorCode.NONE
+                directories = partition.with_directory(broker_id, assignment.directory_id)
+                placed = dataclasses.replace(partition, directories=directories)
+                builder = PartitionChangeBuilder(partition, key[0], key[1], self._acceptor(placed))
+                builder.set_target_directories(directories)
+                record = builder.build()
+                if record is not None:
+                    records.append(record)
+                    overlay[key] = partition.merge(record)
+                if not registration.has_online_dir(assignment.directory_id):
+                    into_offline_dirs.add(key)
+            results.append((assignment, code))
+        records += self._leader_and_isr_updates(into_offline_dirs, broker_to_remove=broker_id,
+                                                overlay=overlay)
+        return ControllerResult(records, AssignReplicasToDirsResponse(results=tuple(results)))
 
     # ------------------------------------------------------------ elections
 
@@ -420,7 +550,7 @@ class ReplicationControlManager:
             election = Election.UNCLEAN
             if partition.has_leader:
                 return ApiError(ErrorCode.ELECTION_NOT_NEEDED, None), None
-        builder = PartitionChangeBuilder(partition, key[0], key[1], self.cluster.is_active,
+        builder = PartitionChangeBuilder(partition, key[0], key[1], self._acceptor(partition),
                                          election)
         record = builder.build()
         new_leader = partition.merge(record).leader if record is not None else partition.leader
@@ -431,7 +561,7 @@ class ReplicationControlManager:
         if election == Election.UNCLEAN and new_leader == NO_LEADER:
             return ApiError(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
                             f"Failed to elect leader for partition {tp} under strategy "
-                            "UNCLEAN: no replica is active"), None
+                            "UNCLEAN: no replica is active on an online log directory"), None
         return NO_ERROR, record
 
     # ------------------------------------------------------------ replay
@@ -480,6 +610,15 @@ class ReplicationControlManager:
                 del self._isr_members[broker_id]
         for broker_id in new.isr if new else ():
             self._isr_members[broker_id].add(key)
+        for directory in old.directories if old else ():
+            members = self._dir_members.get(directory)
+            if members is not None:
+                members.discard(key)
+                if not members:
+                    del self._dir_members[directory]
+        for directory in new.directories if new else ():
+            if not is_reserved_dir(directory):
+                self._dir_members[directory].add(key)
         if new is not None and new.leader == NO_LEADER:
             self._leaderless.add(key)
         else:

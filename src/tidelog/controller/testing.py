@@ -7,7 +7,9 @@ topic, fence some, and look at partitions and at the exact records each step
 wrote. Nothing here reads wall time or does I/O.
 
 Incarnation ids are deterministic: broker ``b``'s ``n``-th process start gets
-``UUID(int=(b << 32) | n)``, so a restart is ``env.restart(b)``.
+``UUID(int=(b << 32) | n)``, so a restart is ``env.restart(b)``. So are log
+directory ids: ``directory_id(b, n, i)`` is the ``i``-th directory broker ``b``
+registers at its ``n``-th start (a restart with ``log_dirs`` gets new disks).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from tidelog.controller.messages import (
     AlterConfigsResource,
     AlterPartitionItem,
     AlterPartitionRequest,
+    AssignReplicasToDirsRequest,
+    AssignReplicasToDirsResponse,
     BrokerHeartbeatReply,
     BrokerHeartbeatRequest,
     BrokerRegistrationReply,
@@ -42,6 +46,7 @@ from tidelog.controller.messages import (
     CreatableTopicResult,
     CreatePartitionsTopic,
     ElectionType,
+    ReplicaDirectory,
 )
 from tidelog.controller.quorum_controller import QuorumController
 
@@ -51,6 +56,10 @@ LISTENER = "PLAINTEXT"
 
 def incarnation_id(broker_id: int, start: int = 0) -> uuid.UUID:
     return uuid.UUID(int=(broker_id << 32) | start)
+
+
+def directory_id(broker_id: int, start: int, index: int) -> uuid.UUID:
+    return uuid.UUID(int=(1 << 120) | (broker_id << 32) | (start << 16) | index)
 
 
 class ControllerTestEnv:
@@ -74,33 +83,48 @@ class ControllerTestEnv:
 
     def register(self, broker_id: int, rack: str | None = None,
                  incarnation: uuid.UUID | None = None,
-                 features: Sequence[BrokerFeature] = ()) -> BrokerRegistrationReply:
-        """Register ``broker_id``'s current process (its first one if it has none)."""
+                 features: Sequence[BrokerFeature] = (), log_dirs: int = 0) -> BrokerRegistrationReply:
+        """Register ``broker_id``'s current process (its first one if it has none), with
+        ``log_dirs`` log directories (``directory_id``; 0: none, as before KIP-858)."""
         if incarnation is None:
             incarnation = self.incarnations.get(broker_id) or incarnation_id(broker_id, 0)
+        start = incarnation.int & 0xFFFFFFFF
         request = BrokerRegistrationRequest(
             broker_id, incarnation, CLUSTER_ID,
-            (Endpoint(LISTENER, f"broker{broker_id}", 9092),), tuple(features), rack)
+            (Endpoint(LISTENER, f"broker{broker_id}", 9092),), tuple(features), rack,
+            tuple(directory_id(broker_id, start, i) for i in range(log_dirs)))
         reply = self.controller.register_broker(request)
         if reply.error_code == ErrorCode.NONE:
             self.broker_epochs[broker_id] = reply.broker_epoch
             self.incarnations[broker_id] = incarnation
         return reply
 
-    def restart(self, broker_id: int, rack: str | None = None) -> BrokerRegistrationReply:
+    def restart(self, broker_id: int, rack: str | None = None, log_dirs: int = 0) -> BrokerRegistrationReply:
         """A new process for ``broker_id`` registers with a new incarnation id."""
         self.starts[broker_id] = self.starts.get(broker_id, 0) + 1
-        return self.register(broker_id, rack, incarnation_id(broker_id, self.starts[broker_id]))
+        return self.register(broker_id, rack, incarnation_id(broker_id, self.starts[broker_id]),
+                             log_dirs=log_dirs)
 
     def heartbeat(self, broker_id: int, want_fence: bool = False, want_shut_down: bool = False,
-                  metadata_offset: int | None = None, broker_epoch: int | None = None
-                  ) -> BrokerHeartbeatReply:
+                  metadata_offset: int | None = None, broker_epoch: int | None = None,
+                  offline_log_dirs: Sequence[uuid.UUID] = ()) -> BrokerHeartbeatReply:
         """A heartbeat; by default the broker has caught up with the committed log."""
         return self.controller.process_broker_heartbeat(BrokerHeartbeatRequest(
             broker_id,
             self.broker_epochs.get(broker_id, -1) if broker_epoch is None else broker_epoch,
             self.controller.committed_offset if metadata_offset is None else metadata_offset,
-            want_fence, want_shut_down))
+            want_fence, want_shut_down, tuple(offline_log_dirs)))
+
+    def log_dirs(self, broker_id: int) -> tuple[uuid.UUID, ...]:
+        """The log directories ``broker_id``'s current registration lists as online."""
+        return self.controller.cluster.registration(broker_id).log_dirs
+
+    def assign_replicas_to_dirs(self, broker_id: int,
+                                assignments: Mapping[TopicPartition, uuid.UUID]) -> AssignReplicasToDirsResponse:
+        return self.controller.assign_replicas_to_dirs(AssignReplicasToDirsRequest(
+            broker_id, self.broker_epochs.get(broker_id, -1),
+            tuple(ReplicaDirectory(self.topic_id(tp.topic), tp.partition, directory)
+                  for tp, directory in assignments.items())))
 
     def register_and_unfence(self, *broker_ids: int, racks: Mapping[int, str] | None = None
                              ) -> None:
@@ -167,27 +191,31 @@ def random_operation(env: ControllerTestEnv, rng: random.Random) -> str:
     """Apply one random, plausible controller operation; return what it was.
 
     Used by property tests (replay equivalence, invariants) and the simulator: brokers
-    register, restart, heartbeat (possibly asking to be fenced or to shut down), go
-    silent while time passes; topics are created, grown, deleted; leaders shrink and
-    grow ISRs; preferred and unclean elections and config changes happen.
+    register (with 0-2 log directories), restart, heartbeat (possibly asking to be
+    fenced or to shut down, or reporting log directories offline), place replicas in
+    directories, go silent while time passes; topics are created, grown, deleted;
+    leaders shrink and grow ISRs; preferred and unclean elections and config changes
+    happen.
     """
     controller = env.controller
     brokers = sorted(controller.cluster.brokers)
     topics = sorted(controller.replication.topic_ids)
-    choice = rng.randrange(12)
+    choice = rng.randrange(13)
     if choice == 0 or not brokers:
         broker_id = rng.randrange(6)
         if broker_id in controller.cluster.brokers and rng.random() < 0.5:
-            env.restart(broker_id, rng.choice([None, "a", "b"]))
+            env.restart(broker_id, rng.choice([None, "a", "b"]), log_dirs=rng.randrange(3))
             return f"restart {broker_id}"
-        env.register(broker_id, rng.choice([None, "a", "b"]))
+        env.register(broker_id, rng.choice([None, "a", "b"]), log_dirs=rng.randrange(3))
         return f"register {broker_id}"
     if choice <= 3:
         broker_id = rng.choice(brokers)
         want_fence = rng.random() < 0.2
         want_shut_down = rng.random() < 0.1
-        env.heartbeat(broker_id, want_fence, want_shut_down)
-        return f"heartbeat {broker_id} fence={want_fence} shutdown={want_shut_down}"
+        online = env.log_dirs(broker_id)
+        offline = tuple(d for d in online if rng.random() < 0.3) if rng.random() < 0.2 else ()
+        env.heartbeat(broker_id, want_fence, want_shut_down, offline_log_dirs=offline)
+        return f"heartbeat {broker_id} fence={want_fence} shutdown={want_shut_down} offline={len(offline)}"
     if choice == 4:
         env.clock.advance(rng.choice([100, 2000, 5000, 9001]))
         fenced = controller.fire_due_deadlines()
@@ -216,6 +244,14 @@ def random_operation(env: ControllerTestEnv, rng: random.Random) -> str:
             (AlterPartitionItem(topic_id, partition_id, partition.leader_epoch,
                                 partition.partition_epoch, tuple(isr)),)))
         return f"alter-partition {topic}-{partition_id} isr={isr}"
+    if choice == 12:
+        broker_id = rng.choice(partition.replicas)
+        registration = controller.cluster.registration(broker_id)
+        if registration is None or not registration.log_dirs:
+            return "assign-dirs: nothing to place"
+        directory = rng.choice(registration.log_dirs)
+        env.assign_replicas_to_dirs(broker_id, {TopicPartition(topic, partition_id): directory})
+        return f"assign-dirs {broker_id} {topic}-{partition_id}"
     if choice == 10:
         election = rng.choice([ElectionType.PREFERRED, ElectionType.UNCLEAN])
         controller.elect_leaders(election, [TopicPartition(topic, partition_id)])
@@ -230,7 +266,8 @@ def check_invariants(image: MetadataImage, previous: MetadataImage | None = None
     """Invariants 10.1 and 10.8 (docs/simulation.md) on a controller image (AssertionError
     if broken).
 
-    * a leader is an ISR member and an active broker (unfenced, not shutting down);
+    * a leader is an ISR member and an active broker (unfenced, not shutting down),
+      and its replica is on a directory its broker has online (KIP-858);
     * a fenced or shutting-down broker is in no ISR, unless it is the last member
       of a partition that has no leader;
     * leader epochs and partition epochs never decrease.
@@ -239,6 +276,7 @@ def check_invariants(image: MetadataImage, previous: MetadataImage | None = None
         if partition.has_leader:
             leader = image.brokers.get(partition.leader)
             assert leader is not None and leader.is_active, (tp, partition, leader)
+            assert leader.has_online_dir(partition.directory(partition.leader)), (tp, partition, leader)
         for broker_id in partition.isr:
             broker = image.brokers.get(broker_id)
             if broker is None or not broker.is_active:

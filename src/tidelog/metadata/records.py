@@ -12,7 +12,12 @@ Serialization. ``encode(record)`` gives a compact frame::
 
 Fields are written in declaration order: integers as zig-zag varints (range
 checked on both sides), booleans as one byte 0/1, strings and lists prefixed by an
-unsigned varint ``length + 1`` (0 means null), UUIDs as 16 raw bytes. ``decode``
+unsigned varint ``length + 1`` (0 means null), UUIDs as 16 raw bytes. A field added
+in a later version of a record names that version as the third item of its
+``SCHEMA`` entry; a record is written at the lowest version that holds every field
+it sets (so records that leave the new fields at their defaults are written, byte
+for byte, as before), and an older version is read with those fields at their
+defaults. ``decode``
 accepts exactly one frame and raises ``InvalidMetadataRecordError`` (a
 ``CorruptRecordError``) naming the problem for anything else — unknown api key or
 version, truncation, trailing bytes, bad UTF-8, out-of-range integers.
@@ -250,8 +255,27 @@ class _Struct:
         return self.cls(**{name: codec.read(reader) for name, codec in self.cls.SCHEMA})
 
 
+def _fields(cls: type, version: int) -> Iterator[tuple[str, Any]]:
+    """``(name, codec)`` of the fields ``cls`` has at ``version`` (a third item in a
+    ``SCHEMA`` entry is the version that added the field)."""
+    for entry in cls.SCHEMA:
+        if len(entry) == 2 or entry[2] <= version:
+            yield entry[0], entry[1]
+
+
+def _version_for(record: Any) -> int:
+    """The lowest version of ``record``'s type that holds every field it sets."""
+    version = 0
+    defaults = {f.name: f.default for f in dataclasses.fields(record)}
+    for entry in type(record).SCHEMA:
+        if len(entry) == 3 and getattr(record, entry[0]) != defaults[entry[0]]:
+            version = max(version, entry[2])
+    return version
+
+
 BOOL, STRING, NULLABLE_STRING, UUID, BYTES = _Bool(), _String(False), _String(True), _Uuid(), _Bytes(False)
 INT32_LIST, NULLABLE_INT32_LIST = _List(INT32), _List(INT32, nullable=True)
+UUID_LIST, NULLABLE_UUID_LIST = _List(UUID), _List(UUID, nullable=True)
 
 
 # ---------------------------------------------------------------- records
@@ -289,13 +313,14 @@ class RegisterBrokerRecord:
     rack: str | None = None
     fenced: bool = True
     in_controlled_shutdown: bool = False
+    log_dirs: tuple[uuid.UUID, ...] = ()      # the broker's log directory ids (KIP-858), sorted
     API_KEY: ClassVar = 0
-    VERSION: ClassVar = 0
+    VERSION: ClassVar = 1
     SCHEMA: ClassVar = (("broker_id", INT32), ("incarnation_id", UUID), ("broker_epoch", INT64),
                         ("endpoints", _List(_Struct(Endpoint))),
                         ("features", _List(_Struct(BrokerFeature))),
                         ("rack", NULLABLE_STRING), ("fenced", BOOL),
-                        ("in_controlled_shutdown", BOOL))
+                        ("in_controlled_shutdown", BOOL), ("log_dirs", UUID_LIST, 1))
 
 
 @dataclass(frozen=True)
@@ -326,11 +351,14 @@ class PartitionRecord:
     leader_epoch: int = 0
     partition_epoch: int = 0
     leader_recovery_state: int = int(LeaderRecoveryState.RECOVERED)
+    # The log directory of each replica, in replica order (KIP-858); () = all unassigned.
+    directories: tuple[uuid.UUID, ...] = ()
     API_KEY: ClassVar = 3
-    VERSION: ClassVar = 0
+    VERSION: ClassVar = 1
     SCHEMA: ClassVar = (("topic_id", UUID), ("partition_id", INT32), ("replicas", INT32_LIST),
                         ("isr", INT32_LIST), ("leader", INT32), ("leader_epoch", INT32),
-                        ("partition_epoch", INT32), ("leader_recovery_state", INT8))
+                        ("partition_epoch", INT32), ("leader_recovery_state", INT8),
+                        ("directories", UUID_LIST, 1))
 
 
 @dataclass(frozen=True)
@@ -353,11 +381,12 @@ class PartitionChangeRecord:
     leader: int = NO_LEADER_CHANGE
     replicas: tuple[int, ...] | None = None
     leader_recovery_state: int = -1
+    directories: tuple[uuid.UUID, ...] | None = None   # every replica's directory, or None = unchanged
     API_KEY: ClassVar = 5
-    VERSION: ClassVar = 0
+    VERSION: ClassVar = 1
     SCHEMA: ClassVar = (("topic_id", UUID), ("partition_id", INT32), ("isr", NULLABLE_INT32_LIST),
                         ("leader", INT32), ("replicas", NULLABLE_INT32_LIST),
-                        ("leader_recovery_state", INT8))
+                        ("leader_recovery_state", INT8), ("directories", NULLABLE_UUID_LIST, 1))
 
 
 @dataclass(frozen=True)
@@ -493,11 +522,13 @@ class BrokerRegistrationChangeRecord:
     broker_epoch: int
     fenced: bool | None = None                   # None = no change
     in_controlled_shutdown: bool | None = None   # only True (enter) or None
+    log_dirs: tuple[uuid.UUID, ...] | None = None   # the directories still online; None = no change
     API_KEY: ClassVar = 17
-    VERSION: ClassVar = 0
+    VERSION: ClassVar = 1
     SCHEMA: ClassVar = (("broker_id", INT32), ("broker_epoch", INT64),
                         ("fenced", _FencedChange(allow_false=True)),
-                        ("in_controlled_shutdown", _FencedChange(allow_false=False)))
+                        ("in_controlled_shutdown", _FencedChange(allow_false=False)),
+                        ("log_dirs", NULLABLE_UUID_LIST, 1))
 
 
 MetadataRecord = (RegisterBrokerRecord | UnregisterBrokerRecord | TopicRecord | PartitionRecord
@@ -523,10 +554,11 @@ def encode(record: MetadataRecord) -> bytes:
     if RECORD_TYPES.get(getattr(cls, "API_KEY", None)) is not cls:
         raise ValueError(f"{cls.__name__} is not a metadata record type")
     out = bytearray()
+    version = _version_for(record)
     _write_uvarint(out, FRAME_VERSION)
     _write_uvarint(out, cls.API_KEY)
-    _write_uvarint(out, cls.VERSION)
-    for name, codec in cls.SCHEMA:
+    _write_uvarint(out, version)
+    for name, codec in _fields(cls, version):
         try:
             codec.write(out, getattr(record, name))
         except ValueError as e:
@@ -548,7 +580,7 @@ def decode(data: bytes) -> MetadataRecord:
     if version > cls.VERSION:
         raise InvalidMetadataRecordError(
             f"{cls.__name__} version {version} is newer than supported {cls.VERSION}")
-    fields = {name: codec.read(reader) for name, codec in cls.SCHEMA}
+    fields = {name: codec.read(reader) for name, codec in _fields(cls, version)}
     if reader.pos != reader.end:
         raise InvalidMetadataRecordError(
             f"{cls.__name__} has {reader.end - reader.pos} bytes after its last field")

@@ -12,6 +12,17 @@ a change record into a new value; those merge rules are Kafka's replay semantics
 * ``FenceBrokerRecord`` / ``UnfenceBrokerRecord`` / ``BrokerRegistrationChangeRecord``
   apply only to the registration whose ``broker_epoch`` they name.
 
+Log directories (KIP-858). A broker registers the ids of its log directories
+(``directory.id`` in each directory's ``meta.properties``); a
+``BrokerRegistrationChangeRecord`` carrying ``log_dirs`` replaces them with the ones
+still online after the broker reported failures. A partition names the directory
+of each replica (``directories``, in replica order; empty = every replica
+unassigned). A replica is on an online directory (``BrokerRegistration.has_online_dir``,
+Kafka's ``DirectoryId.isOnline``) when its directory is unassigned or migrating,
+when the broker registered no directories at all, or when the directory is among
+the broker's online ones; a directory that is ``LOST`` or that the broker no longer
+lists is offline, and the replica may then neither lead nor be elected.
+
 Invariant (checked where a partition is built or merged): the leader, when there
 is one, is a replica and a member of the ISR; the ISR is a non-empty subset of the
 replicas without duplicates.
@@ -21,6 +32,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, replace
+from typing import Iterable
 
 from tidelog.metadata.records import (
     NO_LEADER,
@@ -34,6 +46,26 @@ from tidelog.metadata.records import (
 )
 
 
+# Kafka's reserved directory ids (``DirectoryId``): never a real directory's.
+UNASSIGNED_DIR = uuid.UUID(int=0)   # not known yet: the broker will say (AssignReplicasToDirs)
+LOST_DIR = uuid.UUID(int=1)         # the directory is gone
+MIGRATING_DIR = uuid.UUID(int=2)    # written by a broker that predates directory ids
+
+
+def is_reserved_dir(directory: uuid.UUID) -> bool:
+    """Ids 0-99 are Kafka's reserved ones; a directory never gets one."""
+    return directory.int < 100
+
+
+def is_dir_online(directory: uuid.UUID, online_dirs: tuple[uuid.UUID, ...]) -> bool:
+    """Kafka's ``DirectoryId.isOnline``: see the module docstring."""
+    if directory in (UNASSIGNED_DIR, MIGRATING_DIR):
+        return True
+    if directory == LOST_DIR:
+        return False
+    return not online_dirs or directory in online_dirs
+
+
 @dataclass(frozen=True)
 class BrokerRegistration:
     broker_id: int
@@ -44,16 +76,31 @@ class BrokerRegistration:
     rack: str | None
     fenced: bool
     in_controlled_shutdown: bool
+    log_dirs: tuple[uuid.UUID, ...] = ()     # the online log directories, sorted
 
     @classmethod
     def from_record(cls, record: RegisterBrokerRecord) -> BrokerRegistration:
         return cls(record.broker_id, record.incarnation_id, record.broker_epoch, record.endpoints,
-                   record.features, record.rack, record.fenced, record.in_controlled_shutdown)
+                   record.features, record.rack, record.fenced, record.in_controlled_shutdown,
+                   tuple(sorted(record.log_dirs)))
 
     def to_record(self) -> RegisterBrokerRecord:
         return RegisterBrokerRecord(self.broker_id, self.incarnation_id, self.broker_epoch,
                                     self.endpoints, self.features, self.rack, self.fenced,
-                                    self.in_controlled_shutdown)
+                                    self.in_controlled_shutdown, self.log_dirs)
+
+    def has_online_dir(self, directory: uuid.UUID) -> bool:
+        return is_dir_online(directory, self.log_dirs)
+
+    def directory_intersection(self, directories: Iterable[uuid.UUID]) -> tuple[uuid.UUID, ...]:
+        """Those of our online directories that are in ``directories``."""
+        others = set(directories)
+        return tuple(d for d in self.log_dirs if d in others)
+
+    def directory_difference(self, directories: Iterable[uuid.UUID]) -> tuple[uuid.UUID, ...]:
+        """Our online directories that are not in ``directories``."""
+        others = set(directories)
+        return tuple(d for d in self.log_dirs if d not in others)
 
     @property
     def is_active(self) -> bool:
@@ -76,6 +123,8 @@ class BrokerRegistration:
             result = replace(result, fenced=record.fenced)
         if record.in_controlled_shutdown is not None:
             result = replace(result, in_controlled_shutdown=record.in_controlled_shutdown)
+        if record.log_dirs is not None:
+            result = replace(result, log_dirs=tuple(sorted(record.log_dirs)))
         return result
 
 
@@ -87,6 +136,7 @@ class PartitionRegistration:
     leader_epoch: int
     partition_epoch: int
     leader_recovery_state: int = 0
+    directories: tuple[uuid.UUID, ...] = ()   # per replica, in replica order; () = all unassigned
 
     def __post_init__(self) -> None:
         assert self.replicas and len(set(self.replicas)) == len(self.replicas), self
@@ -94,19 +144,35 @@ class PartitionRegistration:
         assert set(self.isr) <= set(self.replicas), self
         assert self.leader == NO_LEADER or self.leader in self.isr, self
         assert self.leader_epoch >= 0 and self.partition_epoch >= 0, self
+        assert not self.directories or len(self.directories) == len(self.replicas), self
 
     @classmethod
     def from_record(cls, record: PartitionRecord) -> PartitionRegistration:
         return cls(record.replicas, record.isr, record.leader, record.leader_epoch,
-                   record.partition_epoch, record.leader_recovery_state)
+                   record.partition_epoch, record.leader_recovery_state, record.directories)
 
     def to_record(self, topic_id: uuid.UUID, partition_id: int) -> PartitionRecord:
         return PartitionRecord(topic_id, partition_id, self.replicas, self.isr, self.leader,
-                               self.leader_epoch, self.partition_epoch, self.leader_recovery_state)
+                               self.leader_epoch, self.partition_epoch, self.leader_recovery_state,
+                               self.directories)
 
     @property
     def preferred_leader(self) -> int:
         return self.replicas[0]
+
+    def directory(self, broker_id: int) -> uuid.UUID:
+        """The log directory of ``broker_id``'s replica (``UNASSIGNED_DIR`` if not known)."""
+        if not self.directories or broker_id not in self.replicas:
+            return UNASSIGNED_DIR
+        return self.directories[self.replicas.index(broker_id)]
+
+    def with_directory(self, broker_id: int, directory: uuid.UUID) -> tuple[uuid.UUID, ...]:
+        """``directories`` with ``broker_id``'s replica moved to ``directory`` (``()``
+        when every replica is then unassigned)."""
+        current = self.directories or (UNASSIGNED_DIR,) * len(self.replicas)
+        i = self.replicas.index(broker_id)
+        result = current[:i] + (directory,) + current[i + 1:]
+        return () if all(d == UNASSIGNED_DIR for d in result) else result
 
     @property
     def has_leader(self) -> bool:
@@ -125,6 +191,7 @@ class PartitionRegistration:
             partition_epoch=self.partition_epoch + 1,
             leader_recovery_state=(self.leader_recovery_state if record.leader_recovery_state == -1
                                    else record.leader_recovery_state),
+            directories=self.directories if record.directories is None else record.directories,
         )
 
     def describe(self) -> str:
