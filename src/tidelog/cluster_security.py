@@ -51,11 +51,16 @@ def secure_cluster(cluster_directory: str, host: str, node_ids: list[int]) -> st
     admin_password, client_password = _password(directory, "admin"), _password(directory, "client")
     jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
             f'password="{admin_password}" user_admin="{admin_password}";')
+    # Kafka's Java client names, so that its tools take these files unchanged
+    # (--command-config): a PEM truststore says so (ssl.truststore.type), and the login is
+    # a JAAS line. tidelog's own tools read the same files.
     _write(os.path.join(directory, "admin.properties"),
-           f"security.protocol=SASL_SSL\nssl.truststore.location={ca_path}\nsasl.mechanism=PLAIN\n"
-           f"sasl.username=admin\nsasl.password={admin_password}\n")
+           f"security.protocol=SASL_SSL\nssl.truststore.type=PEM\nssl.truststore.location={ca_path}\n"
+           "sasl.mechanism=PLAIN\nsasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
+           f'required username="admin" password="{admin_password}";\n')
     _write(os.path.join(directory, "client.properties"),
-           f"security.protocol=SASL_SSL\nssl.truststore.location={ca_path}\nsasl.mechanism=SCRAM-SHA-512\n"
+           f"security.protocol=SASL_SSL\nssl.truststore.type=PEM\nssl.truststore.location={ca_path}\n"
+           "sasl.mechanism=SCRAM-SHA-512\n"
            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
            f'username="client" password="{client_password}";\n')
     super_users = ";".join(["User:admin"] + [f"User:node-{i}" for i in sorted(node_ids)])

@@ -110,6 +110,7 @@ class ControllerServer:
         self._next_balance_ms = clock.monotonic_ms() + config["leader.imbalance.check.interval.seconds"] * 1000
         self.cluster_id = cluster_id
         self.node_id = config["node.id"]
+        self.own_endpoint: tuple[str, str, int] | None = None   # (listener, host, port), set by the runtime
         self.metadata_log = FileMetadataLog(config["log.dirs"][0], clock, follower=True,
                                             segment_bytes=config["metadata.log.segment.bytes"])
         voters = parse_quorum_voters(config["controller.quorum.voters"] or [])
@@ -473,10 +474,15 @@ class ControllerServer:
             partition["observers"].append({"replica_id": broker_id, "log_end_offset": offset,
                                            "last_fetch_timestamp": fetched,
                                            "last_caught_up_timestamp": fetched if offset >= high_watermark else -1})
-        # A lone `tidelog serve` has no controller listener (its voter's port is 0): no
-        # endpoint to show, rather than one nobody can reach.
-        nodes = [{"node_id": voter, "listeners": [{"name": "CONTROLLER", "host": host, "port": port}]}
-                 for voter, (host, port) in sorted(self.raft.addresses.items()) if port]
+        # The quorum's only voter knows no address of its own (port 0): its controller
+        # listener's, set by the runtime; a lone `tidelog serve` has none, so no endpoint.
+        nodes = []
+        for voter, (host, port) in sorted(self.raft.addresses.items()):
+            name = "CONTROLLER"
+            if not port and voter == self.node_id and self.own_endpoint is not None:
+                name, host, port = self.own_endpoint
+            if port:
+                nodes.append({"node_id": voter, "listeners": [{"name": name, "host": host, "port": port}]})
         return {"error_code": 0, "topics": [{"topic_name": METADATA_TOPIC, "partitions": [partition]}],
                 "nodes": nodes}
 

@@ -213,6 +213,11 @@ class Server:
                 listener = self._new_listener(dispatcher, host, port, controller_limits, name)
                 listener.bind()
                 self.controller_listeners.append(listener)
+            # Where this controller is reached, for DescribeQuorum's voter endpoints.
+            self.controller_server.own_endpoint = (
+                (self.listener_name, self.bind_host, self.bind_port) if not self.is_broker else
+                (self.controller_endpoints[0][0], self.controller_endpoints[0][1], self.controller_listeners[0].port)
+                if self.controller_listeners else None)
         if self.is_broker:
             self.state_changes = StateChangeLog(config["log.dirs"][0], self.node_id)
             self._start_broker_role()
