@@ -250,6 +250,45 @@ def test_config_changes_are_all_or_nothing_per_resource():
     assert env.log.end_offset == end
 
 
+def test_append_and_subtract_work_item_by_item_on_list_values_only():
+    """Kafka's controller: on the resource's own value or else the key's default; an item
+    already there (APPEND) or absent (SUBTRACT) changes nothing and writes nothing."""
+    env = three_brokers()
+    env.create_topic("t", 1, 1)
+    configs = env.controller.configs
+
+    def alter(resource_type, name, list_changes, changes=None):
+        return env.controller.incremental_alter_configs([AlterConfigsResource(
+            resource_type, name, changes or {}, list_changes)])[0]
+    assert alter(TOPIC, "t", {"cleanup.policy": ("APPEND", "compact")}).error_code == ErrorCode.NONE
+    assert configs.topic_value("t", "cleanup.policy") == ["delete", "compact"]
+    end = env.log.end_offset
+    assert alter(TOPIC, "t", {"cleanup.policy": ("APPEND", "delete,compact")}).error_code == ErrorCode.NONE
+    assert alter(TOPIC, "t", {"cleanup.policy": ("SUBTRACT", "zip")}).error_code == ErrorCode.NONE
+    assert env.log.end_offset == end                                    # nothing changed, nothing written
+    # Without an own value, the default's items are the topic's from now on (as Kafka writes them).
+    assert alter(TOPIC, "t", {"leader.replication.throttled.replicas": ("SUBTRACT", "0:1")}).error_code == 0
+    assert configs.configs[configs_resource(TOPIC, "t")]["leader.replication.throttled.replicas"] == ""
+    assert alter(TOPIC, "t", {"cleanup.policy": ("SUBTRACT", "delete,zip")}).error_code == ErrorCode.NONE
+    assert configs.topic_value("t", "cleanup.policy") == ["compact"]
+    assert alter(BROKER, "", {"log.cleanup.policy": ("APPEND", "compact")}).error_code == ErrorCode.NONE
+    assert configs.configs[configs_resource(BROKER, "")] == {"log.cleanup.policy": "delete,compact"}
+    end = env.log.end_offset
+    for resource_type, name, key in ((TOPIC, "t", "retention.ms"), (TOPIC, "t", "bogus"),
+                                     (BROKER, "", "log.retention.ms"), (BROKER, "1", "ssl.keystore.location")):
+        result = alter(resource_type, name, {key: ("APPEND", "5")}, {"segment.ms": "1000"} if name == "t" else None)
+        assert (result.error_code, result.error_message) == (
+            ErrorCode.INVALID_CONFIG, f"Can't APPEND to key {key} because its type is not LIST."), key
+    result = alter(TOPIC, "t", {"leader.replication.throttled.replicas": ("APPEND", "0:1,x")})
+    assert result.error_code == ErrorCode.INVALID_CONFIG and "must be the literal '*'" in result.error_message
+    assert env.log.end_offset == end
+
+
+def configs_resource(resource_type, name):
+    from tidelog.metadata.image import ConfigResource
+    return ConfigResource(resource_type, name)
+
+
 def test_deleting_a_topic_deletes_its_configs_in_the_controller_and_the_image():
     env = three_brokers()
     env.create_topic("t", 1, 1, configs={"retention.ms": "5"})

@@ -108,5 +108,5 @@ def topic_config_synonyms(image: MetadataImage, config: BrokerConfig, node_id: i
     topic_configs = image.configs.get(ConfigResource(int(ConfigResourceType.TOPIC), topic), {})
     own = [(name, topic_configs[name], "DYNAMIC_TOPIC_CONFIG")] if name in topic_configs else []
     definition = TOPIC_CONFIGS.get(name)
-    names = _BROKER_NAMES.get(name, (definition.synonym,) if definition is not None else ())
+    names = _BROKER_NAMES.get(name, (definition.synonym,) if definition is not None and definition.synonym else ())
     return own + broker_synonyms(image, config, node_id, names)

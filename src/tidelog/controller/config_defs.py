@@ -1,15 +1,21 @@
 """Topic configuration keys: Kafka's names, types, defaults and valid ranges.
 
-Each topic-level key has a cluster-level synonym (Kafka's broker config name, e.g.
-``retention.ms`` ↔ ``log.retention.ms``) settable on the cluster-wide broker
-resource (resource name ``""``) as the default for every topic. Values are stored
-as the strings clients send; ``parse`` turns them into typed values and raises
-``InvalidConfigError`` whose message names the key, as Kafka's does.
+Each topic-level key but two has a cluster-level synonym (Kafka's broker config
+name, e.g. ``retention.ms`` ↔ ``log.retention.ms``) settable on the cluster-wide
+broker resource (resource name ``""``) as the default for every topic. Values are
+stored as the strings clients send; ``parse`` turns them into typed values and
+raises ``InvalidConfigError`` whose message names the key, as Kafka's does.
+
+The two without a synonym, ``leader.replication.throttled.replicas`` and
+``follower.replication.throttled.replicas`` (Kafka's replication throttle lists,
+set by its reassignment tool), are accepted, stored and described as Kafka does;
+tidelog throttles no replication, so they change nothing else.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -44,12 +50,25 @@ def one_of(*allowed: str) -> Callable[[Any], str | None]:
     return check
 
 
+_REPLICA = re.compile(r"[0-9]+:[0-9]+")
+
+
+def throttled_replicas(name: str) -> Callable[[Any], str | None]:
+    """Kafka's ThrottledReplicaListValidator: ``*``, or ``partition:broker`` items."""
+    def check(items: list) -> str | None:
+        if items == ["*"] or all(_REPLICA.fullmatch(item) for item in items):
+            return None
+        return (f"{name} must be the literal '*' or a list of replicas in the following format: "
+                "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+    return check
+
+
 @dataclass(frozen=True)
 class ConfigDef:
     name: str
     type: ConfigType
     default: str
-    synonym: str                      # the cluster-level (broker) name
+    synonym: str | None               # the cluster-level (broker) name; None: a topic-only key
     validator: Callable[[Any], str | None] | None = None
 
     def parse(self, value: str, key: str | None = None) -> Any:
@@ -107,7 +126,11 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
     ConfigDef("flush.messages", _T.LONG, str(LONG_MAX), "log.flush.interval.messages",
               at_least(1)),
     ConfigDef("flush.ms", _T.LONG, str(LONG_MAX), "log.flush.interval.ms", at_least(0)),
+    ConfigDef("follower.replication.throttled.replicas", _T.LIST, "", None,
+              throttled_replicas("follower.replication.throttled.replicas")),
     ConfigDef("index.interval.bytes", _T.INT, "4096", "log.index.interval.bytes", at_least(0)),
+    ConfigDef("leader.replication.throttled.replicas", _T.LIST, "", None,
+              throttled_replicas("leader.replication.throttled.replicas")),
     ConfigDef("max.compaction.lag.ms", _T.LONG, str(LONG_MAX),
               "log.cleaner.max.compaction.lag.ms", at_least(1)),
     ConfigDef("max.message.bytes", _T.INT, "1048588", "message.max.bytes", at_least(0)),
@@ -135,7 +158,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
 )}
 
 # Cluster-level (default broker resource) keys: the synonyms of the topic keys.
-CLUSTER_CONFIGS: dict[str, ConfigDef] = {d.synonym: d for d in TOPIC_CONFIGS.values()}
+CLUSTER_CONFIGS: dict[str, ConfigDef] = {d.synonym: d for d in TOPIC_CONFIGS.values() if d.synonym}
 
 
 def validate_topic_config(key: str, value: str | None) -> None:

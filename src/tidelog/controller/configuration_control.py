@@ -10,6 +10,14 @@ topic's own value, the cluster-level synonym (``log.retention.ms`` for
 
 Operations validate every key and value first and answer ``INVALID_CONFIG`` with a
 message naming the key; a resource is changed all-or-nothing.
+
+IncrementalAlterConfigs' APPEND and SUBTRACT (``AlterConfigsResource.list_changes``)
+are resolved when the controller decides, as Kafka's controller does: only on a
+list-valued key (else INVALID_CONFIG, "Can't APPEND to key … because its type is
+not LIST.", also for a key that is no config at all), item by item on the
+resource's own value or, without one, Kafka's default for the key; APPEND adds
+the items not there yet, SUBTRACT removes those that are (an absent one is a
+no-op). A key whose value comes out unchanged is not written.
 """
 
 from __future__ import annotations
@@ -22,7 +30,9 @@ from tidelog.core.errors import ErrorCode, InvalidConfigError
 from tidelog.metadata.image import ConfigResource
 from tidelog.metadata.records import ConfigRecord, ConfigResourceType
 from tidelog.controller.config_defs import (
+    CLUSTER_CONFIGS,
     TOPIC_CONFIGS,
+    ConfigType,
     validate_cluster_config,
     validate_topic_config,
 )
@@ -99,13 +109,43 @@ class ConfigurationControlManager:
         records: list[ConfigRecord] = []
         results = []
         for resource in resources:
-            error = self._validate_alter(resource, topic_exists)
+            resource, error = self._resolve_list_changes(resource)
+            if error.is_success:
+                error = self._validate_alter(resource, topic_exists)
             if error.is_success:
                 records += [ConfigRecord(resource.resource_type, resource.resource_name, key, value)
                             for key, value in sorted(resource.changes.items())]
             results.append(AlterConfigsResult(resource.resource_type, resource.resource_name,
                                               error.error_code, error.message))
         return ControllerResult(records, results)
+
+    def _resolve_list_changes(self, resource: AlterConfigsResource) -> tuple[AlterConfigsResource, ApiError]:
+        """``resource`` with its APPEND / SUBTRACT changes turned into new values."""
+        if not resource.list_changes:
+            return resource, NO_ERROR
+        if resource.resource_type == ConfigResourceType.TOPIC:
+            definitions = TOPIC_CONFIGS
+        elif resource.resource_type == ConfigResourceType.BROKER and resource.resource_name == "":
+            definitions = CLUSTER_CONFIGS
+        else:
+            definitions = {}                  # one broker's own settings: its TLS stores, no list
+        current = self.configs.get(ConfigResource(resource.resource_type, resource.resource_name), {})
+        changes = dict(resource.changes)
+        for key, (operation, items) in sorted(resource.list_changes.items()):
+            definition = definitions.get(key)
+            if definition is None or definition.type is not ConfigType.LIST:
+                return resource, ApiError(ErrorCode.INVALID_CONFIG,
+                                          f"Can't {operation} to key {key} because its type is not LIST.")
+            value = current.get(key)
+            parts = [part for part in (definition.default if value is None else value).split(",") if part]
+            for item in (item for item in items.split(",") if item):
+                if operation == "APPEND" and item not in parts:
+                    parts.append(item)
+                elif operation == "SUBTRACT" and item in parts:
+                    parts.remove(item)
+            if ",".join(parts) != value:
+                changes[key] = ",".join(parts)
+        return AlterConfigsResource(resource.resource_type, resource.resource_name, changes), NO_ERROR
 
     def _validate_alter(self, resource: AlterConfigsResource,
                         topic_exists: Callable[[str], bool]) -> ApiError:

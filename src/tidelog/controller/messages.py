@@ -199,11 +199,14 @@ class ElectLeadersResult:
 
 @dataclass(frozen=True)
 class AlterConfigsResource:
-    """Incremental changes to one resource: key → new value, or None to delete."""
+    """Incremental changes to one resource: key → new value, or None to delete; and
+    ``list_changes``, key → ("APPEND" or "SUBTRACT", comma-separated items), applied to a
+    list-valued key's value when the controller decides (IncrementalAlterConfigs)."""
 
     resource_type: int
     resource_name: str
     changes: Mapping[str, str | None]
+    list_changes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,22 @@ UNKNOWN_CONFIG_TYPE, PASSWORD_CONFIG_TYPE = 0, 9          # DescribeConfigs v3+ 
 NO_AUTHORIZER = "No Authorizer is configured."            # Kafka's message with SECURITY_DISABLED
 
 
+def _incremental_refusal(configs) -> str | None:
+    """What Kafka refuses in one resource of IncrementalAlterConfigs before looking at the
+    keys (INVALID_REQUEST, its messages): a key twice, a null value but for DELETE, an
+    operation that is none of SET, DELETE, APPEND, SUBTRACT."""
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        return "Error due to duplicate config keys"
+    null = [c.name for c in configs if int(c.config_operation) != DELETE and c.value is None]
+    if null:
+        return "Null value not supported for : " + ", ".join(null)
+    unknown = [c.name for c in configs if int(c.config_operation) not in (SET, DELETE, APPEND, SUBTRACT)]
+    if unknown:
+        return "Unknown config operation for : " + ", ".join(unknown)
+    return None
+
+
 class NodeConfig(Protocol):
     """The node's settings (a ``BrokerConfig``): typed values by Kafka's names."""
 
@@ -288,7 +304,12 @@ class AdminApis:
                                          "only topic and broker configs can be altered")
                 continue
             changes: dict[str, str | None] = {}
+            list_changes: dict[str, tuple[str, str]] = {}    # APPEND / SUBTRACT: the controller resolves them
             if incremental:
+                refusal = _incremental_refusal(resource.configs)
+                if refusal is not None:
+                    errors[(rtype, name)] = (ErrorCode.INVALID_REQUEST, refusal)
+                    continue
                 for c in resource.configs:
                     op = int(c.config_operation)
                     if op == SET:
@@ -296,8 +317,7 @@ class AdminApis:
                     elif op == DELETE:
                         changes[c.name] = None
                     else:
-                        errors[(rtype, name)] = (ErrorCode.INVALID_REQUEST,
-                                                 f"{c.name}: APPEND/SUBTRACT are not supported")
+                        list_changes[c.name] = ("APPEND" if op == APPEND else "SUBTRACT", c.value)
             else:
                 # AlterConfigs replaces the whole set: keys not given are deleted.
                 current = self.broker.image.configs
@@ -307,7 +327,7 @@ class AdminApis:
                 for c in resource.configs:
                     changes[c.name] = c.value
             if (rtype, name) not in errors:
-                resources.append(AlterConfigsResource(ctype, name, changes))
+                resources.append(AlterConfigsResource(ctype, name, changes, list_changes))
         if request.validate_only:
             results = self.controller.configs.incremental_alter_configs(
                 resources, self.controller.replication.topic_exists).response
