@@ -349,6 +349,10 @@ def test_admin_topics_partitions_and_configs(java, admin, broker):
     invalid = java.call("admin.createTopics", topics=[{"name": "bad/name", "partitions": 1}])
     assert invalid["bad/name"]["error"] == "InvalidTopicException"
     assert "java-admin" in java.call("admin.listTopics")
+    # Committing a group's offsets creates __consumer_offsets, an internal topic listed only on request.
+    java.call("admin.alterConsumerGroupOffsets", group="java-admin-group", offsets=[["java-admin", 0, 0]])
+    assert java.call("admin.listConsumerGroupOffsets", group="java-admin-group") == {"java-admin-0": 0}
+    assert "__consumer_offsets" not in java.call("admin.listTopics")
     assert "__consumer_offsets" in java.call("admin.listTopics", internal=True)
     described = java.call("admin.describeTopics", topics=["java-admin", "java-missing"])
     topic = described["java-admin"]
