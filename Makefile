@@ -40,7 +40,19 @@ JAVA_BUILT   := $(JAVA_INTEROP)/target/classpath.txt
 JAVA_SOURCES := $(JAVA_INTEROP)/pom.xml $(shell find $(JAVA_INTEROP)/src -name '*.java' 2>/dev/null)
 MVN_GOALS    := -q -B compile dependency:build-classpath -Dmdep.outputFile=target/classpath.txt
 
-java-interop: $(JAVA_BUILT)
+# Apache Kafka's broker and controller themselves (interop/kafka-server/pom.xml pins
+# kafka_2.13), for the real-Kafka fixture (tests/kafka_fixture.py): the conformance tests
+# (tests/conformance/) and benchmarks/kafka_side_by_side.py. Only resolved, nothing built.
+KAFKA_SERVER       := interop/kafka-server
+KAFKA_SERVER_BUILT := $(KAFKA_SERVER)/target/classpath.txt
+MVN_CLASSPATH      := -q -B dependency:build-classpath -Dmdep.outputFile=target/classpath.txt
+
+java-interop: $(JAVA_BUILT) $(KAFKA_SERVER_BUILT)
+
+$(KAFKA_SERVER_BUILT): $(KAFKA_SERVER)/pom.xml
+	@if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then \
+	  cd $(KAFKA_SERVER) && { mvn -o $(MVN_CLASSPATH) >/dev/null 2>&1 || mvn $(MVN_CLASSPATH); } && touch target/classpath.txt; \
+	else echo "java or mvn not found: the tests against real Kafka (tests/conformance/) will be skipped"; fi
 
 $(JAVA_BUILT): $(JAVA_SOURCES)
 	@if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then \
