@@ -225,31 +225,44 @@ class ProcessCluster:
             os.replace(path + ".tmp", path)
 
     @classmethod
-    def create(cls, directory: str, brokers: int, base_port: int = 9092, host: str = "127.0.0.1",
+    def create(cls, directory: str, brokers: int | None = None, base_port: int = 9092, host: str = "127.0.0.1",
                overrides: dict[str, str] | None = None, metrics_base_port: int | None = None,
-               controllers: int = 1, secure: bool = False) -> "ProcessCluster":
+               controllers: int | None = None, secure: bool | None = None) -> "ProcessCluster":
         """A new cluster layout (or the stopped one at ``directory``). Brokers listen on
         ``base_port``, +1, …, the controllers after them. ``metrics_base_port`` turns on
-        /metrics in the same order (0: free ports)."""
-        if brokers < 1:
+        /metrics in the same order (0: free ports). ``brokers``, ``controllers`` and
+        ``secure`` left None take the stopped cluster's shape (new: 3, 1, plaintext); a
+        shape given that differs from the stopped cluster's is refused, naming the ways
+        out (another ``--dir``, or ``down --purge``)."""
+        if brokers is not None and brokers < 1:
             raise ClusterError("a cluster needs at least one broker")
-        if controllers < 1:
+        if controllers is not None and controllers < 1:
             raise ClusterError("a cluster needs at least one controller")
         directory = os.path.abspath(directory)
         if os.path.exists(os.path.join(directory, LAYOUT_FILE)):
             existing = cls.load(directory)
-            if any(n.alive() for n in existing.layout.nodes):
-                raise ClusterError(f"a cluster is already running at {directory} (`tidelog cluster down` first)")
-            if len(existing.layout.brokers) != brokers:
-                raise ClusterError(f"{directory} holds a {len(existing.layout.brokers)}-broker cluster")
-            if len(existing.layout.controllers) != controllers:
-                raise ClusterError(f"{directory} holds a cluster with {len(existing.layout.controllers)} controllers")
-            if existing.layout.secure != secure:
-                raise ClusterError(f"{directory} holds a {'secure' if existing.layout.secure else 'plaintext'} "
-                                   "cluster (--secure must match)")
-            existing.layout.overrides.update(overrides or {})
+            layout = existing.layout
+            if any(n.alive() for n in layout.nodes):
+                raise ClusterError(f"a cluster is already running at {directory} (`tidelog cluster down --dir "
+                                   f"{directory}` first, or start another one with --dir DIR and other ports, "
+                                   "--base-port)")
+            differences = [text for given, has, text in (
+                (brokers, len(layout.brokers), f"{len(layout.brokers)} brokers"),
+                (controllers, len(layout.controllers), f"{len(layout.controllers)} controllers"),
+                (secure, layout.secure, "TLS and SASL (--secure)" if layout.secure else "no TLS/SASL (no --secure)"),
+            ) if given is not None and given != has]
+            if differences:
+                raise ClusterError(
+                    f"{directory} holds a stopped cluster with {', '.join(differences)}; `up` there restarts it as "
+                    f"it is (leave out -n, --controllers and --secure). For a cluster of another shape, give it its "
+                    f"own directory (--dir DIR), or delete this one first: "
+                    f"tidelog cluster down --purge --dir {directory}")
+            layout.overrides.update(overrides or {})
             existing._assign_metrics_ports(metrics_base_port)
             return existing
+        brokers = 3 if brokers is None else brokers
+        controllers = 1 if controllers is None else controllers
+        secure = bool(secure)
         port = lambda offset: 0 if base_port == 0 else base_port + offset
         controller_port = port if controllers == 1 or base_port != 0 else lambda offset: _free_port(host)
         nodes = [Node(CONTROLLER_ID + i, "controller", controller_port(brokers + i)) for i in range(controllers)]
@@ -436,6 +449,31 @@ class ProcessCluster:
             t.start()
         for t in threads:
             t.join()
+
+    def purge(self) -> list[str]:
+        """Delete what this cluster keeps in its directory (every node's data and log, the
+        layout, the web view's and link proxy's files, a secure cluster's certificates and
+        passwords), and the directory itself once empty. Only names the cluster made are
+        removed: a directory that also holds other files keeps them, and they are returned.
+        Every process must be stopped first."""
+        import shutil
+        from tidelog.chaos.proxyd import LINKS_FILE
+        running = [n.name for n in self.layout.nodes if n.alive()]
+        if running:
+            raise ClusterError(f"cannot purge {self.layout.directory}: {', '.join(running)} still running")
+        directory = self.layout.directory
+        ours = {self._node_dir(n) for n in self.layout.nodes} | {
+            os.path.join(directory, name) for name in (
+                LAYOUT_FILE, LAYOUT_FILE + ".tmp", UI_FILE, "ui.log", LINKS_FILE, "link-proxy.log", "security")}
+        for path in sorted(ours):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            elif os.path.lexists(path):
+                os.remove(path)
+        left = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+        if not left and os.path.isdir(directory):
+            os.rmdir(directory)
+        return left
 
     # ---------------------------------------------------------- link proxy (chaos)
 

@@ -58,3 +58,57 @@ def test_status_says_when_the_controller_is_unreachable(cluster):
     assert status.returncode == 1
     assert "UNHEALTHY: no controller is reachable" in status.stdout
     assert "unfenced" not in status.stdout                # nobody can know that now
+
+
+def test_a_stopped_cluster_of_another_shape_names_the_ways_out(tmp_path):
+    directory = str(tmp_path / "cluster")
+    quick = ("--base-port", "0", "--no-ui", "--no-metrics")
+    assert tidelog("up", "--dir", directory, "-n", "1", *quick).returncode == 0
+    down = tidelog("down", "--dir", directory)
+    assert down.returncode == 0 and "--purge" in down.stdout
+    for shape in (["-n", "1", "--controllers", "3"], ["--secure"], ["-n", "2"]):
+        refused = tidelog("up", "--dir", directory, *shape, *quick)
+        assert refused.returncode == 1
+        assert "--dir DIR" in refused.stderr and f"tidelog cluster down --purge --dir {directory}" in refused.stderr
+    again = tidelog("up", "--dir", directory, *quick)               # no shape given: the stopped one, as it is
+    assert again.returncode == 0, again.stderr
+    assert "1 brokers" in again.stdout
+    (tmp_path / "cluster" / "notes.txt").write_text("mine")
+    purged = tidelog("down", "--purge", "--dir", directory)
+    assert purged.returncode == 0, purged.stderr
+    assert sorted(os.listdir(directory)) == ["notes.txt"], "only the cluster's own files go"
+    os.remove(os.path.join(directory, "notes.txt"))
+    other = tidelog("up", "--dir", directory, "-n", "2", *quick)    # a new shape in the same place
+    assert other.returncode == 0, other.stderr
+    assert tidelog("down", "--dir", directory, "--purge").returncode == 0
+    assert not os.path.exists(directory)
+
+
+def test_status_says_a_dead_broker_is_not_yet_fenced_and_survives_a_closed_pipe(tmp_path):
+    directory = str(tmp_path / "cluster")
+    up = tidelog("up", "--dir", directory, "-n", "2", "--base-port", "0", "--no-ui", "--no-metrics")
+    assert up.returncode == 0, up.stderr
+    try:
+        bootstrap = up.stdout.split("bootstrap servers: ")[1].split()[0]
+        created = subprocess.run([sys.executable, "-m", "tidelog.cli.main", "topics", "create", "st",
+                                  "--partitions", "2", "--replication-factor", "2", "-b", bootstrap],
+                                 capture_output=True, text=True, timeout=60)
+        assert created.returncode == 0, created.stderr
+        assert tidelog("kill", "2", "--dir", directory).returncode == 0
+        status = tidelog("status", "--dir", directory).stdout
+        line = next(l for l in status.splitlines() if l.strip().startswith("broker 2 "))
+        assert "process dead" in line and "unfenced" in line and "session not yet expired" in line, status
+        assert "not yet counted: broker 2 is dead but still in the ISR of 2 partitions" in status, status
+
+        # A reader that went away (`| head`): no traceback.
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            closed = subprocess.run([sys.executable, "-m", "tidelog.cli.main", "cluster", "status", "--dir",
+                                     directory], stdout=write, stderr=subprocess.PIPE, text=True, timeout=60)
+        finally:
+            os.close(write)
+        assert "Traceback" not in closed.stderr and "BrokenPipe" not in closed.stderr, closed.stderr
+        assert closed.returncode == 141
+    finally:
+        tidelog("down", "--dir", directory)

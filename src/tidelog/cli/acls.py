@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from tidelog.cli.client_config import connect
-from tidelog.core.errors import ErrorCode
+from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.metadata.authorizer import (
     CLUSTER_NAME,
     AclOperation,
@@ -20,32 +20,6 @@ from tidelog.metadata.authorizer import (
     ResourceType,
 )
 from tidelog.protocol.api_keys import ApiKey
-
-
-def add_parser(commands) -> None:
-    acls = commands.add_parser("acls", help="manage ACLs (with authorizer.class.name set on the brokers)")
-    acls.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092")
-    acls.add_argument("--command-config", metavar="FILE",
-                      help="client properties for a secured cluster (security.protocol, ssl.*, sasl.*)")
-    verbs = acls.add_subparsers(dest="verb", required=True)
-    for name in ("add", "list", "remove"):
-        verb = verbs.add_parser(name)
-        resource = verb.add_mutually_exclusive_group(required=name == "add")
-        resource.add_argument("--topic")
-        resource.add_argument("--group")
-        resource.add_argument("--transactional-id")
-        resource.add_argument("--cluster", action="store_true")
-        verb.add_argument("--resource-pattern-type", choices=["literal", "prefixed", "any", "match"],
-                          default="literal" if name == "add" else "any")
-        if name != "list":
-            verb.add_argument("--allow-principal", action="append", default=[])
-            verb.add_argument("--deny-principal", action="append", default=[])
-            verb.add_argument("--operation", action="append", default=[],
-                              help="Read, Write, Create, Delete, Alter, Describe, ClusterAction, "
-                                   "DescribeConfigs, AlterConfigs, IdempotentWrite, All")
-            verb.add_argument("--host", default="*")
-        else:
-            verb.add_argument("--principal")
 
 
 def _resource(args) -> tuple[int, str | None]:
@@ -120,5 +94,8 @@ async def run(args) -> int:
         if not failed:
             print(f"{'added' if args.verb == 'add' else 'removed'} {len(entries)} ACL(s)")
         return 1 if failed else 0
+    except (OSError, KafkaError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     finally:
         connection.close()

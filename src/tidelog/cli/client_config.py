@@ -15,13 +15,8 @@ names with librdkafka's spellings accepted too:
 
 from __future__ import annotations
 
-import ssl
-
-from tidelog.broker.config import parse_properties
 from tidelog.core.errors import InvalidConfigError
-from tidelog.protocol import sasl_client
 from tidelog.protocol.client import ClientSecurity
-from tidelog.server.sasl import parse_jaas
 
 
 async def connect(args, client_id: str):
@@ -42,12 +37,17 @@ async def connect(args, client_id: str):
 def load_command_config(path: str | None) -> ClientSecurity | None:
     if not path:
         return None
+    from tidelog.broker.config import parse_properties
     with open(path, encoding="utf-8") as f:
         props = parse_properties(f.read(), path)
     return client_security(props)
 
 
 def client_security(props: dict[str, str]) -> ClientSecurity | None:
+    import ssl
+
+    from tidelog.protocol import sasl_client
+    from tidelog.server.sasl import parse_jaas
     protocol = props.get("security.protocol", "PLAINTEXT").upper()
     if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
         raise InvalidConfigError(f"security.protocol {protocol!r} is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, "

@@ -17,51 +17,6 @@ from tidelog.protocol.client import KafkaConnection
 from tidelog.server.controller_channel import RemoteController
 
 
-def add_parser(commands) -> None:
-    cluster = commands.add_parser("cluster", help="run a local multi-broker cluster (separate processes)")
-    verbs = cluster.add_subparsers(dest="verb", required=True)
-    up = verbs.add_parser("up", help="start the controllers and N brokers; returns once all are RUNNING")
-    up.add_argument("-n", "--brokers", type=int, default=3)
-    up.add_argument("--secure", action="store_true",
-                    help="TLS + SASL on every listener (SCRAM for clients), ACLs on; prints the client settings")
-    up.add_argument("--controllers", type=int, default=1,
-                    help="controller processes (a Raft quorum; 3 survives the death of one; ids 1000, 1001, …)")
-    up.add_argument("--base-port", type=int, default=9092, help="brokers on PORT, PORT+1, …; controller after them")
-    up.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                    help="a setting for every node (repeatable)")
-    up.add_argument("--metrics-base-port", type=int, default=None, metavar="PORT",
-                    help="Prometheus /metrics of broker 1 on PORT, broker 2 on PORT+1, …, the controller after "
-                         "them (default: the Kafka base port + 100; 0 picks free ports)")
-    up.add_argument("--no-metrics", action="store_true", help="serve no /metrics")
-    up.add_argument("--ui-port", type=int, default=None, metavar="PORT",
-                    help="the live web view (tidelog ui) on PORT (default: the Kafka base port + 200; 0 picks a "
-                         "free port)")
-    up.add_argument("--no-ui", action="store_true", help="do not start the web view (it needs metrics)")
-    up.add_argument("--ui-drills", action="store_true",
-                    help="give the web view its fault-drill buttons (kill/pause/resume/restart a node); off by "
-                         "default. A drill then needs the view's per-run token, which is in the printed URL")
-    up.add_argument("--link-proxy", action="store_true",
-                    help="put a TCP proxy in front of every node so links can be cut (partition/cut/isolate/heal)")
-    links = {"partition": "cut both directions between two nodes (broker ids, 1000, or 'client')",
-             "cut": "cut traffic from the first node to the second",
-             "isolate": "cut a node from every other node and from clients",
-             "heal": "end every cut", "links": "show the cut links"}
-    for name, text in links.items():
-        parser = verbs.add_parser(name, help=text + " (needs up --link-proxy)")
-        parser.add_argument("--dir", default="./cluster", help="cluster directory (default ./cluster)")
-        if name in ("partition", "cut"):
-            parser.add_argument("a")
-            parser.add_argument("b")
-        elif name == "isolate":
-            parser.add_argument("a")
-    for name in ("up", "down", "status", "kill", "pause", "resume", "restart"):
-        parser = up if name == "up" else verbs.add_parser(name)
-        parser.add_argument("--dir", default="./cluster", help="cluster directory (default ./cluster)")
-        if name in ("kill", "pause", "resume", "restart"):
-            parser.add_argument("node_id", type=int,
-                                help=f"broker id, or a controller's ({CONTROLLER_ID}, {CONTROLLER_ID + 1}, …)")
-
-
 def run(args) -> int:
     try:
         return _run(args)
@@ -131,7 +86,13 @@ def _run(args) -> int:
         cluster.stop_ui()
         cluster.down()
         cluster.stop_link_proxy()
-        print("cluster down")
+        if not args.purge:
+            print(f"cluster down (its data stays in {cluster.layout.directory} for the next `up`; "
+                  "`down --purge` deletes it)")
+            return 0
+        left = cluster.purge()
+        print(f"cluster down and deleted: {cluster.layout.directory}"
+              + (f" (kept, not the cluster's: {', '.join(left)})" if left else ""))
     elif args.verb == "kill":
         cluster.kill(args.node_id)
         print(f"node {args.node_id} killed (SIGKILL)")
@@ -204,13 +165,22 @@ async def _status(cluster: ProcessCluster) -> int:
         _print_quorum(quorum)
     elif controller_down is None:
         print("  quorum: no leader answered DescribeQuorum (an election may be under way)")
+    unnoticed = []          # brokers whose process is gone or stopped while the controller still counts them
     for broker in layout.brokers:
         registration = registrations.get(broker.node_id)
+        process = states[broker.node_id]
         registered = ("registration unknown" if controller_down else
                       "not registered" if registration is None else
                       "FENCED" if registration.is_fenced else "unfenced")
-        print(f"  broker {broker.node_id}  {layout.host}:{broker.port}  process {states[broker.node_id]}  {registered}"
-              f"{metrics[broker.node_id]}")
+        note = ""
+        if registered == "unfenced" and process != "running":
+            unnoticed.append(broker.node_id)
+            note = (f"  (process {process}, session not yet expired: the controller fences it within "
+                    "broker.session.timeout.ms of its last heartbeat, 9 s by default)")
+        elif registered == "FENCED" and process == "running":
+            note = "  (running but fenced: catching up with the metadata, or its heartbeats are not getting through)"
+        print(f"  broker {broker.node_id}  {layout.host}:{broker.port}  process {process}  {registered}"
+              f"{metrics[broker.node_id]}{note}")
     metadata = None
     for broker in layout.brokers:
         if states[broker.node_id] != "running":
@@ -255,6 +225,13 @@ async def _status(cluster: ProcessCluster) -> int:
     for label, items in (("under-replicated", under_replicated), ("under min ISR", under_min_isr),
                          ("leaderless", leaderless)):
         print(f"  {label}: {len(items)}" + ("" if not items else "\n    " + "\n    ".join(items)))
+    for node_id in unnoticed:
+        partitions = [p for t in metadata.topics for p in t.partitions]
+        in_isr = sum(1 for p in partitions if node_id in [int(r) for r in p.isr_nodes])
+        leads = sum(1 for p in partitions if int(p.leader_id) == node_id)
+        if in_isr or leads:
+            print(f"  not yet counted: broker {node_id} is {states[node_id]} but still in the ISR of {in_isr} "
+                  f"partitions and leads {leads}; the counts above change once the controller fences it")
     if controller_down:
         print(f"UNHEALTHY: no controller is reachable ({controller_down}); the partition "
               "state above is the brokers' last view of it, and until the controller is back no broker "

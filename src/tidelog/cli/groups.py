@@ -35,7 +35,6 @@ OffsetFetch and OffsetCommit are capped at v9: v10 names topics by id.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import datetime
 import struct
@@ -67,55 +66,6 @@ CONSUMER_PROTOCOL_TYPE = "consumer"
 
 class CommandError(Exception):
     """What went wrong, for stderr; the command exits with status 1."""
-
-
-def add_parser(commands) -> None:
-    # -b and --timeout are accepted before or after the verb.
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--bootstrap-server", "-b", default=argparse.SUPPRESS)
-    common.add_argument("--timeout", type=int, default=argparse.SUPPRESS, metavar="MS",
-                        help="how long to keep retrying an unavailable coordinator (default 10000)")
-    groups = commands.add_parser("groups", help="inspect and manage consumer groups on any Kafka-compatible broker")
-    groups.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092")
-    groups.add_argument("--command-config", metavar="FILE",
-                        help="client properties for a secured cluster (security.protocol, ssl.*, sasl.*)")
-    groups.add_argument("--timeout", type=int, default=10_000, metavar="MS")
-    verbs = groups.add_subparsers(dest="verb", required=True)
-
-    listing = verbs.add_parser("list", parents=[common], help="every group of the cluster")
-    listing.add_argument("--state", metavar="STATE[,STATE...]",
-                         help="only groups in these states (Empty, Stable, PreparingRebalance, ...)")
-
-    describe = verbs.add_parser("describe", parents=[common],
-                                help="committed offsets, log end offsets and lag per partition, and who consumes it")
-    describe.add_argument("group", nargs="+")
-    view = describe.add_mutually_exclusive_group()
-    view.add_argument("--members", action="store_true", help="one line per member")
-    view.add_argument("--state", action="store_true", help="coordinator, assignor, state and size")
-
-    reset = verbs.add_parser("reset-offsets", parents=[common],
-                             help="show (or with --execute, commit) new offsets for an inactive group")
-    reset.add_argument("group")
-    reset.add_argument("--topic", action="append", required=True, metavar="TOPIC[:P,...]")
-    to = reset.add_mutually_exclusive_group(required=True)
-    to.add_argument("--to-earliest", action="store_true")
-    to.add_argument("--to-latest", action="store_true")
-    to.add_argument("--to-offset", type=int, metavar="N")
-    to.add_argument("--shift-by", type=int, metavar="N")
-    to.add_argument("--to-datetime", metavar="ISO-8601",
-                    help="the first offset at or after this time, e.g. 2024-05-01T12:00:00+00:00 "
-                         "(local time if no zone)")
-    run_mode = reset.add_mutually_exclusive_group()
-    run_mode.add_argument("--execute", action="store_true", help="commit the new offsets")
-    run_mode.add_argument("--dry-run", action="store_true", help="only show them (the default)")
-
-    delete = verbs.add_parser("delete", parents=[common], help="delete groups that have no members")
-    delete.add_argument("group", nargs="+")
-
-    delete_offsets = verbs.add_parser("delete-offsets", parents=[common],
-                                      help="delete a group's committed offsets of some topics")
-    delete_offsets.add_argument("group")
-    delete_offsets.add_argument("--topic", action="append", required=True, metavar="TOPIC[:P,...]")
 
 
 async def run(args) -> int:

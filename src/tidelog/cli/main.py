@@ -1,59 +1,72 @@
-"""``tidelog`` console script."""
+"""``tidelog`` console script.
+
+The command line is parsed by ``options`` (argparse only); the chosen command's
+module — and with it the Kafka protocol schemas, asyncio and the rest — is
+imported only then, so ``--help`` and a parse error cost no more than Python's
+start. Output into a pipe that closes early (``tidelog cluster status | head``)
+ends the command quietly, as it does for other Unix tools.
+"""
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import logging
+import os
 import sys
+
+# command -> the module that runs it (``run(args)``; async for the Kafka-protocol tools)
+_MODULES = {"topics": "topics", "groups": "groups", "transactions": "transactions", "acls": "acls",
+            "users": "users", "leader-election": "leader_election", "cluster": "cluster", "ui": "ui"}
+_ASYNC = {"topics", "groups", "transactions", "acls", "users", "leader-election"}
+
+
+def _skip_kio_hypothesis_hooks() -> None:
+    """kio registers strategies for its types with hypothesis whenever hypothesis can be
+    imported (it can in a test environment): half a second of imports no command uses.
+    Import kio while ``hypothesis`` reads as absent, then forget that, so a later
+    ``import hypothesis`` works as usual."""
+    if "hypothesis" in sys.modules or "kio" in sys.modules:
+        return
+    sys.modules["hypothesis"] = None   # type: ignore[assignment]
+    try:
+        import kio.static._phantom  # noqa: F401  (the one kio module that looks for hypothesis)
+    except ImportError:
+        pass
+    finally:
+        if sys.modules.get("hypothesis", 0) is None:
+            del sys.modules["hypothesis"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tidelog", description="tidelog: a Kafka-compatible commit log")
-    commands = parser.add_subparsers(dest="command", required=True)
+    from tidelog.cli.options import build_parser, finish
+    parser = build_parser()
+    args = finish(parser, parser.parse_args(argv))
+    try:
+        status = _run(args)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as if killed by SIGPIPE; point
+        # stdout at /dev/null so the interpreter's last flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13
 
-    serve = commands.add_parser("serve", help="run a broker (broker + controller in one process)")
-    serve.add_argument("properties", nargs="?", help="server.properties file (Kafka's names)")
-    serve.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                       help="override one setting (repeatable)")
 
-    bench = commands.add_parser("bench", help="run a benchmark")
-    bench.add_argument("what", choices=["storage"])
-    bench.add_argument("rest", nargs=argparse.REMAINDER)
-
-    from tidelog.cli import acls, cluster, groups, topics, transactions, ui, users
-    topics.add_parser(commands)
-    acls.add_parser(commands)
-    users.add_parser(commands)
-    groups.add_parser(commands)
-    transactions.add_parser(commands)
-    cluster.add_parser(commands)
-    ui.add_parser(commands)
-
-    args = parser.parse_args(argv)
+def _run(args) -> int:
+    _skip_kio_hypothesis_hooks()
     if args.command == "serve":
+        import logging
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         from tidelog.server.runtime import run_server as run_broker
         return run_broker(args.properties, args.override)
     if args.command == "bench":
-        from tidelog.cli.storage_bench import main as storage_bench
-        return storage_bench(args.rest) or 0
-    if args.command == "cluster":
-        return cluster.run(args)
-    if args.command == "topics":
-        return asyncio.run(topics.run(args))
-    if args.command == "groups":
-        return asyncio.run(groups.run(args))
-    if args.command == "transactions":
-        return asyncio.run(transactions.run(args))
-    if args.command == "acls":
-        return asyncio.run(acls.run(args))
-    if args.command == "users":
-        return asyncio.run(users.run(args))
-    if args.command == "ui":
-        return ui.run(args)
-    parser.error(f"unknown command {args.command}")
-    return 2
+        from tidelog.cli.storage_bench import report
+        return report(args) or 0
+    import importlib
+    module = importlib.import_module(f"tidelog.cli.{_MODULES[args.command]}")
+    if args.command in _ASYNC:
+        import asyncio
+        return asyncio.run(module.run(args))
+    return module.run(args)
 
 
 if __name__ == "__main__":

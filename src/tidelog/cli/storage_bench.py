@@ -133,14 +133,15 @@ def run(total_mb: int, batch_kib: int, record_bytes: int, read_kib: int, rounds:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tidelog bench storage", description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=int, default=256, help="data written per round, MiB (default 256)")
-    parser.add_argument("--batch-kib", type=int, default=64, help="batch size, KiB (default 64)")
-    parser.add_argument("--record-bytes", type=int, default=1024, help="record value size (default 1024)")
-    parser.add_argument("--read-kib", type=int, default=1024, help="bytes per fetch, KiB (default 1024)")
-    parser.add_argument("--rounds", type=int, default=2, help="repetitions, best kept (default 2)")
-    parser.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
-    args = parser.parse_args(argv)
+    from tidelog.cli.options import Formatter, storage_bench_options
+    parser = argparse.ArgumentParser(prog="tidelog bench storage", description=__doc__.splitlines()[0],
+                                     formatter_class=Formatter)
+    storage_bench_options(parser)
+    return report(parser.parse_args(argv))
+
+
+def report(args) -> int:
+    """Run with ``args`` (``tidelog bench storage``'s options) and print the results."""
     result = run(args.mb, args.batch_kib, args.record_bytes, args.read_kib, args.rounds,
                  args.dir or tempfile.gettempdir())
     print(f"storage benchmark: {result['batches']} batches of {result['batch_bytes']} bytes "

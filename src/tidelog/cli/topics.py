@@ -27,29 +27,6 @@ LEADER_WAIT_S = 30
 CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID = -1, -2
 
 
-def add_parser(commands) -> None:
-    topics = commands.add_parser("topics", help="manage topics on any Kafka-compatible broker")
-    topics.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092")
-    topics.add_argument("--command-config", metavar="FILE",
-                        help="client properties for a secured cluster (security.protocol, ssl.*, sasl.*)")
-    verbs = topics.add_subparsers(dest="verb", required=True)
-    create = verbs.add_parser("create")
-    create.add_argument("topic")
-    create.add_argument("--partitions", type=int, default=-1)
-    create.add_argument("--replication-factor", type=int, default=-1)
-    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
-    create.add_argument("--validate-only", action="store_true")
-    verbs.add_parser("list")
-    describe = verbs.add_parser("describe")
-    describe.add_argument("topic", nargs="*")
-    delete = verbs.add_parser("delete")
-    delete.add_argument("topic", nargs="+")
-    alter = verbs.add_parser("alter-config")
-    alter.add_argument("topic")
-    alter.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    alter.add_argument("--delete", action="append", default=[], metavar="KEY")
-
-
 def _error(code) -> ErrorCode:
     return ErrorCode(int(getattr(code, "value", code)))
 
@@ -71,11 +48,14 @@ async def run(args) -> int:
         return 1
     try:
         connection = await _connect(args.bootstrap_server)
-    except OSError as e:
+    except (OSError, KafkaError) as e:
         print(f"cannot connect to {args.bootstrap_server}: {e}", file=sys.stderr)
         return 1
     try:
         return await globals()[f"_{args.verb.replace('-', '_')}"](connection, args)
+    except (OSError, KafkaError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     finally:
         connection.close()
 

@@ -43,7 +43,6 @@ the leader is unknown, moving (NOT_LEADER_OR_FOLLOWER) or unreachable, until
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import time
@@ -59,7 +58,6 @@ from tidelog.protocol.client import KafkaConnection
 from tidelog.protocol.codec import millis
 
 TRANSACTION_KEY = 1                      # FindCoordinator key type of a transactional id
-DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15  # Kafka's transaction.max.timeout.ms, in minutes
 MAX_BATCH_PARTITIONS = 500               # partitions per DescribeProducers request, as Kafka's tool
 NO_OFFSET = -1
 LEADER_RETRIABLE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
@@ -75,52 +73,6 @@ ABORT_ERRORS = {
 }
 HANGING_HEADER = ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch", "StartOffset",
                   "LastTimestamp", "Duration(min)"]
-
-
-def add_parser(commands) -> None:
-    # -b, --command-config and --timeout are accepted before or after the verb.
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--bootstrap-server", "-b", default=argparse.SUPPRESS)
-    common.add_argument("--command-config", metavar="FILE", default=argparse.SUPPRESS)
-    common.add_argument("--timeout", type=int, default=argparse.SUPPRESS, metavar="MS",
-                        help="how long to keep retrying an unavailable coordinator or leader (default 10000)")
-    txns = commands.add_parser("transactions", help="inspect transactions and abort hanging ones "
-                                                    "(kafka-transactions.sh) on any Kafka-compatible broker")
-    txns.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092")
-    txns.add_argument("--command-config", metavar="FILE",
-                      help="client properties for a secured cluster (security.protocol, ssl.*, sasl.*)")
-    txns.add_argument("--timeout", type=int, default=10_000, metavar="MS")
-    verbs = txns.add_subparsers(dest="verb", required=True)
-
-    verbs.add_parser("list", parents=[common], help="every transactional id of the cluster and its state")
-
-    describe = verbs.add_parser("describe", parents=[common],
-                                help="a transactional id's state at its coordinator")
-    describe.add_argument("--transactional-id", required=True, metavar="ID")
-
-    producers = verbs.add_parser("describe-producers", parents=[common],
-                                 help="the producers a partition's leader remembers, and their open transactions")
-    producers.add_argument("--topic", required=True)
-    producers.add_argument("--partition", type=int, required=True)
-
-    hanging = verbs.add_parser("find-hanging", parents=[common],
-                               help="open transactions that no coordinator will ever end")
-    hanging.add_argument("--topic", help="only this topic (default: every topic)")
-    hanging.add_argument("--partition", type=int, help="only this partition of --topic")
-    hanging.add_argument("--max-transaction-timeout", type=int, default=DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN,
-                         metavar="MINUTES",
-                         help="only transactions whose producer wrote last longer ago than this "
-                              f"(default {DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN}, Kafka's transaction.max.timeout.ms)")
-
-    abort = verbs.add_parser("abort", parents=[common],
-                             help="abort a hanging transaction: write its ABORT marker to the partition")
-    abort.add_argument("--topic", required=True)
-    abort.add_argument("--partition", type=int, required=True)
-    abort.add_argument("--start-offset", type=int, metavar="OFFSET",
-                       help="the first offset of the open transaction to abort (see describe-producers)")
-    abort.add_argument("--producer-id", type=int, help="instead of --start-offset: the producer id ...")
-    abort.add_argument("--producer-epoch", type=int, help="... its epoch ...")
-    abort.add_argument("--coordinator-epoch", type=int, help="... and the coordinator epoch of the marker")
 
 
 async def run(args) -> int:

@@ -12,31 +12,6 @@ import logging
 import sys
 
 
-def add_parser(commands) -> None:
-    ui = commands.add_parser("ui", help="serve a live web view of a cluster (brokers, partitions, state changes)")
-    ui.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092",
-                    help="HOST:PORT[,HOST:PORT…] of brokers to find the cluster through")
-    ui.add_argument("--port", type=int, default=0, help="the page's port on --host (default: a free one)")
-    ui.add_argument("--host", default="127.0.0.1", help="the address the page listens on (default 127.0.0.1)")
-    ui.add_argument("--metrics-port-offset", type=int, default=100,
-                    help="a broker's metrics port is its Kafka port + this (default 100, as tidelog cluster up)")
-    ui.add_argument("--metrics-port", action="append", default=[], metavar="ID=PORT",
-                    help="the metrics port of one node, instead of the offset (repeatable)")
-    ui.add_argument("--interval", type=float, default=1.0, help="seconds between polls of the brokers (≥ 1)")
-    ui.add_argument("--command-config", default=None, metavar="FILE",
-                    help="client properties (security.protocol, ssl.*, sasl.*) to reach TLS/SASL brokers")
-    ui.add_argument("--cluster-dir", default=None,
-                    help="a cluster started by `tidelog cluster up`: read its nodes from cluster.json (and, for "
-                         "a --secure one, the token of its brokers' /state)")
-    ui.add_argument("--drills", action="store_true",
-                    help="with --cluster-dir: offer fault drills (kill/pause/resume/restart a node). Off by "
-                         "default; when on, a drill needs the per-run token of the printed URL, sent by the page "
-                         "as X-Tidelog-Token, and an Origin and Host of this view")
-    ui.add_argument("--state-token-file", default=None, metavar="FILE",
-                    help="a file holding the brokers' metrics.state.token.file token, sent to /state as "
-                         "Authorization: Bearer; the view then needs its own token (in the printed URL)")
-
-
 def run(args) -> int:
     from tidelog.cli.client_config import load_command_config
     from tidelog.core.errors import KafkaError

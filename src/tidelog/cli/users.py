@@ -15,28 +15,11 @@ import sys
 
 from tidelog.cli.client_config import connect
 from tidelog.controller.scram_control import MECHANISM_NAMES, salted_password
-from tidelog.core.errors import ErrorCode
+from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.metadata.records import ScramMechanism
 from tidelog.protocol.api_keys import ApiKey
 
 SALT_BYTES = 32
-
-
-def add_parser(commands) -> None:
-    users = commands.add_parser("users", help="manage SCRAM users (SASL/SCRAM-SHA-256/512)")
-    users.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092")
-    users.add_argument("--command-config", metavar="FILE",
-                       help="client properties for a secured cluster (security.protocol, ssl.*, sasl.*)")
-    verbs = users.add_subparsers(dest="verb", required=True)
-    add = verbs.add_parser("add", help="create a user or change its password")
-    add.add_argument("user")
-    add.add_argument("--password", help="the password (default: asked for, or read from TIDELOG_PASSWORD)")
-    add.add_argument("--mechanism", choices=sorted(MECHANISM_NAMES), default="SCRAM-SHA-512")
-    add.add_argument("--iterations", type=int, default=4096)
-    delete = verbs.add_parser("delete", help="remove a user's credential")
-    delete.add_argument("user")
-    delete.add_argument("--mechanism", choices=sorted(MECHANISM_NAMES), default="SCRAM-SHA-512")
-    verbs.add_parser("list", help="users, their mechanisms and iterations")
 
 
 async def run(args) -> int:
@@ -68,5 +51,8 @@ async def run(args) -> int:
             return 1
         print(f"user {args.user}: {args.mechanism} {'set' if args.verb == 'add' else 'removed'}")
         return 0
+    except (OSError, KafkaError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     finally:
         connection.close()
