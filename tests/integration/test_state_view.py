@@ -164,7 +164,7 @@ class EventStream:
 def test_tidelog_ui_serves_its_page_and_streams_a_snapshot_of_the_cluster(cluster):
     create(cluster, "state-ui", partitions=2)
     args = [sys.executable, "-m", "tidelog.cli.main", "ui", "-b", cluster.bootstrap, "--port", "0"]
-    for b in BROKERS:   # the test cluster's metrics ports are free ones, not Kafka port + 100
+    for b in (*BROKERS, 1000):   # the test cluster's metrics ports are free ones, not Kafka port + 100
         args += ["--metrics-port", f"{b}={urlsplit(cluster.metrics_url(b)).port}"]
     process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -198,7 +198,11 @@ def test_tidelog_ui_serves_its_page_and_streams_a_snapshot_of_the_cluster(cluste
                 assert time.monotonic() < deadline, snapshot["nodes"]
                 snapshot = events.next("state")
         nodes = {n["id"]: n for n in snapshot["nodes"]}
-        assert set(nodes) == set(BROKERS)
+        # The controller too, which Metadata never names (DescribeQuorum's voter endpoints);
+        # no process column without --cluster-dir.
+        assert set(nodes) == set(BROKERS) | {1000}
+        assert nodes[1000]["role"] == "controller" and nodes[1000]["port"] == cluster.port(1000)
+        assert snapshot["processes_known"] is False
         for b in BROKERS:
             assert nodes[b]["reachable"] and nodes[b]["state"] == "RUNNING" and nodes[b]["fenced"] is False
             assert nodes[b]["port"] == cluster.port(b) and not nodes[b]["is_controller"]
@@ -294,7 +298,7 @@ def test_the_web_view_of_a_secure_cluster(tmp_path):
                                              headers={"Authorization": f"Bearer {state_token}"})
             assert get_json_any(request)["node_id"] == node["node_id"]
         standalone = [sys.executable, "-m", "tidelog.cli.main", "ui", "-b", f"127.0.0.1:{brokers[0]['port']}",
-                      "--port", "0", *[f"--metrics-port={n['node_id']}={n['metrics_port']}" for n in brokers]]
+                      "--port", "0", *[f"--metrics-port={n['node_id']}={n['metrics_port']}" for n in layout["nodes"]]]
 
         def view(extra: list[str]) -> dict:
             process = subprocess.Popen(standalone + extra, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -318,6 +322,6 @@ def test_the_web_view_of_a_secure_cluster(tmp_path):
         assert all("401" in n["error"] for n in no_token["nodes"]), no_token
         seen = view(["--command-config", admin, "--state-token-file", token_file])
         assert sorted(n["id"] for n in seen["nodes"] if n["state"] == "RUNNING") == sorted(
-            n["node_id"] for n in brokers), seen
+            n["node_id"] for n in layout["nodes"]), seen       # the controller found through DescribeQuorum
     finally:
         assert tidelog("down").returncode == 0

@@ -276,9 +276,36 @@ class UiServer:
             for b in metadata.brokers:
                 node_id = int(b.node_id)
                 self._learn(node_id, "broker", b.host, int(b.port), self._metrics_port(node_id, int(b.port)))
+            await self._discover_controllers(host, port)
             self.errors = []
             return
         self.errors = errors or ["no bootstrap server"]
+
+    async def _discover_controllers(self, host: str, port: int) -> None:
+        """The controllers, which Metadata never names: DescribeQuorum v2 (KIP-853) answers
+        the voters' endpoints through any broker. A broker that cannot say leaves the view
+        with the brokers only."""
+        from tidelog.core.errors import KafkaError
+        from tidelog.metadata.log import METADATA_TOPIC
+        from tidelog.protocol.api_keys import ApiKey
+        from tidelog.protocol.client import KafkaConnection
+        try:
+            connection = await KafkaConnection.connect(host, port, "tidelog-ui", 2, security=self.security)
+        except (OSError, asyncio.TimeoutError, KafkaError):
+            return
+        try:
+            answer = await connection.request(ApiKey.DESCRIBE_QUORUM, {"topics": [
+                {"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]}, timeout_s=3)
+        except (OSError, asyncio.TimeoutError, ConnectionError, KafkaError):
+            return
+        finally:
+            connection.close()
+        for node in getattr(answer, "nodes", None) or ():
+            node_id = int(node.node_id)
+            if node.listeners and (node_id not in self.nodes or self.nodes[node_id].role == "controller"):
+                endpoint = node.listeners[0]
+                self._learn(node_id, "controller", endpoint.host, int(endpoint.port),
+                            self._metrics_port(node_id, int(endpoint.port)))
 
     def _discover_from_states(self) -> None:
         """Registrations in any /state name brokers Metadata leaves out (the fenced)."""
@@ -388,6 +415,8 @@ class UiServer:
                 "is_controller": node.node_id == controller_id,
             })
         return {"controller_id": controller_id, "nodes": nodes, "errors": list(self.errors),
+                # Processes are known only of a cluster started by `tidelog cluster` (its cluster.json).
+                "processes_known": self.cluster_dir is not None,
                 "partitions": [partitions[k] for k in sorted(partitions)]}
 
     @staticmethod

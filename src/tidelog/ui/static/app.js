@@ -30,6 +30,7 @@ function setStatus(cls, text) { const s = $("status"); s.className = "status " +
 
 function render() {
   document.body.classList.toggle("nodrills", !view.drills);
+  document.body.classList.toggle("noprocess", view.processes_known === false);
   $("updated").textContent = "updated " + new Date().toLocaleTimeString();
   $("controller").textContent = view.controller_id == null ? "" : `controller: node ${view.controller_id}`;
   $("errors").innerHTML = (view.errors || []).map((e) => `<p class="bad">${esc(e)}</p>`).join("");
@@ -45,7 +46,7 @@ function renderBrokers() {
       `<button data-action="${a}" data-node="${n.id}">${a}</button>`).join("");
     return `<tr><td>${n.id} ${n.is_controller ? '<span class="badge controller">controller</span>' : ""}</td>
       <td>${esc(n.role)}</td><td>${esc(n.host)}:${esc(n.port)}</td>
-      <td class="${n.process === "running" ? "good" : n.process ? "bad" : ""}">${esc(n.process ?? "")}</td>
+      <td class="process-col ${n.process === "running" ? "good" : n.process ? "bad" : ""}">${esc(n.process ?? "")}</td>
       <td>${esc(n.state ?? "")}</td><td>${registration}</td><td>${esc(n.broker_epoch ?? "")}</td>
       <td>${n.reachable ? '<span class="good">ok</span>' : `<span class="bad" title="${esc(n.error)}">unreachable</span>`}</td>
       <td class="drill-col">${drills}</td></tr>`;
