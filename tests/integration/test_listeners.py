@@ -81,3 +81,30 @@ def test_secured_listeners_without_their_settings_are_refused_at_start(tmp_path)
         assert result.returncode != 0
         assert message in result.stderr + result.stdout, result.stderr[-2000:]
         assert "tidelog ready" not in result.stdout
+
+
+def test_a_taken_port_is_named_and_nothing_is_formatted(tmp_path):
+    """The address is checked before the log directory is formatted: a start that cannot
+    listen leaves no meta.properties behind and says which address is taken."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for listeners, extra in ((f"PLAINTEXT://127.0.0.1:{port}", []),
+                                 ("PLAINTEXT://127.0.0.1:0", ["--override", f"metrics.port={port}"])):
+            data = tmp_path / f"data-{len(extra)}"
+            result = subprocess.run([sys.executable, "-m", "tidelog.cli.main", "serve", "--override",
+                                     f"log.dirs={data}", "--override", f"listeners={listeners}", *extra],
+                                    capture_output=True, text=True, timeout=60)
+            output = result.stdout + result.stderr
+            assert result.returncode == 1, output[-2000:]
+            assert f"cannot listen on 127.0.0.1:{port}" in output and "Address already in use" in output, output
+            assert not (data / "meta.properties").exists()
+
+
+def test_a_misspelt_setting_is_warned_with_the_setting_meant(tmp_path):
+    with Broker(overrides={"log.retention.hour": "5", "auto.create.topic.enable": "false"}) as broker:
+        warnings = [line for line in broker.output if "WARNING" in line]
+    assert any("ignoring unknown configuration log.retention.hour (did you mean log.retention.hours" in line
+               for line in warnings), warnings
+    assert any("auto.create.topic.enable (did you mean auto.create.topics.enable?)" in line for line in warnings)

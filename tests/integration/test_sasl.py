@@ -99,6 +99,14 @@ def test_a_request_before_authentication_closes_the_connection(broker):
     produce_and_consume(alice(broker.bootstrap), "sasl-after-probe", count=5)
 
 
+def test_the_tidelog_tools_say_a_sasl_listener_needs_authentication(broker):
+    for command in ("topics", "users", "transactions"):
+        result = subprocess.run([sys.executable, "-m", "tidelog.cli.main", command, "list", "-b", broker.bootstrap],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert "a listener that needs SASL" in result.stderr and "SASL_PLAINTEXT" in result.stderr, result.stderr
+
+
 def test_sasl_ssl_on_every_listener_of_a_cluster(tmp_path):
     ca = trustme.CA()
     ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "server.pem"))

@@ -135,6 +135,16 @@ def test_a_plaintext_client_on_the_tls_port_is_closed_and_the_broker_serves_on(b
     produce_and_consume(client_settings(broker, certificates), "tls-after-plaintext", count=10)
 
 
+@pytest.mark.parametrize("command", ["topics", "groups", "acls"])
+def test_the_tidelog_tools_say_a_plaintext_connection_reached_a_tls_listener(broker, command):
+    import sys
+    result = subprocess.run([sys.executable, "-m", "tidelog.cli.main", command, "list", "-b", broker.bootstrap],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"{broker.bootstrap} is a TLS listener and this connection is plaintext" in result.stderr, result.stderr
+    assert "SSL or SASL_SSL" in result.stderr and "bytes read" not in result.stderr
+
+
 def test_client_auth_required_refuses_a_client_without_a_certificate(certificates):
     with Broker(overrides=tls_settings(certificates, client_auth="required")) as strict:
         anonymous = Producer({**client_settings(strict, certificates), "message.timeout.ms": 3000})

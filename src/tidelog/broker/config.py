@@ -299,6 +299,13 @@ def _coerce(definition: ConfigDef, raw: str) -> Any:
     return value
 
 
+def did_you_mean(name: str) -> str:
+    """`` (did you mean log.retention.hours?)`` for a name close to a known setting's, else ``""``."""
+    import difflib
+    close = difflib.get_close_matches(name, CONFIG_DEFS, n=2, cutoff=0.8)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
 class BrokerConfig:
     """Typed access to the broker's settings: ``config["log.dirs"]``."""
 
@@ -310,7 +317,7 @@ class BrokerConfig:
             if definition is None and key.startswith("listener.name."):
                 continue                   # a per-listener setting: read through ``originals``
             if definition is None:
-                log.warning("ignoring unknown configuration %s", key)
+                log.warning("ignoring unknown configuration %s%s", key, did_you_mean(key))
                 continue
             self._values[key] = _coerce(definition, raw)
 

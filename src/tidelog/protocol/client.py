@@ -51,6 +51,9 @@ class KafkaConnection:
         self._reader_task: asyncio.Task | None = None
         self.api_versions: dict[int, tuple[int, int]] = {}
         self.closed = False
+        self.tls = False
+        self.authenticated = False        # SASL done
+        self._answered = 0                # responses read so far
 
     @classmethod
     async def connect(cls, host: str, port: int, client_id: str = "tidelog",
@@ -63,11 +66,20 @@ class KafkaConnection:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(host, port, ssl=ssl_context, server_hostname=server_hostname), timeout_s)
         connection = cls(reader, writer, client_id)
+        connection.tls = ssl_context is not None
         connection._reader_task = asyncio.create_task(connection._read_loop())
         try:
             await asyncio.wait_for(connection._negotiate(), timeout_s)
             if security is not None and security.sasl_mechanism:
                 await asyncio.wait_for(connection._sasl(security), timeout_s)
+        except ConnectionError:
+            connection.close()
+            # Closed before its first answer: a TLS listener does that to a plaintext client.
+            if ssl_context is None and connection._answered == 0 and await _speaks_tls(host, port, timeout_s):
+                raise ConnectionError(f"{host}:{port} is a TLS listener and this connection is plaintext: use "
+                                      "security.protocol SSL or SASL_SSL (tidelog's tools: --command-config "
+                                      "FILE)") from None
+            raise
         except BaseException:
             connection.close()
             raise
@@ -87,6 +99,7 @@ class KafkaConnection:
             try:
                 token = exchange.send(bytes(answer.auth_bytes or b""))
             except StopIteration:
+                self.authenticated = True
                 return
             except sasl_client.SaslClientError as e:
                 raise KafkaError(str(e), ErrorCode.SASL_AUTHENTICATION_FAILED) from None
@@ -146,10 +159,19 @@ class KafkaConnection:
                     if not future.done():
                         future.set_exception(e)
                     continue
+                self._answered += 1
                 if not future.done():
                     future.set_result(entity)
         except (asyncio.IncompleteReadError, ConnectionError, ProtocolError) as e:
-            self._fail_all(ConnectionError(f"connection lost: {e}"))
+            closed = isinstance(e, asyncio.IncompleteReadError) and not e.partial
+            reason = "the broker closed the connection" if closed else f"connection lost: {e}"
+            if closed and self._answered == 1 and not self.authenticated:
+                # Only ApiVersions answered: a SASL listener closes a connection whose
+                # next request is not a SASL handshake.
+                reason += (" after ApiVersions: a listener that needs SASL does that to a client that does "
+                           "not authenticate (security.protocol SASL_PLAINTEXT or SASL_SSL, sasl.mechanism, "
+                           "sasl.username/sasl.password)")
+            self._fail_all(ConnectionError(reason))
         except asyncio.CancelledError:
             self._fail_all(ConnectionError("connection closed"))
             raise
@@ -167,3 +189,23 @@ class KafkaConnection:
         if self._reader_task is not None:
             self._reader_task.cancel()
         self._writer.close()
+
+
+async def _speaks_tls(host: str, port: int, timeout_s: float) -> bool:
+    """Whether ``host:port`` completes a TLS handshake (its certificate not checked: this
+    only tells a TLS listener from a plaintext one, to say why a plaintext client failed)."""
+    import ssl
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=context, server_hostname=host),
+                                           timeout_s)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    try:
+        await asyncio.wait_for(writer.wait_closed(), 1)
+    except (OSError, asyncio.TimeoutError):
+        pass
+    return True

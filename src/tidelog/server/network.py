@@ -490,6 +490,22 @@ class Connection:
             self.writer.close()
 
 
+def address_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on now (None: it can, or port 0), checked with
+    a throwaway socket bound as a listener binds: a start checks every address before it
+    writes anything to disk."""
+    if not port:
+        return None
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            return e.strerror or str(e)
+    return None
+
+
 class Listener:
     """A TCP listener that hands every frame to ``dispatch``.
 
@@ -532,11 +548,16 @@ class Listener:
         self.rejected_log = RateLimitedLog(log)   # requests refused before being served
 
     def bind(self) -> int:
-        """Bind the socket now (so the real port is known before serving)."""
+        """Bind the socket now (so the real port is known before serving); a failure
+        names the address."""
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
+        try:
+            sock.bind((self.host, self.port))
+        except OSError as e:
+            sock.close()
+            raise OSError(e.errno, f"cannot listen on {self.host}:{self.port}: {e.strerror}") from None
         self._sock = sock
         self.port = sock.getsockname()[1]
         return self.port

@@ -87,7 +87,7 @@ from tidelog.server.sasl_apis import SaslApis
 from tidelog.protocol.client import ClientSecurity
 from tidelog.server.metrics import ServerMetrics
 from tidelog.server.state import StateChangeLog
-from tidelog.server.network import Listener, ServerLimits, raise_open_file_limit
+from tidelog.server.network import Listener, ServerLimits, address_problem, raise_open_file_limit
 from tidelog.server.storage_format import META_PROPERTIES, StorageFormatError, format_log_dirs
 from tidelog.storage.checkpoint import set_retry_wait
 
@@ -183,6 +183,7 @@ class Server:
         if self.is_broker and not self.in_process_controller:
             self.channel = RemoteController(voters, client_id=f"broker-{self.node_id}",
                                             security=self.controller_security)
+        self._check_addresses(config)     # before anything is written to the log directories
         self.cluster_id = format_log_dirs(config["log.dirs"], self.node_id, await self._discover_cluster_id())
         if config["metrics.port"] is not None:
             self.metrics = ServerMetrics(config["metrics.host"], config["metrics.port"])
@@ -250,6 +251,19 @@ class Server:
                  self.node_id, roles, self.listener_name, self.bind_host, self.listener.port,
                  self.cluster_id, ",".join(config["log.dirs"]),
                  f", metrics on {self.metrics.http.url}" if self.metrics is not None else "")
+
+    def _check_addresses(self, config) -> None:
+        """Every address this node will listen on can be bound, or the start fails naming it."""
+        addresses = [(f"listener {self.listener_name}", self.bind_host, self.bind_port)]
+        if self.is_broker and self.is_controller:
+            addresses += [(f"listener {name}", host, port) for name, host, port in self.controller_endpoints]
+        if config["metrics.port"] is not None:
+            addresses.append(("metrics.port", config["metrics.host"], config["metrics.port"]))
+        for what, host, port in addresses:
+            problem = address_problem(host, port)
+            if problem is not None:
+                raise BrokerStartupError(f"cannot listen on {host}:{port} ({what}): {problem} (another broker "
+                                         "running there?); nothing was written to log.dirs")
 
     def _serve_controller_apis(self, dispatcher: Dispatcher) -> None:
         self.controller_server.register(dispatcher, self.authorizer)
