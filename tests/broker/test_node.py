@@ -18,6 +18,7 @@ from tidelog.broker.node import (
     FetcherRemoved,
     MetadataPublished,
     SendAlterPartition,
+    SendAssignReplicasToDirs,
     SendHeartbeat,
     SendRegistration,
     StateChanged,
@@ -74,12 +75,13 @@ class World:
         self.nodes = {}
         self.timeout_ms = controlled_shutdown_timeout_ms
 
-    def node(self, node_id, metadata_log=None, settings=None):
+    def node(self, node_id, metadata_log=None, settings=None, log_dirs=1, fs=None):
+        dirs = [str(self.tmp_path / f"b{node_id}")] + [str(self.tmp_path / f"b{node_id}-{i}") for i in range(1, log_dirs)]
         config = BrokerConfig({"node.id": str(node_id), "process.roles": "broker",
-                               "log.dirs": str(self.tmp_path / f"b{node_id}"), **(settings or {})})
+                               "log.dirs": ",".join(dirs), **(settings or {})})
         node = BrokerNode(config, self.clock, metadata_log or self.log, "c1", uuid.uuid4(),
                           (Endpoint("PLAINTEXT", "localhost", 9000 + node_id),),
-                          controlled_shutdown_timeout_ms=self.timeout_ms)
+                          controlled_shutdown_timeout_ms=self.timeout_ms, fs=fs)
         self.nodes[node_id] = node
         return node
 
@@ -102,6 +104,9 @@ class World:
                 elif isinstance(effect, SendAlterPartition):
                     more = target.on_alter_partition_reply(self.controller.alter_partition(effect.request),
                                                            effect.sent, now)
+                elif isinstance(effect, SendAssignReplicasToDirs):
+                    more = target.on_assign_replicas_to_dirs_reply(
+                        self.controller.assign_replicas_to_dirs(effect.request), now)
                 else:
                     more = []
                 for each in everyone:

@@ -101,6 +101,7 @@ EXPECTED: dict[int, tuple[ErrorCode, tuple[tuple[str, str], ...]]] = {
     K.BROKER_REGISTRATION: (CLUSTER, ()),
     K.BROKER_HEARTBEAT: (CLUSTER, ()),
     K.ALTER_PARTITION: (CLUSTER, (("topics[topic_id]/partitions[partition_index]",) * 2,)),
+    K.ASSIGN_REPLICAS_TO_DIRS: (CLUSTER, (("directories[id_]/topics[topic_id]/partitions[partition_index]",) * 2,)),
     K.ALLOCATE_PRODUCER_IDS: (CLUSTER, ()),
     K.VOTE: (CLUSTER, (_RAFT,)),
     K.BEGIN_QUORUM_EPOCH: (CLUSTER, (_RAFT,)),

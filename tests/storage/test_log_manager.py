@@ -123,7 +123,7 @@ def test_deleted_logs_are_gone_and_leftover_delete_dirs_are_cleaned(dirs, clock,
     fill(m.get_or_create_log(A0), 3)
     m.get_or_create_log(A1)
     m.delete_log(A0)
-    assert m.get_log(A0) is None and os.listdir(dirs[0]) == [".lock"]
+    assert m.get_log(A0) is None and sorted(os.listdir(dirs[0])) == [".lock", "meta.properties"]
     m.shutdown()
     os.makedirs(os.path.join(dirs[1], "a-7.0123abcd-delete"))
     m = manager(dirs, clock, fs)
@@ -173,6 +173,38 @@ def test_a_directory_failing_at_start_is_offline_and_the_others_load(dirs, clock
     m = manager(dirs, clock, fs)
     assert m.offline_dirs == {dirs[1]}
     assert [log.topic_partition for log in m.all_logs()] == [A0]
+
+
+def test_each_directory_has_a_lasting_id_and_a_failed_one_is_reported_by_it(dirs, clock, fs):
+    """KIP-858: the ``directory.id`` of each ``meta.properties`` (written at the first
+    load when missing, other lines kept) survives restarts; a directory that fails
+    moves from ``directory_ids`` to ``offline_directory_ids``; a new, empty disk gets
+    a new id."""
+    os.makedirs(dirs[1])
+    with open(os.path.join(dirs[1], "meta.properties"), "w") as f:
+        f.write("version=1\ncluster.id=abc\nnode.id=3\n")
+    m = manager(dirs, clock, fs)
+    ids = {d: m.directory_id(d) for d in dirs}
+    assert None not in ids.values() and len(set(ids.values())) == 2
+    assert m.directory_ids == tuple(sorted(ids.values())) and m.offline_directory_ids == ()
+    text = open(os.path.join(dirs[1], "meta.properties")).read()
+    assert text.startswith("version=1\ncluster.id=abc\nnode.id=3\ndirectory.id=")
+    fill(m.get_or_create_log(A0), 1)
+    fill(m.get_or_create_log(A1), 1)
+    assert m.placements() == {A0: ids[dirs[0]], A1: ids[dirs[1]]}
+    m.shutdown()
+    m = manager(dirs, clock, fs)
+    assert {d: m.directory_id(d) for d in dirs} == ids
+    fs.fail(dirs[1])
+    with pytest.raises(StorageError):
+        m.get_log(A1).append_as_leader(batch("x"), leader_epoch=0)
+    assert m.directory_ids == (ids[dirs[0]],) and m.offline_directory_ids == (ids[dirs[1]],)
+    assert m.placements()[A1] == ids[dirs[1]]          # where its log was, offline or not
+    m.shutdown()
+    replaced = [dirs[0], dirs[1] + "-new-disk"]
+    m = manager(replaced, clock, fs)
+    assert m.directory_id(replaced[0]) == ids[dirs[0]]
+    assert m.directory_id(replaced[1]) not in (None, ids[dirs[1]])
 
 
 def test_a_malformed_checkpoint_takes_only_its_directory_offline(dirs, clock, fs):

@@ -18,10 +18,12 @@ Inputs, each a method that returns the effects to carry out, in order:
                                              follower, FetcherAdded / FetcherRemoved,
                                              MetadataPublished
     on_alter_partition_reply / _failed     → ISR changes applied or queued again
+    on_assign_replicas_to_dirs_reply / _failed → directory placements sent again if needed
     on_tick(now_ms)                        → due work: purgatory expiry, offline log
                                              dirs, ISR shrink, checkpoints, flush,
                                              retention, heartbeat, AlterPartition,
-                                             the group coordinator's deadlines
+                                             AssignReplicasToDirs, the group
+                                             coordinator's deadlines
     on_stop_requested(now_ms)              → controlled shutdown, or StopNow
     shutdown()                             → final checkpoints; logs closed
 
@@ -39,8 +41,22 @@ broker that restarts with less data than before never leads at its old epoch.
 
 Errors come in three tiers: expected conditions are Kafka error codes inside the
 replica manager; a storage failure takes the affected log directory's partitions
-offline; anything else escaping a method here (an ``AssertionError``, an
+offline and is reported to the controller (below); anything else escaping a method here (an ``AssertionError``, an
 ``IllegalTransition``) is a bug, and the driver stops the broker.
+
+Log directories (KIP-858). The registration carries the ids of the online log
+directories; every heartbeat carries the ids of those that failed
+(``offline_log_dirs``), and a directory that fails makes the next heartbeat go at
+once rather than at the next interval (Kafka's ``propagateDirectoryFailure``): the
+controller then moves leadership and ISR membership of that directory's partitions
+to other brokers. With no online directory left the broker asks to be fenced
+(``want_fence``) and stays up, fenced, until it is restarted with working disks
+(Kafka's broker halts; staying up lets the report reach the controller first, and
+the operator sees the broker). Where a replica's log lives is told to the
+controller with AssignReplicasToDirs whenever the metadata says otherwise — a
+broker with several directories, a replaced disk, a log in a directory that failed
+before it was placed — one request in flight, a placement sent again after
+``ASSIGNMENT_RETRY_MS`` if the metadata still does not show it.
 """
 
 from __future__ import annotations
@@ -57,10 +73,13 @@ from tidelog.controller.messages import (
     AlterPartitionItem,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AssignReplicasToDirsRequest,
+    AssignReplicasToDirsResponse,
     BrokerHeartbeatReply,
     BrokerHeartbeatRequest,
     BrokerRegistrationReply,
     BrokerRegistrationRequest,
+    ReplicaDirectory,
 )
 from tidelog.core.clock import Clock
 from tidelog.core.errors import ErrorCode, StorageError
@@ -89,6 +108,7 @@ HEARTBEAT_SHUTDOWN_MS = 50               # while waiting for leaderships to move
 RECOVERY_CHECKPOINT_INTERVAL_MS = 60_000  # Kafka's log.flush.offset.checkpoint.interval.ms
 TICK_INTERVAL_MS = 50
 CONTROLLED_SHUTDOWN_TIMEOUT_MS = 30_000
+ASSIGNMENT_RETRY_MS = 1_000              # a placement the metadata does not show yet is sent again
 
 FETCHER_PROPERTIES = ("num.replica.fetchers", "replica.fetch.max.bytes", "replica.fetch.response.max.bytes",
                       "replica.fetch.wait.max.ms", "replica.fetch.min.bytes", "replica.fetch.backoff.ms")
@@ -111,6 +131,11 @@ class SendAlterPartition:
     request: AlterPartitionRequest
     # (topic id, partition) → (topic partition, the proposal sent), to route the answer
     sent: dict[tuple[Any, int], tuple[TopicPartition, IsrProposal]]
+
+
+@dataclass(frozen=True)
+class SendAssignReplicasToDirs:
+    request: AssignReplicasToDirsRequest
 
 
 @dataclass(frozen=True)
@@ -140,8 +165,8 @@ class StopNow:
     reason: str
 
 
-Effect = (SendRegistration | SendHeartbeat | SendAlterPartition | FetcherAdded | FetcherRemoved
-          | StateChanged | MetadataPublished | StopNow)
+Effect = (SendRegistration | SendHeartbeat | SendAlterPartition | SendAssignReplicasToDirs | FetcherAdded
+          | FetcherRemoved | StateChanged | MetadataPublished | StopNow)
 
 
 class BrokerNode:
@@ -149,7 +174,8 @@ class BrokerNode:
                  incarnation_id: uuid.UUID, listeners: tuple[Endpoint, ...], fs=None,
                  rack: str | None = None, tick_interval_ms: int = TICK_INTERVAL_MS,
                  controlled_shutdown_timeout_ms: int = CONTROLLED_SHUTDOWN_TIMEOUT_MS,
-                 new_member_id: Callable[[str], str] | None = None, background: Background | None = None):
+                 new_member_id: Callable[[str], str] | None = None, background: Background | None = None,
+                 new_directory_id: Callable[[], uuid.UUID] | None = None):
         self.config = config
         self.clock = clock
         self.node_id: int = config["node.id"]
@@ -165,7 +191,7 @@ class BrokerNode:
         self.metadata_log = metadata_log
         self.loader = MetadataLoader(metadata_log)
         self.log_manager = LogManager(config["log.dirs"], clock, fs, default_config=static_log_config(config),
-                                      background=background)
+                                      background=background, new_directory_id=new_directory_id)
         self.replica_manager = ReplicaManager(
             self.node_id, self.log_manager, clock, self.replication_settings, self.log_config,
             self._alive_broker_epoch,
@@ -190,6 +216,13 @@ class BrokerNode:
         self._next_heartbeat_ms: int | None = None
         self._shutdown_deadline_ms: int | None = None
         self._isr_in_flight = False
+        # Log directories (KIP-858): the offline ones the in-flight heartbeat reports,
+        # those the controller has acknowledged, and placements sent (tp → (dir, ms)).
+        self._heartbeat_offline_dirs: tuple[uuid.UUID, ...] = ()
+        self._reported_offline_dirs: tuple[uuid.UUID, ...] = ()
+        self._assignment_in_flight = False
+        self._assignments_sent: dict[TopicPartition, tuple[uuid.UUID, int]] = {}
+        self._seen_offline_dirs: frozenset[str] = frozenset()
         self._next_tick_ms = 0
         self._next_isr_check_ms = 0
         self._next_high_watermark_checkpoint_ms = 0
@@ -256,13 +289,17 @@ class BrokerNode:
         elif state == BrokerState.RECOVERY:
             if not reply.is_fenced:
                 self._transition(LifecycleEvent.UNFENCED, "the controller unfenced this broker")
-            else:
+            elif not self._no_online_log_dir():     # else fenced for good: no hurry
                 next_ms = HEARTBEAT_CATCH_UP_MS
         elif state == BrokerState.PENDING_CONTROLLED_SHUTDOWN:
             if reply.should_shut_down:
                 self._shut_down("controlled shutdown complete: this broker leads no partition")
                 return self._drain()
             next_ms = HEARTBEAT_SHUTDOWN_MS
+        if reply.error_code == ErrorCode.NONE:
+            self._reported_offline_dirs = self._heartbeat_offline_dirs
+            if self._offline_dirs_unreported():
+                next_ms = 0                 # a directory failed while this heartbeat was out
         self._next_heartbeat_ms = now_ms + next_ms
         return self._drain()
 
@@ -303,6 +340,24 @@ class BrokerNode:
                 self.replica_manager.pending_isr_proposals.setdefault(tp, proposal)
         return self._drain()
 
+    def on_assign_replicas_to_dirs_reply(self, response: AssignReplicasToDirsResponse, now_ms: int) -> list[Effect]:
+        """Placements the controller took show in the metadata soon; the others (and
+        all of them on a request-level error) are sent again after ASSIGNMENT_RETRY_MS
+        if the metadata still disagrees."""
+        self._assignment_in_flight = False
+        if response.error_code != ErrorCode.NONE:
+            log.warning("AssignReplicasToDirs answered %s", response.error_code.name)
+        for assignment, code in response.results:
+            if code != ErrorCode.NONE:
+                log.info("AssignReplicasToDirs: %s-%d answered %s", assignment.topic_id, assignment.partition_id,
+                         code.name)
+        return self._drain()
+
+    def on_assign_replicas_to_dirs_failed(self, now_ms: int, error: str = "") -> list[Effect]:
+        self._assignment_in_flight = False
+        log.warning("AssignReplicasToDirs failed (%s); will retry", error)
+        return self._drain()
+
     def on_tick(self, now_ms: int) -> list[Effect]:
         if not self._running_process():
             return self._drain()
@@ -314,6 +369,8 @@ class BrokerNode:
             self._next_tick_ms = now_ms + self.tick_interval_ms
             self._periodic_work(now_ms)
         self._mark_failed_log_dirs_offline()       # failed by a request, a fetch or the work above
+        if self._offline_dirs_unreported() and self._next_heartbeat_ms is not None:
+            self._next_heartbeat_ms = min(self._next_heartbeat_ms, now_ms)    # tell the controller now
         if self._next_registration_ms is not None and now_ms >= self._next_registration_ms:
             self._next_registration_ms = None
             self._send_registration()
@@ -323,6 +380,7 @@ class BrokerNode:
                             f"{self.controlled_shutdown_timeout_ms} ms; stopping anyway")
             return self._drain()
         self._maybe_send_alter_partition()
+        self._maybe_send_assignments(now_ms)
         return self._drain()
 
     def on_stop_requested(self, now_ms: int) -> list[Effect]:
@@ -439,8 +497,10 @@ class BrokerNode:
 
     def _send_registration(self) -> None:
         self._registration_in_flight = True
+        self._reported_offline_dirs = ()
         self._effects.append(SendRegistration(BrokerRegistrationRequest(
-            self.node_id, self.incarnation_id, self.cluster_id, self.listeners, rack=self.rack)))
+            self.node_id, self.incarnation_id, self.cluster_id, self.listeners, rack=self.rack,
+            log_dirs=self.log_manager.directory_ids)))
 
     def _retry_registration(self, now_ms: int) -> None:
         self._next_registration_ms = now_ms + self._registration_backoff_ms
@@ -469,10 +529,18 @@ class BrokerNode:
             return
         self._heartbeat_in_flight = True
         self._next_heartbeat_ms = None
+        self._heartbeat_offline_dirs = self.log_manager.offline_directory_ids
         self._effects.append(SendHeartbeat(BrokerHeartbeatRequest(
             self.node_id, self.broker_epoch, self.image.offset,
-            want_fence=self.state == BrokerState.STARTING,
-            want_shut_down=self.state == BrokerState.PENDING_CONTROLLED_SHUTDOWN)))
+            want_fence=self.state == BrokerState.STARTING or self._no_online_log_dir(),
+            want_shut_down=self.state == BrokerState.PENDING_CONTROLLED_SHUTDOWN,
+            offline_log_dirs=self._heartbeat_offline_dirs)))
+
+    def _offline_dirs_unreported(self) -> bool:
+        return self.broker_epoch >= 0 and self.log_manager.offline_directory_ids != self._reported_offline_dirs
+
+    def _no_online_log_dir(self) -> bool:
+        return len(self.log_manager.offline_dirs) == len(self.log_manager.log_dirs)
 
     # ============================================================ metadata
 
@@ -546,7 +614,15 @@ class BrokerNode:
 
     def _mark_failed_log_dirs_offline(self) -> None:
         """Partitions of a failed log directory go Offline (KAFKA_STORAGE_ERROR);
-        partitions on other directories keep serving."""
+        partitions on other directories keep serving. The next heartbeat reports the
+        directory (``on_tick``)."""
+        offline = self.log_manager.offline_dirs
+        if offline != self._seen_offline_dirs:
+            log.error("log directories %s failed: reporting them to the controller%s",
+                      ", ".join(sorted(offline - self._seen_offline_dirs)),
+                      "; no log directory is left online: this broker asks to be fenced until it is "
+                      "restarted with working disks" if self._no_online_log_dir() else "")
+            self._seen_offline_dirs = offline
         for tp in sorted(self.log_manager.offline_partitions):
             if self.replica_manager.partitions.get(tp) not in (None, OFFLINE):
                 log.error("partition %s is offline: its log directory %s failed", tp,
@@ -575,6 +651,33 @@ class BrokerNode:
             self._isr_in_flight = True
             self._effects.append(SendAlterPartition(
                 AlterPartitionRequest(self.node_id, self.broker_epoch, tuple(items)), sent))
+
+    def _maybe_send_assignments(self, now_ms: int) -> None:
+        """AssignReplicasToDirs for each hosted replica whose log is not where the
+        metadata says (module docstring), once this incarnation's metadata is applied."""
+        if self._assignment_in_flight or self.broker_epoch < 0 or not self._may_publish():
+            return
+        image, hosted = self.image, self.replica_manager.partitions
+        items = []
+        for tp, directory in sorted(self.log_manager.placements().items()):
+            registration = image.partition(tp)
+            topic = image.topic(tp.topic)
+            if registration is None or topic is None or self.node_id not in registration.replicas \
+                    or hosted.get(tp) is None:
+                self._assignments_sent.pop(tp, None)
+                continue
+            if registration.directory(self.node_id) == directory:
+                self._assignments_sent.pop(tp, None)
+                continue
+            sent = self._assignments_sent.get(tp)
+            if sent is not None and sent[0] == directory and now_ms < sent[1] + ASSIGNMENT_RETRY_MS:
+                continue
+            self._assignments_sent[tp] = (directory, now_ms)
+            items.append(ReplicaDirectory(topic.topic_id, tp.partition, directory))
+        if items:
+            self._assignment_in_flight = True
+            self._effects.append(SendAssignReplicasToDirs(
+                AssignReplicasToDirsRequest(self.node_id, self.broker_epoch, tuple(items))))
 
     # ============================================================ plumbing
 

@@ -163,6 +163,7 @@ WHOLE_REQUEST: dict[int, Callable[[object], list[Need]]] = {
     ApiKey.BROKER_REGISTRATION: _cluster(AclOperation.CLUSTER_ACTION),
     ApiKey.BROKER_HEARTBEAT: _cluster(AclOperation.CLUSTER_ACTION),
     ApiKey.ALTER_PARTITION: _cluster(AclOperation.CLUSTER_ACTION),
+    ApiKey.ASSIGN_REPLICAS_TO_DIRS: _cluster(AclOperation.CLUSTER_ACTION),
     ApiKey.ALLOCATE_PRODUCER_IDS: _cluster(AclOperation.CLUSTER_ACTION),
     ApiKey.VOTE: _cluster(AclOperation.CLUSTER_ACTION),
     ApiKey.BEGIN_QUORUM_EPOCH: _cluster(AclOperation.CLUSTER_ACTION),

@@ -4,8 +4,9 @@ Both channels offer the same async operations on the controller's own request
 objects (``controller.messages``), so the broker's lifecycle and ISR changes are
 one mechanism whatever the roles:
 
-* ``register`` / ``heartbeat`` / ``alter_partition`` — the broker lifecycle
-  (Kafka's BrokerRegistration, BrokerHeartbeat, AlterPartition);
+* ``register`` / ``heartbeat`` / ``alter_partition`` / ``assign_replicas_to_dirs`` —
+  the broker lifecycle (Kafka's BrokerRegistration, BrokerHeartbeat, AlterPartition,
+  AssignReplicasToDirs);
 * ``fetch_metadata(offset, max_wait_ms)`` — committed ``__cluster_metadata`` batches;
 * ``forward(api_key, version, request)`` — client admin requests (CreateTopics…).
 
@@ -23,10 +24,13 @@ from tidelog.controller.messages import (
     AlterPartitionRequest,
     AlterPartitionResponse,
     AlterPartitionResult,
+    AssignReplicasToDirsRequest,
+    AssignReplicasToDirsResponse,
     BrokerHeartbeatReply,
     BrokerHeartbeatRequest,
     BrokerRegistrationReply,
     BrokerRegistrationRequest,
+    ReplicaDirectory,
 )
 from tidelog.core.errors import ErrorCode
 from tidelog.metadata.log import METADATA_TOPIC
@@ -141,14 +145,15 @@ class RemoteController:
                           for e in request.listeners],
             "features": [{"name": f.name, "min_supported_version": f.min_supported_version,
                           "max_supported_version": f.max_supported_version} for f in request.features],
-            "rack": request.rack, "is_migrating_zk_broker": False, "log_dirs": [], "previous_broker_epoch": -1})
+            "rack": request.rack, "is_migrating_zk_broker": False, "log_dirs": list(request.log_dirs),
+            "previous_broker_epoch": -1})
         return BrokerRegistrationReply(_code(reply.error_code), None, int(reply.broker_epoch))
 
     async def heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatReply:
         reply = await self.request(ApiKey.BROKER_HEARTBEAT, {
             "broker_id": request.broker_id, "broker_epoch": request.broker_epoch,
             "current_metadata_offset": request.current_metadata_offset, "want_fence": request.want_fence,
-            "want_shut_down": request.want_shut_down, "offline_log_dirs": []})
+            "want_shut_down": request.want_shut_down, "offline_log_dirs": list(request.offline_log_dirs)})
         return BrokerHeartbeatReply(_code(reply.error_code), None, bool(reply.is_caught_up), bool(reply.is_fenced),
                                     False, bool(reply.should_shut_down))
 
@@ -169,6 +174,19 @@ class RemoteController:
                                  int(p.partition_epoch), int(p.leader_recovery_state))
             for topic in reply.topics for p in topic.partitions)
         return AlterPartitionResponse(_code(reply.error_code), None, results)
+
+    async def assign_replicas_to_dirs(self, request: AssignReplicasToDirsRequest) -> AssignReplicasToDirsResponse:
+        directories: dict = {}
+        for a in request.assignments:
+            directories.setdefault(a.directory_id, {}).setdefault(a.topic_id, []).append(
+                {"partition_index": a.partition_id})
+        reply = await self.request(ApiKey.ASSIGN_REPLICAS_TO_DIRS, {
+            "broker_id": request.broker_id, "broker_epoch": request.broker_epoch,
+            "directories": [{"id_": d, "topics": [{"topic_id": t, "partitions": parts} for t, parts in topics.items()]}
+                            for d, topics in directories.items()]})
+        return AssignReplicasToDirsResponse(_code(reply.error_code), None, tuple(
+            (ReplicaDirectory(topic.topic_id, int(p.partition_index), directory.id_), _code(p.error_code))
+            for directory in reply.directories for topic in directory.topics for p in topic.partitions))
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> AllocateProducerIdsReply:
         reply = await self.request(ApiKey.ALLOCATE_PRODUCER_IDS, {"broker_id": broker_id,
@@ -251,6 +269,9 @@ class InProcessController:
 
     async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
         return self.server.alter_partition(request)
+
+    async def assign_replicas_to_dirs(self, request: AssignReplicasToDirsRequest) -> AssignReplicasToDirsResponse:
+        return self.server.assign_replicas_to_dirs(request)
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> AllocateProducerIdsReply:
         return self.server.allocate_producer_ids(broker_id, broker_epoch)

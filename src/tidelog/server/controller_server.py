@@ -4,8 +4,9 @@ Theory of operation. ``ControllerServer`` owns the ``QuorumController`` and the
 on-disk metadata log, and answers on its own listener (the one named by
 ``controller.listener.names``; in combined mode it also shares the broker's):
 
-* BrokerRegistration, BrokerHeartbeat, AlterPartition — the broker lifecycle
-  (docs/controller.md), translated to the controller's own request objects;
+* BrokerRegistration, BrokerHeartbeat, AlterPartition, AssignReplicasToDirs — the
+  broker lifecycle (docs/controller.md), translated to the controller's own
+  request objects;
 * Fetch of ``__cluster_metadata-0`` — brokers follow the committed metadata log
   exactly as followers fetch a partition (long-polling until something new is
   committed or ``max_wait`` passes);
@@ -29,10 +30,13 @@ from tidelog.controller.messages import (
     AlterPartitionItem,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AssignReplicasToDirsRequest,
+    AssignReplicasToDirsResponse,
     BrokerHeartbeatReply,
     BrokerHeartbeatRequest,
     BrokerRegistrationReply,
     BrokerRegistrationRequest,
+    ReplicaDirectory,
 )
 from tidelog.controller.quorum_controller import QuorumController
 from tidelog.controller.quorum_member import ACTIVATED, DEACTIVATED, QuorumMember
@@ -246,6 +250,7 @@ class ControllerServer:
         writes.register(ApiKey.BROKER_REGISTRATION, self.handle_broker_registration, 0, 4)
         writes.register(ApiKey.BROKER_HEARTBEAT, self.handle_broker_heartbeat, 0, 1)
         writes.register(ApiKey.ALTER_PARTITION, self.handle_alter_partition, 2, 3)
+        writes.register(ApiKey.ASSIGN_REPLICAS_TO_DIRS, self.handle_assign_replicas_to_dirs, 0, 0)
         writes.register(ApiKey.ALLOCATE_PRODUCER_IDS, self.handle_allocate_producer_ids, 0, 0)
         admin = AdminApis(self, authorizer)       # with ACLs, the same per-topic checks as a broker's
         admin.register(writes)
@@ -281,6 +286,13 @@ class ControllerServer:
         if not self.active:
             return AlterPartitionResponse(ErrorCode.NOT_CONTROLLER, None, ())
         response = self.controller.alter_partition(request)
+        self.publish()
+        return response
+
+    def assign_replicas_to_dirs(self, request: AssignReplicasToDirsRequest) -> AssignReplicasToDirsResponse:
+        if not self.active:
+            return AssignReplicasToDirsResponse(ErrorCode.NOT_CONTROLLER, None, ())
+        response = self.controller.assign_replicas_to_dirs(request)
         self.publish()
         return response
 
@@ -321,7 +333,7 @@ class ControllerServer:
                             for l in request.listeners),
             features=tuple(BrokerFeature(f.name, int(f.min_supported_version), int(f.max_supported_version))
                            for f in request.features),
-            rack=request.rack))
+            rack=request.rack, log_dirs=tuple(getattr(request, "log_dirs", None) or ())))
         return {"throttle_time": 0, "error_code": int(reply.error_code), "broker_epoch": reply.broker_epoch}
 
     def handle_broker_heartbeat(self, header, request):
@@ -331,7 +343,8 @@ class ControllerServer:
         reply = self.broker_heartbeat(BrokerHeartbeatRequest(
             broker_id=int(request.broker_id), broker_epoch=int(request.broker_epoch),
             current_metadata_offset=int(request.current_metadata_offset),
-            want_fence=bool(request.want_fence), want_shut_down=bool(request.want_shut_down)))
+            want_fence=bool(request.want_fence), want_shut_down=bool(request.want_shut_down),
+            offline_log_dirs=tuple(getattr(request, "offline_log_dirs", None) or ())))
         return {"throttle_time": 0, "error_code": int(reply.error_code), "is_caught_up": reply.is_caught_up,
                 "is_fenced": reply.is_fenced, "should_shut_down": reply.should_shut_down}
 
@@ -367,6 +380,23 @@ class ControllerServer:
                 "leader_recovery_state": r.leader_recovery_state, "partition_epoch": r.partition_epoch})
         return {"throttle_time": 0, "error_code": int(response.error_code),
                 "topics": [{"topic_id": tid, "partitions": parts} for tid, parts in topics.items()]}
+
+    def handle_assign_replicas_to_dirs(self, header, request):
+        refusal = self._acting_as(header, int(request.broker_id))
+        if refusal is not None:
+            return refusal
+        response = self.assign_replicas_to_dirs(AssignReplicasToDirsRequest(
+            int(request.broker_id), int(request.broker_epoch),
+            tuple(ReplicaDirectory(topic.topic_id, int(p.partition_index), directory.id_)
+                  for directory in request.directories for topic in directory.topics for p in topic.partitions)))
+        answer: dict = {}
+        for assignment, code in response.results:
+            answer.setdefault(assignment.directory_id, {}).setdefault(assignment.topic_id, []).append(
+                {"partition_index": assignment.partition_id, "error_code": int(code)})
+        return {"throttle_time": 0, "error_code": int(response.error_code),
+                "directories": [{"id_": d, "topics": [{"topic_id": t, "partitions": parts}
+                                                      for t, parts in topics.items()]}
+                                for d, topics in answer.items()]}
 
     def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> AllocateProducerIdsReply:
         if not self.active:

@@ -135,6 +135,7 @@ _MIRRORS: dict[int, Mirror] = {
     ApiKey.END_QUORUM_EPOCH: _RAFT,
     ApiKey.DESCRIBE_QUORUM: _RAFT,
     ApiKey.ALTER_PARTITION: _root(_topics(name="topic_id")),
+    ApiKey.ASSIGN_REPLICAS_TO_DIRS: _root(_m("directories", "directories", "id_", _topics(name="topic_id"))),
     ApiKey.UPDATE_FEATURES: _root(_m("feature_updates", "results", "feature")),
     ApiKey.FETCH_SNAPSHOT: _root(_topics(name="name", partitions=_m("partitions", "partitions", "index=partition"))),
     ApiKey.DESCRIBE_CLUSTER: _root(keys="endpoint_type"),

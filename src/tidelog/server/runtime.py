@@ -53,6 +53,7 @@ from tidelog.broker.node import (
     FetcherRemoved,
     MetadataPublished,
     SendAlterPartition,
+    SendAssignReplicasToDirs,
     SendHeartbeat,
     SendRegistration,
     StateChanged,
@@ -60,7 +61,7 @@ from tidelog.broker.node import (
 )
 from tidelog.controller.messages import CreatableTopic
 from tidelog.core.clock import Clock, SystemClock
-from tidelog.core.errors import ErrorCode, InvalidConfigError
+from tidelog.core.errors import ErrorCode, InvalidConfigError, StorageError
 from tidelog.group.coordinator import OFFSETS_TOPIC, offsets_topic
 from tidelog.metadata.file_log import FileMetadataLog
 from tidelog.metadata.image import ConfigResource
@@ -419,6 +420,11 @@ class Server:
                     self.channel.alter_partition, effect.request,
                     lambda node, reply, now: node.on_alter_partition_reply(reply, sent, now),
                     lambda node, now, error: node.on_alter_partition_failed(sent, now, error)))
+            elif isinstance(effect, SendAssignReplicasToDirs):
+                self._spawn(self._ask_controller(
+                    self.channel.assign_replicas_to_dirs, effect.request,
+                    lambda node, reply, now: node.on_assign_replicas_to_dirs_reply(reply, now),
+                    lambda node, now, error: node.on_assign_replicas_to_dirs_failed(now, error)))
             elif isinstance(effect, FetcherAdded):
                 self.fetcher_driver.start(effect.fetcher)
             elif isinstance(effect, FetcherRemoved):
@@ -602,7 +608,10 @@ class Server:
             self.node.shutdown()                       # flushes every log inline
             self._background_executor.shutdown(wait=True)
             if not self.is_controller:
-                self.node.metadata_log.close()
+                try:
+                    self.node.metadata_log.close()
+                except (OSError, StorageError) as e:      # its log directory failed
+                    log.warning("the metadata log did not close cleanly: %s", e)
             if not self.in_process_controller:
                 self.channel.close()
         if self.controller_server is not None:

@@ -11,8 +11,8 @@ effect / input                         here
 =====================================  =========================================
 ``SendRegistration`` /                 an RPC to the active controller (its
 ``SendHeartbeat`` /                    ``ControllerChannel``, production's
-``SendAlterPartition``                 ``RemoteController``); the reply or a
-                                       failure goes back as ``on_*_reply`` /
+``SendAlterPartition`` /               ``RemoteController``); the reply or a
+``SendAssignReplicasToDirs``           failure goes back as ``on_*_reply`` /
                                        ``on_*_failed``
 ``next_wakeup_ms()``                   one timer event calling ``on_tick``
 ``FetcherAdded``                       the fetcher is driven by ``_kick``: poll a
@@ -57,6 +57,7 @@ from tidelog.broker.node import (
     FetcherAdded,
     MetadataPublished,
     SendAlterPartition,
+    SendAssignReplicasToDirs,
     SendHeartbeat,
     SendRegistration,
     StateChanged,
@@ -121,6 +122,12 @@ class SimBroker(NetworkNode):
         self._wakeup_event = None
         self._wakeup_at_ms: int | None = None
         self._fetcher_wakeups: dict[tuple[int, int], int] = {}
+        # Log directory ids (meta.properties' directory.id), deterministic: a disk
+        # replaced by an empty one gets the next.
+        self._directory_ids = itertools.count(1)
+
+    def _new_directory_id(self) -> uuid.UUID:
+        return uuid.UUID(int=(1 << 124) | (self.broker_id << 32) | next(self._directory_ids))
 
     def _broker_config(self) -> BrokerConfig:
         c = self.sim.config
@@ -186,7 +193,7 @@ class SimBroker(NetworkNode):
             tick_interval_ms=self.sim.config.tick_ms,
             controlled_shutdown_timeout_ms=CONTROLLED_SHUTDOWN_TIMEOUT_MS,
             new_member_id=lambda prefix: f"{prefix}-{self.broker_id}.{self.starts}.{next(member_ids)}",
-            background=self._background)
+            background=self._background, new_directory_id=self._new_directory_id)
         self.group_apis = GroupApis(self.node, LISTENER, self.clock, self._create_topic)
         self.node.txn_coordinator.write_markers = self._write_markers
         self._carry_out(self.node, self.node.start(self.clock.monotonic_ms()))
@@ -248,6 +255,9 @@ class SimBroker(NetworkNode):
                     node, "AlterPartition", effect.request,
                     lambda reply, now: node.on_alter_partition_reply(reply, sent, now),
                     lambda now, error: node.on_alter_partition_failed(sent, now, error))
+            elif isinstance(effect, SendAssignReplicasToDirs):
+                self._rpc_to_controller(node, "AssignReplicasToDirs", effect.request,
+                                        node.on_assign_replicas_to_dirs_reply, node.on_assign_replicas_to_dirs_failed)
             elif isinstance(effect, FetcherAdded):
                 fetcher = effect.fetcher
                 fetcher.wakeup = lambda f=fetcher: self.after(0, lambda: self._kick(f))

@@ -30,7 +30,7 @@ every input the vote is persisted before anything is sent, the replica's timer
 is re-armed at ``next_wakeup_ms`` and the member is told (``on_quorum_change``).
 
 Brokers' requests: ``BrokerRegistration``, ``BrokerHeartbeat``,
-``AlterPartition`` and ``CreateTopics`` are writes — answered NOT_CONTROLLER by
+``AlterPartition``, ``AssignReplicasToDirs`` and ``CreateTopics`` are writes — answered NOT_CONTROLLER by
 a controller that is not active, otherwise handed to the controller and answered
 once the records written are committed (``QuorumMember.after_commit``), or
 NOT_CONTROLLER if leadership is lost first. ``MetadataFetch`` returns the
@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Callable
 
 from tidelog.controller.messages import (
     AlterPartitionResponse,
+    AssignReplicasToDirsResponse,
     BrokerHeartbeatReply,
     BrokerRegistrationReply,
     CreatableTopic,
@@ -71,11 +72,12 @@ if TYPE_CHECKING:
 CLUSTER_ID = "tidelog-sim"
 CONTROLLER_ID_BASE = 1000            # voters 1000, 1001, … (docs/controller.md's numbering)
 FETCH_WAIT_MAX_MS = 500              # RaftDriver's: how long a caught-up voter's Fetch is held
-WRITES = ("BrokerRegistration", "BrokerHeartbeat", "AlterPartition", "CreateTopics")
+WRITES = ("BrokerRegistration", "BrokerHeartbeat", "AlterPartition", "AssignReplicasToDirs", "CreateTopics")
 NOT_CONTROLLER_ANSWERS = {
     "BrokerRegistration": BrokerRegistrationReply(ErrorCode.NOT_CONTROLLER, None, -1),
     "BrokerHeartbeat": BrokerHeartbeatReply(ErrorCode.NOT_CONTROLLER, None, False, True, False, False),
     "AlterPartition": AlterPartitionResponse(ErrorCode.NOT_CONTROLLER, None, ()),
+    "AssignReplicasToDirs": AssignReplicasToDirsResponse(ErrorCode.NOT_CONTROLLER, None, ()),
     "CreateTopics": ErrorCode.NOT_CONTROLLER,
 }
 
@@ -376,6 +378,8 @@ class SimController(NetworkNode):
             result = controller.process_broker_heartbeat(body)
         elif kind == "AlterPartition":
             result = controller.alter_partition(body)
+        elif kind == "AssignReplicasToDirs":
+            result = controller.assign_replicas_to_dirs(body)
         else:
             result = controller.create_topics([body])[0].error_code
         incarnation = self.owned.incarnation

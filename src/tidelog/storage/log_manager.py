@@ -31,6 +31,16 @@ A directory is *offline* after any ``OSError`` in it (or a checkpoint that does
 not parse): its logs are closed and dropped, later calls for its partitions
 raise ``OfflineLogDirError``, and the other directories keep working. New logs
 go to the online directory holding the fewest partitions.
+
+Directory ids (KIP-858): each directory is known by the ``directory.id`` in its
+``meta.properties`` (``server/storage_format.py`` writes it when it formats the
+directory). A directory whose file lacks one gets a new id, written into the file
+at load (as Kafka's broker does at start-up); a disk replaced by an empty one
+therefore comes back under a new id. The broker registers the ids of its online
+directories with the controller and reports those that go offline
+(``directory_ids``, ``offline_directory_ids``), so the controller can move the
+partitions of a failed directory; ``placements`` says where each log is, for the
+broker's AssignReplicasToDirs.
 """
 
 from __future__ import annotations
@@ -39,7 +49,7 @@ import base64
 import logging
 import os
 import uuid
-from typing import Mapping
+from typing import Callable, Mapping
 
 from tidelog.core.clock import Clock
 from tidelog.core.errors import StorageError
@@ -59,6 +69,8 @@ from tidelog.storage.log import Background, Log
 logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+META_PROPERTIES_FILE = "meta.properties"
+_META_PROPERTIES_SIZE_MAX_BYTES = 64 * 1024
 PARTITION_METADATA_FILE = "partition.metadata"
 _PARTITION_METADATA_SIZE_MAX_BYTES = 4096
 LOCK_FILE = ".lock"
@@ -71,7 +83,8 @@ class LogManager:
     def __init__(self, log_dirs: list[str], clock: Clock, fs: FileSystem | None = None,
                  default_config: LogConfig | None = None,
                  topic_configs: Mapping[str, LogConfig] | None = None,
-                 background: Background | None = None):
+                 background: Background | None = None,
+                 new_directory_id: Callable[[], uuid.UUID] | None = None):
         assert log_dirs, "a LogManager needs at least one log directory"
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         assert len(set(self.log_dirs)) == len(self.log_dirs), "a log directory is listed twice"
@@ -85,6 +98,8 @@ class LogManager:
         self._dir_of: dict[TopicPartition, str] = {}
         self._offline_dirs: set[str] = set()
         self._offline_partitions: set[TopicPartition] = set()
+        self._directory_ids: dict[str, uuid.UUID] = {}     # log dir → its directory.id, once read
+        self._new_directory_id = new_directory_id or _random_directory_id
         self._locks: dict[str, FileLock] = {}
         self._deletions = 0
         self._cleaner = LogCleaner(self._on_io_error)
@@ -107,6 +122,7 @@ class LogManager:
             self._mark_dir_offline(log_dir, e)
             return
         try:
+            self._directory_ids[log_dir] = self._load_directory_id(log_dir)
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
             had_clean_shutdown = fs.exists(marker)
             if had_clean_shutdown:
@@ -135,7 +151,34 @@ class LogManager:
             self._mark_dir_offline(log_dir, e)
             return
         logger.info("%s: loaded %d logs%s", log_dir, len(self.logs_in_dir(log_dir)),
-                    " after a clean shutdown" if had_clean_shutdown else "")
+                    " after a clean shutdown" if had_clean_shutdown else
+                    " after an unclean shutdown (each recovered from its recovery point)")
+
+    def _load_directory_id(self, log_dir: str) -> uuid.UUID:
+        """The ``directory.id`` of ``log_dir``'s ``meta.properties``; a new one, written
+        into the file (its other lines kept), if it has none or an unusable one."""
+        path = os.path.join(log_dir, META_PROPERTIES_FILE)
+        lines: list[str] = []
+        if self.fs.exists(path):
+            try:
+                text = read_whole_file(self.fs, path, _META_PROPERTIES_SIZE_MAX_BYTES).decode("utf-8")
+            except (ValueError, UnicodeDecodeError) as e:     # ValueError: too large
+                raise StorageError(f"{path} is unreadable: {e}") from e
+            lines = text.splitlines()
+            for line in lines:
+                key, _, value = line.partition("=")
+                if key.strip() == "directory.id":
+                    directory_id = parse_directory_id(value.strip())
+                    if directory_id is not None:
+                        return directory_id
+        directory_id = self._new_directory_id()
+        kept = [line for line in lines if line.partition("=")[0].strip() != "directory.id"]
+        if not any(line.partition("=")[0].strip() == "version" for line in kept):
+            kept.insert(0, "version=1")
+        kept.append(f"directory.id={format_directory_id(directory_id)}")
+        write_file_atomically(self.fs, path, ("\n".join(kept) + "\n").encode())
+        logger.debug("%s: new directory id %s", log_dir, format_directory_id(directory_id))
+        return directory_id
 
     def _partition_dir(self, log_dir: str, name: str) -> TopicPartition | None:
         path = os.path.join(log_dir, name)
@@ -288,6 +331,24 @@ class LogManager:
     @property
     def offline_dirs(self) -> frozenset[str]:
         return frozenset(self._offline_dirs)
+
+    def directory_id(self, log_dir: str) -> uuid.UUID | None:
+        """``log_dir``'s ``directory.id``; None if it failed before it could be read."""
+        return self._directory_ids.get(log_dir)
+
+    @property
+    def directory_ids(self) -> tuple[uuid.UUID, ...]:
+        """The ids of the online directories, sorted (what the broker registers)."""
+        return tuple(sorted(i for d, i in self._directory_ids.items() if d not in self._offline_dirs))
+
+    @property
+    def offline_directory_ids(self) -> tuple[uuid.UUID, ...]:
+        """The ids of the directories that failed, sorted (what the heartbeat reports)."""
+        return tuple(sorted(i for d, i in self._directory_ids.items() if d in self._offline_dirs))
+
+    def placements(self) -> dict[TopicPartition, uuid.UUID]:
+        """Each log this manager loaded or created (online or not) → its directory's id."""
+        return {tp: self._directory_ids[d] for tp, d in self._dir_of.items() if d in self._directory_ids}
 
     @property
     def offline_partitions(self) -> frozenset[TopicPartition]:
@@ -467,3 +528,26 @@ class LogManager:
                 lock.release()
             except OSError:
                 pass
+
+
+def _random_directory_id() -> uuid.UUID:
+    while True:
+        directory_id = uuid.uuid4()
+        if directory_id.int >= 100:        # Kafka reserves 0-99
+            return directory_id
+
+
+def format_directory_id(directory_id: uuid.UUID) -> str:
+    """Kafka's textual Uuid: URL-safe base64 of the 16 bytes, unpadded."""
+    return base64.urlsafe_b64encode(directory_id.bytes).decode().rstrip("=")
+
+
+def parse_directory_id(text: str) -> uuid.UUID | None:
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except ValueError:
+        return None
+    if len(raw) != 16:
+        return None
+    directory_id = uuid.UUID(bytes=raw)
+    return None if directory_id.int < 100 else directory_id
