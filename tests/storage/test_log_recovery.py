@@ -414,3 +414,20 @@ def test_an_earlier_rolls_flush_does_not_list_a_later_rolls_file(tmp_path, clock
     log = Log.open(log_dir, CONFIG, clock, fs, recovery_point=0)
     assert [o for o, _ in values(log)] == list(range(log.log_start_offset, log.log_end_offset))
     check_log_consistency(log)
+
+
+def test_a_logs_own_files_are_expected_and_loading_is_quiet(log_dir, clock, fs, caplog):
+    """``quorum-state`` is the metadata partition's own Raft file: no warning for it (a
+    stray file still gets one); one log's loading is a DEBUG line, not INFO."""
+    log = Log.open(log_dir, CONFIG, clock, fs)
+    log.append_as_leader(batch("a"), leader_epoch=0)
+    log.close()
+    for name in ("quorum-state", "stray.bin"):
+        with open(os.path.join(log_dir, name), "w") as f:
+            f.write("{}")
+    with caplog.at_level(logging.DEBUG):
+        Log.open(log_dir, CONFIG, clock, fs, had_clean_shutdown=True).close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [f"{log_dir}: ignoring unexpected file stray.bin"]
+    loaded = [r for r in caplog.records if "loaded 1 segments" in r.getMessage()]
+    assert loaded and all(r.levelno == logging.DEBUG for r in loaded)

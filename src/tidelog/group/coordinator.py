@@ -38,7 +38,7 @@ from typing import Callable
 from tidelog.controller.messages import CreatableTopic
 from tidelog.core.clock import Clock
 from tidelog.core.errors import ErrorCode, StorageError
-from tidelog.core.ids import TopicPartition
+from tidelog.core.ids import TopicPartition, partition_summary
 from tidelog.group.records import partition_for
 from tidelog.group.shard import GroupConfig, GroupShard, Record
 from tidelog.records.batch import (
@@ -136,18 +136,25 @@ class CoordinatorRuntime:
             if (tp.topic == self.topic and isinstance(hosted, Partition) and hosted.is_leader
                     and not hosted.log.is_offline):
                 led[tp.partition] = hosted
+        unloaded, loading = [], []
         for index in list(self.loaded):
             partition = led.get(index)
             if partition is None or partition.leader_epoch != self.loaded[index].leader_epoch:
-                log.info("unloading %s-%d: no longer its leader", self.topic, index)
+                log.debug("unloading %s-%d: no longer its leader", self.topic, index)
+                unloaded.append(TopicPartition(self.topic, index))
                 self.loaded.pop(index).shard.unload()
         for index, partition in led.items():
             if index not in self.loaded:
                 shard = self._new_shard(index, partition.leader_epoch)
                 self.loaded[index] = _Loaded(shard, partition.leader_epoch, partition.log.log_end_offset,
                                              partition.log.log_start_offset)
-                log.info("loading %s-%d (leader epoch %d, up to offset %d)", self.topic,
-                         index, partition.leader_epoch, partition.log.log_end_offset)
+                loading.append(TopicPartition(self.topic, index))
+                log.debug("loading %s-%d (leader epoch %d, up to offset %d)", self.topic,
+                          index, partition.leader_epoch, partition.log.log_end_offset)
+        if unloaded:
+            log.info("no longer the leader of %s: unloading them", partition_summary(unloaded))
+        if loading:
+            log.info("now the leader of %s: loading them", partition_summary(loading))
         for index in list(self.loaded):
             self._catch_up(index, now_ms)
 

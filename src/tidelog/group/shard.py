@@ -228,8 +228,8 @@ class GroupShard:
         for group in self.groups.values():
             for member in group.members.values():
                 member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
-        log.info("loaded %d groups and their offsets from __consumer_offsets-%d",
-                 len(self.groups), self.partition)
+        log.log(logging.INFO if self.groups else logging.DEBUG,
+                "loaded %d groups and their offsets from __consumer_offsets-%d", len(self.groups), self.partition)
 
     def unload(self) -> None:
         """Leadership moved: every waiting client learns NOT_COORDINATOR."""

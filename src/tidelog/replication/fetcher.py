@@ -343,8 +343,8 @@ class FetcherState:
                 self.partition_states[tp] = current
                 continue
             self.partition_states[tp] = self._initial_state(tp, initial)
-            logger.info("%s: fetching from broker %d at leader epoch %d: %s", tp, self.source_broker_id,
-                        initial.current_leader_epoch, self.partition_states[tp])
+            logger.debug("%s: fetching from broker %d at leader epoch %d: %s", tp, self.source_broker_id,
+                         initial.current_leader_epoch, self.partition_states[tp])
         if initial_states and self.wakeup is not None:
             self.wakeup()
 

@@ -32,8 +32,8 @@ import logging
 from typing import Callable
 
 from tidelog.core.clock import Clock
-from tidelog.core.errors import ErrorCode, KafkaError, StorageError
-from tidelog.core.ids import TopicPartition
+from tidelog.core.errors import ErrorCode, KafkaError, RecordValidationError, StorageError
+from tidelog.core.ids import TopicPartition, partition_summary
 from tidelog.core.states import transition
 from tidelog.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from tidelog.replication.delayed import (
@@ -156,6 +156,7 @@ class ReplicaManager:
             (leaders if state.leader == self.broker_id else followers)[topic_partition] = state
         # Leaders: stop fetching first, then take over.
         self.fetcher_manager.remove_fetcher_for_partitions(leaders)
+        became: list[TopicPartition] = []
         for topic_partition, state in leaders.items():
             partition = self._hosted_for_state(topic_partition)
             if partition is None:
@@ -170,8 +171,11 @@ class ReplicaManager:
             if proposed is not None and partition.pending_isr is None and partition.isr == proposed:
                 self._count_isr_change(pending)      # the metadata brought our proposal before its answer
             if became_leader:
-                log.info("became leader of %s at leader epoch %d with ISR %s", topic_partition,
-                         state.leader_epoch, list(state.isr))
+                became.append(topic_partition)
+                log.debug("became leader of %s at leader epoch %d with ISR %s", topic_partition,
+                          state.leader_epoch, list(state.isr))
+        if became:
+            log.info("became leader of %s", partition_summary(became))
         # Followers: every state is applied; only a new leader epoch restarts fetching.
         # In a controlled shutdown, a partition without a leader or whose ISR this broker
         # has left stops fetching and is not restarted (Kafka's applyLocalFollowersDelta).
@@ -188,23 +192,33 @@ class ReplicaManager:
                 restart[topic_partition] = partition
         self.fetcher_manager.remove_fetcher_for_partitions([*restart, *stop_fetching])
         if stop_fetching:
-            log.info("controlled shutdown: stopped fetching %d partitions without a leader or out of the ISR: %s",
-                     len(stop_fetching), ", ".join(map(str, sorted(stop_fetching))))
+            log.info("controlled shutdown: stopped fetching %s, without a leader or out of the ISR",
+                     partition_summary(stop_fetching))
         for topic_partition in states:
             partition = self.get_partition(topic_partition)
             if partition is not None and partition.pending_proposal is None:
                 self.pending_isr_proposals.pop(topic_partition, None)   # replaced by metadata
             self._wake(topic_partition)   # delayed operations see the new role
         initial_states = {}
+        waiting: list[TopicPartition] = []
         for topic_partition, partition in restart.items():
             if self._is_broker_alive(partition.leader):
                 initial_states[topic_partition] = InitialFetchState(
                     partition.leader, partition.leader_epoch, self.initial_fetch_offset(partition.log))
-                log.info("following broker %d for %s at leader epoch %d from offset %d", partition.leader,
-                         topic_partition, partition.leader_epoch, initial_states[topic_partition].initial_fetch_offset)
+                log.debug("following broker %d for %s at leader epoch %d from offset %d", partition.leader,
+                          topic_partition, partition.leader_epoch,
+                          initial_states[topic_partition].initial_fetch_offset)
             else:
-                log.info("%s has no live leader (%d) at leader epoch %d; waiting", topic_partition,
-                         partition.leader, partition.leader_epoch)
+                waiting.append(topic_partition)
+                log.debug("%s has no live leader (%d) at leader epoch %d; waiting", topic_partition,
+                          partition.leader, partition.leader_epoch)
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for topic_partition, initial in initial_states.items():
+            by_leader.setdefault(initial.leader_id, []).append(topic_partition)
+        for leader in sorted(by_leader):
+            log.info("following broker %d for %s", leader, partition_summary(by_leader[leader]))
+        if waiting:
+            log.info("no live leader yet for %s; waiting", partition_summary(waiting))
         self.fetcher_manager.add_fetcher_for_partitions(initial_states)
         self.fetcher_manager.shutdown_idle_fetchers()
 
@@ -311,7 +325,10 @@ class ReplicaManager:
                 # Refused records are the client's affair: never logged above DEBUG (KIP-467:
                 # the response names them, record_errors holding each one's index and reason).
                 log.debug("produce to %s refused: %s", topic_partition, e)
-                responses[topic_partition] = _produce_response(e.error_code, str(e),
+                # Only refused records come with a message, as in Kafka (its hasCustomErrorMessage):
+                # a client shows the error code's own text for the rest.
+                validation = isinstance(e, RecordValidationError)
+                responses[topic_partition] = _produce_response(e.error_code, str(e) if validation else None,
                                                                getattr(e, "record_errors", ()))
                 continue
             except OSError as e:

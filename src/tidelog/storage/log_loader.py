@@ -48,7 +48,8 @@ SNAPSHOT_SUFFIX = ".snapshot" # the producer state as of an offset (Log owns the
 TXN_INDEX_SUFFIX = ".txnindex" # a segment's aborted transactions (Log owns them)
 SEGMENT_FILE_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX)   # the .log last: it commits a rename
 _LEFTOVER_SUFFIXES = (".tmp", ".deleted", CLEANED_SUFFIX, SWAP_SUFFIX)
-_KNOWN_FILES = {LEADER_EPOCH_CHECKPOINT, "partition.metadata"}
+# ``quorum-state`` is the Raft state the metadata partition keeps beside its log (metadata/file_log.py).
+_KNOWN_FILES = {LEADER_EPOCH_CHECKPOINT, "partition.metadata", "quorum-state"}
 
 
 class LoadedLog(NamedTuple):
@@ -87,9 +88,10 @@ def load_log(fs: FileSystem, directory: str, config: LogConfig, now_ms: int, *, 
     else:
         recovery_point = min(max(recovery_point, log_start_offset), log_end_offset)
     segments[-1].ensure_indexes()
-    logger.info("%s: loaded %d segments, log start offset %d, log end offset %d, recovery point %d%s",
-                name, len(segments), log_start_offset, log_end_offset, recovery_point,
-                " (clean shutdown)" if had_clean_shutdown else "")
+    # One line per partition: the log directory's summary (LogManager) is the INFO one.
+    logger.debug("%s: loaded %d segments, log start offset %d, log end offset %d, recovery point %d%s",
+                 name, len(segments), log_start_offset, log_end_offset, recovery_point,
+                 " (clean shutdown)" if had_clean_shutdown else "")
     return LoadedLog(segments, log_start_offset, log_end_offset, recovery_point)
 
 
@@ -221,6 +223,6 @@ def _recover(fs, directory: str, segments: list[LogSegment], first: int) -> None
             fs.fsync_dir(directory)
             del segments[i + 1:]
             break
-    logger.info("%s: recovered %d segments from base offset %d, next offset %d, %d bytes cut",
-                directory, len(segments) - first, segments[first].base_offset,
-                segments[-1].next_offset, cut_bytes)
+    logger.log(logging.INFO if cut_bytes else logging.DEBUG,
+               "%s: recovered %d segments from base offset %d, next offset %d, %d bytes cut",
+               directory, len(segments) - first, segments[first].base_offset, segments[-1].next_offset, cut_bytes)

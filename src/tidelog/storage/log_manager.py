@@ -233,7 +233,7 @@ class LogManager:
             raise StorageError(f"{tp}: cannot create its log in {log_dir}: {e}") from e
         self._logs[tp] = log
         self._dir_of[tp] = log_dir
-        logger.info("created log %s in %s", tp, log_dir)
+        logger.debug("created log %s in %s", tp, log_dir)
         return log
 
     def delete_log(self, tp: TopicPartition) -> None:

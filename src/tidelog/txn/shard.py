@@ -151,8 +151,9 @@ class TxnShard:
         for meta in self.transactions.values():
             if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 meta.markers_due_ms = now_ms
-        log.info("loaded %d transactional ids from __transaction_state-%d (coordinator epoch %d)",
-                 len(self.transactions), self.partition, self.coordinator_epoch)
+        log.log(logging.INFO if self.transactions else logging.DEBUG,
+                "loaded %d transactional ids from __transaction_state-%d (coordinator epoch %d)",
+                len(self.transactions), self.partition, self.coordinator_epoch)
         self.on_tick(now_ms)
 
     def unload(self) -> None:
