@@ -116,3 +116,17 @@ def test_completing_a_delayed_operation_may_wake_the_same_key_again():
     purgatory.try_complete_else_watch(late, [TP])
     late.ready = True
     assert purgatory.check_and_complete(TP) == 1           # the purgatory is still consistent
+
+
+def test_seed_2070_a_failed_directory_is_reported_before_it_can_lead_again(run):
+    """Seed 2070: broker 2's only directory failed; nothing told the controller, so it
+    stayed in t0-0's ISR, was elected when the leader (paused) was fenced, then
+    restarted on a replaced, empty disk and led without the record a late answer of
+    the paused leader had acknowledged (10.4). Its heartbeat now reports the
+    directory at once: it leaves the ISR (and is fenced, having no directory left)
+    before it could be elected."""
+    from tests.sim.conftest import failure_report
+
+    result = run(2070)
+    assert result.passed, failure_report(result)
+    assert result.stats.acked_all_lost == 0

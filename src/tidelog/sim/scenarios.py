@@ -624,6 +624,40 @@ def stale_metadata_restart(s: Script) -> tuple[bool, dict]:
     return not lost, {"new leader": s.leader(), "committed records lost": lost}
 
 
+def failed_directory_reported(s: Script) -> tuple[bool, dict]:
+    """The leader's only log directory fails (EIO) while its process keeps running
+    and heartbeating, so its session never expires. The write that finds the failed
+    disk makes the broker send a heartbeat at once naming the directory
+    (``offline_log_dirs``, KIP-858): the controller moves the leadership and, no
+    directory being left, fences the broker — well within a session timeout. Every
+    acks=all write acknowledged before is on the new leader, new ones are
+    acknowledged there. Without the report (simulator seed 2070) the leadership
+    stayed on the dead directory until the broker was restarted, and the broker could
+    even be elected again in the meantime, then restart on an empty disk."""
+    leader = s.leader()
+    committed = s.write(3, acks=-1)
+    failed_at = s.now
+    s.sim.disk_fault(leader, s.sim.brokers[leader].log_dirs[0], "fail")
+    probe = s.produce(["probe"], acks=-1, broker=leader)      # the next write finds the failed disk
+    s.expect("the write on the failed directory", ErrorCode(probe["error_code"]).name, "KAFKA_STORAGE_ERROR")
+    session_ms = s.sim.config.session_timeout_ms
+    s.wait(lambda: s.leader() not in (leader, -1), "the leadership to leave the failed directory", session_ms)
+    moved_ms = s.now - failed_at
+    s.observed["leadership moved after (ms)"] = moved_ms
+    s.check("moved within a session timeout", moved_ms, moved_ms < session_ms)
+    s.expect("the old leader fenced", s.sim.controller.image.brokers[leader].fenced, True)
+    s.expect("the old leader in the ISR", leader in s.isr(), False)
+    s.expect("the old leader's process still up", s.sim.brokers[leader].up, True)
+    fresh = s.write(2, acks=-1)
+    final = s.values(s.leader())
+    s.expect("acknowledged records missing on the new leader",
+             [v for v in committed + fresh if v.encode() not in final], [])
+    s.sim.heal_disk(leader, s.sim.brokers[leader].log_dirs[0])      # kill, empty disk, start
+    s.wait(lambda: s.running(leader), "the old leader runs again", 30_000)
+    s.converge([1, 2, 3])
+    return s.outcome()
+
+
 # ---------------------------------------------------------------------- replication, step by step
 
 
@@ -996,6 +1030,10 @@ SCENARIOS = {scenario.name: scenario for scenario in [
     Scenario("stale-metadata-restart", "broker start-up order (docs/broker.md)", "a leader restarting with an "
              "empty disk does not lead its old epoch: no committed record is lost",
              _config(3, (1, 2, 3), 2, False), stale_metadata_restart),
+    Scenario("failed-directory-reported", "KIP-858 (log directory failure in KRaft)", "the leader's only "
+             "directory fails while it runs: its heartbeat reports it, the controller fences it and moves the "
+             "leadership within a session timeout; nothing acknowledged is lost",
+             _config(3, (1, 2, 3), 2, False), failed_directory_reported),
     Scenario("replication-steps", "Kafka ReplicaFetcherThread / ReplicaManager.fetchMessages", "one fetch round "
              "step by step: the follower's request, the leader's record of it, the answer, the follower's HW; "
              "back into the ISR; acks=all", _config(2, (1, 2), 1, False), replication_steps),
