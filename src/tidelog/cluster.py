@@ -357,6 +357,9 @@ class ProcessCluster:
         # Brokers start in parallel; each returns once it is RUNNING (unfenced).
         self._start_parallel([b for b in self.layout.brokers if not b.alive()], on_ready)
         self.save()
+        if self.layout.secure:       # the clients' settings name the brokers' ports, known now
+            from tidelog.cluster_security import write_client_settings
+            write_client_settings(self.layout.directory, self.layout.bootstrap)
 
     def _start_parallel(self, brokers: list[Node], on_ready=None) -> None:
         import threading

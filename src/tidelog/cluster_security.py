@@ -12,8 +12,17 @@ keep the CN), and only the nodes and ``User:admin`` are super users. ACLs are on
 with Kafka's default ``allow.everyone.if.no.acl.found=false``. After ``up``,
 ``create_client_user`` stores the ``client`` SCRAM credential and the ACLs it needs
 to produce, consume, use groups and transactions — nothing on the cluster resource.
-``client.properties`` / ``admin.properties`` hold what a client needs
-(``--command-config`` for the tidelog tools; the same names for Kafka clients).
+``write_client_settings`` (called once the brokers' ports are known) writes what a
+client needs, twice, as each kind of client spells it. ``client.properties`` /
+``admin.properties`` use librdkafka's names (``ssl.ca.location``, ``sasl.username`` /
+``sasl.password``): confluent-kafka takes them as they are, ``kcat -F`` reads them, and so
+do tidelog's tools (``--command-config``); librdkafka refuses Java's names
+(``ssl.truststore.location``: "Java TrustStores are not supported"; ``sasl.jaas.config``).
+``client-java.properties`` / ``admin-java.properties`` use the Java client's names
+(``ssl.truststore.type=PEM`` + ``ssl.truststore.location``, ``sasl.jaas.config``) for
+Kafka's Java clients and tools (``--command-config``); tidelog's tools read those too.
+All four carry ``bootstrap.servers``. The operator's certificate (``admin.pem``) is for
+the controllers' listener, which wants a client certificate (``controller_security``).
 """
 
 from __future__ import annotations
@@ -48,21 +57,9 @@ def secure_cluster(cluster_directory: str, host: str, node_ids: list[int]) -> st
             leaf = ca.issue_cert(*sorted({host, "localhost", "127.0.0.1"}), common_name=name)
             leaf.private_key_and_cert_chain_pem.write_to_path(path)
             os.chmod(path, 0o600)
-    admin_password, client_password = _password(directory, "admin"), _password(directory, "client")
+    admin_password = _password(directory, "admin")
     jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
             f'password="{admin_password}" user_admin="{admin_password}";')
-    # Kafka's Java client names, so that its tools take these files unchanged
-    # (--command-config): a PEM truststore says so (ssl.truststore.type), and the login is
-    # a JAAS line. tidelog's own tools read the same files.
-    _write(os.path.join(directory, "admin.properties"),
-           f"security.protocol=SASL_SSL\nssl.truststore.type=PEM\nssl.truststore.location={ca_path}\n"
-           "sasl.mechanism=PLAIN\nsasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
-           f'required username="admin" password="{admin_password}";\n')
-    _write(os.path.join(directory, "client.properties"),
-           f"security.protocol=SASL_SSL\nssl.truststore.type=PEM\nssl.truststore.location={ca_path}\n"
-           "sasl.mechanism=SCRAM-SHA-512\n"
-           "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
-           f'username="client" password="{client_password}";\n')
     super_users = ";".join(["User:admin"] + [f"User:node-{i}" for i in sorted(node_ids)])
     settings = {"listener.security.protocol.map": "PLAINTEXT:SASL_SSL,CONTROLLER:SSL",
                 "ssl.truststore.location": ca_path,
@@ -75,6 +72,38 @@ def secure_cluster(cluster_directory: str, host: str, node_ids: list[int]) -> st
     path = os.path.join(directory, "node.properties")
     _write(path, "".join(f"{key}={value}\n" for key, value in settings.items()))
     return path
+
+
+# Who each settings file logs in as: (user, SASL mechanism, the Java client's login module).
+_IDENTITIES = {"client": ("client", "SCRAM-SHA-512", "org.apache.kafka.common.security.scram.ScramLoginModule"),
+               "admin": ("admin", "PLAIN", "org.apache.kafka.common.security.plain.PlainLoginModule")}
+
+
+def write_client_settings(cluster_directory: str, bootstrap: str) -> None:
+    """The clients' settings files (private: they hold passwords), for the brokers at
+    ``bootstrap``: librdkafka's names in ``<name>.properties``, the Java client's in
+    ``<name>-java.properties``, for ``client`` (SCRAM-SHA-512, least privilege) and
+    ``admin`` (PLAIN, a super user)."""
+    directory = _directory(cluster_directory)
+    ca_path = os.path.join(directory, "ca.pem")
+    for name, (user, mechanism, module) in _IDENTITIES.items():
+        password = _password(directory, name)
+        common = f"bootstrap.servers={bootstrap}\nsecurity.protocol=SASL_SSL\nsasl.mechanism={mechanism}\n"
+        _write(os.path.join(directory, f"{name}.properties"),
+               f"# tidelog cluster {cluster_directory}: user {user!r}. librdkafka's names: confluent-kafka takes\n"
+               f"# these as they are, kcat reads them (kcat -F {name}.properties -L), so do tidelog's tools\n"
+               f"# (--command-config). Kafka's Java clients and tools: {name}-java.properties.\n"
+               f"{common}ssl.ca.location={ca_path}\nsasl.username={user}\nsasl.password={password}\n")
+        _write(os.path.join(directory, f"{name}-java.properties"),
+               f"# tidelog cluster {cluster_directory}: user {user!r}. The Java client's names, for Kafka's\n"
+               f"# clients and tools (--command-config); librdkafka and kcat: {name}.properties.\n"
+               f"{common}ssl.truststore.type=PEM\nssl.truststore.location={ca_path}\n"
+               f'sasl.jaas.config={module} required username="{user}" password="{password}";\n')
+
+
+def kcat_line(cluster_directory: str) -> str:
+    """A ``kcat`` command for the ``client`` user, ready to paste."""
+    return f"kcat -F {paths(cluster_directory)['client']} -L"
 
 
 def node_keystore(cluster_directory: str, node_id: int) -> str:
@@ -98,8 +127,10 @@ def _certificate_authority(directory: str, ca_path: str):
 
 
 def paths(cluster_directory: str) -> dict[str, str]:
+    """``client``/``admin``: librdkafka's spelling; ``client_java``/``admin_java``: Java's; ``ca``."""
     directory = _directory(cluster_directory)
     return {name: os.path.join(directory, f"{name}.properties") for name in ("client", "admin")} | {
+        f"{name}_java": os.path.join(directory, f"{name}-java.properties") for name in ("client", "admin")} | {
         "ca": os.path.join(directory, "ca.pem")}
 
 

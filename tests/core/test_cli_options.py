@@ -111,7 +111,7 @@ def test_help_names_defaults_and_has_no_stray_arguments(capsys):
             parse(*argv)
     out = capsys.readouterr().out
     assert "rest" not in out
-    assert "default: 127.0.0.1:9092" in out and "(default: 256)" in out and "(default: 10000)" in out
+    assert "else 127.0.0.1:9092" in out and "(default: 256)" in out and "(default: 10000)" in out
     assert "num.partitions" in out and "default.replication.factor" in out
 
 
@@ -125,3 +125,35 @@ def test_version(capsys):
 def test_the_controller_id_is_the_cluster_tools():
     from tidelog.cluster import CONTROLLER_ID as cluster_controller_id
     assert CONTROLLER_ID == cluster_controller_id
+
+
+def test_the_bootstrap_server_defaults_to_the_command_configs(tmp_path):
+    settings = tmp_path / "client.properties"
+    settings.write_text("# written by cluster up --secure\nbootstrap.servers=h1:1,h2:2\nsecurity.protocol=SSL\n")
+    assert parse("topics", "--command-config", str(settings), "list").bootstrap_server == "h1:1,h2:2"
+    assert parse("groups", "list", "--command-config", str(settings)).bootstrap_server == "h1:1,h2:2"
+    assert parse("topics", "list", "--command-config", str(settings), "-b", "h3:3").bootstrap_server == "h3:3"
+    assert parse("ui", "--command-config", str(settings)).bootstrap_server == "h1:1,h2:2"
+    assert parse("topics", "list", "--command-config", str(tmp_path / "missing")).bootstrap_server == \
+        "127.0.0.1:9092"          # the command reports the missing file itself
+
+
+def test_client_settings_in_librdkafka_or_java_spelling():
+    import ssl
+
+    from tidelog.cli.client_config import client_security
+    from tidelog.core.errors import InvalidConfigError
+    librdkafka = client_security({"security.protocol": "SASL_SSL", "sasl.mechanisms": "SCRAM-SHA-256",
+                                  "sasl.username": "u", "sasl.password": "p",
+                                  "ssl.endpoint.identification.algorithm": "none"})
+    assert (librdkafka.sasl_mechanism, librdkafka.username, librdkafka.password) == ("SCRAM-SHA-256", "u", "p")
+    assert librdkafka.ssl_context.check_hostname is False
+    java = client_security({"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "ssl.truststore.type": "PEM",
+                            "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                                                'username="a" password="b";'})
+    assert (java.username, java.password) == ("a", "b") and java.ssl_context.check_hostname is True
+    unchecked = client_security({"security.protocol": "SSL", "enable.ssl.certificate.verification": "false"})
+    assert unchecked.ssl_context.verify_mode == ssl.CERT_NONE
+    with pytest.raises(InvalidConfigError, match="only PEM"):
+        client_security({"security.protocol": "SSL", "ssl.truststore.type": "JKS",
+                         "ssl.truststore.location": "/x.jks"})

@@ -194,8 +194,11 @@ def test_scram_users_are_managed_in_the_metadata_log_and_authenticate(tmp_path):
 
 
 def test_cluster_up_secure_gives_clients_working_settings(tmp_path):
+    """client.properties in librdkafka's names: confluent-kafka takes its keys as they are,
+    kcat -F reads it, tidelog's tools too (bootstrap.servers included); client-java.properties
+    has the Java client's names; the admin's settings still reach the controllers (status)."""
     import json
-    import re
+    import shutil
 
     from tidelog.broker.config import parse_properties
 
@@ -205,18 +208,30 @@ def test_cluster_up_secure_gives_clients_working_settings(tmp_path):
     up = cluster("up", "-n", "3", "--secure", "--base-port", "0", "--no-ui", "--no-metrics")
     try:
         assert up.returncode == 0, up.stderr
-        props = parse_properties((tmp_path / "c" / "security" / "client.properties").read_text())
+        security = tmp_path / "c" / "security"
+        client_file = str(security / "client.properties")
+        props = parse_properties((security / "client.properties").read_text())
         assert "password" not in (tmp_path / "c" / "cluster.json").read_text()
         layout = json.loads((tmp_path / "c" / "cluster.json").read_text())
         bootstrap = ",".join(f"127.0.0.1:{n['port']}" for n in layout["nodes"] if n["role"] == "broker")
-        jaas = props["sasl.jaas.config"]
-        settings = {"bootstrap.servers": bootstrap, "security.protocol": props["security.protocol"],
-                    "ssl.ca.location": props["ssl.truststore.location"], "sasl.mechanism": props["sasl.mechanism"],
-                    "sasl.username": re.search(r'username="([^"]+)"', jaas).group(1),
-                    "sasl.password": re.search(r'password="([^"]+)"', jaas).group(1)}
-        produce_and_consume(settings, "secure-cluster", count=50)
-        _other_clients_over_sasl_ssl_scram(bootstrap, settings)
-        assert cluster("status").returncode == 0
+        assert props["bootstrap.servers"] == bootstrap
+        assert not [k for k in props if k in ("ssl.truststore.location", "sasl.jaas.config")], props
+        assert f"kcat -F {client_file} -L" in up.stdout
+        produce_and_consume(props, "secure-cluster", count=50)          # the file's keys as they are
+        _other_clients_over_sasl_ssl_scram(bootstrap, props)
+        if shutil.which("kcat") is not None:
+            listed = subprocess.run(["kcat", "-F", client_file, "-L"], capture_output=True, text=True, timeout=30)
+            assert listed.returncode == 0, listed.stderr
+            assert "3 brokers:" in listed.stdout and "secure-cluster" in listed.stdout, listed.stdout
+        java = parse_properties((security / "client-java.properties").read_text())
+        assert java["ssl.truststore.type"] == "PEM" and java["ssl.truststore.location"] == props["ssl.ca.location"]
+        assert 'username="client"' in java["sasl.jaas.config"] and java["bootstrap.servers"] == bootstrap
+        for settings in ("client.properties", "client-java.properties", "admin.properties", "admin-java.properties"):
+            tool = subprocess.run([sys.executable, "-m", "tidelog.cli.main", "topics", "list", "--command-config",
+                                   str(security / settings)], capture_output=True, text=True, timeout=60)
+            assert tool.returncode == 0 and "secure-cluster" in tool.stdout.split(), (settings, tool.stderr)
+        status = cluster("status")
+        assert status.returncode == 0 and "leader" in status.stdout, status.stdout + status.stderr
     finally:
         cluster("down")
 

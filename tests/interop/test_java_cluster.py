@@ -134,10 +134,11 @@ def test_metadata_quorum_tool_on_a_cluster(java, plain):
 def secure(tmp_path_factory):
     cluster = UpCluster(tmp_path_factory.mktemp("java-secure"), secure=True)
     security = cluster.directory / "security"
-    cluster.client_file = str(security / "client.properties")
-    cluster.admin_file = str(security / "admin.properties")
-    cluster.client = parse_properties((security / "client.properties").read_text())
-    cluster.admin = parse_properties((security / "admin.properties").read_text())
+    # The Java client's spelling (client.properties / admin.properties are librdkafka's).
+    cluster.client_file = str(security / "client-java.properties")
+    cluster.admin_file = str(security / "admin-java.properties")
+    cluster.client = parse_properties((security / "client-java.properties").read_text())
+    cluster.admin = parse_properties((security / "admin-java.properties").read_text())
     try:
         yield cluster
     finally:
@@ -172,7 +173,7 @@ def test_java_client_over_sasl_ssl_scram_with_a_pem_truststore(java, secure):
         "ClusterAuthorizationException"
     java.call("admin.close", name="client-admin")
 
-    # Kafka's tools take the cluster's client.properties as it is.
+    # Kafka's tools take the cluster's client-java.properties as it is.
     groups = java.tool("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server",
                        secure.bootstrap, "--command-config", secure.client_file, "--describe", "--group",
                        "java-secure-group")

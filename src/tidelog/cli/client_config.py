@@ -1,18 +1,24 @@
 """``--command-config FILE``: how the CLI tools reach a secured cluster, as Kafka's tools do.
 
-The file holds client properties; the ones read here are Kafka's (Java client)
-names with librdkafka's spellings accepted too:
+The file holds client properties, in the Java client's names or in librdkafka's (the
+ones confluent-kafka and ``kcat -F`` read), so one file serves tidelog's tools and
+either kind of client — ``cluster up --secure`` writes ``client.properties`` in
+librdkafka's names and ``client-java.properties`` in Java's. Read here:
 
+* ``bootstrap.servers`` — where to connect when ``--bootstrap-server`` is not given
+  (options.finish);
 * ``security.protocol`` — PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL;
-* TLS: ``ssl.truststore.location`` (or ``ssl.ca.location``) — trusted CA
-  certificates, PEM; ``ssl.keystore.location`` (a PEM file with key and
+* TLS: ``ssl.ca.location`` (librdkafka) or ``ssl.truststore.location`` with
+  ``ssl.truststore.type=PEM`` (Java; a JKS or PKCS12 store is refused by name) — trusted
+  CA certificates, PEM; ``ssl.keystore.location`` (a PEM file with key and
   certificate) or ``ssl.certificate.location`` + ``ssl.key.location``;
-  ``ssl.key.password``; ``ssl.endpoint.identification.algorithm`` (``https``
-  checks the broker's host name, empty does not);
-* SASL: ``sasl.mechanism`` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and ``sasl.jaas.config`` with ``username`` and
-  ``password`` (or ``sasl.username`` / ``sasl.password``).
+  ``ssl.key.password``; ``ssl.endpoint.identification.algorithm`` (``https``, the
+  default, checks the broker's host name; empty — Java — or ``none`` — librdkafka — does
+  not); ``enable.ssl.certificate.verification=false`` (librdkafka) checks nothing;
+* SASL: ``sasl.mechanism`` (or librdkafka's ``sasl.mechanisms``: PLAIN, SCRAM-SHA-256,
+  SCRAM-SHA-512) and ``sasl.username`` / ``sasl.password`` (librdkafka) or
+  ``sasl.jaas.config`` with ``username`` and ``password`` (Java).
 """
-
 from __future__ import annotations
 
 from tidelog.core.errors import InvalidConfigError
@@ -57,7 +63,11 @@ def client_security(props: dict[str, str]) -> ClientSecurity | None:
     context = None
     if protocol in ("SSL", "SASL_SSL"):
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        trust = props.get("ssl.truststore.location") or props.get("ssl.ca.location")
+        for kind in ("ssl.truststore.type", "ssl.keystore.type"):
+            if props.get(kind, "PEM").upper() != "PEM":
+                raise InvalidConfigError(f"{kind}={props[kind]}: only PEM files are read (ssl.ca.location or "
+                                         "ssl.truststore.location with ssl.truststore.type=PEM)")
+        trust = props.get("ssl.ca.location") or props.get("ssl.truststore.location")
         if trust:
             context.load_verify_locations(cafile=trust)
         else:
@@ -69,8 +79,11 @@ def client_security(props: dict[str, str]) -> ClientSecurity | None:
             context.load_cert_chain(props["ssl.certificate.location"], props.get("ssl.key.location"),
                                     password=password)
         context.check_hostname = props.get("ssl.endpoint.identification.algorithm", "https").lower() == "https"
+        if props.get("enable.ssl.certificate.verification", "true").lower() == "false":
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
     if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
-        mechanism = props.get("sasl.mechanism", "PLAIN").upper()
+        mechanism = (props.get("sasl.mechanism") or props.get("sasl.mechanisms") or "PLAIN").upper()
         if mechanism not in sasl_client.MECHANISMS:
             raise InvalidConfigError(f"sasl.mechanism {mechanism} is not supported (supported: "
                                      f"{', '.join(sasl_client.MECHANISMS)})")

@@ -61,14 +61,18 @@ def _run(args) -> int:
             if node.metrics_port is not None:
                 print(f"metrics: {node.name:11} {cluster.metrics_url(node.node_id)}")
         if cluster.layout.secure:
-            from tidelog.cluster_security import create_client_user, paths
+            from tidelog.cluster_security import create_client_user, kcat_line, paths
             first = cluster.layout.brokers[0]
             create_client_user(cluster.layout.directory, (cluster.layout.host, first.port))
             files = paths(cluster.layout.directory)
             print("secure: SASL_SSL on the brokers (SCRAM-SHA-512 user 'client'), TLS between nodes, ACLs on")
             print(f"client settings: {files['client']}  (CA certificate {files['ca']})")
-            print(f"admin settings (super user): {files['admin']}  — e.g. tidelog topics -b "
-                  f"{cluster.layout.host}:{first.port} --command-config {files['admin']} list")
+            print("  librdkafka's names (bootstrap.servers included): confluent-kafka takes them as they are; "
+                  "so do tidelog's tools (--command-config)")
+            print(f"  kcat: {kcat_line(cluster.layout.directory)}")
+            print(f"  Java clients and Kafka's tools: {files['client_java']}")
+            print(f"admin settings (super user): {files['admin']} (Java: {files['admin_java']})  — e.g. "
+                  f"tidelog topics --command-config {files['admin']} list")
         if not args.no_ui and metrics_base_port is not None:
             ui_port = args.ui_port if args.ui_port is not None else 0 if args.base_port == 0 else args.base_port + 200
             try:

@@ -26,6 +26,8 @@ SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15  # Kafka's transaction.max.timeout.ms, in minutes
 ACL_OPERATIONS = ("Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, AlterConfigs, "
                   "IdempotentWrite, All")
+BOOTSTRAP_HELP = (f"a broker to start from (default: the --command-config file's bootstrap.servers, else "
+                  f"{DEFAULT_BOOTSTRAP})")
 COMMAND_CONFIG_HELP = ("client properties for a secured cluster (security.protocol, ssl.ca.location or "
                        "ssl.truststore.location, sasl.mechanism, sasl.username/sasl.password or "
                        "sasl.jaas.config): the client.properties that `cluster up --secure` prints")
@@ -73,8 +75,7 @@ def _connection(parser: argparse.ArgumentParser, *, after_verb: bool, timeout_ms
     """The connection options, on the command (their defaults) or on a verb (given there, they win)."""
     suppress = after_verb
     parser.add_argument("--bootstrap-server", "-b", metavar="HOST:PORT",
-                        default=argparse.SUPPRESS if suppress else DEFAULT_BOOTSTRAP,
-                        help=f"a broker to start from (default: {DEFAULT_BOOTSTRAP})")
+                        default=argparse.SUPPRESS if suppress else None, help=BOOTSTRAP_HELP)
     parser.add_argument("--command-config", metavar="FILE", default=argparse.SUPPRESS if suppress else None,
                         help=COMMAND_CONFIG_HELP)
     if timeout_ms is not None:
@@ -101,7 +102,10 @@ def _names(parser: argparse.ArgumentParser, dest: str, flag: str, what: str, man
 
 
 def finish(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
-    """Fold the ``--topic``/``--group`` aliases into the positional values."""
+    """Fold the ``--topic``/``--group`` aliases into the positional values; a bootstrap
+    server not given is the ``--command-config`` file's ``bootstrap.servers``, else the default."""
+    if "bootstrap_server" in vars(args) and args.bootstrap_server is None:
+        args.bootstrap_server = _file_bootstrap(getattr(args, "command_config", None)) or DEFAULT_BOOTSTRAP
     for key in [k for k in vars(args) if k.startswith("_names_")]:
         dest = key[len("_names_"):]
         many, required, what, flag = getattr(args, key)
@@ -120,6 +124,20 @@ def finish(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argpars
                 parser.error(f"name the {what} (by position or with --{flag})")
         setattr(args, dest, value)
     return args
+
+
+def _file_bootstrap(path: str | None) -> str | None:
+    """``bootstrap.servers`` of a client properties file (None: no file, no such line, or
+    unreadable — the command itself reports a file it cannot use)."""
+    if not path:
+        return None
+    from tidelog.broker.config import parse_properties
+    from tidelog.core.errors import InvalidConfigError
+    try:
+        with open(path, encoding="utf-8") as f:
+            return parse_properties(f.read(), path).get("bootstrap.servers") or None
+    except (OSError, UnicodeDecodeError, InvalidConfigError):
+        return None
 
 
 # ---------------------------------------------------------------------- commands
@@ -302,8 +320,7 @@ def _leader_election(commands) -> None:
                         "leadership back to each partition's first replica when it is in the ISR; UNCLEAN elects a "
                         "replica outside the ISR for a partition that has no leader (records may be lost). Name the "
                         "partitions with --topic [--partition], --path-to-json-file or --all-topic-partitions.")
-    election.add_argument("--bootstrap-server", "-b", metavar="HOST:PORT", default=DEFAULT_BOOTSTRAP,
-                          help=f"a broker to start from (default: {DEFAULT_BOOTSTRAP})")
+    election.add_argument("--bootstrap-server", "-b", metavar="HOST:PORT", default=None, help=BOOTSTRAP_HELP)
     election.add_argument("--command-config", "--admin.config", dest="command_config", metavar="FILE",
                           help=COMMAND_CONFIG_HELP + " (--admin.config is Kafka's name)")
     election.add_argument("--election-type", required=True, type=str.upper, choices=["PREFERRED", "UNCLEAN"],
@@ -383,8 +400,9 @@ def _cluster(commands) -> None:
 def _ui(commands) -> None:
     ui = _command(commands, "ui", "serve a live web view of a cluster (brokers, controllers, partitions, state "
                                   "changes)")
-    ui.add_argument("--bootstrap-server", "-b", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT[,HOST:PORT...]",
-                    help="brokers to find the cluster through")
+    ui.add_argument("--bootstrap-server", "-b", default=None, metavar="HOST:PORT[,HOST:PORT...]",
+                    help="brokers to find the cluster through (default: the --command-config file's "
+                         f"bootstrap.servers, else {DEFAULT_BOOTSTRAP})")
     ui.add_argument("--port", type=int, default=0, help="the page's port on --host (default: a free one)")
     ui.add_argument("--host", default="127.0.0.1", help="the address the page listens on")
     ui.add_argument("--metrics-port-offset", type=int, default=100, metavar="N",
