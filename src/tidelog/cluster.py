@@ -246,9 +246,10 @@ class ProcessCluster:
                 raise ClusterError(f"a cluster is already running at {directory} (`tidelog cluster down --dir "
                                    f"{directory}` first, or start another one with --dir DIR and other ports, "
                                    "--base-port)")
+            count = lambda n, what: f"{n} {what}{'' if n == 1 else 's'}"
             differences = [text for given, has, text in (
-                (brokers, len(layout.brokers), f"{len(layout.brokers)} brokers"),
-                (controllers, len(layout.controllers), f"{len(layout.controllers)} controllers"),
+                (brokers, len(layout.brokers), count(len(layout.brokers), "broker")),
+                (controllers, len(layout.controllers), count(len(layout.controllers), "controller")),
                 (secure, layout.secure, "TLS and SASL (--secure)" if layout.secure else "no TLS/SASL (no --secure)"),
             ) if given is not None and given != has]
             if differences:
