@@ -91,7 +91,7 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("producer.id.expiration.check.interval.ms", int, 600_000, _positive),
     ConfigDef("log.index.size.max.bytes", int, 10 * 1024 * 1024, lambda v: v >= 8),
     ConfigDef("log.index.interval.bytes", int, 4096, _non_negative),
-    ConfigDef("log.flush.interval.messages", int, None, _positive),
+    ConfigDef("log.flush.interval.messages", int, (1 << 63) - 1, _positive),   # Kafka's: never by count
     ConfigDef("log.flush.interval.ms", int, None, _non_negative),
     ConfigDef("log.message.timestamp.before.max.ms", int, (1 << 63) - 1, _non_negative),
     ConfigDef("log.message.timestamp.after.max.ms", int, 3_600_000, _non_negative),

@@ -67,10 +67,16 @@ def log_config(image: MetadataImage, config: BrokerConfig, topic: str) -> LogCon
     return LogConfig.from_properties(props, static_log_config(config))
 
 
-# Topic settings with more than one broker-level name (Kafka's ServerTopicConfigSynonyms),
-# in Kafka's order of precedence; the others have one, ``ConfigDef.synonym``.
-_BROKER_NAMES = {"retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-                 "segment.ms": ("log.roll.ms", "log.roll.hours")}
+# Broker settings that stand for one another (Kafka's DynamicBrokerConfig.brokerConfigSynonyms):
+# a synonym chain looks at all of them, most precise unit first.
+_SYNONYM_GROUPS = [("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+                   ("log.roll.ms", "log.roll.hours"), ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+                   ("log.flush.interval.ms", "log.flush.scheduler.interval.ms")]
+_BROKER_NAMES = {name: group for group in _SYNONYM_GROUPS for name in group}
+# Broker-level names of topic settings whose built-in default Kafka leaves null (so they
+# are no synonym of their topic setting until someone sets them).
+_NULL_DEFAULTS = {"log.retention.ms", "log.retention.minutes", "log.roll.ms", "log.roll.jitter.ms",
+                  "log.flush.interval.ms"}
 
 
 def _as_text(value) -> str | None:
@@ -81,12 +87,20 @@ def _as_text(value) -> str | None:
     return None if value is None else str(value)
 
 
-def broker_synonyms(image: MetadataImage, config: BrokerConfig, node_id: int, names) -> list[tuple[str, str, str]]:
-    """Kafka's DescribeConfigs synonyms of broker settings ``names``: ``(name, value,
-    source)`` from the most to the least specific source — this broker's dynamic
-    settings, the cluster-wide dynamic defaults, server.properties, then the built-in
-    defaults that are not null (Kafka's ConfigHelper.configSynonyms)."""
+def broker_synonyms(image: MetadataImage, config: BrokerConfig, node_id: int, names,
+                    defaults: dict[str, str] | None = None) -> list[tuple[str, str, str]]:
+    """Kafka's DescribeConfigs synonyms of broker setting ``names[0]``: ``(name, value,
+    source)`` of it and the settings standing for it (``log.retention.hours`` for
+    ``log.retention.ms``), from the most to the least specific source — this broker's
+    dynamic settings, the cluster-wide dynamic defaults, server.properties, then the
+    built-in defaults that are not null — from the first entry naming ``names[0]`` on
+    (Kafka's ConfigHelper.configSynonyms). ``defaults``: built-in defaults of names that
+    tidelog's own broker settings lack."""
     from tidelog.broker.config import CONFIG_DEFS
+    if not names:
+        return []
+    asked = names[0]
+    names = _BROKER_NAMES.get(asked, tuple(names))
     own = image.configs.get(ConfigResource(int(ConfigResourceType.BROKER), str(node_id)), {})
     cluster = image.configs.get(ConfigResource(int(ConfigResourceType.BROKER), ""), {})
     chain = []
@@ -95,18 +109,25 @@ def broker_synonyms(image: MetadataImage, config: BrokerConfig, node_id: int, na
         chain += [(name, values[name], source) for name in names if name in values]
     for name in names:
         default = _as_text(CONFIG_DEFS[name].default) if name in CONFIG_DEFS else None
+        if default is None and name not in _NULL_DEFAULTS:
+            default = (defaults or {}).get(name)
         if default is not None:
             chain.append((name, default, "DEFAULT_CONFIG"))
+    while chain and chain[0][0] != asked:
+        chain.pop(0)
     return chain
 
 
 def topic_config_synonyms(image: MetadataImage, config: BrokerConfig, node_id: int,
                           topic: str, name: str) -> list[tuple[str, str, str]]:
-    """The synonyms of topic setting ``name``: the topic's own value, then its broker-level
-    names' (``cleanup.policy`` → ``log.cleanup.policy``; ``retention.ms`` → ``log.retention.ms``,
-    ``.minutes``, ``.hours``)."""
+    """The synonyms of topic setting ``name``: the topic's own value, then the chain of its
+    broker-level name (``cleanup.policy`` → ``log.cleanup.policy``; ``retention.ms`` →
+    ``log.retention.ms``, which has none until one of ``log.retention.ms``, ``.minutes`` or
+    ``.hours`` names it — Kafka's ConfigHelper.createTopicConfigEntry)."""
     topic_configs = image.configs.get(ConfigResource(int(ConfigResourceType.TOPIC), topic), {})
     own = [(name, topic_configs[name], "DYNAMIC_TOPIC_CONFIG")] if name in topic_configs else []
     definition = TOPIC_CONFIGS.get(name)
-    names = _BROKER_NAMES.get(name, (definition.synonym,) if definition is not None and definition.synonym else ())
-    return own + broker_synonyms(image, config, node_id, names)
+    if definition is None or not definition.synonym:
+        return own
+    return own + broker_synonyms(image, config, node_id, [definition.synonym],
+                                 defaults={definition.synonym: definition.default})

@@ -76,6 +76,8 @@ class CreatableTopic:
     replication_factor: int = -1
     assignments: tuple[tuple[int, ...], ...] | None = None
     configs: Mapping[str, str] = field(default_factory=dict)
+    # The partition index of each assignment as a client gave them (sorted); None: 0, 1, ...
+    assignment_partitions: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,11 @@ class ReplicationControlManager:
         records: list[MetadataRecord] = []
         results = []
         created: set[str] = set()
+        if _requested_partitions(requests, self.default_num_partitions) > topic_rules.REQUEST_PARTITIONS_MAX:
+            # Kafka refuses the whole request (its PolicyViolationException).
+            return ControllerResult([], [CreatableTopicResult(t.name, ErrorCode.POLICY_VIOLATION,
+                                                              "Excessively large number of partitions per request.")
+                                         for t in requests])
         for request in requests:
             if name_counts[request.name] > 1:
                 error, topic_records = ApiError(ErrorCode.INVALID_REQUEST,
@@ -194,11 +199,23 @@ class ReplicationControlManager:
 
     def _assign(self, request: CreatableTopic) -> tuple[ApiError, list[tuple[int, ...]]]:
         if request.assignments is not None:
-            if request.num_partitions != -1 or request.replication_factor != -1:
-                return ApiError(ErrorCode.INVALID_REQUEST, "A manual assignment cannot be "
-                                "combined with a partition count or replication factor."), []
+            if request.replication_factor != -1:
+                return ApiError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, "
+                                "but replication factor was not set to -1."), []
+            if request.num_partitions != -1:
+                return ApiError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, "
+                                "but numPartitions was not set to -1."), []
+            indexes = request.assignment_partitions or tuple(range(len(request.assignments)))
+            twice = sorted(i for i, n in Counter(indexes).items() if n > 1)
+            if twice:
+                return ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Found multiple manual partition "
+                                f"assignments for partition {twice[0]}"), []
             assignments = [tuple(r) for r in request.assignments]
-            return self._validate_assignment(assignments, 0), assignments
+            error = self._validate_assignment(assignments, 0)
+            if error.is_success and sorted(indexes) != list(range(len(indexes))):
+                error = ApiError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                 "partitions should be a consecutive 0-based integer sequence")
+            return error, assignments
         num_partitions = (self.default_num_partitions if request.num_partitions == -1
                           else request.num_partitions)
         replication_factor = (self.default_replication_factor if request.replication_factor == -1
@@ -641,4 +658,18 @@ class ReplicationControlManager:
             known = topic_id is not None and tp.partition in self.topics[topic_id].partitions
             result.append((tp, (topic_id, tp.partition) if known else None))
         return result
+
+
+def _requested_partitions(requests: Sequence[CreatableTopic], default_num_partitions: int) -> int:
+    """The partitions one CreateTopics request asks for in all (Kafka's count: a manual
+    assignment's length, else the count or the default; refused counts add nothing)."""
+    total = 0
+    for request in requests:
+        if request.assignments is not None:
+            total += len(request.assignments)
+        elif request.num_partitions == -1:
+            total += default_num_partitions
+        elif request.num_partitions > 0:
+            total += request.num_partitions
+    return total
 

@@ -46,7 +46,7 @@ logger = logging.getLogger("tidelog.partition")
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
 NO_TIMESTAMP = -1
-LATEST_TIERED_TIMESTAMP = -5       # ListOffsets: the last tiered offset (no tiered storage: the latest)
+LATEST_TIERED_TIMESTAMP = -5       # ListOffsets: the last tiered offset (no tiered storage: none, -1)
 
 
 class Isolation(enum.IntEnum):
@@ -404,7 +404,11 @@ class Partition:
                  log.last_stable_offset if isolation == Isolation.TXN_COMMITTED else log.high_watermark)
         not_available = (isolation is not None and self.leader_epoch_start_offset is not None
                          and self.leader_epoch_start_offset > log.high_watermark)
-        if timestamp in (LATEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP):
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            # Nothing is in tiered storage: no offset (-1) and no epoch, as Kafka answers
+            # when remote storage is off.
+            return ErrorCode.NONE, NO_TIMESTAMP, UNDEFINED_OFFSET, UNDEFINED_EPOCH
+        if timestamp == LATEST_TIMESTAMP:
             if not_available:
                 return ErrorCode.OFFSET_NOT_AVAILABLE, NO_TIMESTAMP, UNDEFINED_OFFSET, UNDEFINED_EPOCH
             return ErrorCode.NONE, NO_TIMESTAMP, bound, self.leader_epoch

@@ -26,6 +26,8 @@ from tidelog.controller.messages import (
 from tidelog.controller.acl_control import AclBinding, AclFilter
 from tidelog.controller.scram_control import ScramUpsertion
 from tidelog.metadata.authorizer import CLUSTER_NAME, AclOperation, ResourceType, matches_filter
+from tidelog.controller.config_defs import CLUSTER_CONFIGS, TOPIC_CONFIGS
+from tidelog.controller.configuration_control import RELOADABLE_SSL
 from tidelog.controller.topics import validate_topic_name
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
@@ -44,6 +46,40 @@ TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 _CONFIG_SOURCES = {"DYNAMIC_TOPIC_CONFIG": 1, "DYNAMIC_BROKER_CONFIG": 2,
                    "DYNAMIC_DEFAULT_BROKER_CONFIG": 3, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
 UNKNOWN_CONFIG_TYPE, PASSWORD_CONFIG_TYPE = 0, 9          # DescribeConfigs v3+ config_type
+# DescribeConfigs v3+ config_type, Kafka's numbers (DescribeConfigsResponse.ConfigType).
+_CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "CLASS": 8,
+                 "PASSWORD": 9}
+# Broker settings whose Kafka type is not the one their Python type suggests (int: INT).
+_BROKER_CONFIG_TYPES = {
+    **dict.fromkeys(("offsets.topic.replication.factor", "transaction.state.log.replication.factor"), "SHORT"),
+    **dict.fromkeys(("log.roll.ms", "log.retention.ms", "log.retention.bytes", "log.retention.check.interval.ms",
+                     "log.cleaner.dedupe.buffer.size", "log.cleaner.backoff.ms", "log.cleaner.delete.retention.ms",
+                     "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms",
+                     "log.flush.interval.messages", "log.flush.interval.ms", "log.message.timestamp.before.max.ms",
+                     "log.message.timestamp.after.max.ms", "leader.imbalance.check.interval.seconds",
+                     "connections.max.idle.ms", "queued.max.request.bytes", "replica.lag.time.max.ms",
+                     "replica.high.watermark.checkpoint.interval.ms", "producer.id.expiration.check.interval.ms",
+                     "metadata.log.max.record.bytes.between.snapshots", "connections.max.reauth.ms",
+                     "offsets.retention.check.interval.ms"), "LONG"),
+    **dict.fromkeys(("max.connections.per.ip.overrides", "listener.security.protocol.map"), "STRING"),
+}
+_PYTHON_CONFIG_TYPES = {bool: "BOOLEAN", str: "STRING", int: "INT", float: "DOUBLE", list: "LIST"}
+
+
+def broker_config_type(name: str) -> int:
+    """Kafka's DescribeConfigs config_type of broker setting ``name``."""
+    if is_password(name):
+        return PASSWORD_CONFIG_TYPE
+    definition = CONFIG_DEFS.get(name)
+    if definition is None:
+        return UNKNOWN_CONFIG_TYPE
+    return _CONFIG_TYPES[_BROKER_CONFIG_TYPES.get(name, _PYTHON_CONFIG_TYPES.get(definition.type, "STRING"))]
+
+
+def broker_config_read_only(name: str) -> bool:
+    """Whether a broker setting cannot be changed while the broker runs (Kafka's
+    read_only): all but the cluster-wide defaults of topic settings and the TLS stores."""
+    return name not in CLUSTER_CONFIGS and not RELOADABLE_SSL.fullmatch(name)
 NO_AUTHORIZER = "No Authorizer is configured."            # Kafka's message with SECURITY_DISABLED
 
 
@@ -132,30 +168,39 @@ class AdminApis:
     def handle_create_topics(self, header, request):
         topics = []
         for t in request.topics:
-            assignments = None
+            assignments = indexes = None
             if t.assignments:
                 ordered = sorted(t.assignments, key=lambda a: a.partition_index)
                 assignments = tuple(tuple(int(b) for b in a.broker_ids) for a in ordered)
+                indexes = tuple(int(a.partition_index) for a in ordered)
             topics.append(CreatableTopic(
                 name=t.name, num_partitions=int(t.num_partitions),
                 replication_factor=int(t.replication_factor), assignments=assignments,
-                configs={c.name: c.value for c in t.configs}))
+                configs={c.name: c.value for c in t.configs}, assignment_partitions=indexes))
+        requested_configs = {t.name: t.configs for t in topics}
         if request.validate_only:
             results = self.controller.replication.create_topics(topics).response
         else:
             results = self.controller.create_topics(topics)
             self.broker.publish()
-        out = []
+        out, answered = [], set()
         for result in results:
+            if result.name in answered:
+                continue                # a name given twice is answered once, as by Kafka
+            answered.add(result.name)
             entry = {"name": result.name, "topic_id": result.topic_id or ZERO_UUID,
                      "error_code": int(result.error_code), "error_message": result.error_message,
                      "topic_config_error_code": 0, "num_partitions": result.num_partitions,
                      "replication_factor": result.replication_factor, "configs": []}
             if result.error_code == ErrorCode.NONE:
+                values = self.broker.topic_config_values(result.name)
+                if request.validate_only:       # not created: its configs are the request's
+                    values.update({k: (v, "DYNAMIC_TOPIC_CONFIG")
+                                   for k, v in requested_configs.get(result.name, {}).items() if k in values})
                 entry["configs"] = [
                     {"name": name, "value": None if is_sensitive(name) else value, "read_only": False,
                      "config_source": _CONFIG_SOURCES[source], "is_sensitive": is_sensitive(name)}
-                    for name, (value, source) in sorted(self.broker.topic_config_values(result.name).items())]
+                    for name, (value, source) in sorted(values.items())]
             out.append(entry)
         return {"throttle_time": 0, "topics": out}
 
@@ -215,16 +260,19 @@ class AdminApis:
         for resource in request.resources:
             rtype, name = int(resource.resource_type), resource.resource_name
             keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
-            entry = {"error_code": 0, "error_message": None, "resource_type": rtype,
+            # Kafka's error message is empty, not null, when it has none to give.
+            entry = {"error_code": 0, "error_message": "", "resource_type": rtype,
                      "resource_name": name, "configs": []}
             if rtype == TOPIC_RESOURCE:
                 if not self.broker.image.contains_topic(name):
-                    entry.update(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                                 error_message=f"topic {name} does not exist")
+                    entry.update(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 else:
                     values = self.broker.topic_config_values(name)
                     entry["configs"] = [self._config_entry(k, v, s, request, topic_config_synonyms(
-                                            self.broker.image, self.broker.config, self.broker.node_id, name, k))
+                                            self.broker.image, self.broker.config, self.broker.node_id, name, k),
+                                            config_type=_CONFIG_TYPES.get(TOPIC_CONFIGS[k].type.value,
+                                                                          UNKNOWN_CONFIG_TYPE)
+                                            if k in TOPIC_CONFIGS else UNKNOWN_CONFIG_TYPE)
                                         for k, (v, s) in sorted(values.items())
                                         if keys is None or k in keys]
             elif rtype == BROKER_RESOURCE:
@@ -233,7 +281,9 @@ class AdminApis:
                                  error_message=f"broker {name} is not this broker")
                 else:
                     entry["configs"] = [self._config_entry(k, v, s, request, broker_synonyms(
-                                            self.broker.image, self.broker.config, self.broker.node_id, [k]))
+                                            self.broker.image, self.broker.config, self.broker.node_id, [k]),
+                                            read_only=broker_config_read_only(k),
+                                            config_type=broker_config_type(k))
                                         for k, (v, s) in sorted(self._broker_values().items())
                                         if keys is None or k in keys]
             else:
@@ -272,22 +322,25 @@ class AdminApis:
         return out
 
     @staticmethod
-    def _config_entry(name: str, value, source: str, request, synonyms=None) -> dict:
+    def _config_entry(name: str, value, source: str, request, synonyms=None, read_only: bool = False,
+                      config_type: int | None = None) -> dict:
         """One DescribeConfigs entry; a secret (``broker.config.is_sensitive``: a PASSWORD
         setting in any listener form, or a name of unknown type) has a null value, in its
         synonyms too, and ``is_sensitive`` true, as Kafka answers every version.
         ``synonyms``: Kafka's chain, ``(name, value, source)`` most specific first
-        (broker/topic_configs.py); without one, the entry itself."""
+        (broker/topic_configs.py; empty when no source names the setting); None: the entry
+        itself. ``config_type``: Kafka's number for the setting's type (v3+)."""
         sensitive = is_sensitive(name)
         if sensitive:
             value = None
-        entry = {"name": name, "value": value, "read_only": False,
+        if config_type is None:
+            config_type = PASSWORD_CONFIG_TYPE if is_password(name) else UNKNOWN_CONFIG_TYPE
+        entry = {"name": name, "value": value, "read_only": read_only,
                  "config_source": _CONFIG_SOURCES[source], "is_sensitive": sensitive, "synonyms": [],
-                 "config_type": PASSWORD_CONFIG_TYPE if is_password(name) else UNKNOWN_CONFIG_TYPE,
-                 "documentation": None}
+                 "config_type": config_type, "documentation": None}
         if getattr(request, "include_synonyms", False):
             entry["synonyms"] = [{"name": n, "value": None if sensitive else v, "source": _CONFIG_SOURCES[s]}
-                                 for n, v, s in synonyms] if synonyms else \
+                                 for n, v, s in synonyms] if synonyms is not None else \
                 [{"name": name, "value": value, "source": _CONFIG_SOURCES[source]}]
         return entry
 

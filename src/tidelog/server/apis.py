@@ -22,6 +22,7 @@ from typing import Awaitable, Callable
 
 from tidelog.metadata.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.broker.node import BrokerNode
+from tidelog.controller.topics import validate_topic_name
 from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.core.ids import TopicPartition
 from tidelog.protocol.api_keys import ApiKey
@@ -282,14 +283,20 @@ class KafkaApis:
             responses: dict[tuple, list] = {}
             for tp, topic_id in order:
                 result = results[tp]
-                partition = self.replica_manager.get_partition(tp)
+                # A refused partition carries no offsets, as Kafka's (-1; an empty list of
+                # aborted transactions for a partition that does not exist, else null).
+                failed = result.error != ErrorCode.NONE
+                aborted = None if result.aborted_transactions is None else [
+                    {"producer_id": txn.producer_id, "first_offset": txn.first_offset}
+                    for txn in result.aborted_transactions]
+                if failed:
+                    aborted = [] if result.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else None
                 entry = {
                     "partition_index": tp.partition, "error_code": int(result.error),
-                    "high_watermark": result.high_watermark, "last_stable_offset": result.last_stable_offset,
-                    "log_start_offset": result.log_start_offset, "preferred_read_replica": -1,
-                    "aborted_transactions": None if result.aborted_transactions is None else [
-                        {"producer_id": txn.producer_id, "first_offset": txn.first_offset}
-                        for txn in result.aborted_transactions],
+                    "high_watermark": -1 if failed else result.high_watermark,
+                    "last_stable_offset": -1 if failed else result.last_stable_offset,
+                    "log_start_offset": -1 if failed else result.log_start_offset, "preferred_read_replica": -1,
+                    "aborted_transactions": aborted,
                     "records": b"" if result.records is None else result.records.read_bytes(),
                     "diverging_epoch": {"epoch": -1, "end_offset": -1},
                     "current_leader": {"leader_id": -1, "leader_epoch": -1},
@@ -299,13 +306,11 @@ class KafkaApis:
                     entry["diverging_epoch"] = {"epoch": result.diverging_epoch[0],
                                                 "end_offset": result.diverging_epoch[1]}
                 if result.error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
+                    # The leader a client should go to (KIP-951): only with these errors.
                     registration = self.image.partition(tp)
                     if registration is not None:
                         entry["current_leader"] = {"leader_id": registration.leader,
                                                    "leader_epoch": registration.leader_epoch}
-                elif partition is not None:
-                    entry["current_leader"] = {"leader_id": partition.leader,
-                                               "leader_epoch": partition.leader_epoch}
                 responses.setdefault((tp.topic, topic_id), []).append(entry)
             topics = [{"topic": name, "topic_id": topic_id or ZERO_UUID, "partitions": parts}
                       for (name, topic_id), parts in responses.items()]
@@ -456,7 +461,10 @@ class KafkaApis:
                     "topic_authorized_operations": -2147483648}
         topic = self.image.topic(name)
         if topic is None:
-            code = created_errors.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            # Not created here: a name no topic may have is INVALID_TOPIC_EXCEPTION (Kafka's).
+            unknown = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if validate_topic_name(name).is_success
+                       else ErrorCode.INVALID_TOPIC_EXCEPTION)
+            code = created_errors.get(name, unknown)
             return {"error_code": int(code), "name": name, "topic_id": ZERO_UUID, "is_internal": False,
                     "partitions": [], "topic_authorized_operations": -2147483648}
         partitions = []

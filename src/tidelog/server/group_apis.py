@@ -108,7 +108,7 @@ class GroupApis:
         for endpoint in broker.endpoints:
             if endpoint.name == self.listener_name:
                 return {"node_id": leader, "host": endpoint.host, "port": endpoint.port,
-                        "error_code": 0, "error_message": None}
+                        "error_code": 0, "error_message": ""}       # Kafka's: empty, not null
         return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"broker {leader} has no {self.listener_name} listener")
 
     def _alive_brokers(self) -> int:

@@ -76,8 +76,8 @@ class TxnApis:
             return self._plain_init_producer_id(header, request)
 
         def answer(error: ErrorCode, producer_id: int = -1, producer_epoch: int = -1) -> dict:
-            return {"throttle_time": 0, "error_code": int(error), "producer_id": producer_id,
-                    "producer_epoch": producer_epoch}
+            return {"throttle_time": 0, "error_code": int(_for_old_clients(error, header.api_version, 4)),
+                    "producer_id": producer_id, "producer_epoch": producer_epoch}
 
         async def init():
             shard = self.coordinator.shard_for(transactional_id)
@@ -114,7 +114,8 @@ class TxnApis:
         def response(errors: dict) -> dict:
             return {"throttle_time": 0, "results_by_topic_v3_and_below": [
                 {"name": name, "results_by_partition": [
-                    {"partition_index": p, "partition_error_code": int(errors[TopicPartition(name, p)])}
+                    {"partition_index": p, "partition_error_code": int(_for_old_clients(
+                        errors[TopicPartition(name, p)], header.api_version, 2))}
                     for p in partitions]} for name, partitions in topics]}
         if unknown:
             # As Kafka: the unknown partitions fail, the others are not added (OPERATION_NOT_ATTEMPTED).
@@ -213,7 +214,8 @@ class TxnApis:
         group_partition = self.node.group_coordinator.partition_for(request.group_id)
         return self._add(request.transactional_id, int(request.producer_id), int(request.producer_epoch),
                          {TopicPartition(OFFSETS_TOPIC, group_partition)},
-                         lambda error: {"throttle_time": 0, "error_code": int(error)})
+                         lambda error: {"throttle_time": 0,
+                                        "error_code": int(_for_old_clients(error, header.api_version, 2))})
 
     def _add(self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: set,
              build: Callable[[ErrorCode], dict]):
@@ -227,7 +229,7 @@ class TxnApis:
 
     def handle_end_txn(self, header, request):
         def build(error: ErrorCode) -> dict:
-            return {"throttle_time": 0, "error_code": int(error)}
+            return {"throttle_time": 0, "error_code": int(_for_old_clients(error, header.api_version, 2))}
         shard = self.coordinator.shard_for(request.transactional_id)
         if isinstance(shard, ErrorCode):
             return build(shard)
@@ -300,9 +302,10 @@ class TxnApis:
             error = shard if isinstance(shard, ErrorCode) else (
                 ErrorCode.TRANSACTIONAL_ID_NOT_FOUND if meta is None else ErrorCode.NONE)
             if meta is None:
+                # Kafka leaves every other field at its zero value.
                 states.append({"error_code": int(error), "transactional_id": transactional_id,
-                               "transaction_state": "", "transaction_timeout": 0, "transaction_start_time": -1,
-                               "producer_id": -1, "producer_epoch": -1, "topics": []})
+                               "transaction_state": "", "transaction_timeout": 0, "transaction_start_time": 0,
+                               "producer_id": 0, "producer_epoch": 0, "topics": []})
                 continue
             by_topic: dict[str, list] = {}
             for tp in sorted(meta.partitions):
@@ -451,3 +454,13 @@ def _call(start: Callable[[Callable[[ErrorCode], None]], None], build: Callable[
     async def later():
         return await future
     return later()
+
+
+def _for_old_clients(error: ErrorCode, version: int, fenced_since: int) -> ErrorCode:
+    """PRODUCER_FENCED as INVALID_PRODUCER_EPOCH below the version that knows it (KIP-588:
+    InitProducerId v4, AddPartitionsToTxn / AddOffsetsToTxn / EndTxn v2), as Kafka answers
+    older clients."""
+    if error == ErrorCode.PRODUCER_FENCED and version < fenced_since:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return error
+

@@ -1,0 +1,395 @@
+"""The scenarios of the differential conformance test, each run against Kafka and tidelog.
+
+A scenario is ``async def name(side, mode) -> {label: answer}``: the same requests, in
+the same order, to one server; ``mode`` is "low" or "high", the lowest or highest version
+of each API that both servers serve (Side.version). Topic names carry the mode, so the
+two runs of a scenario do not meet. Waits (for a leader, a coordinator, a transaction to
+settle) are not compared: only the answers a scenario returns are.
+"""
+
+from __future__ import annotations
+
+from tidelog.protocol.api_keys import ApiKey
+
+from tests.conformance.differential import Side, assignment, batch, now_ms, subscription, wait_for
+
+GROUP_SESSION_MS = 10_000
+
+
+# -- helpers (not compared) ---------------------------------------------------------------
+
+
+async def create_topic(side: Side, name: str, partitions: int = 1, configs: dict[str, str] | None = None) -> dict:
+    answer = await side.call(ApiKey.CREATE_TOPICS, {
+        "topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1, "assignments": [],
+                    "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
+        "timeout": 30_000, "validate_only": False})
+    await wait_for(lambda: _has_leaders(side, name, partitions), f"{side.name}: leaders of {name}")
+    return answer
+
+
+async def _has_leaders(side: Side, name: str, partitions: int) -> bool:
+    response = await side.raw(ApiKey.METADATA, {"topics": [{"name": name}], "allow_auto_topic_creation": False}, 12)
+    topics = [t for t in response.topics if t.name == name]
+    return bool(topics) and len(topics[0].partitions) == partitions and all(
+        int(p.error_code.value) == 0 and p.leader_id >= 0 for p in topics[0].partitions)
+
+
+async def topic_id(side: Side, name: str):
+    response = await side.raw(ApiKey.METADATA, {"topics": [{"name": name}], "allow_auto_topic_creation": False}, 12)
+    return response.topics[0].topic_id
+
+
+async def produce(side: Side, topic: str, records: bytes, mode: str = "high", partition: int = 0,
+                  transactional_id: str | None = None, acks: int = -1) -> dict:
+    version = side.version(ApiKey.PRODUCE, mode)
+    tid = await topic_id(side, topic) if version >= 13 else None
+    return await side.call(ApiKey.PRODUCE, {
+        "transactional_id": transactional_id, "acks": acks, "timeout": 30_000,
+        "topic_data": [{"name": topic, "topic_id": tid, "partition_data": [{"index": partition, "records": records}]}]},
+        version=version)
+
+
+NOT_READY = {"COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR"}
+
+
+async def coordinator_ready(side: Side, key: str, key_type: int) -> None:
+    """Until the group (0) or transaction (1) coordinator of ``key`` has loaded its
+    partition: FindCoordinator answering is not enough on Kafka, whose coordinator loads
+    the internal topic's partition after it becomes leader."""
+    async def probe():
+        found = await side.raw(ApiKey.FIND_COORDINATOR, {"key": key, "key_type": key_type,
+                                                         "coordinator_keys": [key]}, 4)
+        if any(c.error_code.name.upper() != "NONE" for c in found.coordinators):
+            return False
+        if key_type == 0:
+            described = await side.raw(ApiKey.DESCRIBE_GROUPS, {"groups": [key]}, 0)
+            return described.groups[0].error_code.name.upper() not in NOT_READY
+        described = await side.raw(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [key]}, 0)
+        return described.transaction_states[0].error_code.name.upper() not in NOT_READY
+    await wait_for(probe, f"{side.name}: coordinator for {key}")
+
+
+async def retried(side: Side, api: int, body: dict, version: int):
+    """The answer once it is not "coordinator loading" (what a client retries; not compared)."""
+    async def probe():
+        response = await side.raw(api, body, version)
+        return None if response.error_code.name.upper() in NOT_READY else response
+    return await wait_for(probe, f"{side.name}: {ApiKey(api).name} beyond loading")
+
+
+# -- scenarios ----------------------------------------------------------------------------
+
+
+async def api_versions(side: Side, mode: str) -> dict:
+    version = side.version(ApiKey.API_VERSIONS, mode)
+    body = {"client_software_name": "conformance", "client_software_version": "1.0"}
+    return {"api_versions": await side.call(ApiKey.API_VERSIONS, body, version=version)}
+
+
+async def metadata(side: Side, mode: str) -> dict:
+    topic = f"conformance-meta-{mode}"
+    created = await create_topic(side, topic, partitions=3)
+    body = {"topics": [{"name": topic}, {"name": f"conformance-absent-{mode}"}, {"name": "bad name!"}],
+            "allow_auto_topic_creation": False, "include_cluster_authorized_operations": True,
+            "include_topic_authorized_operations": True}
+    return {"create": created, "metadata": await side.call(ApiKey.METADATA, body, mode)}
+
+
+def _new_topic(name: str, partitions: int = 1, replication: int = 1, configs: dict | None = None,
+               assignments: list | None = None) -> dict:
+    return {"name": name, "num_partitions": partitions, "replication_factor": replication,
+            "assignments": assignments or [], "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}
+
+
+async def create_topics_invalid(side: Side, mode: str) -> dict:
+    existing = f"conformance-exists-{mode}"
+    await create_topic(side, existing)
+    refused = [
+        _new_topic(""), _new_topic("."), _new_topic(".."), _new_topic("a" * 250), _new_topic("bad/name"),
+        _new_topic("has space"), _new_topic("conformance-ünïcode"),
+        _new_topic(existing),
+        _new_topic(f"conformance-zero-partitions-{mode}", partitions=0),
+        _new_topic(f"conformance-negative-partitions-{mode}", partitions=-5),
+        _new_topic(f"conformance-rf0-{mode}", replication=0),
+        _new_topic(f"conformance-rf2-{mode}", replication=2),
+        _new_topic(f"conformance-bad-policy-{mode}", configs={"cleanup.policy": "bogus"}),
+        _new_topic(f"conformance-unknown-config-{mode}", configs={"no.such.config": "1"}),
+        _new_topic(f"conformance-bad-retention-{mode}", configs={"retention.ms": "abc"}),
+        _new_topic(f"conformance-bad-min-isr-{mode}", configs={"min.insync.replicas": "0"}),
+        _new_topic(f"conformance-bad-segment-{mode}", configs={"segment.bytes": "10"}),
+        _new_topic(f"conformance-bad-compression-{mode}", configs={"compression.type": "brotli"}),
+        _new_topic(f"conformance-both-{mode}", partitions=2,
+                   assignments=[{"partition_index": 0, "broker_ids": [1]}]),
+        _new_topic(f"conformance-no-such-broker-{mode}", partitions=-1, replication=-1,
+                   assignments=[{"partition_index": 0, "broker_ids": [42]}]),
+        _new_topic(f"conformance-gap-{mode}", partitions=-1, replication=-1,
+                   assignments=[{"partition_index": 1, "broker_ids": [1]}]),
+        _new_topic(f"conformance-twice-{mode}"), _new_topic(f"conformance-twice-{mode}"),
+    ]
+    answers = {"refused": await side.call(ApiKey.CREATE_TOPICS, {"topics": refused, "timeout": 30_000,
+                                                                 "validate_only": False}, mode)}
+    huge = [_new_topic(f"conformance-huge-{mode}", partitions=100_000), _new_topic(f"conformance-beside-huge-{mode}")]
+    answers["too_many_partitions"] = await side.call(ApiKey.CREATE_TOPICS, {"topics": huge, "timeout": 30_000,
+                                                                           "validate_only": True}, mode)
+    validate = [
+        _new_topic(f"conformance-rf-huge-{mode}", replication=1000),
+        _new_topic(f"conformance-valid-{mode}", partitions=2, configs={"cleanup.policy": "compact",
+                                                                        "retention.ms": "60000"}),
+    ]
+    answers["validate_only"] = await side.call(ApiKey.CREATE_TOPICS, {"topics": validate, "timeout": 30_000,
+                                                                      "validate_only": True}, mode)
+    return answers
+
+
+async def produce_refused(side: Side, mode: str) -> dict:
+    topic = f"conformance-produce-{mode}"
+    await create_topic(side, topic)
+    small = f"conformance-small-{mode}"
+    await create_topic(side, small, configs={"max.message.bytes": "1000"})
+    answers = {"ok": await produce(side, topic, batch([b"a", b"b", b"c"]), mode),
+               "unknown_partition": await produce(side, topic, batch([b"x"]), mode, partition=5),
+               "too_large": await produce(side, small, batch([b"z" * 2000]), mode)}
+    corrupt = bytearray(batch([b"damaged"]))
+    corrupt[-1] ^= 0xFF                      # the CRC no longer matches
+    answers["corrupt_crc"] = await produce(side, topic, bytes(corrupt), mode)
+    if side.version(ApiKey.PRODUCE, mode) < 13:   # by name: a topic that does not exist
+        answers["unknown_topic"] = await side.call(ApiKey.PRODUCE, {
+            "acks": -1, "timeout": 30_000,
+            "topic_data": [{"name": f"conformance-no-such-topic-{mode}",
+                            "partition_data": [{"index": 0, "records": batch([b"x"])}]}]}, mode)
+    return answers
+
+
+async def _offsets_topic(side: Side, mode: str, name: str, count: int = 3) -> str:
+    topic = f"conformance-{name}-{mode}"
+    await create_topic(side, topic)
+    await produce(side, topic, batch([f"r{i}".encode() for i in range(count)]), mode)
+    return topic
+
+
+def _list_offsets_body(topic: str, timestamp: int, partition: int = 0, epoch: int = -1) -> dict:
+    return {"replica_id": -1, "isolation_level": 0, "timeout": 30_000,
+            "topics": [{"name": topic, "partitions": [{"partition_index": partition, "timestamp": timestamp,
+                                                      "current_leader_epoch": epoch}]}]}
+
+
+async def list_offsets(side: Side, mode: str) -> dict:
+    topic = await _offsets_topic(side, mode, "offsets")
+    version = side.version(ApiKey.LIST_OFFSETS, mode)
+    cases = {"latest": (-1, 0, -1), "earliest": (-2, 0, -1), "future_time": (now_ms() + 86_400_000, 0, -1),
+             "time_zero": (0, 0, -1), "unknown_partition": (-1, 7, -1)}
+    if version >= 4:
+        cases.update({"future_epoch": (-1, 0, 5), "current_epoch": (-1, 0, 0)})
+    if version >= 7:
+        cases["max_timestamp"] = (-3, 0, -1)
+    if version >= 8:
+        cases["earliest_local"] = (-4, 0, -1)
+    if version >= 9:
+        cases["latest_tiered"] = (-5, 0, -1)
+    answers = {}
+    for label, (timestamp, partition, epoch) in cases.items():
+        answers[label] = await side.call(ApiKey.LIST_OFFSETS, _list_offsets_body(topic, timestamp, partition, epoch),
+                                         version=version)
+    return answers
+
+
+async def fetch(side: Side, mode: str, topic: str, offset: int, partition: int = 0, epoch: int = -1,
+                unknown_topic: bool = False) -> dict:
+    import uuid
+    version = side.version(ApiKey.FETCH, mode)
+    tid = (uuid.uuid4() if unknown_topic else await topic_id(side, topic)) if version >= 13 else None
+    return await side.call(ApiKey.FETCH, {
+        "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+        "session_id": 0, "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+        "topics": [{"topic": topic, "topic_id": tid, "partitions": [{
+            "partition": partition, "current_leader_epoch": epoch, "fetch_offset": offset, "last_fetched_epoch": -1,
+            "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]}, version=version)
+
+
+async def fetch_refused(side: Side, mode: str) -> dict:
+    topic = await _offsets_topic(side, mode, "fetch")
+    answers = {"ok": await fetch(side, mode, topic, 1),
+               "beyond_end": await fetch(side, mode, topic, 100),
+               "negative": await fetch(side, mode, topic, -5),
+               "unknown_partition": await fetch(side, mode, topic, 0, partition=9)}
+    if side.version(ApiKey.FETCH, mode) >= 9:
+        answers["future_epoch"] = await fetch(side, mode, topic, 0, epoch=7)
+    if side.version(ApiKey.FETCH, mode) >= 13:
+        answers["unknown_topic_id"] = await fetch(side, mode, topic, 0, unknown_topic=True)
+    return answers
+
+
+def _describe_configs(resource_type: int, name: str, keys: list[str] | None = None) -> dict:
+    return {"resources": [{"resource_type": resource_type, "resource_name": name, "configuration_keys": keys}],
+            "include_synonyms": True, "include_documentation": True}
+
+
+async def describe_configs_topic(side: Side, mode: str) -> dict:
+    topic = f"conformance-configs-{mode}"
+    await create_topic(side, topic, configs={"cleanup.policy": "compact", "retention.ms": "3600000",
+                                             "max.message.bytes": "100000"})
+    return {"all": await side.call(ApiKey.DESCRIBE_CONFIGS, _describe_configs(2, topic), mode),
+            "some": await side.call(ApiKey.DESCRIBE_CONFIGS,
+                                    _describe_configs(2, topic, ["retention.ms", "no.such.config"]), mode),
+            "unknown_topic": await side.call(ApiKey.DESCRIBE_CONFIGS,
+                                             _describe_configs(2, f"conformance-no-such-{mode}"), mode)}
+
+
+async def describe_configs_broker(side: Side, mode: str) -> dict:
+    return {"all": await side.call(ApiKey.DESCRIBE_CONFIGS, _describe_configs(4, "1"), mode),
+            "some": await side.call(ApiKey.DESCRIBE_CONFIGS,
+                                    _describe_configs(4, "1", ["log.retention.hours", "num.partitions"]), mode)}
+
+
+async def group_stale(side: Side, mode: str) -> dict:
+    group = f"conformance-group-{mode}"
+    topic = f"conformance-group-topic-{mode}"
+    await create_topic(side, topic, partitions=2)
+    await coordinator_ready(side, group, 0)
+    join_v = side.version(ApiKey.JOIN_GROUP, mode)
+
+    def join(member_id: str) -> dict:
+        return {"group_id": group, "session_timeout": GROUP_SESSION_MS, "rebalance_timeout": GROUP_SESSION_MS,
+                "member_id": member_id, "group_instance_id": None, "protocol_type": "consumer", "reason": None,
+                "protocols": [{"name": "range", "metadata": subscription([topic])}]}
+    answers = {"find_coordinator": await side.call(ApiKey.FIND_COORDINATOR,
+                                                   {"key": group, "key_type": 0, "coordinator_keys": [group]}, mode)}
+    first = await side.raw(ApiKey.JOIN_GROUP, join(""), join_v)
+    answers["join_first"] = {"version": join_v, **side.normalize(_plain(first))}
+    member = first.member_id
+    if first.error_code.name == "member_id_required":
+        second = await side.raw(ApiKey.JOIN_GROUP, join(member), join_v)
+        answers["join"] = {"version": join_v, **side.normalize(_plain(second))}
+        generation = second.generation_id
+    else:
+        generation = first.generation_id
+    sync = {"group_id": group, "generation_id": generation, "member_id": member, "group_instance_id": None,
+            "protocol_type": "consumer", "protocol_name": "range",
+            "assignments": [{"member_id": member, "assignment": assignment(topic, [0, 1])}]}
+    answers["sync"] = await side.call(ApiKey.SYNC_GROUP, sync, mode)
+    answers["sync_stale_generation"] = await side.call(ApiKey.SYNC_GROUP, {**sync, "generation_id": generation + 5},
+                                                       mode)
+    heartbeat = {"group_id": group, "generation_id": generation, "member_id": member, "group_instance_id": None}
+    answers["heartbeat"] = await side.call(ApiKey.HEARTBEAT, heartbeat, mode)
+    answers["heartbeat_stale_generation"] = await side.call(ApiKey.HEARTBEAT,
+                                                            {**heartbeat, "generation_id": generation - 1}, mode)
+    answers["heartbeat_unknown_member"] = await side.call(ApiKey.HEARTBEAT,
+                                                          {**heartbeat, "member_id": "conformance-nobody"}, mode)
+    answers["join_unknown_member"] = await side.call(ApiKey.JOIN_GROUP, join("conformance-nobody"), mode)
+    commit = {"group_id": group, "member_id": member, "group_instance_id": None, "retention_time": -1,
+              "topics": [{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 0,
+                                                         "committed_leader_epoch": -1, "committed_metadata": ""}]}]}
+    answers["commit_stale_generation"] = await side.call(
+        ApiKey.OFFSET_COMMIT, {**commit, "generation_id_or_member_epoch": generation + 3}, mode)
+    answers["commit_unknown_member"] = await side.call(
+        ApiKey.OFFSET_COMMIT, {**commit, "generation_id_or_member_epoch": generation,
+                               "member_id": "conformance-nobody"}, mode)
+    answers["commit"] = await side.call(ApiKey.OFFSET_COMMIT, {**commit, "generation_id_or_member_epoch": generation},
+                                        mode)
+    describe = {"groups": [group, f"conformance-no-group-{mode}"], "include_authorized_operations": True}
+    answers["describe_stable"] = await side.call(ApiKey.DESCRIBE_GROUPS, describe, mode)
+    leave_v = side.version(ApiKey.LEAVE_GROUP, mode)
+    leave = {"group_id": group, "member_id": "conformance-nobody",
+             "members": [{"member_id": "conformance-nobody", "group_instance_id": None, "reason": None}]}
+    answers["leave_unknown_member"] = await side.call(ApiKey.LEAVE_GROUP, leave, version=leave_v)
+    answers["leave"] = await side.call(ApiKey.LEAVE_GROUP, {
+        "group_id": group, "member_id": member,
+        "members": [{"member_id": member, "group_instance_id": None, "reason": None}]}, version=leave_v)
+    answers["describe_empty"] = await side.call(ApiKey.DESCRIBE_GROUPS, describe, mode)
+    return answers
+
+
+def _plain(response):
+    from tests.conformance.differential import plain
+    return plain(response)
+
+
+async def producer_fencing(side: Side, mode: str) -> dict:
+    txn = f"conformance-txn-{mode}"
+    topic = f"conformance-txn-topic-{mode}"
+    await create_topic(side, topic)
+    await coordinator_ready(side, txn, 1)
+    init = {"transactional_id": txn, "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1}
+    version = side.version(ApiKey.INIT_PRODUCER_ID, mode)
+    # Kafka answers COORDINATOR_LOAD_IN_PROGRESS until its first block of producer ids came.
+    answers = {"init": {"version": version, **side.normalize(_plain(
+        await retried(side, ApiKey.INIT_PRODUCER_ID, init, version)))}}
+    first = await side.raw(ApiKey.INIT_PRODUCER_ID, init, side.version(ApiKey.INIT_PRODUCER_ID, mode))
+    answers["init_again"] = {"version": side.version(ApiKey.INIT_PRODUCER_ID, mode), **side.normalize(_plain(first))}
+    pid, epoch = first.producer_id, first.producer_epoch
+    add = {"v3_and_below_transactional_id": txn, "v3_and_below_producer_id": pid,
+           "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": [{"name": topic, "partitions": [0]}]}
+    answers["add_partitions"] = await side.call(ApiKey.ADD_PARTITIONS_TO_TXN, add, mode)
+    answers["add_partitions_fenced"] = await side.call(
+        ApiKey.ADD_PARTITIONS_TO_TXN, {**add, "v3_and_below_producer_epoch": epoch - 1}, mode)
+    answers["produce"] = await produce(side, topic, batch([b"t0"], producer_id=pid, producer_epoch=epoch,
+                                                          base_sequence=0, transactional=True), mode,
+                                       transactional_id=txn)
+    answers["produce_fenced"] = await produce(side, topic, batch([b"zombie"], producer_id=pid,
+                                                                 producer_epoch=epoch - 1, base_sequence=1,
+                                                                 transactional=True), mode, transactional_id=txn)
+    answers["describe_ongoing"] = await side.call(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [txn]}, mode)
+    end = {"transactional_id": txn, "producer_id": pid, "producer_epoch": epoch - 1, "committed": True}
+    answers["end_fenced"] = await side.call(ApiKey.END_TXN, end, mode)
+    answers["end_abort"] = await side.call(ApiKey.END_TXN, {**end, "producer_epoch": epoch, "committed": False}, mode)
+
+    async def settled():
+        response = await side.raw(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [txn]}, 0)
+        return not response.transaction_states[0].transaction_state.startswith("Prepare")
+    await wait_for(settled, f"{side.name}: {txn} settles")
+    answers["describe_aborted"] = await side.call(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [txn]}, mode)
+    answers["describe_unknown"] = await side.call(ApiKey.DESCRIBE_TRANSACTIONS,
+                                                  {"transactional_ids": [f"conformance-no-txn-{mode}"]}, mode)
+    idempotent = await retried(side, ApiKey.INIT_PRODUCER_ID, {**init, "transactional_id": None},
+                               side.version(ApiKey.INIT_PRODUCER_ID, mode))
+    answers["init_idempotent"] = {"version": side.version(ApiKey.INIT_PRODUCER_ID, mode),
+                                  **side.normalize(_plain(idempotent))}
+    answers["produce_out_of_order"] = await produce(
+        side, topic, batch([b"gap"], producer_id=idempotent.producer_id, producer_epoch=idempotent.producer_epoch,
+                           base_sequence=5), mode)
+    answers["produce_unknown_producer"] = await produce(
+        side, topic, batch([b"who"], producer_id=idempotent.producer_id + 77_777, producer_epoch=0,
+                           base_sequence=3), mode)
+    return answers
+
+
+async def delete_records(side: Side, mode: str) -> dict:
+    topic = await _offsets_topic(side, mode, "delete", count=5)
+    version = side.version(ApiKey.DELETE_RECORDS, mode)
+
+    def body(offset: int, partition: int = 0) -> dict:
+        return {"timeout": 30_000, "topics": [{"name": topic, "partitions": [{"partition_index": partition,
+                                                                             "offset": offset}]}]}
+    answers = {"beyond_high_watermark": await side.call(ApiKey.DELETE_RECORDS, body(10), version=version),
+               "negative": await side.call(ApiKey.DELETE_RECORDS, body(-7), version=version),
+               "unknown_partition": await side.call(ApiKey.DELETE_RECORDS, body(1, partition=4), version=version),
+               "to_2": await side.call(ApiKey.DELETE_RECORDS, body(2), version=version),
+               "back_to_1": await side.call(ApiKey.DELETE_RECORDS, body(1), version=version),
+               "to_high_watermark": await side.call(ApiKey.DELETE_RECORDS, body(-1), version=version)}
+    answers["list_earliest"] = await side.call(ApiKey.LIST_OFFSETS, _list_offsets_body(topic, -2), mode)
+    answers["list_latest"] = await side.call(ApiKey.LIST_OFFSETS, _list_offsets_body(topic, -1), mode)
+    answers["fetch_below_start"] = await fetch(side, mode, topic, 1)
+
+    def epochs(leader_epoch: int, current: int = -1, partition: int = 0) -> dict:
+        return {"replica_id": -1, "topics": [{"topic": topic, "partitions": [
+            {"partition": partition, "current_leader_epoch": current, "leader_epoch": leader_epoch}]}]}
+    answers["epoch_0"] = await side.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, epochs(0), mode)
+    answers["epoch_future"] = await side.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, epochs(3), mode)
+    answers["epoch_current_wrong"] = await side.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, epochs(0, current=9), mode)
+    answers["epoch_unknown_partition"] = await side.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, epochs(0, partition=3),
+                                                         mode)
+    return answers
+
+
+SCENARIOS = {f.__name__: f for f in (api_versions, metadata, create_topics_invalid, produce_refused, list_offsets,
+                                     fetch_refused, describe_configs_topic, describe_configs_broker, group_stale,
+                                     producer_fencing, delete_records)}
+
+# The main API of each scenario: its versions are what "low" and "high" mean in the report.
+MAIN_API = {"api_versions": ApiKey.API_VERSIONS, "metadata": ApiKey.METADATA,
+            "create_topics_invalid": ApiKey.CREATE_TOPICS, "produce_refused": ApiKey.PRODUCE,
+            "list_offsets": ApiKey.LIST_OFFSETS, "fetch_refused": ApiKey.FETCH,
+            "describe_configs_topic": ApiKey.DESCRIBE_CONFIGS, "describe_configs_broker": ApiKey.DESCRIBE_CONFIGS,
+            "group_stale": ApiKey.JOIN_GROUP, "producer_fencing": ApiKey.INIT_PRODUCER_ID,
+            "delete_records": ApiKey.DELETE_RECORDS}
