@@ -11,7 +11,8 @@ from tidelog.sim.controller import SimController
 from tidelog.sim.scenarios import run_scenario
 from tests.sim.conftest import FIXED_SEEDS, failure_report
 
-QUORUM_SEED = 10          # 3 controllers, failovers under faults
+QUORUM_SEED = 13          # 3 controllers, failovers under faults (seed 10 until failed log directories
+                          # were reported: its run changed and no longer faults the quorum leader)
 
 
 def test_the_quorum_size_comes_from_the_seed_and_changes_no_other_option():
