@@ -74,7 +74,7 @@ sim-long: $(STAMP)
 chaos-long: $(STAMP)
 	$(PY) -m tidelog.chaos --long --seeds 1-3
 
-bench: $(STAMP)
+bench: $(STAMP) java-interop
 	$(PY) benchmarks/storage_bench.py
 	$(PY) benchmarks/produce_consume_bench.py
 	$(PY) benchmarks/txn_bench.py
@@ -86,6 +86,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/tls_bench.py
 	$(PY) benchmarks/cli_bench.py
 	$(PY) benchmarks/spark_read_bench.py
+	$(PY) benchmarks/kafka_side_by_side.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
