@@ -40,6 +40,7 @@ import asyncio
 import logging
 import os
 import signal
+import secrets
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -91,6 +92,7 @@ from tidelog.server.state import StateChangeLog
 from tidelog.server.network import Listener, ServerLimits, address_problem, raise_open_file_limit
 from tidelog.server.storage_format import META_PROPERTIES, StorageFormatError, format_log_dirs
 from tidelog.storage.checkpoint import set_retry_wait
+from tidelog.storage.log_manager import random_directory_id
 
 log = logging.getLogger("tidelog.broker")
 
@@ -365,7 +367,8 @@ class Server:
             self.admin = ForwardingAdminApis(self, self.authorizer)
         endpoint = Endpoint(self.listener_name, self.advertised_host, self.advertised_port or self.bind_port)
         self.node = BrokerNode(config, self.clock, metadata_log, self.cluster_id, uuid.uuid4(), (endpoint,),
-                               tick_interval_ms=TICK_MS, background=self._in_background)
+                               tick_interval_ms=TICK_MS, background=self._in_background,
+                               new_directory_id=lambda: random_directory_id(secrets.randbits))
         self.fetcher_driver = FetcherDriver(self.node, self.listener_name, self._fault, self.inter_broker_security)
         kafka_apis = KafkaApis(ApiContext(
             node=self.node, cluster_id=self.cluster_id, controller_id=self.controller_id,

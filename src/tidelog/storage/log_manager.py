@@ -99,7 +99,9 @@ class LogManager:
         self._offline_dirs: set[str] = set()
         self._offline_partitions: set[TopicPartition] = set()
         self._directory_ids: dict[str, uuid.UUID] = {}     # log dir → its directory.id, once read
-        self._new_directory_id = new_directory_id or _random_directory_id
+        # The driver hands in where new directory ids come from (random in tidelog serve,
+        # seeded in the simulator); without one an id is derived from the path.
+        self._new_directory_id = new_directory_id
         self._locks: dict[str, FileLock] = {}
         self._deletions = 0
         self._cleaner = LogCleaner(self._on_io_error)
@@ -171,7 +173,8 @@ class LogManager:
                     directory_id = parse_directory_id(value.strip())
                     if directory_id is not None:
                         return directory_id
-        directory_id = self._new_directory_id()
+        directory_id = self._new_directory_id() if self._new_directory_id is not None \
+            else _directory_id_of_path(log_dir)
         kept = [line for line in lines if line.partition("=")[0].strip() != "directory.id"]
         if not any(line.partition("=")[0].strip() == "version" for line in kept):
             kept.insert(0, "version=1")
@@ -530,11 +533,18 @@ class LogManager:
                 pass
 
 
-def _random_directory_id() -> uuid.UUID:
+def random_directory_id(random_bits: Callable[[int], int]) -> uuid.UUID:
+    """A new directory id from ``random_bits(128)`` (Kafka reserves the ids 0-99)."""
     while True:
-        directory_id = uuid.uuid4()
-        if directory_id.int >= 100:        # Kafka reserves 0-99
+        directory_id = uuid.UUID(int=random_bits(128))
+        if directory_id.int >= 100:
             return directory_id
+
+
+def _directory_id_of_path(log_dir: str) -> uuid.UUID:
+    """A stable id for a directory when no source of ids was handed in (tests)."""
+    directory_id = uuid.uuid5(uuid.NAMESPACE_URL, "tidelog-log-dir:" + os.path.abspath(log_dir))
+    return directory_id if directory_id.int >= 100 else uuid.UUID(int=directory_id.int + 100)
 
 
 def format_directory_id(directory_id: uuid.UUID) -> str:
