@@ -21,7 +21,7 @@ from tidelog.replication.fetcher import FetcherConfig
 from tidelog.replication.partition import Isolation, PartitionState, ReplicationSettings
 from tidelog.replication.replica_manager import ReplicaManager
 from tidelog.server.metrics import METRICS, request_name
-from tidelog.server.runtime import Server
+from tidelog.server.runtime import BrokerStartupError, Server
 from tidelog.storage.log_manager import LogManager
 
 
@@ -215,9 +215,9 @@ def test_a_taken_metrics_port_fails_the_start(tmp_path):
         server = Server(_config(tmp_path, **{"metrics.port": str(taken.getsockname()[1])}))
         try:
             await server.start()
-        except OSError:
+        except BrokerStartupError as e:        # checked before anything is formatted; names the address
             await server.stop()
-            return True
+            return str(taken.getsockname()[1]) in str(e)
         await server.stop()
         return False
     try:
