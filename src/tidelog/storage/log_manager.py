@@ -152,8 +152,9 @@ class LogManager:
         except (OSError, StorageError) as e:
             self._mark_dir_offline(log_dir, e)
             return
-        logger.info("%s: loaded %d logs%s", log_dir, len(self.logs_in_dir(log_dir)),
-                    " after a clean shutdown" if had_clean_shutdown else
+        loaded = len(self.logs_in_dir(log_dir))
+        logger.info("%s: loaded %d logs%s", log_dir, loaded,
+                    "" if not loaded else " after a clean shutdown" if had_clean_shutdown else
                     " after an unclean shutdown (each recovered from its recovery point)")
 
     def _load_directory_id(self, log_dir: str) -> uuid.UUID:
