@@ -47,7 +47,18 @@ KAFKA_SERVER       := interop/kafka-server
 KAFKA_SERVER_BUILT := $(KAFKA_SERVER)/target/classpath.txt
 MVN_CLASSPATH      := -q -B dependency:build-classpath -Dmdep.outputFile=target/classpath.txt
 
-java-interop: $(JAVA_BUILT) $(KAFKA_SERVER_BUILT)
+# Kafka Connect and MirrorMaker 2 (interop/connect/pom.xml pins them; 4.3.1, the newest
+# release of which Maven Central serves every module) for the Connect and MirrorMaker
+# tests in tests/interop/. Only resolved, nothing built.
+KAFKA_CONNECT       := interop/connect
+KAFKA_CONNECT_BUILT := $(KAFKA_CONNECT)/target/classpath.txt
+
+java-interop: $(JAVA_BUILT) $(KAFKA_SERVER_BUILT) $(KAFKA_CONNECT_BUILT)
+
+$(KAFKA_CONNECT_BUILT): $(KAFKA_CONNECT)/pom.xml
+	@if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then \
+	  cd $(KAFKA_CONNECT) && { mvn -o $(MVN_CLASSPATH) >/dev/null 2>&1 || mvn $(MVN_CLASSPATH); } && touch target/classpath.txt; \
+	else echo "java or mvn not found: the Kafka Connect and MirrorMaker tests will be skipped"; fi
 
 $(KAFKA_SERVER_BUILT): $(KAFKA_SERVER)/pom.xml
 	@if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then \
