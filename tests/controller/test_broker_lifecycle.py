@@ -181,11 +181,13 @@ def test_a_broker_must_support_every_finalized_feature_level():
 
 def test_a_feature_level_is_raised_only_if_every_broker_supports_it():
     env = ControllerTestEnv()
-    env.register(0, features=[BrokerFeature("metadata.version", 1, 5)])
-    error = env.controller.update_features({"metadata.version": 6})
+    env.register(0, features=[BrokerFeature("metadata.version", 7, 20)])
+    error = env.controller.update_features({"metadata.version": 21})
     assert error.error_code == ErrorCode.INVALID_UPDATE_VERSION
-    assert env.controller.update_features({"metadata.version": 5}).is_success
-    assert env.controller.image.features == {"metadata.version": 5}
+    assert error.message == ("Invalid update version 21 for feature metadata.version. "
+                             "Broker 0 only supports versions 7-20")
+    assert env.controller.update_features({"metadata.version": 20}).is_success
+    assert env.controller.image.features == {"metadata.version": 20}
 
 
 # ---------------------------------------------------------------- heartbeats

@@ -69,6 +69,7 @@ from typing import Any, Callable
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.lifecycle import BrokerState, LifecycleEvent, next_state
 from tidelog.broker.topic_configs import log_config, static_log_config, topic_config_values
+from tidelog.controller.feature_control import broker_features
 from tidelog.controller.messages import (
     AlterPartitionItem,
     AlterPartitionRequest,
@@ -415,7 +416,7 @@ class BrokerNode:
             self.log_manager.write_high_watermarks(self.replica_manager.high_watermarks())
         except (OSError, StorageError) as e:    # that directory is offline now; the rest close cleanly
             log.warning("cannot write high watermarks at shutdown: %s", e)
-        self.log_manager.shutdown()
+        self.log_manager.shutdown(self.broker_epoch)
         if self.state == BrokerState.SHUTTING_DOWN:
             self._transition(LifecycleEvent.STOPPED, "logs closed")
         self._effects.clear()
@@ -499,8 +500,9 @@ class BrokerNode:
         self._registration_in_flight = True
         self._reported_offline_dirs = ()
         self._effects.append(SendRegistration(BrokerRegistrationRequest(
-            self.node_id, self.incarnation_id, self.cluster_id, self.listeners, rack=self.rack,
-            log_dirs=self.log_manager.directory_ids)))
+            self.node_id, self.incarnation_id, self.cluster_id, self.listeners, features=broker_features(),
+            rack=self.rack, log_dirs=self.log_manager.directory_ids,
+            previous_broker_epoch=self.log_manager.previous_broker_epoch)))
 
     def _retry_registration(self, now_ms: int) -> None:
         self._next_registration_ms = now_ms + self._registration_backoff_ms

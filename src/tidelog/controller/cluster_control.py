@@ -17,11 +17,14 @@ Registration rules (Kafka's ``ClusterControlManager.registerBroker``):
 * the same incarnation id → an amendment: epoch, fenced and controlled-shutdown
   flags are kept;
 * a new incarnation → the old session is dropped, ``broker_epoch`` = the offset
-  of the new ``RegisterBrokerRecord`` and the broker registers **fenced**. If the
-  old incarnation was still unfenced (its session expired but the stale check has
-  not run yet), it is first fenced out of every ISR and leadership by the
-  ``unclean_shutdown_handler`` (KIP-966's hook), so a restarted process never keeps
-  leadership it held before the restart.
+  of the new ``RegisterBrokerRecord`` and the broker registers **fenced**. First
+  the ``unclean_shutdown_handler`` (KIP-966's hook, ``replication_control.
+  handle_broker_restarted``) is told whether the broker shut down cleanly — its
+  ``previous_broker_epoch`` (the epoch its clean-shutdown marker holds) is the
+  registered one: if the old incarnation was still unfenced (its session expired
+  but the stale check has not run yet) it is fenced out of every ISR and
+  leadership, so a restarted process never keeps leadership it held before; with
+  ELR on, an unclean shutdown also takes it out of every ISR and ELR.
 
 Invariant: ``broker_epoch`` of a registration equals the offset of the record
 that created that incarnation's registration, so epochs grow with every restart.
@@ -52,7 +55,7 @@ from tidelog.controller.heartbeat import BrokerControlState, BrokerHeartbeatMana
 from tidelog.controller.messages import BrokerRegistrationReply, BrokerRegistrationRequest
 from tidelog.controller.result import NO_ERROR, ApiError, ControllerResult
 
-UncleanShutdownHandler = Callable[[int], list[MetadataRecord]]
+UncleanShutdownHandler = Callable[[int, bool], list[MetadataRecord]]   # (broker id, clean shutdown)
 
 
 class ClusterControlManager:
@@ -64,7 +67,7 @@ class ClusterControlManager:
         self.brokers: dict[int, BrokerRegistration] = {}
         self.registration_offsets: dict[int, int] = {}
         # Set by the QuorumController: fences an old incarnation out of its partitions.
-        self.unclean_shutdown_handler: UncleanShutdownHandler = lambda broker_id: []
+        self.unclean_shutdown_handler: UncleanShutdownHandler = lambda broker_id, clean: []
 
     # ------------------------------------------------------------ queries
 
@@ -134,8 +137,8 @@ class ClusterControlManager:
         else:
             if existing is not None:
                 self.heartbeat.remove(broker_id)
-                if not existing.fenced:
-                    records += self.unclean_shutdown_handler(broker_id)
+                clean = request.previous_broker_epoch == existing.broker_epoch
+                records += self.unclean_shutdown_handler(broker_id, clean)
             broker_epoch, fenced, in_controlled_shutdown = next_offset + len(records), True, False
         records.append(RegisterBrokerRecord(
             broker_id, request.incarnation_id, broker_epoch, tuple(request.listeners),

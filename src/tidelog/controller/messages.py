@@ -32,6 +32,7 @@ class BrokerRegistrationRequest:
     features: tuple[BrokerFeature, ...] = ()
     rack: str | None = None
     log_dirs: tuple[uuid.UUID, ...] = ()       # the ids of the broker's log directories (KIP-858)
+    previous_broker_epoch: int = -1            # the epoch of its last clean shutdown, -1 = none (KIP-966)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,28 @@ acceptable, or a PREFERRED election finds it is not the first replica)::
     UNCLEAN:   as ONLINE, then the first *acceptable* replica in replica order,
                ISR := [it], leader_recovery_state := RECOVERING   (may lose data)
 
-Rules on the result: the ISR never becomes empty (without ELR, an empty target
+Eligible leader replicas (KIP-966, on when ``elr_enabled``: the finalized
+``eligible.leader.replicas.version`` >= 1). With the strict min ISR rule a leader's
+high watermark does not move while the ISR is smaller than ``min_isr`` (the
+topic's effective min ISR), so a replica that leaves an ISR that is, or becomes,
+smaller than that still holds every committed record: it becomes *eligible*::
+
+    |target ISR| >= min_isr:  ELR := [], last_known_elr := []
+    otherwise:                ELR := (ELR ∪ current ISR) − target ISR − unclean shutdowns
+                              last_known_elr := (candidates ∪ last_known_elr) − target ISR − ELR
+
+A replica whose broker restarted after an unclean shutdown (it may have lost
+unflushed bytes) leaves the ISR and the ELR at once (``set_unclean_shutdown_replicas``).
+The ISR may then become empty. When it is, an acceptable ELR member is a valid
+leader (clean: it has every committed record); electing it sets ISR := [it] and
+takes it out of the ELR. When ISR and ELR are both empty, Kafka elects the *last
+known leader* (``last_known_elr`` holds just it from the write that emptied the
+ISR) as an unclean election, on any topic; tidelog does so only where an unclean
+election is allowed (UNCLEAN), before any other replica, so a clean-election topic
+never leads from a replica that may lack committed records. An unclean election
+clears ELR and last_known_elr.
+
+Rules on the result: without ELR the ISR never becomes empty (an empty target
 ISR keeps the current ISR; the partition just has no leader, -1); any leader
 change (including to -1) is written as ``leader`` and so bumps the leader epoch
 at replay; a new replica set that drops an old replica forces a leader epoch bump
@@ -52,8 +73,14 @@ class Election(enum.Enum):
 
 class PartitionChangeBuilder:
     def __init__(self, partition: PartitionRegistration, topic_id: uuid.UUID, partition_id: int,
-                 is_acceptable_leader: Callable[[int], bool], election: Election = Election.ONLINE):
+                 is_acceptable_leader: Callable[[int], bool], election: Election = Election.ONLINE,
+                 min_isr: int = 1, elr_enabled: bool = False):
         self.partition = partition
+        self.min_isr = min_isr
+        self.elr_enabled = elr_enabled
+        self.target_elr: tuple[int, ...] = partition.elr
+        self.target_last_known_elr: tuple[int, ...] = partition.last_known_elr
+        self.unclean_shutdown_replicas: frozenset[int] = frozenset()
         self.topic_id = topic_id
         self.partition_id = partition_id
         self.is_acceptable_leader = is_acceptable_leader
@@ -84,10 +111,16 @@ class PartitionChangeBuilder:
         self.election = election
         return self
 
+    def set_unclean_shutdown_replicas(self, replicas) -> PartitionChangeBuilder:
+        """Brokers that came back from an unclean shutdown: out of the ISR and the ELR."""
+        self.unclean_shutdown_replicas = frozenset(replicas)
+        return self
+
     # ------------------------------------------------------------ election
 
     def _is_valid_leader(self, replica: int) -> bool:
-        return replica in self.target_isr and self.is_acceptable_leader(replica)
+        eligible = replica in self.target_isr or (not self.target_isr and replica in self.target_elr)
+        return eligible and self.is_acceptable_leader(replica)
 
     def _should_try_election(self) -> bool:
         leader = self.partition.leader
@@ -105,29 +138,56 @@ class PartitionChangeBuilder:
             if self._is_valid_leader(replica):
                 return replica, False
         if self.election == Election.UNCLEAN:
-            for replica in self.target_replicas:
+            for replica in self._last_known_first():
                 if self.is_acceptable_leader(replica):
                     return replica, True
         return NO_LEADER, False
+
+    def _last_known_first(self) -> list[int]:
+        """An unclean election's order: last-known-ELR members (they once held every
+        committed record), then the other replicas, each in replica order."""
+        known = [r for r in self.target_replicas if r in self.target_last_known_elr]
+        return known + [r for r in self.target_replicas if r not in known]
+
+    def _populate_target_elr(self) -> None:
+        """The KIP-966 rules of the module docstring (Kafka's ``maybePopulateTargetElr``)."""
+        if not self.elr_enabled:
+            self.target_elr, self.target_last_known_elr = (), ()
+            return
+        if len(self.target_isr) >= self.min_isr:
+            self.target_elr, self.target_last_known_elr = (), ()
+            return
+        candidates = set(self.target_elr) | set(self.partition.isr)
+        in_order = [r for r in self.target_replicas if r not in self.target_isr]
+        self.target_elr = tuple(r for r in in_order if r in candidates
+                                and r not in self.unclean_shutdown_replicas)
+        self.target_last_known_elr = tuple(
+            r for r in in_order if (r in candidates or r in self.target_last_known_elr)
+            and r not in self.target_elr)
 
     # ------------------------------------------------------------ build
 
     def build(self) -> PartitionChangeRecord | None:
         current = self.partition
+        self._populate_target_elr()
         # Without ELR the ISR never becomes empty: keep the last member(s).
-        isr = self.target_isr if self.target_isr else current.isr
+        isr = self.target_isr if self.target_isr or self.elr_enabled else current.isr
         leader = NO_LEADER_CHANGE
         leader_recovery_state = self.target_leader_recovery_state
         if self._should_try_election():
             new_leader, unclean = self._best_leader()
             if new_leader != current.leader:
                 leader = new_leader
-                if unclean:
+                if new_leader in self.target_elr and not self.target_isr:
+                    isr = (new_leader,)      # a clean election from the ELR
+                    self.target_elr = tuple(r for r in self.target_elr if r != new_leader)
+                elif unclean:
                     log.warning("UNCLEAN leader election for partition %s-%d: broker %d leads "
                                 "from outside the ISR %s; committed records may be lost",
                                 self.topic_id, self.partition_id, new_leader, list(current.isr))
                     isr = (new_leader,)
                     leader_recovery_state = LeaderRecoveryState.RECOVERING
+                    self.target_elr, self.target_last_known_elr = (), ()
         if leader == NO_LEADER_CHANGE and not set(current.replicas) <= set(self.target_replicas):
             leader = current.leader   # replicas were removed: fence them with a new epoch
         record = PartitionChangeRecord(
@@ -140,6 +200,9 @@ class PartitionChangeBuilder:
                                    else -1),
             directories=(self.target_directories if self.target_directories != current.directories
                          else None),
+            eligible_leader_replicas=self.target_elr if self.target_elr != current.elr else None,
+            last_known_elr=(self.target_last_known_elr
+                            if self.target_last_known_elr != current.last_known_elr else None),
         )
         if record == PartitionChangeRecord(self.topic_id, self.partition_id):
             return None

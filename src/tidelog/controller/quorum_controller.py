@@ -102,6 +102,7 @@ class QuorumController:
                  default_num_partitions: int = 1, default_replication_factor: int = 1,
                  bootstrap_features: Mapping[str, int] | None = None,
                  co_located_broker_id: int | None = None,
+                 node_id: int = -1,
                  static_configs: Mapping[str, str] | None = None):
         self.clock = clock
         # In combined mode (broker and controller in one process) a registration of
@@ -109,6 +110,7 @@ class QuorumController:
         # before the restart — so its session is not revived on load (Kafka would
         # make the restarted broker wait a whole session timeout).
         self.co_located_broker_id = co_located_broker_id
+        self.node_id = node_id
         self.log = log
         self.cluster_id = cluster_id
         self._settings = (rng, session_timeout_ms, default_num_partitions,
@@ -117,14 +119,17 @@ class QuorumController:
         self._loader = MetadataLoader(log)
         self.last_write_offset = -1
         self._load_from_log()
-        if log.end_offset == 0 and bootstrap_features:
-            self._write(lambda: ControllerResult(
-                [FeatureLevelRecord(n, v) for n, v in sorted(bootstrap_features.items())], None))
+        # The finalized features of a new cluster (feature_control.BOOTSTRAP_FEATURES):
+        # written once, as the first records, by the first active controller (a
+        # quorum's log takes writes only once its leader is active: QuorumMember).
+        self.bootstrap_features = dict(bootstrap_features or {})
+        if log.end_offset == 0 and not getattr(log, "quorum", False):
+            self.maybe_bootstrap()
 
     def _build_managers(self) -> None:
         rng, session_timeout_ms, num_partitions, replication_factor, static_configs = self._settings
         self.heartbeat = BrokerHeartbeatManager(self.clock, session_timeout_ms)
-        self.features = FeatureControlManager()
+        self.features = FeatureControlManager(self.node_id)
         self.producer_ids = ProducerIdControlManager()
         self.configs = ConfigurationControlManager(static_configs)
         self.scram = ScramControlManager()
@@ -132,7 +137,7 @@ class QuorumController:
         self.cluster = ClusterControlManager(self.cluster_id, self.heartbeat, self.features)
         self.replication = ReplicationControlManager(self.cluster, self.configs, rng,
                                                      num_partitions, replication_factor)
-        self.cluster.unclean_shutdown_handler = self.replication.handle_broker_fenced
+        self.cluster.unclean_shutdown_handler = self.replication.handle_broker_restarted
 
     def _load_from_log(self) -> None:
         snapshot = self.log.latest_snapshot()
@@ -163,6 +168,14 @@ class QuorumController:
             self.last_write_offset = offsets[-1]
         self.on_commit()
         return result
+
+    def maybe_bootstrap(self) -> bool:
+        """Write the bootstrap feature levels unless a feature level was ever written."""
+        if not self.bootstrap_features or self.features.bootstrapped:
+            return False
+        self._write(lambda: ControllerResult(
+            [FeatureLevelRecord(n, v) for n, v in sorted(self.bootstrap_features.items())], None))
+        return True
 
     def on_commit(self) -> None:
         """Publish what the log now says is committed (the Raft layer calls this when
@@ -308,9 +321,10 @@ class QuorumController:
     def delete_acls(self, filters: Sequence[AclFilter]) -> list[AclResult]:
         return self._write(lambda: self.acls.delete(list(filters))).response
 
-    def update_features(self, updates: Mapping[str, int]) -> ApiError:
+    def update_features(self, updates: Mapping[str, int], upgrade_types: Mapping[str, int] | None = None,
+                        validate_only: bool = False) -> ApiError:
         return self._write(lambda: self.features.update_features(
-            updates, self.cluster.brokers.values())).response
+            updates, self.cluster.brokers.values(), upgrade_types, validate_only)).response
 
     def allocate_producer_ids(self, broker_id: int, broker_epoch: int
                               ) -> AllocateProducerIdsReply:

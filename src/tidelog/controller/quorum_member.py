@@ -8,6 +8,7 @@ Raft input that may have moved leadership or the high watermark:
 * the replica became the leader and its epoch's first entry is committed (so is
   everything before it) → **activate**: rebuild the managers from the committed
   log (``renounce()``), which also gives every registered broker a fresh session;
+  on a new cluster, write the bootstrap feature levels (``maybe_bootstrap``);
 * it stopped leading → **deactivate**: writes waiting for their commit are told
   they failed (their callers answer NOT_CONTROLLER) and the managers are rebuilt
   from committed records, dropping what this leader appended and never committed;
@@ -50,6 +51,7 @@ class QuorumMember:
             self.controller.renounce()
             self.controller.co_located_broker_id = None      # only a process restart loses it
             self.active, change = True, ACTIVATED
+            self.controller.maybe_bootstrap()                # a new cluster's feature levels
         elif not leads and self.active:
             self.active, change = False, DEACTIVATED
             waiting, self._waiting = self._waiting, []

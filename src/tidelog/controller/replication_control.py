@@ -1,19 +1,26 @@
 """ReplicationControlManager: topics, partitions, leaders and ISRs.
 
 Theory of operation. Hard state is every topic with its partitions'
-``PartitionRegistration``s, plus three indexes kept in step at replay: the
-partitions each broker is an ISR member of, the partitions without a leader, and
-the partitions with a replica in each log directory (Kafka's
-``directoriesToPartitions``).
+``PartitionRegistration``s, plus four indexes kept in step at replay: the
+partitions each broker is an ISR member of, those it is an eligible leader
+replica of (KIP-966, Kafka's ``brokersToElrs``), the partitions without a leader,
+and the partitions with a replica in each log directory (Kafka's
+``directoriesToPartitions``). Every change goes through ``_builder``, which gives
+the builder the topic's effective min ISR and whether ELR is on (the finalized
+``eligible.leader.replicas.version``).
 It changes only in ``replay``. Every leader or ISR change is produced by the pure
 ``PartitionChangeBuilder`` (``partition_change.py``), so all election and epoch
 rules live in one place.
 
 Broker events (as Kafka's ``ReplicationControlManager`` handles them):
 
-* fenced / shutdown-now / unregistered / unclean restart: for every partition
-  with the broker in its ISR, target ISR = ISR − {broker}, the broker is not an
-  acceptable leader; then ``FenceBrokerRecord`` (or ``UnregisterBrokerRecord``);
+* fenced / shutdown-now / unregistered / restart of a still-unfenced broker: for
+  every partition with the broker in its ISR, target ISR = ISR − {broker}, the
+  broker is not an acceptable leader; then ``FenceBrokerRecord`` (or
+  ``UnregisterBrokerRecord``);
+* restart after an unclean shutdown, with ELR on (``handle_broker_restarted``):
+  the same for every partition with the broker in its ISR *or ELR*, and it leaves
+  the ELR too (it may have lost unflushed bytes);
 * unfenced: ``UnfenceBrokerRecord``, then elections for leaderless partitions,
   with the broker acceptable although the registration still says fenced;
 * controlled shutdown: ``BrokerRegistrationChangeRecord(in_controlled_shutdown)``,
@@ -106,6 +113,7 @@ class ReplicationControlManager:
                  default_replication_factor: int = 1):
         self.cluster = cluster
         self.configs = configs
+        self.features = cluster.features
         self.rng = rng
         self.default_num_partitions = default_num_partitions
         self.default_replication_factor = default_replication_factor
@@ -114,6 +122,7 @@ class ReplicationControlManager:
         self._isr_members: dict[int, set[PartitionKey]] = defaultdict(set)
         self._leaderless: set[PartitionKey] = set()
         self._dir_members: dict[uuid.UUID, set[PartitionKey]] = defaultdict(set)
+        self._elr_members: dict[int, set[PartitionKey]] = defaultdict(set)
 
     # ------------------------------------------------------------ queries
 
@@ -129,6 +138,9 @@ class ReplicationControlManager:
 
     def partitions_without_leader(self) -> set[PartitionKey]:
         return set(self._leaderless)
+
+    def partitions_with_broker_in_elr(self, broker_id: int) -> set[PartitionKey]:
+        return set(self._elr_members.get(broker_id, ()))
 
     def partitions_in_directory(self, directory: uuid.UUID) -> set[PartitionKey]:
         return set(self._dir_members.get(directory, ()))
@@ -332,6 +344,23 @@ class ReplicationControlManager:
         records.append(FenceBrokerRecord(broker_id, epoch))
         return records
 
+    def handle_broker_restarted(self, broker_id: int, clean_shutdown: bool) -> list[MetadataRecord]:
+        """A new incarnation of ``broker_id`` registers (the old one's registration is
+        still there). With ELR on (KIP-966) and no clean shutdown — its previous
+        broker epoch is not the registered one — it may have lost unflushed bytes:
+        it leaves every ISR and ELR it is in (Kafka's ``handleBrokerUncleanShutdown``).
+        Otherwise, if the old incarnation was still unfenced, it is fenced out of its
+        ISRs and leaderships, so a restarted process keeps nothing it held before."""
+        registration = self.cluster.registration(broker_id)
+        if self.features.elr_enabled and not clean_shutdown:
+            keys = self.partitions_with_broker_in_isr(broker_id) | self.partitions_with_broker_in_elr(broker_id)
+            records: list[MetadataRecord] = self._leader_and_isr_updates(
+                keys, broker_to_remove=broker_id, unclean_shutdown=True)
+            if not registration.fenced:
+                records.append(FenceBrokerRecord(broker_id, registration.broker_epoch))
+            return records
+        return [] if registration.fenced else self.handle_broker_fenced(broker_id)
+
     def handle_broker_unregistered(self, broker_id: int) -> list[MetadataRecord]:
         records: list[MetadataRecord] = self._leader_and_isr_updates(
             self.partitions_with_broker_in_isr(broker_id), broker_to_remove=broker_id)
@@ -400,9 +429,19 @@ class ReplicationControlManager:
                     and registration.has_online_dir(directory))
         return acceptable
 
+    def _builder(self, key: PartitionKey, partition: PartitionRegistration, acceptor,
+                 election: Election = Election.ONLINE) -> PartitionChangeBuilder:
+        """Every partition change starts here: the topic's effective min ISR (at most
+        its replication factor) and whether ELR is on (the finalized feature)."""
+        topic = self.topics[key[0]].name
+        min_isr = min(int(self.configs.min_insync_replicas(topic)), len(partition.replicas))
+        return PartitionChangeBuilder(partition, key[0], key[1], acceptor, election,
+                                      min_isr=min_isr, elr_enabled=self.features.elr_enabled)
+
     def _leader_and_isr_updates(self, keys: Iterable[PartitionKey], broker_to_remove: int = -1,
                                 broker_to_add: int = -1, overlay: Overlay | None = None,
-                                offline_dirs: frozenset = frozenset()) -> list[PartitionChangeRecord]:
+                                offline_dirs: frozenset = frozenset(),
+                                unclean_shutdown: bool = False) -> list[PartitionChangeRecord]:
         """Partition changes after removing ``broker_to_remove`` / admitting ``broker_to_add``.
 
         ``broker_to_add`` counts as an acceptable leader although its registration
@@ -416,11 +455,12 @@ class ReplicationControlManager:
             topic_id, partition_id = key
             topic = self.topics[topic_id]
             partition = self._current(key, overlay)
-            builder = PartitionChangeBuilder(
-                partition, topic_id, partition_id,
-                self._acceptor(partition, broker_to_remove, broker_to_add, offline_dirs),
+            builder = self._builder(
+                key, partition, self._acceptor(partition, broker_to_remove, broker_to_add, offline_dirs),
                 self._election_for(topic.name))
             builder.set_target_isr(tuple(r for r in partition.isr if r != broker_to_remove))
+            if unclean_shutdown:
+                builder.set_unclean_shutdown_replicas((broker_to_remove,))
             record = builder.build()
             if record is not None:
                 records.append(record)
@@ -452,8 +492,8 @@ class ReplicationControlManager:
                 results.append(AlterPartitionResult(item.topic_id, item.partition_id,
                                                     error.error_code, error.message))
                 continue
-            builder = PartitionChangeBuilder(partition, item.topic_id, item.partition_id,
-                                             self._acceptor(partition))
+            builder = self._builder((item.topic_id, item.partition_id), partition,
+                                    self._acceptor(partition))
             builder.set_target_isr(item.new_isr)
             builder.set_target_leader_recovery_state(item.leader_recovery_state)
             record = builder.build()
@@ -503,7 +543,7 @@ class ReplicationControlManager:
                 code = ErrorCode.NONE
                 directories = partition.with_directory(broker_id, assignment.directory_id)
                 placed = dataclasses.replace(partition, directories=directories)
-                builder = PartitionChangeBuilder(partition, key[0], key[1], self._acceptor(placed))
+                builder = self._builder(key, partition, self._acceptor(placed))
                 builder.set_target_directories(directories)
                 record = builder.build()
                 if record is not None:
@@ -567,8 +607,7 @@ class ReplicationControlManager:
             election = Election.UNCLEAN
             if partition.has_leader:
                 return ApiError(ErrorCode.ELECTION_NOT_NEEDED, None), None
-        builder = PartitionChangeBuilder(partition, key[0], key[1], self._acceptor(partition),
-                                         election)
+        builder = self._builder(key, partition, self._acceptor(partition), election)
         record = builder.build()
         new_leader = partition.merge(record).leader if record is not None else partition.leader
         if election == Election.PREFERRED and new_leader != partition.preferred_leader:
@@ -636,6 +675,13 @@ class ReplicationControlManager:
         for directory in new.directories if new else ():
             if not is_reserved_dir(directory):
                 self._dir_members[directory].add(key)
+        for broker_id in old.elr if old else ():
+            members = self._elr_members[broker_id]
+            members.discard(key)
+            if not members:
+                del self._elr_members[broker_id]
+        for broker_id in new.elr if new else ():
+            self._elr_members[broker_id].add(key)
         if new is not None and new.leader == NO_LEADER:
             self._leaderless.add(key)
         else:

@@ -65,8 +65,9 @@ def directory_id(broker_id: int, start: int, index: int) -> uuid.UUID:
 class ControllerTestEnv:
     def __init__(self, seed: int = 0, session_timeout_ms: int = 9000,
                  log: InMemoryMetadataLog | None = None, clock: ManualClock | None = None,
-                 **controller_options):
+                 broker_features: Sequence[BrokerFeature] = (), **controller_options):
         self.clock = clock or ManualClock(0)
+        self.broker_features = tuple(broker_features)   # what brokers register by default
         self.log = log or InMemoryMetadataLog()
         self.seed = seed
         self.controller = QuorumController(
@@ -83,27 +84,32 @@ class ControllerTestEnv:
 
     def register(self, broker_id: int, rack: str | None = None,
                  incarnation: uuid.UUID | None = None,
-                 features: Sequence[BrokerFeature] = (), log_dirs: int = 0) -> BrokerRegistrationReply:
+                 features: Sequence[BrokerFeature] | None = None, log_dirs: int = 0,
+                 previous_broker_epoch: int = -1) -> BrokerRegistrationReply:
         """Register ``broker_id``'s current process (its first one if it has none), with
         ``log_dirs`` log directories (``directory_id``; 0: none, as before KIP-858)."""
         if incarnation is None:
             incarnation = self.incarnations.get(broker_id) or incarnation_id(broker_id, 0)
         start = incarnation.int & 0xFFFFFFFF
+        features = self.broker_features if features is None else features
         request = BrokerRegistrationRequest(
             broker_id, incarnation, CLUSTER_ID,
             (Endpoint(LISTENER, f"broker{broker_id}", 9092),), tuple(features), rack,
-            tuple(directory_id(broker_id, start, i) for i in range(log_dirs)))
+            tuple(directory_id(broker_id, start, i) for i in range(log_dirs)), previous_broker_epoch)
         reply = self.controller.register_broker(request)
         if reply.error_code == ErrorCode.NONE:
             self.broker_epochs[broker_id] = reply.broker_epoch
             self.incarnations[broker_id] = incarnation
         return reply
 
-    def restart(self, broker_id: int, rack: str | None = None, log_dirs: int = 0) -> BrokerRegistrationReply:
-        """A new process for ``broker_id`` registers with a new incarnation id."""
+    def restart(self, broker_id: int, rack: str | None = None, log_dirs: int = 0,
+                clean: bool = False) -> BrokerRegistrationReply:
+        """A new process for ``broker_id`` registers with a new incarnation id; after a
+        ``clean`` shutdown it names its previous broker epoch (KIP-966)."""
         self.starts[broker_id] = self.starts.get(broker_id, 0) + 1
+        previous = self.broker_epochs.get(broker_id, -1) if clean else -1
         return self.register(broker_id, rack, incarnation_id(broker_id, self.starts[broker_id]),
-                             log_dirs=log_dirs)
+                             log_dirs=log_dirs, previous_broker_epoch=previous)
 
     def heartbeat(self, broker_id: int, want_fence: bool = False, want_shut_down: bool = False,
                   metadata_offset: int | None = None, broker_epoch: int | None = None,

@@ -92,6 +92,7 @@ class MetadataDelta:
         self.image = image
         self.offset = image.offset
         self._features: dict[str, int] = {}
+        self._features_epoch = image.features_epoch
         self._brokers: dict[int, BrokerRegistration | None] = {}
         self._topics: dict[uuid.UUID, _TopicDelta] = {}
         self._removed_topics: dict[uuid.UUID, TopicImage] = {}
@@ -108,6 +109,8 @@ class MetadataDelta:
             raise MetadataReplayError(f"no replay rule for {type(record).__name__}")
         handler(self, record)
         self.offset = offset
+        if type(record) is FeatureLevelRecord:
+            self._features_epoch = offset
 
     def _broker(self, broker_id: int, broker_epoch: int, what: str) -> BrokerRegistration:
         broker = self._brokers[broker_id] if broker_id in self._brokers \
@@ -261,6 +264,7 @@ class MetadataDelta:
         return MetadataImage(
             offset=self.offset,
             features=MappingProxyType(features),
+            features_epoch=self._features_epoch,
             brokers=MappingProxyType(brokers),
             topics_by_id=MappingProxyType(by_id),
             topics_by_name=MappingProxyType(by_name),

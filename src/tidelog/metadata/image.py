@@ -65,6 +65,9 @@ class ProducerIdsImage:
 class MetadataImage:
     offset: int = -1                         # last record reflected; -1 = nothing
     features: Mapping[str, int] = field(default_factory=lambda: _EMPTY)  # finalized levels
+    # The offset of the last FeatureLevelRecord (ApiVersions' finalized epoch); after a
+    # snapshot, the snapshot's: not part of the image's value (images are compared).
+    features_epoch: int = field(default=-1, compare=False)
     brokers: Mapping[int, BrokerRegistration] = field(default_factory=lambda: _EMPTY)
     topics_by_id: Mapping[uuid.UUID, TopicImage] = field(default_factory=lambda: _EMPTY)
     topics_by_name: Mapping[str, TopicImage] = field(default_factory=lambda: _EMPTY)

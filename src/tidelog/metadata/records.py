@@ -29,7 +29,8 @@ metadata log is an ordinary, CRC-checked tidelog log: ``records_to_batch`` /
 
 Field conventions (Kafka's): ``PartitionChangeRecord`` carries only what changed
 (``isr``/``replicas`` ``None`` = unchanged; ``leader`` ``-2`` = unchanged, ``-1`` =
-no leader; ``leader_recovery_state`` ``-1`` = unchanged);
+no leader; ``leader_recovery_state`` ``-1`` = unchanged; ``eligible_leader_replicas`` /
+``last_known_elr`` ``None`` = unchanged, KIP-966);
 ``BrokerRegistrationChangeRecord.fenced`` is ``True``/``False``/``None`` (= no
 change) and is written as Kafka's int8 (1 fenced, -1 unfenced, 0 no change).
 """
@@ -353,12 +354,17 @@ class PartitionRecord:
     leader_recovery_state: int = int(LeaderRecoveryState.RECOVERED)
     # The log directory of each replica, in replica order (KIP-858); () = all unassigned.
     directories: tuple[uuid.UUID, ...] = ()
+    # KIP-966: replicas out of the ISR that still hold every committed record (Kafka's
+    # EligibleLeaderReplicas), and those that once did (LastKnownElr).
+    eligible_leader_replicas: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
     API_KEY: ClassVar = 3
-    VERSION: ClassVar = 1
+    VERSION: ClassVar = 2
     SCHEMA: ClassVar = (("topic_id", UUID), ("partition_id", INT32), ("replicas", INT32_LIST),
                         ("isr", INT32_LIST), ("leader", INT32), ("leader_epoch", INT32),
                         ("partition_epoch", INT32), ("leader_recovery_state", INT8),
-                        ("directories", UUID_LIST, 1))
+                        ("directories", UUID_LIST, 1),
+                        ("eligible_leader_replicas", INT32_LIST, 2), ("last_known_elr", INT32_LIST, 2))
 
 
 @dataclass(frozen=True)
@@ -382,11 +388,15 @@ class PartitionChangeRecord:
     replicas: tuple[int, ...] | None = None
     leader_recovery_state: int = -1
     directories: tuple[uuid.UUID, ...] | None = None   # every replica's directory, or None = unchanged
+    eligible_leader_replicas: tuple[int, ...] | None = None   # KIP-966; None = unchanged
+    last_known_elr: tuple[int, ...] | None = None              # KIP-966; None = unchanged
     API_KEY: ClassVar = 5
-    VERSION: ClassVar = 1
+    VERSION: ClassVar = 2
     SCHEMA: ClassVar = (("topic_id", UUID), ("partition_id", INT32), ("isr", NULLABLE_INT32_LIST),
                         ("leader", INT32), ("replicas", NULLABLE_INT32_LIST),
-                        ("leader_recovery_state", INT8), ("directories", NULLABLE_UUID_LIST, 1))
+                        ("leader_recovery_state", INT8), ("directories", NULLABLE_UUID_LIST, 1),
+                        ("eligible_leader_replicas", NULLABLE_INT32_LIST, 2),
+                        ("last_known_elr", NULLABLE_INT32_LIST, 2))
 
 
 @dataclass(frozen=True)

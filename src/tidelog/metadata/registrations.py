@@ -23,9 +23,15 @@ when the broker registered no directories at all, or when the directory is among
 the broker's online ones; a directory that is ``LOST`` or that the broker no longer
 lists is offline, and the replica may then neither lead nor be elected.
 
+Eligible leader replicas (KIP-966): ``elr`` are replicas out of the ISR that still
+hold every committed record (they left it while it was below min ISR, when the
+high watermark could not move), ``last_known_elr`` those that once did
+(controller/partition_change.py has the rules).
+
 Invariant (checked where a partition is built or merged): the leader, when there
-is one, is a replica and a member of the ISR; the ISR is a non-empty subset of the
-replicas without duplicates.
+is one, is a replica and a member of the ISR; the ISR is a subset of the replicas
+without duplicates, empty only with ELR on (and then nobody leads); the ELR is a
+subset of the replicas disjoint from the ISR.
 """
 
 from __future__ import annotations
@@ -137,24 +143,29 @@ class PartitionRegistration:
     partition_epoch: int
     leader_recovery_state: int = 0
     directories: tuple[uuid.UUID, ...] = ()   # per replica, in replica order; () = all unassigned
+    elr: tuple[int, ...] = ()                 # KIP-966 eligible leader replicas (not in the ISR)
+    last_known_elr: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         assert self.replicas and len(set(self.replicas)) == len(self.replicas), self
-        assert self.isr and len(set(self.isr)) == len(self.isr), self
+        assert len(set(self.isr)) == len(self.isr), self
         assert set(self.isr) <= set(self.replicas), self
         assert self.leader == NO_LEADER or self.leader in self.isr, self
+        assert set(self.elr) <= set(self.replicas) and not set(self.elr) & set(self.isr), self
         assert self.leader_epoch >= 0 and self.partition_epoch >= 0, self
         assert not self.directories or len(self.directories) == len(self.replicas), self
 
     @classmethod
     def from_record(cls, record: PartitionRecord) -> PartitionRegistration:
         return cls(record.replicas, record.isr, record.leader, record.leader_epoch,
-                   record.partition_epoch, record.leader_recovery_state, record.directories)
+                   record.partition_epoch, record.leader_recovery_state, record.directories,
+                   record.eligible_leader_replicas, record.last_known_elr)
 
     def to_record(self, topic_id: uuid.UUID, partition_id: int) -> PartitionRecord:
         return PartitionRecord(topic_id, partition_id, self.replicas, self.isr, self.leader,
                                self.leader_epoch, self.partition_epoch, self.leader_recovery_state,
-                               self.directories)
+                               self.directories, eligible_leader_replicas=self.elr,
+                               last_known_elr=self.last_known_elr)
 
     @property
     def preferred_leader(self) -> int:
@@ -192,6 +203,8 @@ class PartitionRegistration:
             leader_recovery_state=(self.leader_recovery_state if record.leader_recovery_state == -1
                                    else record.leader_recovery_state),
             directories=self.directories if record.directories is None else record.directories,
+            elr=self.elr if record.eligible_leader_replicas is None else record.eligible_leader_replicas,
+            last_known_elr=self.last_known_elr if record.last_known_elr is None else record.last_known_elr,
         )
 
     def describe(self) -> str:
@@ -199,6 +212,10 @@ class PartitionRegistration:
         text = (f"leader={self.leader} leader_epoch={self.leader_epoch} "
                 f"partition_epoch={self.partition_epoch} isr={_ids(self.isr)} "
                 f"replicas={_ids(self.replicas)}")
+        if self.elr:
+            text += f" elr={_ids(self.elr)}"
+        if self.last_known_elr:
+            text += f" last_known_elr={_ids(self.last_known_elr)}"
         if self.leader_recovery_state:
             text += " RECOVERING"
         return text

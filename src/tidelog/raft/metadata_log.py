@@ -31,6 +31,8 @@ class NotLeaderError(MetadataLogError):
 
 
 class RaftMetadataLog:
+    quorum = True       # takes writes only while its replica leads (QuorumController bootstrap)
+
     def __init__(self, replica: RaftReplica, file_log: FileMetadataLog,
                  after_append: Callable[[], None] = lambda: None):
         self.replica = replica

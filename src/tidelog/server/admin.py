@@ -24,6 +24,8 @@ from tidelog.controller.messages import (
     ElectionType,
 )
 from tidelog.controller.acl_control import AclBinding, AclFilter
+from tidelog.controller.feature_control import UpgradeType
+from tidelog.controller.result import ApiError
 from tidelog.controller.scram_control import ScramUpsertion
 from tidelog.metadata.authorizer import CLUSTER_NAME, AclOperation, ResourceType, matches_filter
 from tidelog.controller.config_defs import CLUSTER_CONFIGS, TOPIC_CONFIGS
@@ -152,6 +154,7 @@ class AdminApis:
         dispatcher.register(ApiKey.DESCRIBE_ACLS, self.handle_describe_acls, 1, 3)
         dispatcher.register(ApiKey.CREATE_PARTITIONS, self.handle_create_partitions, 0, 3)
         dispatcher.register(ApiKey.ELECT_LEADERS, self.handle_elect_leaders, 0, 2)
+        dispatcher.register(ApiKey.UPDATE_FEATURES, self.handle_update_features, 0, 2)
         dispatcher.register(ApiKey.DESCRIBE_CONFIGS, self.handle_describe_configs, 1, 4)
         dispatcher.register(ApiKey.INCREMENTAL_ALTER_CONFIGS, self.handle_incremental_alter_configs, 0, 1)
         dispatcher.register(ApiKey.ALTER_CONFIGS, self.handle_alter_configs, 0, 2)
@@ -252,6 +255,21 @@ class AdminApis:
                  "error_message": result.error_message})
         return {"throttle_time": 0, "error_code": 0, "replica_election_results": [
             {"topic": topic, "partition_result": parts} for topic, parts in by_topic.items()]}
+
+    # ---------------------------------------------------------------- features (KIP-584)
+
+    def handle_update_features(self, header, request):
+        """UpdateFeatures: the controller checks every level against its own range and
+        every registered broker's, all or nothing (controller/feature_control.py)."""
+        updates, names = _feature_updates(request)
+        if updates is None:
+            error = ApiError(ErrorCode.INVALID_REQUEST, f"Feature {names[0]} appears more than once.")
+        else:
+            levels, upgrade_types = updates
+            error = self.controller.update_features(levels, upgrade_types,
+                                                    bool(getattr(request, "validate_only", False)))
+            self.broker.publish()
+        return _update_features_response(header.api_version, names, error)
 
     # ---------------------------------------------------------------- configs
 
@@ -599,6 +617,18 @@ class ForwardingAdminApis(AdminApis):
     def handle_incremental_alter_configs(self, header, request):
         return self._forward(header, request)
 
+    def handle_update_features(self, header, request):
+        async def forward():
+            response = await self.broker.channel.forward(header.api_key, header.api_version, request)
+            updates, _ = _feature_updates(request)
+            if int(getattr(response.error_code, "value", response.error_code)) == 0 and updates is not None \
+                    and not getattr(request, "validate_only", False):
+                levels = updates[0]
+                await self.broker.wait_for_metadata(lambda image: all(
+                    image.features.get(name, 0) == level for name, level in levels.items()))
+            return response
+        return forward()
+
     def handle_alter_configs(self, header, request):
         return self._forward(header, request)
 
@@ -676,3 +706,30 @@ def _entity_like(items, data: dict):
     """``data`` as an element of the kio tuple ``items`` (to extend a forwarded response)."""
     from tidelog.protocol.codec import to_entity
     return to_entity(type(items[0]), data) if items else data
+
+def _feature_updates(request) -> tuple[tuple[dict[str, int], dict[str, int]] | None, list[str]]:
+    """``((levels, upgrade types), names)`` of an UpdateFeatures request; ``(None, [the
+    name given twice])`` if a feature is named twice. v0's ``allow_downgrade`` is a safe
+    downgrade (Kafka's ``UpdateFeaturesRequest.upgradeTypeOrDefault``)."""
+    levels: dict[str, int] = {}
+    upgrade_types: dict[str, int] = {}
+    names = [u.feature for u in request.feature_updates]
+    for update in request.feature_updates:
+        if update.feature in levels:
+            return None, [update.feature]
+        levels[update.feature] = int(update.max_version_level)
+        if hasattr(update, "upgrade_type"):
+            upgrade_types[update.feature] = int(update.upgrade_type)
+        else:
+            upgrade_types[update.feature] = (UpgradeType.SAFE_DOWNGRADE if update.allow_downgrade
+                                             else UpgradeType.UPGRADE)
+    return (levels, upgrade_types), names
+
+
+def _update_features_response(version: int, names: list[str], error) -> dict:
+    """Kafka 4's answer: one error for the request; before v2 also one result per feature."""
+    body = {"throttle_time": 0, "error_code": int(error.error_code), "error_message": error.message}
+    if version < 2:
+        body["results"] = [{"feature": name, "error_code": int(error.error_code), "error_message": error.message}
+                           for name in names]
+    return body

@@ -152,6 +152,7 @@ WHOLE_REQUEST: dict[int, Callable[[object], list[Need]]] = {
     ApiKey.ALTER_CONFIGS: _configs(describe=False),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _configs(describe=False),
     ApiKey.ELECT_LEADERS: _cluster(AclOperation.ALTER),
+    ApiKey.UPDATE_FEATURES: _cluster(AclOperation.ALTER),
     ApiKey.DESCRIBE_LOG_DIRS: _cluster(AclOperation.DESCRIBE),
     ApiKey.DESCRIBE_QUORUM: _cluster(AclOperation.DESCRIBE),
     ApiKey.DESCRIBE_ACLS: _cluster(AclOperation.DESCRIBE),

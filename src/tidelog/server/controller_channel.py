@@ -146,7 +146,7 @@ class RemoteController:
             "features": [{"name": f.name, "min_supported_version": f.min_supported_version,
                           "max_supported_version": f.max_supported_version} for f in request.features],
             "rack": request.rack, "is_migrating_zk_broker": False, "log_dirs": list(request.log_dirs),
-            "previous_broker_epoch": -1})
+            "previous_broker_epoch": request.previous_broker_epoch})
         return BrokerRegistrationReply(_code(reply.error_code), None, int(reply.broker_epoch))
 
     async def heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatReply:

@@ -38,6 +38,7 @@ from tidelog.controller.messages import (
     BrokerRegistrationRequest,
     ReplicaDirectory,
 )
+from tidelog.controller.feature_control import BOOTSTRAP_FEATURES
 from tidelog.controller.quorum_controller import QuorumController
 from tidelog.controller.quorum_member import ACTIVATED, DEACTIVATED, QuorumMember
 from tidelog.core.clock import Clock
@@ -133,7 +134,8 @@ class ControllerServer:
             session_timeout_ms=config["broker.session.timeout.ms"],
             default_num_partitions=config["num.partitions"],
             default_replication_factor=config["default.replication.factor"],
-            co_located_broker_id=co_located_broker_id,
+            co_located_broker_id=co_located_broker_id, node_id=self.node_id,
+            bootstrap_features=BOOTSTRAP_FEATURES,
             static_configs={name: str(config[name]).lower() if isinstance(config[name], bool) else str(config[name])
                             for name in STATIC_TOPIC_DEFAULTS if name in config.originals})
         # Only the quorum leader is the active controller, once its leader-change entry
@@ -333,7 +335,8 @@ class ControllerServer:
                             for l in request.listeners),
             features=tuple(BrokerFeature(f.name, int(f.min_supported_version), int(f.max_supported_version))
                            for f in request.features),
-            rack=request.rack, log_dirs=tuple(getattr(request, "log_dirs", None) or ())))
+            rack=request.rack, log_dirs=tuple(getattr(request, "log_dirs", None) or ()),
+            previous_broker_epoch=int(getattr(request, "previous_broker_epoch", -1))))
         return {"throttle_time": 0, "error_code": int(reply.error_code), "broker_epoch": reply.broker_epoch}
 
     def handle_broker_heartbeat(self, header, request):

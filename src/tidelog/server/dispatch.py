@@ -34,6 +34,7 @@ import logging
 from time import monotonic, perf_counter
 from typing import Callable
 
+from tidelog.controller.feature_control import SUPPORTED_FEATURES
 from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import (
@@ -66,6 +67,8 @@ class Dispatcher:
         self.gate: Callable[[RequestHeader, object], dict | None] | None = None
         # Requests answered UNSUPPORTED_VERSION, when the connection has no listener's log.
         self.rejected_log = RateLimitedLog(log)
+        # The node's committed metadata image, for ApiVersions' finalized features (runtime.py).
+        self.metadata_image: Callable[[], object] | None = None
         self.register(ApiKey.API_VERSIONS, self._api_versions, 0, 4)
 
     def register(self, api_key: int, handler: Handler, min_version: int, max_version: int) -> None:
@@ -141,8 +144,17 @@ class Dispatcher:
         return response
 
     def _api_versions(self, header: RequestHeader, request) -> dict:
+        """Versions, and (v3+, KIP-584) the feature levels tidelog supports, those the
+        cluster finalized and their epoch (the offset of the last FeatureLevelRecord),
+        as Kafka's broker answers (controller/feature_control.py)."""
+        image = self.metadata_image() if self.metadata_image is not None else None
+        finalized = dict(image.features) if image is not None else {}
         return {"error_code": 0, "api_keys": self.supported_versions(), "throttle_time": 0,
-                "supported_features": [], "finalized_features_epoch": -1, "finalized_features": [],
+                "supported_features": [{"name": name, "min_version": low, "max_version": high}
+                                       for name, (low, high) in sorted(SUPPORTED_FEATURES.items())],
+                "finalized_features_epoch": image.features_epoch if image is not None and finalized else -1,
+                "finalized_features": [{"name": name, "min_version_level": level, "max_version_level": level}
+                                       for name, level in sorted(finalized.items())],
                 "zk_migration_ready": False}
 
 

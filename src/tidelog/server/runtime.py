@@ -192,6 +192,7 @@ class Server:
             self.metrics = ServerMetrics(config["metrics.host"], config["metrics.port"])
             self.metrics.http.bind()
         self.dispatcher = Dispatcher(self._observer())
+        self.dispatcher.metadata_image = self._published_image
         self.authorizer = self._request_authorizer()
         # Each server's listeners share a memory pool and connection quotas (Kafka's SocketServer).
         self.listener = self._new_listener(self.dispatcher, self.bind_host, self.bind_port,
@@ -213,6 +214,7 @@ class Server:
             controller_limits = ServerLimits.from_config(config)   # KRaft's controller has its own
             for name, host, port in (self.controller_endpoints if self.is_broker else []):
                 dispatcher = Dispatcher(self._observer())
+                dispatcher.metadata_image = self._published_image
                 self._serve_controller_apis(dispatcher)
                 listener = self._new_listener(dispatcher, host, port, controller_limits, name)
                 listener.bind()
@@ -534,6 +536,10 @@ class Server:
     @property
     def image(self):
         return self.node.image if self.node is not None else self.controller_server.image
+
+    def _published_image(self):
+        """The image ApiVersions reads its finalized features from (None before start)."""
+        return None if self.node is None and self.controller_server is None else self.image
 
     def publish(self) -> None:
         """New committed metadata (the controller wrote, or a fetch brought it)."""

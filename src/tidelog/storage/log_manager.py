@@ -4,14 +4,17 @@ Theory of operation. Each log directory (JBOD: one per disk) holds partition
 directories ``<topic>-<partition>`` and, at its root::
 
     .lock                               held while this LogManager owns the directory
-    .kafka_cleanshutdown                present only after a clean shutdown
+    .kafka_cleanshutdown                present only after a clean shutdown: Kafka's
+                                        {"version":0,"broker_epoch":N}, the broker's epoch then
     recovery-point-offset-checkpoint    {tp: recovery point}
     log-start-offset-checkpoint         {tp: log start offset}
     replication-offset-checkpoint       {tp: high watermark} (written for replication)
     cleaner-offset-checkpoint           {tp: where the clean section of a compacted log ends}
 
 Start: lock each directory, note and delete the clean-shutdown marker (so a crash
-from here on forces recovery next time), read the checkpoints, remove
+from here on forces recovery next time; ``previous_broker_epoch`` is the epoch the
+markers name when every directory has one, else -1: the broker registers with it,
+KIP-966's unclean-shutdown detection), read the checkpoints, remove
 ``*-delete`` directories, and ``Log.open`` every partition (skipping recovery
 after a clean shutdown). Shutdown: flush, write every checkpoint, write the marker,
 unlock.
@@ -46,6 +49,7 @@ broker's AssignReplicasToDirs.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
 import uuid
@@ -99,6 +103,7 @@ class LogManager:
         self._offline_dirs: set[str] = set()
         self._offline_partitions: set[TopicPartition] = set()
         self._directory_ids: dict[str, uuid.UUID] = {}     # log dir → its directory.id, once read
+        self._marker_epochs: dict[str, int] = {}           # log dir → its clean-shutdown marker's epoch
         # The driver hands in where new directory ids come from (random in tidelog serve,
         # seeded in the simulator); without one an id is derived from the path.
         self._new_directory_id = new_directory_id
@@ -128,6 +133,7 @@ class LogManager:
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
             had_clean_shutdown = fs.exists(marker)
             if had_clean_shutdown:
+                self._marker_epochs[log_dir] = _marker_epoch(read_whole_file(fs, marker, 1024))
                 fs.remove(marker)
                 fs.fsync_dir(log_dir)
             recovery_points = self._checkpoint(log_dir, RECOVERY_POINT_OFFSET_CHECKPOINT).read()
@@ -417,8 +423,16 @@ class LogManager:
         """Write each directory's ``replication-offset-checkpoint`` with its partitions' HWs."""
         self._write_per_dir(REPLICATION_OFFSET_CHECKPOINT, None, high_watermarks)
 
-    def shutdown(self) -> None:
-        """Flush, write every checkpoint and the clean-shutdown marker, close, unlock."""
+    @property
+    def previous_broker_epoch(self) -> int:
+        """The broker epoch of the last clean shutdown, if every directory shut down
+        cleanly then (and says so); -1 otherwise (Kafka's ``previousBrokerEpoch``)."""
+        epochs = {self._marker_epochs.get(d, -1) for d in self.log_dirs}
+        return epochs.pop() if len(epochs) == 1 else -1
+
+    def shutdown(self, broker_epoch: int = -1) -> None:
+        """Flush, write every checkpoint and the clean-shutdown marker (naming
+        ``broker_epoch``), close, unlock."""
         self._cleaner.abort()
         for log_dir in self.log_dirs:
             logs = self.logs_in_dir(log_dir)
@@ -430,7 +444,7 @@ class LogManager:
                 for log in logs.values():
                     log.close()
                 if log_dir not in self._offline_dirs:
-                    self._write_marker(log_dir)
+                    self._write_marker(log_dir, broker_epoch)
             except (OSError, StorageError) as e:
                 self._mark_dir_offline(log_dir, e)
             self._release_lock(log_dir)
@@ -451,13 +465,9 @@ class LogManager:
         self._checkpoint(log_dir, CLEANER_OFFSET_CHECKPOINT).write(
             {tp: log.cleaner_checkpoint for tp, log in logs.items() if log.cleaner_checkpoint > 0})
 
-    def _write_marker(self, log_dir: str) -> None:
-        marker = self.fs.open(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
-        try:
-            marker.fsync()
-        finally:
-            marker.close()
-        self.fs.fsync_dir(log_dir)
+    def _write_marker(self, log_dir: str, broker_epoch: int) -> None:
+        write_file_atomically(self.fs, os.path.join(log_dir, CLEAN_SHUTDOWN_FILE),
+                              b'{"version":0,"broker_epoch":%d}' % broker_epoch)
 
     # -- failures -----------------------------------------------------------------------
 
@@ -562,3 +572,12 @@ def parse_directory_id(text: str) -> uuid.UUID | None:
         return None
     directory_id = uuid.UUID(bytes=raw)
     return None if directory_id.int < 100 else directory_id
+
+
+def _marker_epoch(data: bytes) -> int:
+    """The broker epoch in a clean-shutdown marker; -1 for an empty (older) or unreadable one."""
+    try:
+        value = json.loads(data.decode("utf-8")).get("broker_epoch", -1)
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return -1
+    return value if isinstance(value, int) and not isinstance(value, bool) else -1
