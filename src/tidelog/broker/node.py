@@ -647,7 +647,8 @@ class BrokerNode:
             epochs = proposal.new_isr_broker_epochs or (-1,) * len(proposal.new_isr)
             epochs = tuple(self.broker_epoch if b == self.node_id else e for b, e in zip(proposal.new_isr, epochs))
             items.append(AlterPartitionItem(topic.topic_id, tp.partition, proposal.leader_epoch,
-                                            proposal.partition_epoch, proposal.new_isr, 0, epochs))
+                                            proposal.partition_epoch, proposal.new_isr,
+                                            proposal.leader_recovery_state, epochs))
             sent[(topic.topic_id, tp.partition)] = (tp, proposal)
         if items:
             self._isr_in_flight = True

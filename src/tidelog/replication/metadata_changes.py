@@ -42,7 +42,8 @@ def apply_local_changes(replica_manager, delta, broker_id: int) -> dict[TopicPar
     states = {}
     for tp, local in assigned:
         p = local.partition
-        states[tp] = PartitionState(p.leader, p.leader_epoch, tuple(p.isr), tuple(p.replicas), p.partition_epoch)
+        states[tp] = PartitionState(p.leader, p.leader_epoch, tuple(p.isr), tuple(p.replicas), p.partition_epoch,
+                                    p.leader_recovery_state)
     if states:
         replica_manager.apply_partition_states(states)
         for tp, local in assigned:

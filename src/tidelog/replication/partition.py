@@ -39,11 +39,14 @@ from dataclasses import dataclass
 
 from tidelog.core.errors import ErrorCode, KafkaError, UnexpectedAppendOffsetError
 from tidelog.core.states import transition
+from tidelog.records.batch import build_marker
 from tidelog.storage.log import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 logger = logging.getLogger("tidelog.partition")
 
 UNDEFINED_EPOCH = -1
+RECOVERED, RECOVERING = 0, 1       # KIP-704's LeaderRecoveryState
+PRODUCER_EPOCH_MAX = 0x7FFF        # a producer epoch is an int16
 UNDEFINED_OFFSET = -1
 NO_TIMESTAMP = -1
 LATEST_TIERED_TIMESTAMP = -5       # ListOffsets: the last tiered offset (no tiered storage: none, -1)
@@ -101,6 +104,8 @@ class PartitionState:
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
     partition_epoch: int
+    # KIP-704: RECOVERING (1) after an unclean election, until the leader reports RECOVERED (0).
+    leader_recovery_state: int = 0
 
 
 
@@ -111,11 +116,13 @@ class IsrState(enum.Enum):
     COMMITTED = "committed"              # the ISR the controller accepted
     PENDING_EXPAND = "pending expand"    # an AlterPartition adding a follower is in flight
     PENDING_SHRINK = "pending shrink"    # an AlterPartition removing followers is in flight
+    PENDING_RECOVERED = "pending recovered"  # KIP-704: the report that recovery is done is in flight
 
 
 class IsrEvent(enum.Enum):
     PROPOSE_EXPAND = "propose expand"            # a caught-up follower may join
     PROPOSE_SHRINK = "propose shrink"            # followers fell behind
+    PROPOSE_RECOVERED = "propose recovered"      # an uncleanly elected leader finished its recovery
     ACCEPTED = "accepted"                        # the controller's answer applied
     REJECTED = "rejected"                        # INELIGIBLE_REPLICA / OPERATION_NOT_ATTEMPTED
     NEW_METADATA = "new metadata"                # become leader / follower replaced the state
@@ -124,11 +131,14 @@ class IsrEvent(enum.Enum):
 ISR_TRANSITIONS = {
     IsrState.COMMITTED: {IsrEvent.PROPOSE_EXPAND: IsrState.PENDING_EXPAND,
                          IsrEvent.PROPOSE_SHRINK: IsrState.PENDING_SHRINK,
+                         IsrEvent.PROPOSE_RECOVERED: IsrState.PENDING_RECOVERED,
                          IsrEvent.NEW_METADATA: IsrState.COMMITTED},
     IsrState.PENDING_EXPAND: {IsrEvent.ACCEPTED: IsrState.COMMITTED, IsrEvent.REJECTED: IsrState.COMMITTED,
                               IsrEvent.NEW_METADATA: IsrState.COMMITTED},
     IsrState.PENDING_SHRINK: {IsrEvent.ACCEPTED: IsrState.COMMITTED, IsrEvent.REJECTED: IsrState.COMMITTED,
                               IsrEvent.NEW_METADATA: IsrState.COMMITTED},
+    IsrState.PENDING_RECOVERED: {IsrEvent.ACCEPTED: IsrState.COMMITTED, IsrEvent.REJECTED: IsrState.COMMITTED,
+                                 IsrEvent.NEW_METADATA: IsrState.COMMITTED},
 }
 
 
@@ -140,12 +150,15 @@ class IsrProposal:
     answers (a newer proposal for the same partition is a different object).
     ``new_isr_broker_epochs`` pairs each ISR member with the broker epoch it last
     fetched with (-1 when unknown, and for the leader itself), for AlterPartition v3+.
+    ``leader_recovery_state`` is what the leader reports (KIP-704): RECOVERED, always —
+    a leader proposes nothing before its recovery is done.
     """
 
     leader_epoch: int
     partition_epoch: int
     new_isr: tuple[int, ...]
     new_isr_broker_epochs: tuple[int, ...] | None = None
+    leader_recovery_state: int = RECOVERED
 
 
 @dataclass
@@ -190,6 +203,7 @@ class Partition:
         self.pending_proposal: IsrProposal | None = None  # the proposal carrying pending_isr
         self.leader_epoch_start_offset: int | None = None
         self.replica_states: dict[int, ReplicaState] = {}
+        self.leader_recovery_state: int = RECOVERED      # as the metadata last said
 
     def __repr__(self) -> str:
         return (f"Partition({self.topic_partition}, broker={self.local_broker_id}, leader={self.leader}, "
@@ -231,6 +245,8 @@ class Partition:
             for r in followers:
                 self.replica_states[r].reset(r in state.isr, now_ms, was_leader)
             self.leader_epoch = state.leader_epoch
+            if state.leader_recovery_state == RECOVERING:
+                self.abort_open_transactions_for_recovery()
         else:
             # Same leader epoch: only the assignment or ISR changed; states are kept.
             self.replica_states = {r: self.replica_states.get(r) or ReplicaState(r) for r in followers}
@@ -239,6 +255,12 @@ class Partition:
         self.isr = tuple(state.isr)
         self._isr_step(IsrEvent.NEW_METADATA)
         self.partition_epoch = state.partition_epoch
+        self.leader_recovery_state = state.leader_recovery_state
+        if state.leader_recovery_state == RECOVERING:
+            # Recovered above (at the epoch's start): say so, as KIP-704's leader does
+            # with AlterPartition. Metadata that still says RECOVERING replaced any
+            # earlier report, so each such state gets a new one.
+            self._propose(self.isr, IsrEvent.PROPOSE_RECOVERED)
         self.maybe_increment_leader_high_watermark(now_ms)
         return not was_leader
 
@@ -258,7 +280,42 @@ class Partition:
         self.replica_states = {}
         self.leader_epoch_start_offset = None
         self.partition_epoch = state.partition_epoch
+        self.leader_recovery_state = state.leader_recovery_state
         return bumped
+
+    # --------------------------------------------- unclean-election recovery
+
+    def abort_open_transactions_for_recovery(self) -> list[tuple[int, int, int]]:
+        """KIP-704's RECOVERING leader, doing more than Kafka's: before it serves anyone,
+        a leader elected from outside the ISR aborts every transaction its producer state
+        shows open (docs/transactions.md, "Unclean elections").
+
+        Such a leader may lack markers the old lineage wrote: an open transaction here
+        may have been committed or aborted already, and nobody will write its marker
+        again — the last stable offset would stay behind it for good, and the
+        producer's next transaction would join it, so that transaction's COMMIT would
+        expose records that were aborted. Each ABORT marker carries the producer's
+        epoch plus one (Kafka's fencing bump), so on this partition the old epoch can
+        neither add records to the transaction (INVALID_PRODUCER_EPOCH, and the
+        producer aborts and bumps its epoch) nor commit it: the coordinator's COMMIT at
+        that epoch is answered INVALID_PRODUCER_EPOCH, which tells it the partition has
+        already resolved the transaction (``TransactionCoordinator``). The coordinator
+        epoch stays the one the partition last saw, so the real coordinator's markers
+        are not fenced. Returns ``(producer id, fenced epoch, first offset)`` per abort."""
+        log = self.log
+        aborted = []
+        for producer_id, epoch, _, _, coordinator_epoch, first_offset in log.active_producers():
+            if first_offset < 0:
+                continue
+            bumped = min(epoch + 1, PRODUCER_EPOCH_MAX)
+            marker = build_marker(producer_id, bumped, False, coordinator_epoch, log.clock.now_ms())
+            log.append_as_leader(marker, self.leader_epoch, from_coordinator=True)
+            aborted.append((producer_id, epoch, first_offset))
+        if aborted:
+            logger.warning("%s: uncleanly elected at leader epoch %d; aborted the transactions its log left "
+                           "open (producer, epoch fenced, first offset): %s", self.topic_partition,
+                           self.leader_epoch, aborted)
+        return aborted
 
     # ------------------------------------------------------ high watermark
 

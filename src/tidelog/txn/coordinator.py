@@ -15,7 +15,10 @@ own replica manager, or a WriteTxnMarkers request to another broker). The
 transaction is complete when every partition answered NONE, or UNKNOWN_TOPIC_OR_PARTITION
 for a topic the coordinator's metadata no longer has (deleted) — a broker still
 loading its metadata says the same of a live partition, and its marker must be
-retried; otherwise the shard retries after a backoff.
+retried — or INVALID_PRODUCER_EPOCH: the partition has already settled the
+transaction at a newer epoch (an uncleanly elected leader aborts what its log left
+open and fences that epoch before it serves; ``_RESOLVED``); otherwise the shard
+retries after a backoff.
 
 Time: the shards' timers (marker retries, the periodic timeout and expiration
 check) run on the runtime's monotonic ``now_ms()``; the timestamps stored in
@@ -46,6 +49,13 @@ WriteMarkers = Callable[[int, int, int, bool, int, list, Callable[[dict], None]]
 # A partition that answers these is done only if the topic is really gone from the
 # coordinator's metadata (deleted); a broker still loading may say the same of a live one.
 _UNKNOWN = {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID}
+# A partition that answers INVALID_PRODUCER_EPOCH has seen a newer epoch of the producer
+# than the marker's. Only two writers raise it there: this transaction's own coordinator
+# at a later step (so this coordinator is deposed and its COMPLETE write will fail), or
+# an uncleanly elected leader that aborted the transaction before serving, fencing the
+# epoch (Partition.abort_open_transactions_for_recovery). Either way the partition's
+# outcome is settled and retrying cannot change it: the marker counts as delivered.
+_RESOLVED = {ErrorCode.NONE, ErrorCode.INVALID_PRODUCER_EPOCH}
 
 
 def transaction_state_topic(settings, alive_brokers: int) -> CreatableTopic:
@@ -95,7 +105,13 @@ class TransactionCoordinator(CoordinatorRuntime):
             if broker_id not in waiting:
                 return
             waiting.discard(broker_id)
-            failed.extend((tp, e) for tp, e in errors.items() if ErrorCode(e) != ErrorCode.NONE
+            for tp, e in errors.items():
+                if ErrorCode(e) == ErrorCode.INVALID_PRODUCER_EPOCH:
+                    log.warning("%s has moved past epoch %d of producer %d: its uncleanly elected leader "
+                                "aborted the transaction there (or a newer coordinator wrote the markers); "
+                                "no %s marker is written there", tp, producer_epoch, producer_id,
+                                "COMMIT" if commit else "ABORT")
+            failed.extend((tp, e) for tp, e in errors.items() if ErrorCode(e) not in _RESOLVED
                           and not (ErrorCode(e) in _UNKNOWN and not self._partition_exists(tp)))
             if not waiting:
                 if failed:

@@ -1,0 +1,229 @@
+"""A leader elected from outside the ISR (KIP-704's RECOVERING) aborts, before it
+serves, the transactions its log left open (docs/transactions.md, "Unclean
+elections"). The two simulator failures this prevents (issue 28 item 3):
+
+* seed 20091: the new leader lacked the marker of a transaction the old lineage had
+  ended; nobody writes it again, so the last stable offset stayed behind it and a
+  read_committed consumer waited for ever;
+* seed 10570: the new leader lacked an ABORT marker; the producer's next transaction
+  (same producer, same epoch) joined the one still open here, and its COMMIT made the
+  aborted records visible to read_committed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tidelog.core.errors import ErrorCode, KafkaError
+from tidelog.records.batch import CONTROL_ABORT, build_batch, build_marker, iter_batches, iter_records, read_control
+from tidelog.replication.partition import RECOVERED, RECOVERING, Isolation, PartitionState
+
+from .conftest import T0_MS
+
+PID, EPOCH, COORDINATOR_EPOCH = 7, 3, 5
+
+
+def txn_batch(base_offset: int, leader_epoch: int, sequence: int, *vals: str, epoch: int = EPOCH) -> bytes:
+    """A transactional batch as the old leader wrote it (offsets and epoch set)."""
+    return build_batch([v.encode() for v in vals], base_offset=base_offset, partition_leader_epoch=leader_epoch,
+                       timestamp_ms=T0_MS, producer_id=PID, producer_epoch=epoch, base_sequence=sequence,
+                       is_transactional=True)
+
+
+def client_txn_batch(sequence: int, *vals: str, epoch: int = EPOCH) -> bytes:
+    return build_batch([v.encode() for v in vals], timestamp_ms=T0_MS, producer_id=PID, producer_epoch=epoch,
+                       base_sequence=sequence, is_transactional=True)
+
+
+def marker(commit: bool, epoch: int = EPOCH, base_offset: int = 0, leader_epoch: int = -1) -> bytes:
+    data = bytearray(build_marker(PID, epoch, commit, COORDINATOR_EPOCH, T0_MS))
+    if leader_epoch >= 0:       # as the old leader wrote it
+        from tidelog.records.batch import set_base_offset, set_partition_leader_epoch
+        set_base_offset(data, 0, base_offset)
+        set_partition_leader_epoch(data, 0, leader_epoch)
+    return bytes(data)
+
+
+def read_committed(partition) -> list[bytes]:
+    """What a read_committed consumer gets from offset 0, as Kafka's consumer reads:
+    up to the last stable offset, dropping the aborted transactions the answer names."""
+    result = partition.read_records(0, 1 << 20, Isolation.TXN_COMMITTED, partition.leader_epoch)
+    assert result.error == ErrorCode.NONE
+    if result.records is None:
+        return []
+    data = result.records.read_bytes()
+    pending = sorted(result.aborted_transactions, key=lambda t: t.first_offset)
+    aborting, seen = set(), []
+    for position, header in iter_batches(data):
+        while pending and pending[0].first_offset <= header.last_offset:
+            aborting.add(pending.pop(0).producer_id)
+        if header.is_control:
+            if read_control(data, position)[0] == CONTROL_ABORT:
+                aborting.discard(header.producer_id)
+            continue
+        if header.is_transactional and header.producer_id in aborting:
+            continue
+        seen += [r.value for r in iter_records(data, position)]
+    return seen
+
+
+def stale_follower(make, *batches: bytes):
+    """Broker 1, a follower of broker 0 at leader epoch 0 that copied ``batches`` and
+    then fell out of the ISR (the old leader went on without it)."""
+    follower = make.follower(1, leader=0, replicas=(0, 1), leader_epoch=0)
+    for data in batches:
+        follower.append_records_as_follower(data)
+    return follower
+
+
+def elect(partition, recovery_state: int, now_ms: int, leader_epoch: int = 1):
+    partition.make_leader(PartitionState(partition.local_broker_id, leader_epoch, (partition.local_broker_id,),
+                                         (0, 1), 1, recovery_state), now_ms)
+
+
+def test_unclean_leader_aborts_the_open_transaction_so_the_lso_moves(make, clock):
+    """Seed 20091: the old lineage ended the transaction; its marker never reached broker
+    1. Elected uncleanly, broker 1 aborts it before serving: the last stable offset
+    reaches the high watermark and read_committed does not wait for ever."""
+    follower = stale_follower(make, build_batch([b"plain"], base_offset=0, partition_leader_epoch=0,
+                                                timestamp_ms=T0_MS),
+                              txn_batch(1, 0, 0, "tx-a", "tx-b"))
+    assert follower.log.ongoing_transactions() == {PID: 1}
+    elect(follower, RECOVERING, clock.monotonic_ms())
+    log = follower.log
+    assert log.ongoing_transactions() == {}
+    assert log.log_end_offset == 4                           # the recovery's ABORT marker at offset 3
+    assert log.high_watermark == 4 and log.last_stable_offset == 4
+    assert read_committed(follower) == [b"plain"]
+    aborted = follower.read_records(0, 1 << 20, Isolation.TXN_COMMITTED, 1).aborted_transactions
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in aborted] == [(PID, 1, 3)]
+    # The marker fences the producer's epoch on this partition, keeping the coordinator epoch.
+    (entry,) = [p for p in log.active_producers() if p[0] == PID]
+    assert entry[1] == EPOCH + 1 and entry[4] == -1
+
+
+def test_a_later_commit_cannot_expose_records_the_old_lineage_aborted(make, clock):
+    """Seed 10570: the old leader's ABORT marker was lost with the unclean election. The
+    same producer at the same epoch then tries its next transaction here and the
+    coordinator sends its COMMIT: neither may make the aborted records visible."""
+    follower = stale_follower(make, txn_batch(0, 0, 0, "tx-34-1-0"))
+    elect(follower, RECOVERING, clock.monotonic_ms())
+    with pytest.raises(KafkaError) as refused:
+        follower.append_records_to_leader(client_txn_batch(1, "tx-35-1-0"), 1)
+    assert refused.value.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    with pytest.raises(KafkaError) as fenced:
+        follower.append_records_to_leader(marker(commit=True), 1, from_coordinator=True)
+    assert fenced.value.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert read_committed(follower) == []
+    # The producer re-initializes (the coordinator aborts at epoch + 1, then hands out + 2).
+    follower.append_records_to_leader(marker(commit=False, epoch=EPOCH + 1), 1, from_coordinator=True)
+    follower.append_records_to_leader(client_txn_batch(0, "tx-36-1-0", epoch=EPOCH + 2), 1)
+    follower.append_records_to_leader(marker(commit=True, epoch=EPOCH + 2), 1, from_coordinator=True)
+    assert read_committed(follower) == [b"tx-36-1-0"]
+
+
+def test_without_recovery_the_commit_would_expose_them(make, clock):
+    """The failure itself, with a clean election (RECOVERED: no recovery runs): the next
+    transaction joins the open one and its COMMIT exposes the aborted record. A leader
+    elected from the ISR holds every marker that was committed, so this cannot happen
+    there; it shows what the recovery prevents."""
+    follower = stale_follower(make, txn_batch(0, 0, 0, "tx-34-1-0"))
+    elect(follower, RECOVERED, clock.monotonic_ms())
+    follower.append_records_to_leader(client_txn_batch(1, "tx-35-1-0"), 1)
+    follower.append_records_to_leader(marker(commit=True), 1, from_coordinator=True)
+    assert read_committed(follower) == [b"tx-34-1-0", b"tx-35-1-0"]
+
+
+def test_a_clean_election_leaves_open_transactions_open(make, clock):
+    follower = stale_follower(make, txn_batch(0, 0, 0, "a"))
+    elect(follower, RECOVERED, clock.monotonic_ms())
+    assert follower.log.ongoing_transactions() == {PID: 0}
+    assert follower.log.last_stable_offset == 0
+
+
+def test_recovery_runs_once_per_leader_epoch(make, clock):
+    """Metadata applied again at the same leader epoch (an ISR change) does not abort the
+    transactions the recovered leader has taken since."""
+    follower = stale_follower(make, txn_batch(0, 0, 0, "old"))
+    elect(follower, RECOVERING, clock.monotonic_ms())
+    follower.append_records_to_leader(marker(commit=False, epoch=EPOCH + 1), 1, from_coordinator=True)
+    follower.append_records_to_leader(client_txn_batch(0, "new", epoch=EPOCH + 2), 1)
+    elect(follower, RECOVERING, clock.monotonic_ms())          # same epoch 1
+    assert follower.log.ongoing_transactions() == {PID: 3}
+
+
+def test_the_old_leader_keeps_the_abort_after_truncating_to_the_new_leaders_log(make, clock):
+    """The old leader had the transaction's COMMIT; the unclean leader aborted it. Back
+    as a follower, the old leader truncates to the new leader's log and copies its ABORT
+    marker: its producer state and aborted-transaction index follow the new lineage, and
+    still do after a restart (rebuilt from the snapshot and the log)."""
+    old = make.follower(0, leader=1, replicas=(0, 1), leader_epoch=1)
+    old.append_records_as_follower(txn_batch(0, 0, 0, "x"))
+    old.append_records_as_follower(marker(commit=True, base_offset=1, leader_epoch=0))
+    assert old.log.ongoing_transactions() == {} and old.log.collect_aborted_transactions(0, 10) == []
+    old.truncate_to(1)                                    # the new leader's epoch 1 starts at 1
+    assert old.log.ongoing_transactions() == {PID: 0}
+    old.append_records_as_follower(marker(commit=False, epoch=EPOCH + 1, base_offset=1, leader_epoch=1))
+    old.update_follower_high_watermark(2)
+    assert old.log.ongoing_transactions() == {}
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in old.log.collect_aborted_transactions(0, 2)] \
+        == [(PID, 0, 1)]
+    directory, config = old.log.directory, old.log.config
+    old.log.close()
+    from tidelog.storage.log import Log
+    reopened = Log.open(directory, config, clock)
+    try:
+        assert reopened.ongoing_transactions() == {}
+        assert [(t.producer_id, t.first_offset, t.last_offset)
+                for t in reopened.collect_aborted_transactions(0, 2)] == [(PID, 0, 1)]
+    finally:
+        reopened.close()
+
+
+def test_the_recovered_leader_reports_it_with_alter_partition(make, clock):
+    """KIP-704: the leader says RECOVERED with an AlterPartition of its unchanged ISR; no
+    ISR expansion is proposed before that report is answered."""
+    from tidelog.replication.partition import IsrState
+    follower = stale_follower(make, txn_batch(0, 0, 0, "a"))
+    elect(follower, RECOVERING, clock.monotonic_ms())
+    proposal = follower.pending_proposal
+    assert follower.isr_state is IsrState.PENDING_RECOVERED
+    assert (proposal.leader_epoch, proposal.new_isr, proposal.leader_recovery_state) == (1, (1,), RECOVERED)
+    assert follower.maybe_expand_isr(0) is None
+    follower.on_alter_partition_response(ErrorCode.NONE, 1, 2, (1,), clock.monotonic_ms(), proposal)
+    assert follower.isr_state is IsrState.COMMITTED and follower.partition_epoch == 2
+    # The metadata brings RECOVERED: nothing more to report, nothing aborted again.
+    follower.make_leader(PartitionState(1, 1, (1,), (0, 1), 2, RECOVERED), clock.monotonic_ms())
+    assert follower.pending_proposal is None and follower.leader_recovery_state == RECOVERED
+
+
+def test_the_replica_manager_recovers_on_a_recovering_state_and_queues_the_report(tmp_path):
+    """The path the broker takes: metadata that makes this broker leader with
+    leader_recovery_state RECOVERING; the abort is in the log before any request is
+    served, and the RECOVERED report waits in ``pending_isr_proposals`` for the node's
+    next AlterPartition."""
+    import os
+
+    from tidelog.core.clock import ManualClock
+    from tidelog.core.ids import TopicPartition
+    from tidelog.replication.fetcher import FetcherConfig
+    from tidelog.replication.partition import ReplicationSettings
+    from tidelog.replication.replica_manager import ReplicaManager
+    from tidelog.storage.crashable import CrashableFileSystem
+    from tidelog.storage.log_manager import LogManager
+
+    tp, alive = TopicPartition("tx", 0), {1: 101, 2: 102}
+    clock = ManualClock(T0_MS)
+    manager = ReplicaManager(1, LogManager([os.path.join(str(tmp_path), "logs")], clock,
+                                           CrashableFileSystem(str(tmp_path))),
+                             clock, lambda topic: ReplicationSettings(2), alive_broker_epoch=alive.get,
+                             fetcher_config=FetcherConfig(), is_broker_alive=lambda b: b in alive)
+    manager.broker_epoch = 101
+    manager.apply_partition_states({tp: PartitionState(2, 0, (1, 2), (1, 2), 0)})      # a follower
+    manager.get_partition(tp).append_records_as_follower(txn_batch(0, 0, 0, "tx-1-0-0"))
+    manager.apply_partition_states({tp: PartitionState(1, 1, (1,), (1, 2), 1, RECOVERING)})
+    partition = manager.get_partition(tp)
+    assert partition.log.ongoing_transactions() == {}
+    assert [(t.producer_id, t.first_offset) for t in partition.log.collect_aborted_transactions(0, 2)] == [(PID, 0)]
+    (report,) = manager.drain_isr_proposals().values()
+    assert (report.new_isr, report.leader_recovery_state) == ((1,), RECOVERED)
