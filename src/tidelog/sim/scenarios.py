@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tidelog.core.errors import ErrorCode
+from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.core.ids import TopicPartition
 from tidelog.records.batch import build_batch, iter_batches, iter_records
 from tidelog.replication.fetcher import FetcherState, FetchRequestPlan, ListOffsetsPlan, OffsetsForLeaderEpochPlan
@@ -1006,6 +1006,81 @@ def quorum_leader_killed(s: Script) -> tuple[bool, dict]:
     return s.outcome()
 
 
+def unclean_open_transaction(s: Script) -> tuple[bool, dict]:
+    """Issue 28 item 3 (seeds 20091 and 10570 of an earlier build). Producer 7's
+    transaction T1 reaches both replicas; the follower B is cut off and leaves the
+    ISR; the coordinator's ABORT marker for T1 reaches the leader A only; A dies and
+    B is elected uncleanly (RECOVERING), without the marker. B must abort T1 before
+    it serves — else its last stable offset stays at T1 for good (20091) — fencing
+    producer 7's epoch there, so that the same producer's next transaction cannot
+    join T1 and its COMMIT cannot expose T1's aborted record (10570). B reports
+    RECOVERED; A, back, truncates to B's log and keeps the abort. (The transaction's
+    batches and markers are appended as the produce path and WriteTxnMarkers do,
+    without the coordinator.)"""
+    from tidelog.records.batch import CONTROL_ABORT, build_marker, read_control
+    from tidelog.replication.partition import Isolation
+    a = s.leader()
+    b = next(r for r in s.sim.controller.image.partition(TP).replicas if r != a)
+
+    def txn_batch(sequence: int, value: str) -> bytes:
+        return build_batch([value.encode()], timestamp_ms=s.now, producer_id=7, producer_epoch=0,
+                           base_sequence=sequence, is_transactional=True)
+
+    def marker(broker: int, commit: bool) -> str:
+        try:
+            s.partition(broker).append_records_to_leader(build_marker(7, 0, commit, 0, s.now), 1,
+                                                         from_coordinator=True)
+            return "NONE"
+        except KafkaError as e:
+            return e.error_code.name
+
+    def read_committed(broker: int) -> list[bytes]:
+        partition = s.partition(broker)
+        result = partition.read_records(0, 1 << 20, Isolation.TXN_COMMITTED, partition.leader_epoch)
+        data = b"" if result.records is None else result.records.read_bytes()
+        aborted = sorted((t.first_offset, t.producer_id) for t in result.aborted_transactions or ())
+        aborting, seen = set(), []
+        for position, header in iter_batches(data):
+            while aborted and aborted[0][0] <= header.last_offset:
+                aborting.add(aborted.pop(0)[1])
+            if header.is_control:
+                if read_control(data, position)[0] == CONTROL_ABORT:
+                    aborting.discard(header.producer_id)
+            elif not (header.is_transactional and header.producer_id in aborting):
+                seen += [r.value for r in iter_records(data, position)]
+        return seen
+
+    s.partition(a).append_records_to_leader(txn_batch(0, "tx-1-0"), 1)
+    s.wait(lambda: s.leo(b) == 1 and s.hw(a) == 1, "T1's record on both replicas")
+    s.sim.network.partition(f"b{a}", f"b{b}")
+    s.shrink((a,), "B leaves the ISR")
+    s.expect("the ABORT marker of T1 on A", marker(a, commit=False), "NONE")
+    s.sim.kill(a)
+    s.wait(lambda: s.leads(b), "B is elected uncleanly")
+    log = s.partition(b).log
+    s.expect("B's open transactions once it leads", log.ongoing_transactions(), {})
+    s.expect("B's last stable offset reaches its high watermark", log.last_stable_offset, log.high_watermark)
+    s.expect("T1 in B's aborted-transaction index", [(t.producer_id, t.first_offset)
+                                                     for t in log.collect_aborted_transactions(0, 1 << 30)],
+             [(7, 0)])
+    try:
+        s.partition(b).append_records_to_leader(txn_batch(1, "tx-2-0"), 1)
+        next_txn = "NONE"
+    except KafkaError as e:
+        next_txn = e.error_code.name
+    s.expect("producer 7's next transaction at the same epoch on B", next_txn, "INVALID_PRODUCER_EPOCH")
+    s.expect("the coordinator's COMMIT at that epoch on B", marker(b, commit=True), "INVALID_PRODUCER_EPOCH")
+    s.expect("T1's record read with read_committed on B", b"tx-1-0" in read_committed(b), False)
+    s.wait(lambda: s.sim.controller.image.partition(TP).leader_recovery_state == 0,
+           "B reports RECOVERED (KIP-704)")
+    s.sim.network.heal()
+    s.sim.start(a)
+    s.converge([a, b])
+    s.expect("A's open transactions after following B", s.partition(a).log.ongoing_transactions(), {})
+    s.expect("T1's record read with read_committed on A's copy", b"tx-1-0" in read_committed(a), False)
+    return s.outcome()
+
+
 SCENARIOS = {scenario.name: scenario for scenario in [
     Scenario("kip-101-1", "KIP-101 scenario 1", "m2 survives: A asks where epoch 0 ends instead of truncating to its HW",
              _config(2, (2, 1), 1, True), kip_101_1),
@@ -1024,6 +1099,11 @@ SCENARIOS = {scenario.name: scenario for scenario in [
     Scenario("jepsen-2013-safe", "Jepsen 2013 Kafka analysis", "min ISR 2, clean election: acks=all refused with "
              "NOT_ENOUGH_REPLICAS, no leader rather than an unclean one, nothing acknowledged is lost",
              _config(3, (1, 2, 3), 2, False), lambda s: jepsen_2013(s, True)),
+    Scenario("unclean-open-transaction", "KIP-704, issue 28 item 3", "the uncleanly elected leader lacks T1's "
+             "ABORT marker and aborts T1 before serving: its LSO reaches the HW, producer 7's old epoch is fenced "
+             "there (its next transaction and the coordinator's COMMIT refused), T1's record never read with "
+             "read_committed; RECOVERED reported; the old leader follows and keeps the abort",
+             _config(2, (1, 2), 1, True), unclean_open_transaction),
     Scenario("stale-leader-write", "Kafka: stale leader write", "the stale leader's acks=1 write is acknowledged "
              "and truncated away, its acks=all write never acknowledged; logs converge",
              _config(3, (1, 2, 3), 2, False), stale_leader_write),

@@ -1,0 +1,256 @@
+package main
+
+// The admin calls, through kadm on a named client.
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+)
+
+func (d *driver) admin(c command) (*kadm.Client, error) {
+	m, err := d.get(c.str("name"))
+	if err != nil {
+		return nil, err
+	}
+	return kadm.NewClient(m.client), nil
+}
+
+func errText(err error) any {
+	if err == nil {
+		return nil
+	}
+	return errorKind(err)
+}
+
+func init() {
+	// {"topics": [{"name", "partitions", "replication_factor", "configs": {k: v}}]} -> {name: "created" | error}
+	handlers["admin.createTopics"] = func(d *driver, c command) (any, error) {
+		adm, err := d.admin(c)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := c.timeout(30_000)
+		defer cancel()
+		out := map[string]any{}
+		raw, _ := c["topics"].([]any)
+		for _, t := range raw {
+			spec := command(t.(map[string]any))
+			configs := map[string]*string{}
+			for k, v := range spec.sub("configs") {
+				value := fmt.Sprint(v)
+				configs[k] = &value
+			}
+			resps, err := adm.CreateTopics(ctx, int32(spec.num("partitions", 1)), int16(spec.num("replication_factor", -1)),
+				configs, spec.str("name"))
+			resp := resps[spec.str("name")]
+			switch {
+			case err != nil:
+				return nil, err
+			case resp.Err != nil:
+				out[spec.str("name")] = map[string]any{"error": errorKind(resp.Err), "message": resp.ErrMessage}
+			default:
+				out[spec.str("name")] = map[string]any{"partitions": resp.NumPartitions,
+					"replication_factor": resp.ReplicationFactor}
+			}
+		}
+		return out, nil
+	}
+	// {"topics": [...] (none: all), "internal": bool} -> {topic: {"internal", "partitions": [...]}}
+	handlers["admin.listTopics"] = func(d *driver, c command) (any, error) {
+		adm, err := d.admin(c)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := c.timeout(30_000)
+		defer cancel()
+		var details kadm.TopicDetails
+		if c.flag("internal", false) {
+			details, err = adm.ListTopicsWithInternal(ctx, c.strs("topics")...)
+		} else {
+			details, err = adm.ListTopics(ctx, c.strs("topics")...)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]any{}
+		for name, t := range details {
+			partitions := []map[string]any{}
+			for _, p := range t.Partitions.Sorted() {
+				partitions = append(partitions, map[string]any{"partition": p.Partition, "leader": p.Leader,
+					"leader_epoch": p.LeaderEpoch, "replicas": p.Replicas, "isr": p.ISR, "error": errText(p.Err)})
+			}
+			out[name] = map[string]any{"internal": t.IsInternal, "partitions": partitions, "error": errText(t.Err),
+				"id": t.ID.String()}
+		}
+		return out, nil
+	}
+	// {"topics": [...]} -> {topic: {config: {"value", "source"}}}
+	handlers["admin.describeTopicConfigs"] = func(d *driver, c command) (any, error) {
+		adm, err := d.admin(c)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := c.timeout(30_000)
+		defer cancel()
+		resources, err := adm.DescribeTopicConfigs(ctx, c.strs("topics")...)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]any{}
+		for _, r := range resources {
+			if r.Err != nil {
+				out[r.Name] = map[string]any{"error": errorKind(r.Err), "message": r.ErrMessage}
+				continue
+			}
+			configs := map[string]any{}
+			for _, cfg := range r.Configs {
+				configs[cfg.Key] = map[string]any{"value": cfg.Value, "source": cfg.Source.String(),
+					"synonyms": len(cfg.Synonyms)}
+			}
+			out[r.Name] = configs
+		}
+		return out, nil
+	}
+	// -> {group: {"state", "protocol_type", "type"}}
+	handlers["admin.listGroups"] = func(d *driver, c command) (any, error) {
+		adm, err := d.admin(c)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := c.timeout(30_000)
+		defer cancel()
+		groups, err := adm.ListGroups(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]any{}
+		for name, g := range groups {
+			out[name] = map[string]any{"state": g.State, "protocol_type": g.ProtocolType, "type": g.GroupType,
+				"coordinator": g.Coordinator}
+		}
+		return out, nil
+	}
+	// {"groups": [...]} -> {group: {"state", "protocol", "members": [{"client_id", "assigned": {t: [p]}}]}}
+	handlers["admin.describeGroups"] = func(d *driver, c command) (any, error) {
+		adm, err := d.admin(c)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := c.timeout(30_000)
+		defer cancel()
+		groups, err := adm.DescribeGroups(ctx, c.strs("groups")...)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]any{}
+		for name, g := range groups {
+			members := []map[string]any{}
+			for _, m := range g.Members {
+				assigned := map[string][]int32{}
+				if a, ok := m.Assigned.AsConsumer(); ok {
+					for _, t := range a.Topics {
+						ps := append([]int32(nil), t.Partitions...)
+						sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+						assigned[t.Topic] = ps
+					}
+				}
+				members = append(members, map[string]any{"member_id": m.MemberID, "client_id": m.ClientID,
+					"assigned": assigned})
+			}
+			out[name] = map[string]any{"state": g.State, "protocol_type": g.ProtocolType, "protocol": g.Protocol,
+				"members": members, "error": errText(g.Err), "coordinator": g.Coordinator.NodeID}
+		}
+		return out, nil
+	}
+	// {"group", "require_stable"} -> {topic: {partition: offset}} (OffsetFetch)
+	handlers["admin.fetchOffsets"] = func(d *driver, c command) (any, error) {
+		adm, err := d.admin(c)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := c.timeout(30_000)
+		defer cancel()
+		if c.flag("require_stable", false) { // KIP-447: wait out pending transactional commits
+			ctx = kadm.RequireStable(ctx)
+		}
+		offsets, err := adm.FetchOffsets(ctx, c.str("group"))
+		if err != nil {
+			return nil, err
+		}
+		if err := offsets.Error(); err != nil {
+			return nil, err
+		}
+		out := map[string]map[string]any{}
+		offsets.Each(func(o kadm.OffsetResponse) {
+			if out[o.Topic] == nil {
+				out[o.Topic] = map[string]any{}
+			}
+			out[o.Topic][fmt.Sprint(o.Partition)] = o.At
+		})
+		return out, nil
+	}
+	// {"topics": [...], "committed": bool} -> {topic: {partition: offset}} (ListOffsets latest,
+	// or with read_committed isolation the last stable offset)
+	handlers["admin.listEndOffsets"] = func(d *driver, c command) (any, error) {
+		adm, err := d.admin(c)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := c.timeout(30_000)
+		defer cancel()
+		var listed kadm.ListedOffsets
+		if c.flag("committed", false) {
+			listed, err = adm.ListCommittedOffsets(ctx, c.strs("topics")...)
+		} else {
+			listed, err = adm.ListEndOffsets(ctx, c.strs("topics")...)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := listed.Error(); err != nil {
+			return nil, err
+		}
+		out := map[string]map[string]any{}
+		listed.Each(func(o kadm.ListedOffset) {
+			if out[o.Topic] == nil {
+				out[o.Topic] = map[string]any{}
+			}
+			out[o.Topic][fmt.Sprint(o.Partition)] = o.Offset
+		})
+		return out, nil
+	}
+}
+
+func init() {
+	// KIP-848 groups (ConsumerGroupDescribe): {"groups": [...]} -> {group: {"state", "epoch",
+	// "assignor", "members": [{"member_id", "client_id", "epoch", "assigned": {t: [p]}}]}}
+	handlers["admin.describeConsumerGroups"] = func(d *driver, c command) (any, error) {
+		adm, err := d.admin(c)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := c.timeout(30_000)
+		defer cancel()
+		groups, err := adm.DescribeConsumerGroups(ctx, c.strs("groups")...)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]any{}
+		for name, g := range groups {
+			members := []map[string]any{}
+			for _, m := range g.Members {
+				assigned := map[string][]int32{}
+				for _, tp := range m.Assignment.Sorted() {
+					assigned[tp.Topic] = tp.Partitions
+				}
+				members = append(members, map[string]any{"member_id": m.MemberID, "client_id": m.ClientID,
+					"epoch": m.MemberEpoch, "assigned": assigned})
+			}
+			out[name] = map[string]any{"state": g.State, "epoch": g.Epoch, "assignor": g.AssignorName,
+				"members": members, "error": errText(g.Err)}
+		}
+		return out, nil
+	}
+}

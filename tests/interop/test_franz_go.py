@@ -1,0 +1,271 @@
+"""franz-go (Go, github.com/twmb/franz-go with kadm) against a 3-broker ``tidelog cluster up``.
+
+One driver process per module (interop/go, tests/interop/line_driver.py), one cluster per
+module: replication factor 3, ``min.insync.replicas=2``. Producers are franz-go's default,
+idempotent with acks=all.
+"""
+
+import pytest
+
+from tests.interop.line_driver import DriverError, go_driver, missing_go
+from tests.interop.test_java_cluster import UpCluster, tidelog_cluster
+from tidelog.testing import wait_until
+
+NEEDS_JAVA = False    # tests/interop/conftest.py: these run without a JDK
+pytestmark = pytest.mark.skipif(missing_go() is not None, reason=f"franz-go tests skipped: {missing_go()}")
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+@pytest.fixture(scope="module")
+def go():
+    driver = go_driver()
+    try:
+        yield driver
+    finally:
+        driver.close()
+        driver.remove_log()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, go):
+    up = UpCluster(tmp_path_factory.mktemp("franz-go"), secure=False)
+    try:
+        go.call("client.create", name="admin", config={"brokers": up.bootstrap.split(",")})
+        yield up
+    finally:
+        up.down()
+
+
+def create_topic(go, name, partitions, configs=None):
+    created = go.call("admin.createTopics", name="admin", topics=[{
+        "name": name, "partitions": partitions, "replication_factor": 3,
+        "configs": {"min.insync.replicas": "2", **(configs or {})}}])
+    assert created == {name: {"partitions": partitions, "replication_factor": 3}}, created
+    # Metadata on every broker knows it once each partition has a leader.
+    wait_until(lambda: all(p["leader"] >= 0 for p in go.call("admin.listTopics", name="admin", topics=[name])
+                           [name]["partitions"]), 30, f"leaders for {name}")
+
+
+def client(go, name, cluster, **config):
+    go.call("client.create", name=name, config={"brokers": cluster.bootstrap.split(","), **config})
+
+
+def values(records):
+    return sorted(r["value"] for r in records)
+
+
+def test_admin_topics_and_configs_through_kadm(go, cluster):
+    create_topic(go, "franz-admin", 3, {"cleanup.policy": "compact"})
+    again = go.call("admin.createTopics", name="admin", topics=[{"name": "franz-admin", "partitions": 3,
+                                                                 "replication_factor": 3}])
+    assert again["franz-admin"]["error"] == "TOPIC_ALREADY_EXISTS"
+    too_many = go.call("admin.createTopics", name="admin", topics=[{"name": "franz-rf4", "partitions": 1,
+                                                                    "replication_factor": 4}])
+    assert too_many["franz-rf4"]["error"] == "INVALID_REPLICATION_FACTOR"
+
+    listed = go.call("admin.listTopics", name="admin")
+    assert "franz-admin" in listed and "__consumer_offsets" not in listed
+    partitions = listed["franz-admin"]["partitions"]
+    assert [p["partition"] for p in partitions] == [0, 1, 2]
+    assert all(sorted(p["replicas"]) == [1, 2, 3] and sorted(p["isr"]) == [1, 2, 3] and p["error"] is None
+               for p in partitions)
+    assert sorted(p["leader"] for p in partitions) == [1, 2, 3]
+
+    configs = go.call("admin.describeTopicConfigs", name="admin", topics=["franz-admin", "franz-missing"])
+    assert configs["franz-admin"]["cleanup.policy"]["value"] == "compact"
+    assert configs["franz-admin"]["cleanup.policy"]["source"] == "DYNAMIC_TOPIC_CONFIG"
+    assert configs["franz-admin"]["min.insync.replicas"]["value"] == "2"
+    assert configs["franz-admin"]["retention.ms"]["source"] == "DEFAULT_CONFIG"
+    assert configs["franz-missing"]["error"] == "UNKNOWN_TOPIC_OR_PARTITION"
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_idempotent_acks_all_produce_with_headers_and_each_codec(go, cluster, codec):
+    topic = f"franz-{codec}"
+    create_topic(go, topic, 3)
+    client(go, f"p-{codec}", cluster, compression=codec, manual_partitions=True, linger_ms=5)
+    records = [{"partition": i % 3, "key": None if i % 7 == 0 else f"k{i}", "value": f"{codec}-{i}" * (1 + i % 5),
+                "headers": [["n", str(i)], ["codec", codec]] if i % 2 else []} for i in range(150)]
+    sent = go.call("produce", name=f"p-{codec}", topic=topic, records=records)
+    assert all("error" not in r for r in sent), sent
+    for partition in range(3):
+        offsets = [r["offset"] for r in sent if r["partition"] == partition]
+        assert offsets == list(range(50)), (partition, offsets)
+    go.call("client.close", name=f"p-{codec}")
+
+    client(go, f"c-{codec}", cluster, topics=[topic])
+    got = go.call("poll", name=f"c-{codec}", count=150)
+    assert got["errors"] == []
+    read = {(r["partition"], r["offset"]): r for r in got["records"][f"c-{codec}"]}
+    assert len(read) == 150
+    for record, answer in zip(records, sent):
+        r = read[(answer["partition"], answer["offset"])]
+        assert (r["key"], r["value"], r["headers"]) == (record["key"], record["value"], record["headers"])
+    go.call("client.close", name=f"c-{codec}")
+    assert go.call("admin.listEndOffsets", name="admin", topics=[topic]) == {topic: {"0": 50, "1": 50, "2": 50}}
+
+
+def wait_assignment(go, names, topic, counts):
+    """Until the named members hold ``counts`` partitions of ``topic`` each, together all of them."""
+    def split():
+        held = [go.call("assignment", name=name)["assigned"].get(topic, []) for name in names]
+        return sorted(len(h) for h in held) == sorted(counts) and len(set(sum(held, []))) == sum(counts)
+    wait_until(split, 60, f"{names} to hold {counts} partitions of {topic}")
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_group_of_two_rebalances_on_join_and_leave_and_commits(go, cluster, protocol):
+    topic, group = f"franz-group-{protocol}", f"franz-group-{protocol}"
+    create_topic(go, topic, 4)
+    client(go, "gp", cluster, manual_partitions=True)
+    member = {"topics": [topic], "group": group}
+    if protocol == "consumer":    # KIP-848: the broker assigns (franz-go needs range or sticky for it)
+        member |= {"server_side_balancer": True, "balancer": "range"}
+
+    def send(first, last):
+        sent = go.call("produce", name="gp", topic=topic,
+                       records=[{"partition": i % 4, "value": str(i)} for i in range(first, last)])
+        assert all("error" not in r for r in sent), sent
+
+    send(0, 100)
+    client(go, "m1", cluster, **member)
+    got = go.call("poll", names=["m1"], count=100)
+    assert values(got["records"]["m1"]) == sorted(str(i) for i in range(100))
+    assert go.call("assignment", name="m1")["assigned"] == {topic: [0, 1, 2, 3]}
+    go.call("commit", name="m1")
+
+    client(go, "m2", cluster, **member)      # join: the partitions are split 2/2
+    wait_assignment(go, ["m1", "m2"], topic, [2, 2])
+    send(100, 300)
+    got = go.call("poll", names=["m1", "m2"], count=200)
+    assert got["errors"] == []
+    assert values(got["records"]["m1"] + got["records"]["m2"]) == sorted(str(i) for i in range(100, 300))
+    for name in ("m1", "m2"):
+        held = go.call("assignment", name=name)["assigned"][topic]
+        assert {r["partition"] for r in got["records"][name]} <= set(held)
+        go.call("commit", name=name)
+    assert go.call("admin.fetchOffsets", name="admin", group=group) == {topic: {str(p): 75 for p in range(4)}}
+
+    # DescribeGroups for a classic group, ConsumerGroupDescribe for a KIP-848 one.
+    describe = "admin.describeGroups" if protocol == "classic" else "admin.describeConsumerGroups"
+    described = go.call(describe, name="admin", groups=[group])[group]
+    assert described["error"] is None and described["state"] == "Stable"
+    assert sorted(len(m["assigned"].get(topic, [])) for m in described["members"]) == [2, 2]
+    if protocol == "classic":
+        assert described["protocol"] == "cooperative-sticky"
+    else:
+        assert described["assignor"] == "range"
+    listed = go.call("admin.listGroups", name="admin")
+    assert listed[group]["state"] == "Stable" and listed[group]["protocol_type"] == "consumer"
+    assert listed[group]["type"] == protocol
+
+    go.call("client.close", name="m2")       # leave: m1 takes all four back, from m2's commits
+    wait_assignment(go, ["m1"], topic, [4])
+    send(300, 340)
+    got = go.call("poll", names=["m1"], count=40)
+    assert values(got["records"]["m1"]) == sorted(str(i) for i in range(300, 340))
+    go.call("commit", name="m1")
+    assert go.call("admin.fetchOffsets", name="admin", group=group) == {topic: {str(p): 85 for p in range(4)}}
+    go.call("client.close", name="m1")
+    go.call("client.close", name="gp")
+    wait_until(lambda: go.call("admin.listGroups", name="admin")[group]["state"] == "Empty", 30,
+               f"{group} empty after both left")
+
+
+def test_transactions_commit_abort_and_read_committed(go, cluster):
+    topic = "franz-txn"
+    create_topic(go, topic, 2)
+    client(go, "tp", cluster, transactional_id="franz-tx-1", manual_partitions=True)
+    for round_, commit in enumerate((True, False, True)):
+        go.call("txn.begin", name="tp")
+        sent = go.call("produce", name="tp", topic=topic,
+                       records=[{"partition": i % 2, "value": f"r{round_}-{i}"} for i in range(10)])
+        assert all("error" not in r for r in sent), sent
+        assert go.call("txn.end", name="tp", commit=commit) == {"committed": commit}
+    go.call("client.close", name="tp")
+
+    committed = sorted(f"r{r}-{i}" for r in (0, 2) for i in range(10))
+    client(go, "rc", cluster, topics=[topic], read_committed=True)
+    got = go.call("poll", name="rc", count=20)
+    assert values(got["records"]["rc"]) == committed
+    client(go, "ru", cluster, topics=[topic])
+    got = go.call("poll", name="ru", count=30)
+    assert values(got["records"]["ru"]) == sorted(f"r{r}-{i}" for r in range(3) for i in range(10))
+    for name in ("rc", "ru"):
+        go.call("client.close", name=name)
+    # 30 records and 3 markers in 2 partitions; nothing open, so the last stable offset is the end.
+    ends = go.call("admin.listEndOffsets", name="admin", topics=[topic])
+    assert ends == {topic: {"0": 18, "1": 18}}
+    assert go.call("admin.listEndOffsets", name="admin", topics=[topic], committed=True) == ends
+
+
+def test_group_transact_session_commits_offsets_in_the_transaction(go, cluster):
+    source, sink, group = "franz-eos-in", "franz-eos-out", "franz-eos"
+    create_topic(go, source, 2)
+    create_topic(go, sink, 2)
+    client(go, "feed", cluster, manual_partitions=True)
+
+    def feed(first, last):
+        sent = go.call("produce", name="feed", topic=source,
+                       records=[{"partition": i % 2, "value": f"v{i}"} for i in range(first, last)])
+        assert all("error" not in r for r in sent), sent
+
+    go.call("client.create", name="eos", session=True, config={
+        "brokers": cluster.bootstrap.split(","), "group": group, "topics": [source],
+        "transactional_id": "franz-eos-tx", "manual_partitions": True, "read_committed": True})
+    feed(0, 10)
+    step = go.call("eos.step", name="eos", output=sink, count=10, commit=True)
+    assert step["committed"] and sorted(step["consumed"]) == sorted(f"v{i}" for i in range(10))
+    feed(10, 20)
+    step = go.call("eos.step", name="eos", output=sink, count=10, commit=False)
+    assert not step["committed"] and sorted(step["consumed"]) == sorted(f"v{i}" for i in range(10, 20))
+    # Aborted: the session rewinds to the committed offsets and reads the same ten again.
+    step = go.call("eos.step", name="eos", output=sink, count=10, commit=True)
+    assert step["committed"] and sorted(step["consumed"]) == sorted(f"v{i}" for i in range(10, 20))
+    # The commit's markers are written after EndTxn answers (as in Kafka): until the group
+    # coordinator has them, OffsetFetch with require_stable (KIP-447) answers UNSTABLE_OFFSET_COMMIT.
+    def stable():
+        answer = go.request("admin.fetchOffsets", name="admin", group=group, require_stable=True)
+        assert answer["ok"] or answer["error"] == "UNSTABLE_OFFSET_COMMIT", answer
+        return answer["ok"]
+    wait_until(stable, 30, "the transaction's offsets applied")
+    assert go.call("admin.fetchOffsets", name="admin", group=group, require_stable=True) == \
+        {source: {"0": 10, "1": 10}}
+    go.call("client.close", name="eos")
+    go.call("client.close", name="feed")
+
+    client(go, "out", cluster, topics=[sink], read_committed=True)
+    got = go.call("poll", name="out", count=20)
+    assert values(got["records"]["out"]) == sorted(f"v{i}:out" for i in range(20))
+    go.call("client.close", name="out")
+
+
+def test_no_acknowledged_record_is_lost_when_the_leader_is_killed_mid_produce(go, cluster):
+    topic = "franz-kill"
+    create_topic(go, topic, 1)
+    leader = go.call("admin.listTopics", name="admin", topics=[topic])[topic]["partitions"][0]["leader"]
+    client(go, "bg", cluster, manual_partitions=True)
+    go.call("produce.start", name="bg", topic=topic, partitions=1, prefix="k")
+    wait_until(lambda: go.call("produce.stop", name="bg", progress=True)["acked"] >= 200, 60, "200 acknowledged")
+    assert tidelog_cluster(cluster.directory, "kill", str(leader)).returncode == 0
+    before = go.call("produce.stop", name="bg", progress=True)["acked"]
+    # Writes go on once a new leader is elected (two in-sync replicas of three are left).
+    wait_until(lambda: go.call("produce.stop", name="bg", progress=True)["acked"] >= before + 200, 90,
+               "200 more acknowledged after the kill")
+    result = go.call("produce.stop", name="bg")
+    try:
+        assert result["failed"] == [], result["failed"][:5]
+        new_leader = go.call("admin.listTopics", name="admin", topics=[topic])[topic]["partitions"][0]["leader"]
+        assert new_leader not in (leader, -1)
+        acked = {r["value"]: r["offset"] for r in result["acked"]}
+        assert len(acked) == len(result["acked"]) == result["sent"]
+        client(go, "check", cluster, topics=[topic])
+        got = go.call("poll", name="check", count=len(acked))["records"]["check"]
+        read = {r["value"]: r["offset"] for r in got}
+        assert len(read) == len(got)           # each once: idempotence held across the failover
+        assert read == acked                    # every acknowledged record, at its offset
+        go.call("client.close", name="check")
+    finally:
+        go.call("client.close", name="bg")
+        assert tidelog_cluster(cluster.directory, "restart", str(leader)).returncode == 0
