@@ -142,8 +142,10 @@ class KafkaApis:
         authorizer = self.context.authorizer
         if authorizer is not None and (entries or empty):
             transactional_id = getattr(request, "transactional_id", None)
-            txn_denied = bool(transactional_id) and not authorizer.allowed(
-                AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+            # As Kafka: the transactional id is authorized only for a request that carries
+            # transactional records; otherwise the id is ignored and only the topics count.
+            txn_denied = bool(transactional_id) and any(map(_is_transactional, entries.values())) \
+                and not authorizer.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
             allowed_topics = {topic: not txn_denied and authorizer.topic_allowed(AclOperation.WRITE, topic)
                               for topic in {tp.topic for tp in [*entries, *empty]}}
             for tp in [*entries, *empty]:
