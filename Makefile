@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test setup bench clean kcat browser sim-long chaos-long java-interop
+.PHONY: run test setup bench clean kcat browser sim-long chaos-long java-interop go-interop js-interop
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,8 +70,31 @@ $(JAVA_BUILT): $(JAVA_SOURCES)
 	  cd $(JAVA_INTEROP) && { mvn -o $(MVN_GOALS) >/dev/null 2>&1 || mvn $(MVN_GOALS); } && touch target/classpath.txt; \
 	else echo "java or mvn not found: the Java interop tests (tests/interop/) will be skipped"; fi
 
+# franz-go (interop/go/go.mod and go.sum pin it) and KafkaJS (interop/js/package-lock.json)
+# for tests/interop/test_franz_go.py and test_kafkajs.py: the Go driver is built into
+# interop/go/bin (modules from the Go module proxy the first time, into the module cache),
+# and npm ci installs interop/js/node_modules. Without go, or node and npm, those tests
+# skip and say so.
+GO_INTEROP := interop/go
+GO_BUILT   := $(GO_INTEROP)/bin/driver
+JS_INTEROP := interop/js
+JS_BUILT   := $(JS_INTEROP)/node_modules/.package-lock.json
+
+go-interop: $(GO_BUILT)
+js-interop: $(JS_BUILT)
+
+$(GO_BUILT): $(GO_INTEROP)/go.mod $(GO_INTEROP)/go.sum $(wildcard $(GO_INTEROP)/*.go)
+	@if command -v go >/dev/null 2>&1; then \
+	  cd $(GO_INTEROP) && go build -buildvcs=false -o bin/driver .; \
+	else echo "go not found: the franz-go tests (tests/interop/test_franz_go.py) will be skipped"; fi
+
+$(JS_BUILT): $(JS_INTEROP)/package.json $(JS_INTEROP)/package-lock.json
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+	  cd $(JS_INTEROP) && npm ci --no-audit --no-fund --loglevel=error; \
+	else echo "node or npm not found: the KafkaJS tests (tests/interop/test_kafkajs.py) will be skipped"; fi
+
 # Sets everything up and runs the whole test suite.
-test: $(STAMP) kcat browser java-interop
+test: $(STAMP) kcat browser java-interop go-interop js-interop
 	$(PY) -m pytest -q
 
 # The deterministic simulator over thousands of seeds (beyond the 50 that `make test`
