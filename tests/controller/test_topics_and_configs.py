@@ -241,12 +241,15 @@ def test_config_changes_are_all_or_nothing_per_resource():
     results = env.controller.incremental_alter_configs([
         AlterConfigsResource(TOPIC, "t", {"retention.ms": "5", "segment.ms": "0"}),
         AlterConfigsResource(TOPIC, "nope", {"retention.ms": "5"}),
-        AlterConfigsResource(BROKER, "3", {"log.retention.ms": "5"}),
-        AlterConfigsResource(BROKER, "", {"retention.ms": "5"}),
+        AlterConfigsResource(BROKER, "3", {"log.retention.ms": "5", "log.dirs": "/elsewhere"}),
+        AlterConfigsResource(BROKER, "", {"log.retention.ms": "5", "message.max.bytes": "many"}),
     ])
     assert [r.error_code for r in results] == [
         ErrorCode.INVALID_CONFIG, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_CONFIG]
+        ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REQUEST]
+    assert [r.error_message for r in results[2:]] == [   # Kafka 4.4's messages (KIP-226)
+        "Cannot update these configs dynamically: [log.dirs]",
+        "Invalid value many for configuration message.max.bytes: Not a number of type INT"]
     assert env.log.end_offset == end
 
 
@@ -274,11 +277,18 @@ def test_append_and_subtract_work_item_by_item_on_list_values_only():
     assert alter(BROKER, "", {"log.cleanup.policy": ("APPEND", "compact")}).error_code == ErrorCode.NONE
     assert configs.configs[configs_resource(BROKER, "")] == {"log.cleanup.policy": "delete,compact"}
     end = env.log.end_offset
-    for resource_type, name, key in ((TOPIC, "t", "retention.ms"), (TOPIC, "t", "bogus"),
-                                     (BROKER, "", "log.retention.ms"), (BROKER, "1", "ssl.keystore.location")):
+    for resource_type, name, key in ((TOPIC, "t", "retention.ms"), (TOPIC, "t", "bogus")):
         result = alter(resource_type, name, {key: ("APPEND", "5")}, {"segment.ms": "1000"} if name == "t" else None)
         assert (result.error_code, result.error_message) == (
             ErrorCode.INVALID_CONFIG, f"Can't APPEND to key {key} because its type is not LIST."), key
+    # A broker resource answers in the words of Kafka's broker-side check (Kafka 4.4).
+    for name, key, operation, message in (
+            ("", "log.retention.ms", "APPEND", "Config value append is not allowed for config key: log.retention.ms"),
+            ("1", "ssl.keystore.location", "SUBTRACT",
+             "Config value subtract is not allowed for config key: ssl.keystore.location"),
+            ("1", "no.such.config", "APPEND", "Unknown config name: no.such.config")):
+        result = alter(BROKER, name, {key: (operation, "5")})
+        assert (result.error_code, result.error_message) == (ErrorCode.INVALID_CONFIG, message), key
     result = alter(TOPIC, "t", {"leader.replication.throttled.replicas": ("APPEND", "0:1,x")})
     assert result.error_code == ErrorCode.INVALID_CONFIG and "must be the literal '*'" in result.error_message
     assert env.log.end_offset == end

@@ -102,7 +102,7 @@ def test_the_cluster_wide_default_takes_append_too(admin, broker):
     assert _raw_alter(broker, 4, "", [op(SUBTRACT.value, "compact")]) == (0, None)
     assert described(admin, "log.cleanup.policy", resource_type="broker", name="1")[0] == "delete"
     assert _raw_alter(broker, 4, "", [op(APPEND.value, "5", key="log.retention.ms")]) == (
-        KafkaError.INVALID_CONFIG, "Can't APPEND to key log.retention.ms because its type is not LIST.")
+        KafkaError.INVALID_CONFIG, "Config value append is not allowed for config key: log.retention.ms")
     # A key twice in one resource, or a null value but for DELETE: Kafka's INVALID_REQUEST.
     assert _raw_alter(broker, 2, TOPIC, [op(APPEND.value, "compact", "cleanup.policy"),
                                          op(SUBTRACT.value, "delete", "cleanup.policy")]) == (

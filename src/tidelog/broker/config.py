@@ -118,6 +118,9 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("max.connections.per.ip.overrides", list, [], lambda v: all(_host_count(i) for i in v),
               "per-address exceptions: host:count,host:count"),
     ConfigDef("replica.lag.time.max.ms", int, 30_000, _positive),
+    ConfigDef("request.timeout.ms", int, 30_000, _positive,
+              "a broker's wait for another broker's answer (WriteTxnMarkers, KIP-890 verification) "
+              "and for a marker's acks=all append"),
     ConfigDef("replica.fetch.max.bytes", int, 1_048_576, _positive),
     ConfigDef("replica.fetch.response.max.bytes", int, 10_485_760, _positive),
     ConfigDef("replica.fetch.wait.max.ms", int, 500, _non_negative),
@@ -168,6 +171,17 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("sasl.enabled.mechanisms", list, ["PLAIN"]),
     ConfigDef("sasl.mechanism.inter.broker.protocol", str, "PLAIN"),
     ConfigDef("sasl.jaas.config", PASSWORD, None),
+    # Kerberos (GSSAPI) settings: tidelog has no Kerberos, but stores them (in server.properties,
+    # or per listener as dynamic broker configs) and describes them as Kafka does; they do nothing.
+    ConfigDef("sasl.kerberos.service.name", str, None, None, "Kerberos service name (stored; no Kerberos)"),
+    ConfigDef("sasl.kerberos.kinit.cmd", str, "/usr/bin/kinit", None, "Kerberos kinit command (stored; no Kerberos)"),
+    ConfigDef("sasl.kerberos.min.time.before.relogin", int, 60_000, None,
+              "Kerberos relogin sleep (stored; no Kerberos)"),
+    ConfigDef("sasl.kerberos.principal.to.local.rules", list, ["DEFAULT"], None,
+              "Kerberos principal mapping rules (stored; no Kerberos)"),
+    ConfigDef("sasl.kerberos.ticket.renew.jitter", float, 0.05, None, "Kerberos ticket renewal jitter (stored; no Kerberos)"),
+    ConfigDef("sasl.kerberos.ticket.renew.window.factor", float, 0.8, None,
+              "Kerberos ticket renewal point (stored; no Kerberos)"),
     ConfigDef("connections.max.reauth.ms", int, 0, _non_negative,
               "a SASL login must be renewed this often (KIP-368); 0: never"),
     ConfigDef("connection.failed.authentication.delay.ms", int, 100, _non_negative,
@@ -179,6 +193,11 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("group.max.size", int, 0x7FFFFFFF, _positive),
     ConfigDef("group.consumer.session.timeout.ms", int, 45_000, _positive),
     ConfigDef("group.consumer.heartbeat.interval.ms", int, 5_000, _positive),
+    # The bounds of a consumer group's own settings (GROUP config resources, KIP-848).
+    ConfigDef("group.consumer.min.session.timeout.ms", int, 45_000, _positive),
+    ConfigDef("group.consumer.max.session.timeout.ms", int, 60_000, _positive),
+    ConfigDef("group.consumer.min.heartbeat.interval.ms", int, 5_000, _positive),
+    ConfigDef("group.consumer.max.heartbeat.interval.ms", int, 15_000, _positive),
     ConfigDef("offset.metadata.max.bytes", int, 4096, _non_negative),
     ConfigDef("offsets.topic.num.partitions", int, 50, _positive),
     ConfigDef("offsets.topic.replication.factor", int, 3, _positive,
@@ -234,11 +253,11 @@ def is_password(name: str) -> bool:
 def is_sensitive(name: str) -> bool:
     """Never to be shown: a PASSWORD setting, or a name of unknown type (Kafka's
     ``maybeSensitive``). A topic config, or its cluster-wide synonym, is typed."""
-    from tidelog.controller.config_defs import CLUSTER_CONFIGS, TOPIC_CONFIGS
+    from tidelog.controller.config_defs import CLUSTER_CONFIGS, GROUP_CONFIGS, TOPIC_CONFIGS
     definition = config_def(name)
     if definition is not None:
         return definition.type is PASSWORD
-    return name not in TOPIC_CONFIGS and name not in CLUSTER_CONFIGS
+    return name not in TOPIC_CONFIGS and name not in CLUSTER_CONFIGS and name not in GROUP_CONFIGS
 
 
 def loggable_value(name: str, value: Any) -> Any:
@@ -376,3 +395,155 @@ class BrokerConfig:
                 raise InvalidConfigError(f"invalid listener {item!r}: expected NAME://HOST:PORT")
             endpoints.append((name.upper(), host.strip("[]") or "0.0.0.0", int(port)))
         return endpoints
+
+
+# ---------------------------------------------------------------- KIP-226: dynamic broker configs
+#
+# The broker settings tidelog has that Kafka lets operators change while brokers run
+# (Kafka's DynamicBrokerConfig), by IncrementalAlterConfigs / AlterConfigs on BROKER "<id>"
+# (one broker) or BROKER "" (the cluster-wide default). Changes are ConfigRecords in the
+# metadata log, like Kafka's. How tidelog applies each:
+#   LIVE  at once, by every broker when it publishes the record: the cluster-level names of
+#         topic settings (the topic's value, else this broker's, else the cluster default)
+#         and a listener's TLS key and trust stores (server/runtime.py rebuilds its context);
+#   STORED  kept and described (DescribeConfigs shows the dynamic value and its source),
+#         but tidelog reads the setting from server.properties only.
+# A name tidelog does not know is stored as Kafka stores it (and described as a secret of
+# unknown type); a known setting that is not dynamic is refused with Kafka's error.
+LIVE, STORED = "live", "stored"
+_DYNAMIC_STORED = (
+    "log.cleaner.backoff.ms", "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.size",
+    "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides", "num.replica.fetchers",
+    "producer.id.expiration.ms", "transaction.partition.verification.enable",
+    "sasl.enabled.mechanisms", "sasl.jaas.config", "sasl.mechanism.inter.broker.protocol",
+    "ssl.cipher.suites", "ssl.client.auth", "ssl.enabled.protocols", "ssl.endpoint.identification.algorithm",
+    "ssl.protocol", "ssl.keystore.type", "ssl.truststore.type",
+    "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd", "sasl.kerberos.min.time.before.relogin",
+    "sasl.kerberos.principal.to.local.rules", "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.ticket.renew.window.factor")
+# The settings Kafka takes only per listener (listener.name.<listener>.<setting>): its reconfigurable
+# key and trust stores.
+_PER_LISTENER_ONLY = frozenset((
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.keystore.certificate.chain",
+    "ssl.keystore.key", "ssl.key.password", "ssl.truststore.type", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.truststore.certificates"))
+_LISTENER_PREFIX = "listener.name."
+
+
+def dynamic_broker_configs() -> dict[str, str]:
+    """``{name: LIVE | STORED}`` of every dynamic broker setting tidelog has."""
+    from tidelog.controller.config_defs import CLUSTER_CONFIGS
+    out = dict.fromkeys(_DYNAMIC_STORED, STORED)
+    out.update(dict.fromkeys((n for n in CLUSTER_CONFIGS if n in CONFIG_DEFS or n not in out), LIVE))
+    out.update(dict.fromkeys((n for n in _PER_LISTENER_ONLY if n not in ("ssl.keystore.type",
+                                                                           "ssl.truststore.type")), LIVE))
+    return out
+
+
+def _base_name(name: str) -> tuple[str, bool]:
+    """The setting a name stands for, and whether it is listener-prefixed."""
+    if not name.startswith(_LISTENER_PREFIX):
+        return name, False
+    parts = name[len(_LISTENER_PREFIX):].split(".")
+    for skip in (1, 2):                                 # the listener, then a SASL mechanism
+        base = ".".join(parts[skip:])
+        if base in CONFIG_DEFS or base.startswith(("ssl.", "sasl.")):
+            if skip == 2 and not base.startswith("sasl."):
+                continue
+            return base, True
+    return ".".join(parts[1:]), True
+
+
+def is_listener_setting(name: str) -> bool:
+    """A TLS or SASL setting (or a listener's own), which Kafka takes per broker only."""
+    base, prefixed = _base_name(name)
+    return prefixed or base.startswith(("ssl.", "sasl.")) or base in ("listeners", "listener.security.protocol.map")
+
+
+def broker_config_dynamic(name: str) -> bool:
+    """Whether ``name`` may be changed while brokers run (DescribeConfigs' read_only false)."""
+    return not name.startswith(_LISTENER_PREFIX) and name in dynamic_broker_configs()
+
+
+def broker_config_applied_live(name: str) -> bool:
+    base, prefixed = _base_name(name)
+    if prefixed:
+        return base in _PER_LISTENER_ONLY and base not in ("ssl.keystore.type", "ssl.truststore.type")
+    return dynamic_broker_configs().get(name) == LIVE
+
+
+def _java_set(names) -> str:
+    return "[" + ", ".join(names) + "]"
+
+
+def validate_dynamic_broker_change(resource_name: str, changes: dict[str, str | None]) -> str | None:
+    """Kafka's refusal (its INVALID_REQUEST message) of a change to the dynamic settings of
+    broker ``resource_name`` ("" for the cluster-wide default), or None. In Kafka's order:
+    settings that are not dynamic, per-listener settings without their listener prefix,
+    per-broker settings at the cluster level, then each value against its type and range.
+    A deletion is never refused (it can only bring a setting back to its static value)."""
+    from tidelog.controller.config_defs import CLUSTER_CONFIGS
+    dynamic = dynamic_broker_configs()
+    set_names = [n for n, v in changes.items() if v is not None]
+    fixed = [n for n in set_names if not n.startswith(_LISTENER_PREFIX) and n in CONFIG_DEFS and n not in dynamic]
+    if fixed:
+        return f"Cannot update these configs dynamically: {_java_set(fixed)}"
+    unprefixed = [n for n in set_names if n in _PER_LISTENER_ONLY]
+    if unprefixed:
+        return ("These security configs can be dynamically updated only per-listener using the listener prefix: "
+                + _java_set(unprefixed))
+    if resource_name == "":
+        per_broker = [n for n in set_names if is_listener_setting(n)]
+        if per_broker:
+            return ("Cannot update these configs at default cluster level, broker id must be specified: "
+                    + _java_set(per_broker))
+    for name in set_names:
+        value = changes[name]
+        base, _ = _base_name(name)
+        if base in CLUSTER_CONFIGS:
+            try:
+                CLUSTER_CONFIGS[base].parse(value, base)
+            except InvalidConfigError as e:
+                return str(e)
+            continue
+        definition = CONFIG_DEFS.get(base)
+        if definition is not None and definition.type is not PASSWORD:
+            problem = _kafka_value_problem(definition, value)
+            if problem:
+                return f"Invalid value {value} for configuration {base}: {problem}"
+    return None
+
+
+_KAFKA_TYPE_NAMES = {int: "INT", float: "DOUBLE"}
+
+
+def _kafka_value_problem(definition: ConfigDef, value: str) -> str | None:
+    """Why ``value`` is no value of ``definition``, in Kafka's words (ConfigDef's parser and
+    its Range / ValidString validators); None if it is one."""
+    try:
+        typed = _coerce(ConfigDef(definition.name, definition.type, definition.default), value)
+    except InvalidConfigError:
+        if definition.type is bool:
+            return "Expected value to be either true or false"
+        return f"Not a number of type {_KAFKA_TYPE_NAMES.get(definition.type, 'STRING')}"
+    if definition.check is None or definition.check(typed):
+        return None
+    if definition.check is _non_negative:
+        return "Value must be at least 0"
+    if definition.check is _positive:
+        return "Value must be at least 1"
+    if definition.name == "ssl.client.auth":
+        return "String must be one of: required, requested, none"
+    return "Invalid value"
+
+
+def existing_listener_refusal(changes: dict[str, str | None], listener_name: str) -> str | None:
+    """Kafka's refusal of a listener setting without a listener prefix on one broker: it would
+    change every listener, and an existing listener is only reconfigured by its prefixed
+    settings (Kafka names the first listener it checks; tidelog its first)."""
+    if any(v is not None and not n.startswith(_LISTENER_PREFIX) and is_listener_setting(n)
+           and n not in _PER_LISTENER_ONLY for n, v in changes.items()):
+        return ("Invalid value org.apache.kafka.common.config.ConfigException: Configs cannot be updated "
+                f"dynamically for existing listener ListenerName({listener_name}), restart broker or create a "
+                "new listener for update for configuration Invalid dynamic configuration")
+    return None

@@ -1,7 +1,8 @@
 """Effective topic configuration, resolved with Kafka's precedence.
 
-A topic setting comes from, in order: the topic's own dynamic config, the
-dynamic cluster-wide default (the broker resource ""), the broker's
+A topic setting comes from, in order: the topic's own dynamic config, this
+broker's dynamic setting of its broker-level name (the broker resource "<id>",
+KIP-226), the dynamic cluster-wide default (the broker resource ""), the broker's
 ``server.properties`` (through the setting's broker-level synonym, e.g.
 ``log.retention.ms`` for ``retention.ms``), then Kafka's default. Brokers and
 controllers both answer DescribeConfigs from this one function.
@@ -9,7 +10,7 @@ controllers both answer DescribeConfigs from this one function.
 
 from __future__ import annotations
 
-from tidelog.controller.config_defs import TOPIC_CONFIGS
+from tidelog.controller.config_defs import STORED_ONLY_TOPIC_CONFIGS, TOPIC_CONFIGS
 from tidelog.metadata.image import ConfigResource, MetadataImage
 from tidelog.metadata.records import ConfigResourceType
 from tidelog.broker.config import BrokerConfig
@@ -42,6 +43,7 @@ def static_log_config(config: BrokerConfig) -> LogConfig:
 def topic_config_values(image: MetadataImage, config: BrokerConfig, topic: str) -> dict[str, tuple[str, str]]:
     """``{name: (value, source)}`` for every topic config, source as Kafka names it."""
     cluster = image.configs.get(ConfigResource(int(ConfigResourceType.BROKER), ""), {})
+    own = image.configs.get(ConfigResource(int(ConfigResourceType.BROKER), str(config["node.id"])), {})
     topic_configs = image.configs.get(ConfigResource(int(ConfigResourceType.TOPIC), topic), {})
     static = static_log_config(config).to_properties()
     static.update({"min.insync.replicas": str(config["min.insync.replicas"]),
@@ -51,6 +53,8 @@ def topic_config_values(image: MetadataImage, config: BrokerConfig, topic: str) 
     for name, definition in TOPIC_CONFIGS.items():
         if name in topic_configs:
             out[name] = (topic_configs[name], "DYNAMIC_TOPIC_CONFIG")
+        elif definition.synonym in own:
+            out[name] = (own[definition.synonym], "DYNAMIC_BROKER_CONFIG")
         elif definition.synonym in cluster:
             out[name] = (cluster[definition.synonym], "DYNAMIC_DEFAULT_BROKER_CONFIG")
         elif definition.synonym in originals:
@@ -63,7 +67,8 @@ def topic_config_values(image: MetadataImage, config: BrokerConfig, topic: str) 
 def log_config(image: MetadataImage, config: BrokerConfig, topic: str) -> LogConfig:
     values = topic_config_values(image, config, topic)
     props = {k: v for k, (v, source) in values.items()
-             if k not in TOPIC_CONFIGS_OWNED_ELSEWHERE and source.startswith("DYNAMIC")}
+             if k not in TOPIC_CONFIGS_OWNED_ELSEWHERE and k not in STORED_ONLY_TOPIC_CONFIGS
+             and source.startswith("DYNAMIC")}
     return LogConfig.from_properties(props, static_log_config(config))
 
 
@@ -75,7 +80,7 @@ _SYNONYM_GROUPS = [("log.retention.ms", "log.retention.minutes", "log.retention.
 _BROKER_NAMES = {name: group for group in _SYNONYM_GROUPS for name in group}
 # Broker-level names of topic settings whose built-in default Kafka leaves null (so they
 # are no synonym of their topic setting until someone sets them).
-_NULL_DEFAULTS = {"log.retention.ms", "log.retention.minutes", "log.roll.ms", "log.roll.jitter.ms",
+NULL_DEFAULTS = {"log.retention.ms", "log.retention.minutes", "log.roll.ms", "log.roll.jitter.ms",
                   "log.flush.interval.ms"}
 
 
@@ -109,7 +114,7 @@ def broker_synonyms(image: MetadataImage, config: BrokerConfig, node_id: int, na
         chain += [(name, values[name], source) for name in names if name in values]
     for name in names:
         default = _as_text(CONFIG_DEFS[name].default) if name in CONFIG_DEFS else None
-        if default is None and name not in _NULL_DEFAULTS:
+        if default is None and name not in NULL_DEFAULTS:
             default = (defaults or {}).get(name)
         if default is not None:
             chain.append((name, default, "DEFAULT_CONFIG"))

@@ -1,10 +1,18 @@
-"""ConfigurationControlManager: topic and cluster configs, with Kafka's names and defaults.
+"""ConfigurationControlManager: topic, broker and group configs, with Kafka's names and defaults.
 
 Theory of operation. Hard state is the set of explicitly configured keys per
-resource — a topic (``ConfigResourceType.TOPIC``, its name) or the cluster-wide
-default broker resource (``ConfigResourceType.BROKER``, ``""``) — and changes only
+resource — a topic (``ConfigResourceType.TOPIC``, its name), one broker
+(``ConfigResourceType.BROKER``, its id) or the cluster-wide default broker resource
+(``BROKER``, ``""``), or a consumer group (``GROUP``, its id) — and changes only
 when ``ConfigRecord``s (and ``RemoveTopicRecord``, which drops the topic's keys)
-are replayed. The effective value of a topic key is looked up in that order: the
+are replayed.
+
+Broker resources are KIP-226's dynamic broker configs: what may be set, where and to
+what is ``broker.config.validate_dynamic_broker_change`` (Kafka's DynamicBrokerConfig
+rules and INVALID_REQUEST messages; a name tidelog does not know is stored, as Kafka
+stores it). Group resources take ``consumer.session.timeout.ms`` and
+``consumer.heartbeat.interval.ms`` within the bounds of this controller's
+``group.consumer.{min,max}.*`` settings (INVALID_CONFIG, Kafka's messages). The effective value of a topic key is looked up in that order: the
 topic's own value, the cluster-level synonym (``log.retention.ms`` for
 ``retention.ms``), then Kafka's default (``config_defs.py``).
 
@@ -14,8 +22,10 @@ message naming the key; a resource is changed all-or-nothing.
 IncrementalAlterConfigs' APPEND and SUBTRACT (``AlterConfigsResource.list_changes``)
 are resolved when the controller decides, as Kafka's controller does: only on a
 list-valued key (else INVALID_CONFIG, "Can't APPEND to key … because its type is
-not LIST.", also for a key that is no config at all), item by item on the
-resource's own value or, without one, Kafka's default for the key; APPEND adds
+not LIST.", also for a key that is no config at all; for a broker, Kafka's "Config
+value append is not allowed for config key: …" or "Unknown config name: …"), item by
+item on the resource's own value or, without one, (one broker) the cluster default
+and Kafka's default for the key; APPEND adds
 the items not there yet, SUBTRACT removes those that are (an absent one is a
 no-op). A key whose value comes out unchanged is not written.
 """
@@ -33,7 +43,7 @@ from tidelog.controller.config_defs import (
     CLUSTER_CONFIGS,
     TOPIC_CONFIGS,
     ConfigType,
-    validate_cluster_config,
+    validate_group_config,
     validate_topic_config,
 )
 from tidelog.controller.messages import AlterConfigsResource, AlterConfigsResult
@@ -123,21 +133,20 @@ class ConfigurationControlManager:
         """``resource`` with its APPEND / SUBTRACT changes turned into new values."""
         if not resource.list_changes:
             return resource, NO_ERROR
-        if resource.resource_type == ConfigResourceType.TOPIC:
-            definitions = TOPIC_CONFIGS
-        elif resource.resource_type == ConfigResourceType.BROKER and resource.resource_name == "":
-            definitions = CLUSTER_CONFIGS
-        else:
-            definitions = {}                  # one broker's own settings: its TLS stores, no list
+        broker = resource.resource_type == ConfigResourceType.BROKER
         current = self.configs.get(ConfigResource(resource.resource_type, resource.resource_name), {})
         changes = dict(resource.changes)
         for key, (operation, items) in sorted(resource.list_changes.items()):
-            definition = definitions.get(key)
-            if definition is None or definition.type is not ConfigType.LIST:
-                return resource, ApiError(ErrorCode.INVALID_CONFIG,
-                                          f"Can't {operation} to key {key} because its type is not LIST.")
+            default, refusal = self._list_default(resource, key)
+            if refusal is not None:
+                return resource, ApiError(ErrorCode.INVALID_CONFIG, refusal.format(
+                    op=operation.lower() if broker else operation, key=key))
             value = current.get(key)
-            parts = [part for part in (definition.default if value is None else value).split(",") if part]
+            if value is None and broker and resource.resource_name:
+                value_base = self.configs.get(CLUSTER_RESOURCE, {}).get(key, default)
+            else:
+                value_base = default if value is None else value
+            parts = [part for part in value_base.split(",") if part]
             for item in (item for item in items.split(",") if item):
                 if operation == "APPEND" and item not in parts:
                     parts.append(item)
@@ -147,6 +156,28 @@ class ConfigurationControlManager:
                 changes[key] = ",".join(parts)
         return AlterConfigsResource(resource.resource_type, resource.resource_name, changes), NO_ERROR
 
+    @staticmethod
+    def _list_default(resource: AlterConfigsResource, key: str) -> tuple[str, str | None]:
+        """The value an APPEND / SUBTRACT starts from when the resource has none, or Kafka's
+        refusal (a format of ``op`` and ``key``): the key is no list, or (broker) no config."""
+        if resource.resource_type == ConfigResourceType.BROKER:
+            from tidelog.broker.config import CONFIG_DEFS, config_def
+            definition = config_def(key)
+            if definition is None and key not in CLUSTER_CONFIGS:
+                return "", "Unknown config name: {key}"
+            if key in CLUSTER_CONFIGS:
+                topic = CLUSTER_CONFIGS[key]
+                return topic.default, (None if topic.type is ConfigType.LIST else
+                                       "Config value {op} is not allowed for config key: {key}")
+            if definition.type is not list:
+                return "", "Config value {op} is not allowed for config key: {key}"
+            default = CONFIG_DEFS.get(key, definition).default
+            return ",".join(default or []), None
+        definition = TOPIC_CONFIGS.get(key) if resource.resource_type == ConfigResourceType.TOPIC else None
+        if definition is None or definition.type is not ConfigType.LIST:
+            return "", "Can't {op} to key {key} because its type is not LIST."
+        return definition.default, None
+
     def _validate_alter(self, resource: AlterConfigsResource,
                         topic_exists: Callable[[str], bool]) -> ApiError:
         if resource.resource_type == ConfigResourceType.TOPIC:
@@ -155,21 +186,24 @@ class ConfigurationControlManager:
                                 f"Topic {resource.resource_name} does not exist.")
             return self.validate_topic_configs(resource.changes)
         if resource.resource_type == ConfigResourceType.BROKER:
-            if resource.resource_name.isdigit():
-                # One broker's own settings: its TLS key and trust stores, reloaded without
-                # a restart (Kafka's reconfigurable SSL settings).
-                refused = sorted(k for k in resource.changes if not RELOADABLE_SSL.fullmatch(k))
-                if refused:
-                    return ApiError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs of broker "
-                                    f"{resource.resource_name} dynamically: {refused} (only the TLS stores, "
-                                    "e.g. listener.name.<listener>.ssl.keystore.location)")
-                return NO_ERROR
-            if resource.resource_name != "":
+            # KIP-226: one broker's settings (a broker id) or the cluster-wide defaults ("").
+            from tidelog.broker.config import validate_dynamic_broker_change
+            if resource.resource_name != "" and not resource.resource_name.isdigit():
                 return ApiError(ErrorCode.INVALID_REQUEST, "A broker resource is a broker id or \"\" "
                                 "(the cluster-wide default).")
-            return _validate(resource.changes, validate_cluster_config)
+            refusal = validate_dynamic_broker_change(resource.resource_name, dict(resource.changes))
+            return NO_ERROR if refusal is None else ApiError(ErrorCode.INVALID_REQUEST, refusal)
+        if resource.resource_type == ConfigResourceType.GROUP:
+            if resource.resource_name == "":
+                return ApiError(ErrorCode.INVALID_REQUEST, "Default group resources are not allowed.")
+            return _validate(resource.changes, lambda k, v: validate_group_config(k, v, self.static))
         return ApiError(ErrorCode.INVALID_REQUEST,
                         f"Unsupported config resource type {resource.resource_type}.")
+
+    def group_value(self, group_id: str, key: str) -> int | None:
+        """Group ``group_id``'s own value of group config ``key``, or None."""
+        value = self.configs.get(ConfigResource(ConfigResourceType.GROUP, group_id), {}).get(key)
+        return None if value is None else int(value)
 
     # ------------------------------------------------------------ replay
 

@@ -23,6 +23,13 @@ silent for its session timeout, or slower than its rebalance timeout to
 revoke, is removed. Membership is kept in the coordinator's memory: after a
 coordinator failover members are told UNKNOWN_MEMBER_ID and rejoin, while their
 committed offsets (records, like every group's) are all there.
+
+A group's session timeout and heartbeat interval are the broker's
+``group.consumer.session.timeout.ms`` / ``group.consumer.heartbeat.interval.ms``
+unless the group has its own (GROUP config resources, ``consumer.session.timeout.ms``
+and ``consumer.heartbeat.interval.ms``, set with IncrementalAlterConfigs and kept in
+the metadata log): ``apply_configs`` takes them from the broker's metadata image at
+each heartbeat, so a change applies from the members' next heartbeat on.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import enum
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 TopicPartitionId = tuple[uuid.UUID, int]            # (topic id, partition)
 # name → (topic id, partition count), from the broker's metadata image
@@ -75,6 +82,14 @@ class ConsumerGroup:
     target: dict[str, frozenset] = field(default_factory=dict)
     subscription_metadata: tuple = ()               # ((topic, id, partitions), ...) the target was made for
     assignor: str = ASSIGNORS[0]
+    session_timeout_ms: int = 45_000                # the group's own, else the broker's (apply_configs)
+    heartbeat_interval_ms: int = 5_000
+
+    def apply_configs(self, own: Mapping[str, str], session_timeout_ms: int, heartbeat_interval_ms: int) -> None:
+        """The group's settings: its GROUP config resource's values (validated within the
+        broker's bounds when they were set), else the broker's defaults given."""
+        self.session_timeout_ms = int(own.get("consumer.session.timeout.ms", session_timeout_ms))
+        self.heartbeat_interval_ms = int(own.get("consumer.heartbeat.interval.ms", heartbeat_interval_ms))
 
     @property
     def state(self) -> str:

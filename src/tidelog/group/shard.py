@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import struct
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
@@ -554,7 +554,7 @@ class GroupShard:
     # ================================================ ConsumerGroupHeartbeat
 
     def consumer_group_heartbeat(self, request: ConsumerHeartbeat, lookup: TopicLookup, all_topics: list[str],
-                                 now_ms: int) -> dict:
+                                 now_ms: int, group_configs: Mapping[str, str] | None = None) -> dict:
         """KIP-848: join (epoch 0), heartbeat, or leave (epoch -1; -2 for a static member that
         will be back) — answered at once with the member's epoch and, when it changed, its
         assignment."""
@@ -593,7 +593,9 @@ class GroupShard:
                 return error(ErrorCode.FENCED_MEMBER_EPOCH, f"member epoch {request.member_epoch} is not "
                                                             f"the member's epoch {member.member_epoch}")
         self._update_consumer_member(group, member, request)
-        member.session_deadline_ms = now_ms + self.config.consumer_session_timeout_ms
+        group.apply_configs(group_configs or {}, self.config.consumer_session_timeout_ms,
+                            self.config.consumer_heartbeat_interval_ms)       # GROUP config resource
+        member.session_deadline_ms = now_ms + group.session_timeout_ms
         group.refresh(lookup, all_topics)
         group.reconcile(member, request.owned, now_ms)
         assignment = None
@@ -605,7 +607,7 @@ class GroupShard:
             assignment = {"topic_partitions": [{"topic_id": t, "partitions": ps} for t, ps in by_topic.items()]}
         return {"error_code": 0, "error_message": None, "member_id": member.member_id,
                 "member_epoch": member.member_epoch,
-                "heartbeat_interval": self.config.consumer_heartbeat_interval_ms, "assignment": assignment}
+                "heartbeat_interval": group.heartbeat_interval_ms, "assignment": assignment}
 
     def _consumer_join(self, group: ConsumerGroup, request: ConsumerHeartbeat, error):
         member_id = request.member_id or self._new_member_id(request.client_id)
@@ -660,7 +662,7 @@ class GroupShard:
         if request.member_epoch == LEAVE_STATIC_EPOCH and member.instance_id is not None:
             # A static member leaving for a restart keeps its place for its session timeout.
             member.previous_member_epoch, member.member_epoch = member.member_epoch, LEAVE_STATIC_EPOCH
-            member.session_deadline_ms = now_ms + self.config.consumer_session_timeout_ms
+            member.session_deadline_ms = now_ms + group.session_timeout_ms
         else:
             self._remove_consumer_member(group, member.member_id, "left the group")
         return {"error_code": 0, "error_message": None, "member_id": request.member_id,

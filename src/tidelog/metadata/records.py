@@ -60,6 +60,7 @@ class ConfigResourceType(enum.IntEnum):
 
     TOPIC = 2
     BROKER = 4  # resource name "" = the cluster-wide default
+    GROUP = 32  # a consumer group's own settings (KIP-848)
 
 
 class LeaderRecoveryState(enum.IntEnum):

@@ -15,8 +15,16 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 
-from tidelog.broker.config import CONFIG_DEFS, is_password, is_sensitive
-from tidelog.broker.topic_configs import broker_synonyms, topic_config_synonyms
+from tidelog.broker.config import (
+    CONFIG_DEFS,
+    broker_config_dynamic,
+    config_def,
+    existing_listener_refusal,
+    is_password,
+    is_sensitive,
+    validate_dynamic_broker_change,
+)
+from tidelog.broker.topic_configs import NULL_DEFAULTS, broker_synonyms, topic_config_synonyms
 from tidelog.controller.messages import (
     AlterConfigsResource,
     CreatableTopic,
@@ -28,8 +36,7 @@ from tidelog.controller.feature_control import UpgradeType
 from tidelog.controller.result import ApiError
 from tidelog.controller.scram_control import ScramUpsertion
 from tidelog.metadata.authorizer import CLUSTER_NAME, AclOperation, ResourceType, matches_filter
-from tidelog.controller.config_defs import CLUSTER_CONFIGS, TOPIC_CONFIGS
-from tidelog.controller.configuration_control import RELOADABLE_SSL
+from tidelog.controller.config_defs import CLUSTER_CONFIGS, GROUP_CONFIGS, TOPIC_CONFIGS
 from tidelog.controller.topics import validate_topic_name
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
@@ -44,9 +51,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("tidelog.admin")
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE = 2, 4, 32
 _CONFIG_SOURCES = {"DYNAMIC_TOPIC_CONFIG": 1, "DYNAMIC_BROKER_CONFIG": 2,
-                   "DYNAMIC_DEFAULT_BROKER_CONFIG": 3, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
+                   "DYNAMIC_DEFAULT_BROKER_CONFIG": 3, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5,
+                   "GROUP_CONFIG": 8}
 UNKNOWN_CONFIG_TYPE, PASSWORD_CONFIG_TYPE = 0, 9          # DescribeConfigs v3+ config_type
 # DescribeConfigs v3+ config_type, Kafka's numbers (DescribeConfigsResponse.ConfigType).
 _CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "CLASS": 8,
@@ -64,6 +72,7 @@ _BROKER_CONFIG_TYPES = {
                      "metadata.log.max.record.bytes.between.snapshots", "connections.max.reauth.ms",
                      "offsets.retention.check.interval.ms"), "LONG"),
     **dict.fromkeys(("max.connections.per.ip.overrides", "listener.security.protocol.map"), "STRING"),
+    "sasl.kerberos.min.time.before.relogin": "LONG",
 }
 _PYTHON_CONFIG_TYPES = {bool: "BOOLEAN", str: "STRING", int: "INT", float: "DOUBLE", list: "LIST"}
 
@@ -72,16 +81,20 @@ def broker_config_type(name: str) -> int:
     """Kafka's DescribeConfigs config_type of broker setting ``name``."""
     if is_password(name):
         return PASSWORD_CONFIG_TYPE
-    definition = CONFIG_DEFS.get(name)
+    if name in CLUSTER_CONFIGS and name not in CONFIG_DEFS:
+        return _CONFIG_TYPES[CLUSTER_CONFIGS[name].type.value]
+    definition = config_def(name)
     if definition is None:
         return UNKNOWN_CONFIG_TYPE
-    return _CONFIG_TYPES[_BROKER_CONFIG_TYPES.get(name, _PYTHON_CONFIG_TYPES.get(definition.type, "STRING"))]
+    return _CONFIG_TYPES[_BROKER_CONFIG_TYPES.get(definition.name,
+                                                  _PYTHON_CONFIG_TYPES.get(definition.type, "STRING"))]
 
 
 def broker_config_read_only(name: str) -> bool:
-    """Whether a broker setting cannot be changed while the broker runs (Kafka's
-    read_only): all but the cluster-wide defaults of topic settings and the TLS stores."""
-    return name not in CLUSTER_CONFIGS and not RELOADABLE_SSL.fullmatch(name)
+    """Whether a broker setting cannot be changed while the broker runs (Kafka's read_only):
+    all but KIP-226's dynamic ones (broker/config.py); a listener-prefixed or unknown name
+    is read-only in Kafka's answer too."""
+    return not broker_config_dynamic(name)
 NO_AUTHORIZER = "No Authorizer is configured."            # Kafka's message with SECURITY_DISABLED
 
 
@@ -290,18 +303,36 @@ class AdminApis:
                                             self.broker.image, self.broker.config, self.broker.node_id, name, k),
                                             config_type=_CONFIG_TYPES.get(TOPIC_CONFIGS[k].type.value,
                                                                           UNKNOWN_CONFIG_TYPE)
-                                            if k in TOPIC_CONFIGS else UNKNOWN_CONFIG_TYPE)
+                                            if k in TOPIC_CONFIGS else UNKNOWN_CONFIG_TYPE,
+                                            documentation=TOPIC_CONFIGS[k].doc if k in TOPIC_CONFIGS else None)
                                         for k, (v, s) in sorted(values.items())
                                         if keys is None or k in keys]
+            elif rtype == BROKER_RESOURCE and name == "":
+                # The cluster-wide defaults: only what is set, as Kafka answers.
+                entry["configs"] = [self._config_entry(k, v, "DYNAMIC_DEFAULT_BROKER_CONFIG", request,
+                                                       [(k, v, "DYNAMIC_DEFAULT_BROKER_CONFIG")],
+                                                       read_only=broker_config_read_only(k),
+                                                       config_type=broker_config_type(k),
+                                                       documentation=self._broker_doc(k))
+                                    for k, v in self._dynamic_defaults().items() if keys is None or k in keys]
+            elif rtype == GROUP_RESOURCE:
+                if name == "":
+                    entry.update(error_code=int(ErrorCode.INVALID_REQUEST),
+                                 error_message="Group name must not be empty")
+                else:
+                    entry["configs"] = [self._config_entry(k, v, s, request, synonyms, config_type=3,
+                                                           documentation=GROUP_CONFIGS[k].doc)
+                                        for k, (v, s, synonyms) in self._group_values(name).items()
+                                        if keys is None or k in keys]
             elif rtype == BROKER_RESOURCE:
-                if name not in ("", str(self.broker.node_id)):
+                if name != str(self.broker.node_id):
                     entry.update(error_code=int(ErrorCode.INVALID_REQUEST),
                                  error_message=f"broker {name} is not this broker")
                 else:
                     entry["configs"] = [self._config_entry(k, v, s, request, broker_synonyms(
                                             self.broker.image, self.broker.config, self.broker.node_id, [k]),
                                             read_only=broker_config_read_only(k),
-                                            config_type=broker_config_type(k))
+                                            config_type=broker_config_type(k), documentation=self._broker_doc(k))
                                         for k, (v, s) in sorted(self._broker_values().items())
                                         if keys is None or k in keys]
             else:
@@ -309,6 +340,34 @@ class AdminApis:
                              error_message=f"resource type {rtype} is not supported")
             results.append(entry)
         return {"throttle_time": 0, "results": results}
+
+    def _dynamic_defaults(self) -> dict[str, str]:
+        from tidelog.metadata.image import ConfigResource
+        return dict(sorted(self.broker.image.configs.get(ConfigResource(int(ConfigResourceType.BROKER), ""),
+                                                         {}).items()))
+
+    @staticmethod
+    def _broker_doc(name: str) -> str | None:
+        definition = config_def(name)
+        if definition is not None and definition.doc:
+            return definition.doc
+        topic = CLUSTER_CONFIGS.get(name)
+        return topic.doc if topic is not None else None
+
+    def _group_values(self, group_id: str) -> dict[str, tuple[str, str, list]]:
+        """``{name: (value, source, synonyms)}`` of a group's configs: its own (GROUP_CONFIG),
+        else the broker's setting (Kafka's synonym, static or default)."""
+        from tidelog.metadata.image import ConfigResource
+        own = self.broker.image.configs.get(ConfigResource(int(ConfigResourceType.GROUP), group_id), {})
+        out = {}
+        for name, definition in GROUP_CONFIGS.items():
+            source = "STATIC_BROKER_CONFIG" if definition.synonym in self.broker.config.originals else "DEFAULT_CONFIG"
+            synonyms = [(definition.synonym, str(self.broker.config[definition.synonym]), source)]
+            if name in own:
+                out[name] = (own[name], "GROUP_CONFIG", [(name, own[name], "GROUP_CONFIG")] + synonyms)
+            else:
+                out[name] = (synonyms[0][1], source, synonyms)
+        return out
 
     def _broker_values(self) -> dict[str, tuple[str | None, str]]:
         """``{name: (value, source)}`` of this broker: every setting tidelog has, the
@@ -330,6 +389,11 @@ class AdminApis:
                 value = str(value).lower()
             source = "STATIC_BROKER_CONFIG" if name in originals else "DEFAULT_CONFIG"
             out[name] = (None if value is None else str(value), source)
+        for name, definition in CLUSTER_CONFIGS.items():        # topic settings' broker-level names
+            if name not in out:
+                default = None if name in NULL_DEFAULTS else definition.default
+                out[name] = ((originals[name], "STATIC_BROKER_CONFIG") if name in originals
+                             else (default, "DEFAULT_CONFIG"))
         for name, value in originals.items():
             if name.startswith("listener.name."):
                 out[name] = (value, "STATIC_BROKER_CONFIG")
@@ -341,7 +405,7 @@ class AdminApis:
 
     @staticmethod
     def _config_entry(name: str, value, source: str, request, synonyms=None, read_only: bool = False,
-                      config_type: int | None = None) -> dict:
+                      config_type: int | None = None, documentation: str | None = None) -> dict:
         """One DescribeConfigs entry; a secret (``broker.config.is_sensitive``: a PASSWORD
         setting in any listener form, or a name of unknown type) has a null value, in its
         synonyms too, and ``is_sensitive`` true, as Kafka answers every version.
@@ -355,24 +419,52 @@ class AdminApis:
             config_type = PASSWORD_CONFIG_TYPE if is_password(name) else UNKNOWN_CONFIG_TYPE
         entry = {"name": name, "value": value, "read_only": read_only,
                  "config_source": _CONFIG_SOURCES[source], "is_sensitive": sensitive, "synonyms": [],
-                 "config_type": config_type, "documentation": None}
+                 "config_type": config_type,
+                 "documentation": (documentation or None) if getattr(request, "include_documentation", False)
+                 else None}
         if getattr(request, "include_synonyms", False):
             entry["synonyms"] = [{"name": n, "value": None if sensitive else v, "source": _CONFIG_SOURCES[s]}
                                  for n, v, s in synonyms] if synonyms is not None else \
                 [{"name": name, "value": value, "source": _CONFIG_SOURCES[source]}]
         return entry
 
+    def _local_refusals(self, request) -> dict[tuple[int, str], tuple[ErrorCode, str]]:
+        """What the broker that receives an alteration refuses itself, before the controller
+        (Kafka's ConfigAdminManager): another broker's settings (the admin client sends
+        those to that broker). A controller-only node takes any broker's."""
+        if "broker" not in self.broker.config["process.roles"]:
+            return {}
+        own, refused = str(self.broker.node_id), {}
+        listener = self.broker.config.listener_endpoints()[0][0]
+        for r in request.resources:
+            if int(r.resource_type) != BROKER_RESOURCE or not r.resource_name.isdigit():
+                continue
+            if r.resource_name != own:
+                refused[(BROKER_RESOURCE, r.resource_name)] = (
+                    ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {own}, but received {r.resource_name}")
+                continue
+            changes = {c.name: None if int(getattr(c, "config_operation", SET)) == DELETE else c.value
+                       for c in r.configs}
+            message = existing_listener_refusal(changes, listener)
+            if message is not None and validate_dynamic_broker_change(own, changes) is None:
+                refused[(BROKER_RESOURCE, r.resource_name)] = (ErrorCode.INVALID_REQUEST, message)
+        return refused
+
     def _alter(self, request, incremental: bool):
-        resources, errors = [], {}
+        resources, errors = [], dict(self._local_refusals(request))
         for resource in request.resources:
             rtype, name = int(resource.resource_type), resource.resource_name
+            if (rtype, name) in errors:
+                continue
             if rtype == TOPIC_RESOURCE:
                 ctype = int(ConfigResourceType.TOPIC)
             elif rtype == BROKER_RESOURCE and (name == "" or name.isdigit()):
-                ctype = int(ConfigResourceType.BROKER)        # a broker id: its TLS stores only
+                ctype = int(ConfigResourceType.BROKER)        # KIP-226: a broker id, or "" (cluster default)
+            elif rtype == GROUP_RESOURCE:
+                ctype = int(ConfigResourceType.GROUP)
             else:
                 errors[(rtype, name)] = (ErrorCode.INVALID_REQUEST,
-                                         "only topic and broker configs can be altered")
+                                         "only topic, broker and group configs can be altered")
                 continue
             changes: dict[str, str | None] = {}
             list_changes: dict[str, tuple[str, str]] = {}    # APPEND / SUBTRACT: the controller resolves them
@@ -408,7 +500,7 @@ class AdminApis:
         out = [{"error_code": int(code), "error_message": message, "resource_type": rtype,
                 "resource_name": name} for (rtype, name), (code, message) in errors.items()]
         for r in results:
-            rtype = TOPIC_RESOURCE if r.resource_type == int(ConfigResourceType.TOPIC) else BROKER_RESOURCE
+            rtype = int(r.resource_type)                # ConfigResourceType: Kafka's wire numbers
             out.append({"error_code": int(r.error_code), "error_message": r.error_message,
                         "resource_type": rtype, "resource_name": r.resource_name})
         return {"throttle_time": 0, "responses": out}
@@ -706,6 +798,7 @@ def _entity_like(items, data: dict):
     """``data`` as an element of the kio tuple ``items`` (to extend a forwarded response)."""
     from tidelog.protocol.codec import to_entity
     return to_entity(type(items[0]), data) if items else data
+
 
 def _feature_updates(request) -> tuple[tuple[dict[str, int], dict[str, int]] | None, list[str]]:
     """``((levels, upgrade types), names)`` of an UpdateFeatures request; ``(None, [the

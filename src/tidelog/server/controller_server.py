@@ -61,7 +61,10 @@ log = logging.getLogger("tidelog.controller_server")
 
 # Topic defaults the controller's own decisions read from its server.properties
 # (elections, min ISR) when no topic or cluster-wide dynamic config sets them.
-STATIC_TOPIC_DEFAULTS = ("unclean.leader.election.enable", "min.insync.replicas")
+STATIC_TOPIC_DEFAULTS = ("unclean.leader.election.enable", "min.insync.replicas",
+                         # the bounds of GROUP configs (controller/config_defs.py GROUP_CONFIGS)
+                         "group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms",
+                         "group.consumer.min.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms")
 
 METADATA_FETCH_BYTES_MAX = 8 * 1024 * 1024
 WRITE_COMMIT_TIMEOUT_S = 30        # a write's records not committed by then: NOT_CONTROLLER

@@ -26,6 +26,8 @@ from tidelog.core.ids import TopicPartition
 from tidelog.group.classic import GroupState
 from tidelog.group.coordinator import GroupCoordinator, offsets_topic
 from tidelog.group.shard import ConsumerHeartbeat, JoinRequest, OffsetToCommit
+from tidelog.metadata.image import ConfigResource
+from tidelog.metadata.records import ConfigResourceType
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import millis
 from tidelog.server.dispatch import client_host
@@ -371,7 +373,9 @@ class GroupApis:
             def lookup(name):
                 topic = image.topic(name)
                 return None if topic is None else (topic.topic_id, len(topic.partitions))
-            response = shard.consumer_group_heartbeat(heartbeat, lookup, list(image.topic_names()), self._now())
+            own = image.configs.get(ConfigResource(int(ConfigResourceType.GROUP), request.group_id), {})
+            response = shard.consumer_group_heartbeat(heartbeat, lookup, list(image.topic_names()), self._now(),
+                                                      group_configs=own)          # GROUP configs (KIP-848)
         return {"throttle_time": 0, **response}
 
     def handle_consumer_group_describe(self, header, request):
