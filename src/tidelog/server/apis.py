@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from tidelog.metadata.authorizer import CLUSTER_NAME, AclOperation, ResourceType
+from tidelog.server.authorized_operations import authorized_operations
+from tidelog.server.authorized_operations import requested as requested_operations
 from tidelog.broker.node import BrokerNode
 from tidelog.controller.topics import validate_topic_name
 from tidelog.core.errors import ErrorCode, KafkaError
@@ -439,9 +441,16 @@ class KafkaApis:
         for n in denied:
             created_errors[n] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         topics = [self._topic_metadata(name, created_errors, name in denied) for name in names]
+        if getattr(request, "include_topic_authorized_operations", False):     # KIP-430
+            for topic in topics:
+                if topic["name"] is not None:
+                    topic["topic_authorized_operations"] = authorized_operations(
+                        authorizer, ResourceType.TOPIC, topic["name"])
         return {"throttle_time": 0, "brokers": self._broker_list(), "cluster_id": self.context.cluster_id,
                 "controller_id": self.context.controller_id, "topics": topics,
-                "cluster_authorized_operations": -2147483648}
+                "cluster_authorized_operations": requested_operations(
+                    getattr(request, "include_cluster_authorized_operations", False), authorizer,
+                    ResourceType.CLUSTER)}
 
     def _broker_list(self) -> list[dict]:
         listener = self.context.listener_name
@@ -552,4 +561,5 @@ class KafkaApis:
                                     "rack": registration.rack, "is_fenced": registration.fenced})
         return {"throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 1,
                 "cluster_id": self.context.cluster_id, "controller_id": self.context.controller_id,
-                "brokers": brokers, "cluster_authorized_operations": -2147483648}
+                "brokers": brokers, "cluster_authorized_operations": requested_operations(
+                    request.include_cluster_authorized_operations, self.context.authorizer, ResourceType.CLUSTER)}

@@ -45,7 +45,9 @@ from tidelog.core.clock import Clock
 from tidelog.core.errors import ErrorCode
 from tidelog.metadata.file_log import FileMetadataLog
 from tidelog.metadata.log import METADATA_TOPIC
+from tidelog.metadata.authorizer import ResourceType
 from tidelog.metadata.records import BrokerFeature, Endpoint
+from tidelog.server.authorized_operations import requested as requested_operations
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import ZERO_UUID, millis
 from tidelog.raft.metadata_log import RaftMetadataLog
@@ -257,6 +259,7 @@ class ControllerServer:
         writes.register(ApiKey.ALTER_PARTITION, self.handle_alter_partition, 2, 3)
         writes.register(ApiKey.ASSIGN_REPLICAS_TO_DIRS, self.handle_assign_replicas_to_dirs, 0, 0)
         writes.register(ApiKey.ALLOCATE_PRODUCER_IDS, self.handle_allocate_producer_ids, 0, 0)
+        self._authorizer = authorizer             # DescribeCluster's authorized operations (KIP-430)
         admin = AdminApis(self, authorizer)       # with ACLs, the same per-topic checks as a broker's
         admin.register(writes)
         dispatcher.register(ApiKey.DESCRIBE_CONFIGS, admin.handle_describe_configs, 1, 4)   # a read: any voter
@@ -533,7 +536,9 @@ class ControllerServer:
                             "rack": registration.rack, "is_fenced": registration.fenced})
         return {"throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 2,
                 "cluster_id": self.cluster_id, "controller_id": self.raft.replica.leader_id, "brokers": brokers,
-                "cluster_authorized_operations": -2147483648}
+                "cluster_authorized_operations": requested_operations(   # KIP-430
+                    request.include_cluster_authorized_operations, getattr(self, "_authorizer", None),
+                    ResourceType.CLUSTER)}
 
     # ------------------------------------------------------------------ timers
 

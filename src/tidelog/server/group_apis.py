@@ -26,10 +26,12 @@ from tidelog.core.ids import TopicPartition
 from tidelog.group.classic import GroupState
 from tidelog.group.coordinator import GroupCoordinator, offsets_topic
 from tidelog.group.shard import ConsumerHeartbeat, JoinRequest, OffsetToCommit
+from tidelog.metadata.authorizer import ResourceType
 from tidelog.metadata.image import ConfigResource
 from tidelog.metadata.records import ConfigResourceType
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import millis
+from tidelog.server.authorized_operations import authorized_operations
 from tidelog.server.dispatch import client_host
 from tidelog.txn.coordinator import transaction_state_topic
 
@@ -49,6 +51,7 @@ class GroupApis:
         # With ACLs, ListGroups lists only the groups the caller may DESCRIBE (all of them
         # with DESCRIBE on the cluster), as Kafka's handleListGroupsRequest.
         self.may_describe: Callable[[str], bool] = lambda group_id: True
+        self.authorizer = None                          # a RequestAuthorizer with ACLs (authorized operations)
 
     def register(self, dispatcher) -> None:
         dispatcher.register(ApiKey.FIND_COORDINATOR, self.handle_find_coordinator, 0, 6)
@@ -317,7 +320,17 @@ class GroupApis:
     # ========================================================= DescribeGroups
 
     def handle_describe_groups(self, header, request):
-        return {"throttle_time": 0, "groups": [self._describe(group_id) for group_id in request.groups]}
+        groups = [self._describe(group_id) for group_id in request.groups]
+        if getattr(request, "include_authorized_operations", False):
+            self._add_authorized_operations(groups)
+        return {"throttle_time": 0, "groups": groups}
+
+    def _add_authorized_operations(self, groups: list[dict]) -> None:
+        """KIP-430: what the caller may do with each group described (not with one in error)."""
+        for entry in groups:
+            if entry["error_code"] == 0:
+                entry["authorized_operations"] = authorized_operations(self.authorizer, ResourceType.GROUP,
+                                                                       entry["group_id"])
 
     def _describe(self, group_id: str) -> dict:
         entry = {"error_code": 0, "group_id": group_id, "group_state": GroupState.DEAD.value,
@@ -404,6 +417,8 @@ class GroupApis:
                      "member_type": 1}
                     for m in group.members.values()]
             groups.append(entry)
+        if request.include_authorized_operations:
+            self._add_authorized_operations(groups)
         return {"throttle_time": 0, "groups": groups}
 
     # =========================================================== DeleteGroups

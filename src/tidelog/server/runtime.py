@@ -386,6 +386,7 @@ class Server:
         self.txn_apis.register(self.dispatcher)
         if self.authorizer is not None:
             group_apis.may_describe = self.authorizer.visible(ResourceType.GROUP)
+            group_apis.authorizer = self.authorizer
             self.txn_apis.may_describe = self.authorizer.visible(ResourceType.TRANSACTIONAL_ID)
         if self.config["transaction.partition.verification.enable"]:
             kafka_apis.context.verify_transactions = self.txn_apis.verify
