@@ -68,9 +68,10 @@ def test_members_fenced_out_of_an_isr_below_min_isr_stay_eligible():
     assert after(env, lambda: env.fence(1))[0] == PartitionChangeRecord(
         foo_id, 0, isr=(2,), leader=2, eligible_leader_replicas=(1,))
     # The last member goes too: with ELR the ISR may be empty; 1 and 2 are both eligible.
+    # The write that leaves it leaderless remembers the last leader (last_known_elr).
     assert after(env, lambda: env.fence(2))[0] == PartitionChangeRecord(
-        foo_id, 0, isr=(), leader=-1, eligible_leader_replicas=(1, 2))
-    assert shape(env) == (-1, (), (1, 2), ())
+        foo_id, 0, isr=(), leader=-1, eligible_leader_replicas=(1, 2), last_known_elr=(2,))
+    assert shape(env) == (-1, (), (1, 2), (2,))
     check(env)
 
     off = three_brokers(elr=False)
@@ -87,7 +88,8 @@ def test_an_eligible_replica_is_elected_when_the_isr_is_empty():
     # Broker 1 comes back (same process, e.g. after a network partition): a clean
     # election from the ELR, ISR := [1], and 1 leaves the ELR.
     records = after(env, lambda: env.heartbeat(1))
-    assert records[1] == PartitionChangeRecord(foo_id, 0, isr=(1,), leader=1, eligible_leader_replicas=(2,))
+    assert records[1] == PartitionChangeRecord(foo_id, 0, isr=(1,), leader=1, eligible_leader_replicas=(2,),
+                                               last_known_elr=())
     assert shape(env) == (1, (1,), (2,), ())
     check(env)
 
@@ -142,7 +144,7 @@ def test_a_broker_back_from_an_unclean_shutdown_leaves_the_isr_and_the_elr():
     env.heartbeat(2)                                  # unfenced, but not eligible
     assert shape(env) == (-1, (), (1,), (2,))
     env.heartbeat(1)
-    assert shape(env) == (1, (1,), (), (2,))
+    assert shape(env) == (1, (1,), (), ())
     check(env)
 
     off = three_brokers(elr=False)
@@ -159,34 +161,44 @@ def test_a_clean_shutdown_keeps_a_broker_eligible():
     foo_id = env.topic_id("foo")
     for broker_id in (0, 1, 2):
         env.fence(broker_id)
-    assert shape(env) == (-1, (), (1, 2), ())
-    assert after(env, lambda: env.restart(1))[0] == PartitionChangeRecord(
-        foo_id, 0, eligible_leader_replicas=(2,), last_known_elr=(1,))
+    assert shape(env) == (-1, (), (1, 2), (2,))
+    assert after(env, lambda: env.restart(1))[0] == PartitionChangeRecord(foo_id, 0, eligible_leader_replicas=(2,))
     end = env.log.end_offset
     env.restart(2, clean=True)                        # names its previous broker epoch
     assert not any(isinstance(r, PartitionChangeRecord) for r in env.records_from(end))
     env.heartbeat(2)
-    assert shape(env) == (2, (2,), (), (1,))
+    assert shape(env) == (2, (2,), (), ())
     check(env)
 
 
-def test_an_unclean_election_prefers_a_last_known_eligible_replica():
-    """Neither ISR nor ELR has anyone; an UNCLEAN election (ElectLeaders) picks a
-    last-known-ELR member (it once held every committed record) before replica order."""
+def test_the_last_known_leader_leads_again_when_every_eligible_replica_shut_down_uncleanly():
+    """Kafka 4.4's rule, on any topic: nobody in ISR or ELR is left (all of them came
+    back from unclean shutdowns), so the last leader — the last to hold every committed
+    record — is elected as an unclean election (RECOVERING). Without it a cluster whose
+    brokers all crashed would never lead this partition again."""
     env = three_brokers()
     foo_id = env.topic_id("foo")
     for broker_id in (0, 1, 2):
         env.fence(broker_id)
     env.restart(1)
     env.restart(2)
+    assert shape(env) == (-1, (), (), (2,))
     env.heartbeat(0)
-    env.heartbeat(2)
-    assert shape(env) == (-1, (), (), (1, 2))         # a clean topic: nobody may lead
-    results = env.controller.elect_leaders(ElectionType.UNCLEAN, [TopicPartition("foo", 0)])
-    assert results[0].error_code == ErrorCode.NONE
-    p = foo(env)
-    assert (p.leader, p.isr, p.elr, p.last_known_elr, p.leader_recovery_state) == (2, (2,), (), (), 1)
+    env.heartbeat(1)
+    assert shape(env) == (-1, (), (), (2,))          # 0 and 1 are up but may not lead
+    records = after(env, lambda: env.heartbeat(2))
+    assert records[1] == PartitionChangeRecord(foo_id, 0, isr=(2,), leader=2, leader_recovery_state=1,
+                                               last_known_elr=())
     check(env)
+
+    single = ControllerTestEnv(bootstrap_features=ELR_ON, broker_features=broker_features())
+    single.register_and_unfence(0)
+    single.create_topic("solo", assignments=[[0]])
+    single.clock.advance(9001)
+    single.restart(0)                                 # kill -9 of a lone node, and its restart
+    assert single.partition("solo", 0).isr == () and single.partition("solo", 0).last_known_elr == (0,)
+    single.heartbeat(0)
+    assert single.partition("solo", 0).leader == 0
 
 
 def test_an_unclean_topic_elects_outside_isr_and_elr_once_someone_acceptable_is_up():
@@ -196,7 +208,7 @@ def test_an_unclean_topic_elects_outside_isr_and_elr_once_someone_acceptable_is_
     env = three_brokers(unclean_leader_election_enable="true")
     for broker_id in (0, 1, 2):
         env.fence(broker_id)
-    assert shape(env) == (-1, (), (1, 2), ())
+    assert shape(env) == (-1, (), (1, 2), (2,))
     env.heartbeat(0)
     p = foo(env)
     assert (p.leader, p.isr, p.elr, p.leader_recovery_state) == (0, (0,), (), 1)
@@ -206,7 +218,7 @@ def test_an_unclean_topic_elects_outside_isr_and_elr_once_someone_acceptable_is_
     for broker_id in (0, 1, 2):
         clean.fence(broker_id)
     clean.heartbeat(0)
-    assert shape(clean) == (-1, (), (1, 2), ())       # a clean topic waits for 1 or 2
+    assert shape(clean) == (-1, (), (1, 2), (2,))     # a clean topic waits for 1 or 2
 
 
 def test_turning_elr_off_clears_the_fields_at_the_next_change():

@@ -11,12 +11,14 @@ broker still has online — Kafka's ``LeaderAcceptor``) and an election type,
 Election, when needed (the current leader is not in the target ISR, is not
 acceptable, or a PREFERRED election finds it is not the first replica)::
 
-    valid(r) = r in target ISR and acceptable(r)
+    valid(r) = (r in target ISR, or the target ISR is empty and r in the ELR) and acceptable(r)
     PREFERRED: replicas[0] if valid → current leader if valid → first valid
-               replica in replica order → -1
-    ONLINE:    current leader if valid → first valid replica in replica order → -1
-    UNCLEAN:   as ONLINE, then the first *acceptable* replica in replica order,
-               ISR := [it], leader_recovery_state := RECOVERING   (may lose data)
+               replica in replica order → last known leader (ELR on) → -1
+    ONLINE:    current leader if valid → first valid replica in replica order
+               → last known leader (ELR on) → -1
+    UNCLEAN:   as ONLINE, then the first *acceptable* replica in replica order;
+    last known leader or UNCLEAN pick: ISR := [it], leader_recovery_state :=
+               RECOVERING, ELR := []                              (may lose data)
 
 Eligible leader replicas (KIP-966, on when ``elr_enabled``: the finalized
 ``eligible.leader.replicas.version`` >= 1). With the strict min ISR rule a leader's
@@ -24,20 +26,23 @@ high watermark does not move while the ISR is smaller than ``min_isr`` (the
 topic's effective min ISR), so a replica that leaves an ISR that is, or becomes,
 smaller than that still holds every committed record: it becomes *eligible*::
 
-    |target ISR| >= min_isr:  ELR := [], last_known_elr := []
+    |target ISR| >= min_isr:  ELR := []
     otherwise:                ELR := (ELR ∪ current ISR) − target ISR − unclean shutdowns
-                              last_known_elr := (candidates ∪ last_known_elr) − target ISR − ELR
 
 A replica whose broker restarted after an unclean shutdown (it may have lost
 unflushed bytes) leaves the ISR and the ELR at once (``set_unclean_shutdown_replicas``).
 The ISR may then become empty. When it is, an acceptable ELR member is a valid
 leader (clean: it has every committed record); electing it sets ISR := [it] and
-takes it out of the ELR. When ISR and ELR are both empty, Kafka elects the *last
-known leader* (``last_known_elr`` holds just it from the write that emptied the
-ISR) as an unclean election, on any topic; tidelog does so only where an unclean
-election is allowed (UNCLEAN), before any other replica, so a clean-election topic
-never leads from a replica that may lack committed records. An unclean election
-clears ELR and last_known_elr.
+takes it out of the ELR.
+
+The last known leader (Kafka's ``lastKnownElr`` in its default mode): the write
+that empties the ISR records the leader it had; any later leader clears it. When
+ISR and ELR are both empty — every replica that held all committed records shut
+down uncleanly — that broker, if acceptable, is elected as Kafka 4.4 does, as an
+unclean election (ISR := [it], RECOVERING), on any topic: it was the last to hold
+every committed record, and without it a cluster whose brokers all crashed (a
+lone node after ``kill -9``) would never lead again. On a topic that allows
+unclean elections it comes before any other replica.
 
 Rules on the result: without ELR the ISR never becomes empty (an empty target
 ISR keeps the current ISR; the partition just has no leader, -1); any leader
@@ -79,7 +84,6 @@ class PartitionChangeBuilder:
         self.min_isr = min_isr
         self.elr_enabled = elr_enabled
         self.target_elr: tuple[int, ...] = partition.elr
-        self.target_last_known_elr: tuple[int, ...] = partition.last_known_elr
         self.unclean_shutdown_replicas: frozenset[int] = frozenset()
         self.topic_id = topic_id
         self.partition_id = partition_id
@@ -137,33 +141,44 @@ class PartitionChangeBuilder:
         for replica in self.target_replicas:
             if self._is_valid_leader(replica):
                 return replica, False
+        last_known = self._last_known_leader()
+        if last_known != NO_LEADER:
+            return last_known, True
         if self.election == Election.UNCLEAN:
-            for replica in self._last_known_first():
+            for replica in self.target_replicas:
                 if self.is_acceptable_leader(replica):
                     return replica, True
         return NO_LEADER, False
 
-    def _last_known_first(self) -> list[int]:
-        """An unclean election's order: last-known-ELR members (they once held every
-        committed record), then the other replicas, each in replica order."""
-        known = [r for r in self.target_replicas if r in self.target_last_known_elr]
-        return known + [r for r in self.target_replicas if r not in known]
+    def _last_known_leader(self) -> int:
+        """Kafka's ``canElectLastKnownLeader``: with ELR on and ISR and ELR empty, the
+        broker the partition last had as leader, if it may lead; else NO_LEADER."""
+        known = self.partition.last_known_elr
+        if not self.elr_enabled or self.target_isr or self.target_elr or len(known) != 1:
+            return NO_LEADER
+        return known[0] if self.is_acceptable_leader(known[0]) else NO_LEADER
 
     def _populate_target_elr(self) -> None:
         """The KIP-966 rules of the module docstring (Kafka's ``maybePopulateTargetElr``)."""
-        if not self.elr_enabled:
-            self.target_elr, self.target_last_known_elr = (), ()
-            return
-        if len(self.target_isr) >= self.min_isr:
-            self.target_elr, self.target_last_known_elr = (), ()
+        if not self.elr_enabled or len(self.target_isr) >= self.min_isr:
+            self.target_elr = ()
             return
         candidates = set(self.target_elr) | set(self.partition.isr)
-        in_order = [r for r in self.target_replicas if r not in self.target_isr]
-        self.target_elr = tuple(r for r in in_order if r in candidates
+        self.target_elr = tuple(r for r in self.target_replicas if r in candidates and r not in self.target_isr
                                 and r not in self.unclean_shutdown_replicas)
-        self.target_last_known_elr = tuple(
-            r for r in in_order if (r in candidates or r in self.target_last_known_elr)
-            and r not in self.target_elr)
+
+    def _last_known_elr(self, isr: tuple[int, ...], leader: int) -> tuple[int, ...] | None:
+        """The new last known leader, or None if unchanged (Kafka's ``maybeUpdateLastKnownLeader``)."""
+        current = self.partition
+        if not self.elr_enabled:
+            return () if current.last_known_elr else None
+        if not isr and current.isr and current.leader != NO_LEADER \
+                and current.last_known_elr != (current.leader,):
+            return (current.leader,)                 # the write that leaves the partition leaderless
+        new_leader = current.leader if leader == NO_LEADER_CHANGE else leader
+        if new_leader != NO_LEADER and current.last_known_elr:
+            return ()
+        return None
 
     # ------------------------------------------------------------ build
 
@@ -183,11 +198,12 @@ class PartitionChangeBuilder:
                     self.target_elr = tuple(r for r in self.target_elr if r != new_leader)
                 elif unclean:
                     log.warning("UNCLEAN leader election for partition %s-%d: broker %d leads "
-                                "from outside the ISR %s; committed records may be lost",
-                                self.topic_id, self.partition_id, new_leader, list(current.isr))
+                                "from outside the ISR %s and ELR %s; committed records may be lost",
+                                self.topic_id, self.partition_id, new_leader, list(current.isr),
+                                list(current.elr))
                     isr = (new_leader,)
                     leader_recovery_state = LeaderRecoveryState.RECOVERING
-                    self.target_elr, self.target_last_known_elr = (), ()
+                    self.target_elr = ()
         if leader == NO_LEADER_CHANGE and not set(current.replicas) <= set(self.target_replicas):
             leader = current.leader   # replicas were removed: fence them with a new epoch
         record = PartitionChangeRecord(
@@ -201,8 +217,7 @@ class PartitionChangeBuilder:
             directories=(self.target_directories if self.target_directories != current.directories
                          else None),
             eligible_leader_replicas=self.target_elr if self.target_elr != current.elr else None,
-            last_known_elr=(self.target_last_known_elr
-                            if self.target_last_known_elr != current.last_known_elr else None),
+            last_known_elr=self._last_known_elr(isr, leader),
         )
         if record == PartitionChangeRecord(self.topic_id, self.partition_id):
             return None

@@ -36,11 +36,11 @@ def _seeds(text: str) -> list[int]:
 def _run_one(job, echo: bool = False):
     from tidelog.sim.loop import Trace
     from tidelog.sim.simulation import run_seed
-    seed, long, defect, tail, controllers = job
+    seed, long, defect, tail, controllers, elr = job
     directory = tempfile.mkdtemp(prefix=f"tidelog-sim-{seed}-")
     try:
         return run_seed(seed, directory, long=long, defect=defect, trace=Trace(echo=echo, keep=max(tail, 1)),
-                        controllers=controllers)
+                        controllers=controllers, elr=elr)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -60,7 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="run seeds in this many processes")
     parser.add_argument("--controllers", type=int, choices=(1, 3, 5),
                         help="force the size of the controller quorum (default: chosen per seed)")
+    parser.add_argument("--elr", choices=("on", "off"), default="on",
+                        help="eligible leader replicas (KIP-966) finalized in the new cluster: on (Kafka "
+                             "4.4's default) or off (then the last replica standing is excused)")
     args = parser.parse_args(argv)
+    elr = args.elr == "on"
 
     from tidelog.sim.config import RunStats
     from tidelog.sim.loop import Trace
@@ -85,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs > 1 and len(seeds) > 1:
         from concurrent.futures import ProcessPoolExecutor
         pool = ProcessPoolExecutor(args.jobs)
-        results = pool.map(_run_one, [(seed, args.long, args.defect, args.tail, args.controllers)
+        results = pool.map(_run_one, [(seed, args.long, args.defect, args.tail, args.controllers, elr)
                                              for seed in seeds], chunksize=4)
     else:
         pool = None
-        results = (_run_one((seed, args.long, args.defect, args.tail, args.controllers),
+        results = (_run_one((seed, args.long, args.defect, args.tail, args.controllers, elr),
                             echo=args.trace and len(seeds) == 1)
                    for seed in seeds)
     sizes: dict[int, int] = {}
@@ -112,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"    {line}")
             print(f"  replay: python -m tidelog.sim --seed {result.seed}"
                   + (" --long" if args.long else "") + (f" --defect {args.defect}" if args.defect else "")
-                  + (f" --controllers {args.controllers}" if args.controllers else "") + " --trace")
+                  + (f" --controllers {args.controllers}" if args.controllers else "")
+                  + (" --elr off" if not elr else "") + " --trace")
             if not args.keep_going:
                 break
     if pool is not None:

@@ -50,9 +50,16 @@ Checks, each named by its number and what it keeps (a failure raises
 
 Invariant 10.4 holds only without unclean election and while no more than
 ``min.insync.replicas - 1`` replicas lose data. What it may not promise is excused
-and counted, never silently ignored: an *unclean* election (topic config) and the
-*last replica standing* (KIP-966 without Eligible Leader Replicas: a broker that
-lost unsynced bytes in a power cut returns as the only ISR member and leads).
+and counted, never silently ignored: an *unclean* election (topic config) and,
+only on runs with eligible leader replicas off (``SimConfig.eligible_leader_replicas``,
+``--elr off``), the *last replica standing* (a broker that lost unsynced bytes in a
+power cut returns as the only ISR member and leads). With ELR on (Kafka 4.4's
+default, and the simulator's) that excuse is gone: such a broker leaves the ISR and
+the ELR when it registers again, and 10.3 checks the ELR members too. What remains
+is narrower and named apart: when *every* ISR and ELR member came back from an
+unclean shutdown, Kafka elects the last known leader (RECOVERING); if that broker
+lost data, the losses are excused as ``last known leader after every eligible
+replica's unclean shutdown``.
 Either resets the partition's history at that leader epoch; acknowledged writes
 missing afterwards are counted as ``excused_losses`` with the reason.
 
@@ -194,6 +201,7 @@ class Checker:
         self.seen: dict[tuple[int, TopicPartition], Seen] = {}
         self.leaders_by_epoch: dict[TopicPartition, dict[int, int]] = {}
         self.amnesiac: dict[tuple[int, TopicPartition], str] = {}   # replica -> how it lost data
+        self.last_known_leader_elections: set[tuple[TopicPartition, int]] = set()   # (tp, leader epoch)
         self.isr_verified: dict[tuple, tuple] = {}
         self.controller_image = None             # the committed image at the highest offset seen
         self.broker_images: dict[int, object] = {}
@@ -308,8 +316,15 @@ class Checker:
                       f"{'missing' if mine is None else repr(mine[2])} (LEO {partition.log.log_end_offset})")
             if tp.topic in self.unclean_topics or self._unclean(tp.topic):
                 self._reset(tp, epoch, f"unclean topic: {detail}")
-            elif (broker_id, tp) in self.amnesiac:
+            elif (broker_id, tp) in self.amnesiac and not self.sim.config.eligible_leader_replicas:
+                # Without ELR only: with it, a broker back from an unclean shutdown is out of
+                # the ISR and ELR and is elected cleanly nowhere (KIP-966).
                 self._reset(tp, epoch, f"last replica standing after {self.amnesiac[(broker_id, tp)]}: {detail}")
+            elif (broker_id, tp) in self.amnesiac and (tp, epoch) in self.last_known_leader_elections:
+                # ELR on, but every replica in ISR and ELR came back from an unclean shutdown:
+                # the last known leader is elected (Kafka 4.4's rule) and lost data itself.
+                self._reset(tp, epoch, f"last known leader after every eligible replica's unclean "
+                                       f"shutdown: {self.amnesiac[(broker_id, tp)]}: {detail}")
             else:
                 raise InvariantViolation("10.4-acknowledged-write-kept", detail)
             return
@@ -369,9 +384,10 @@ class Checker:
             return
         leader_mirror = self.mirrors[(registration.leader, tp)]
         high_watermark = leader.log.high_watermark
-        # The controller's ISR: the replicas a clean election may pick. (The leader's
-        # own view can be stale in either direction; the committed one is what counts.)
-        for member in registration.isr:
+        # The controller's ISR and ELR (KIP-966): the replicas a clean election may pick.
+        # (The leader's own view can be stale in either direction; the committed one is
+        # what counts.)
+        for member in registration.isr + registration.elr:
             if member == registration.leader or (member, tp) in self.amnesiac:
                 continue
             broker = sim.brokers.get(member)
@@ -387,7 +403,7 @@ class Checker:
                 if mirror.records.get(offset) != leader_mirror.records.get(offset):
                     raise InvariantViolation(
                         "10.3-isr-holds-committed",
-                        f"{tp}: ISR member {member} differs from leader {registration.leader} (epoch "
+                        f"{tp}: {'ISR' if member in registration.isr else 'ELR'} member {member} differs from leader {registration.leader} (epoch "
                         f"{leader.leader_epoch}) at offset {offset} below HW {high_watermark}: "
                         f"{_value(mirror.records.get(offset))} vs {_value(leader_mirror.records.get(offset))}")
             self.isr_verified[key] = (stamp, max(start, high_watermark))
@@ -494,7 +510,12 @@ class Checker:
                 before = previous.partition(tp)
                 if before is None or partition.leader < 0 or partition.leader == before.leader:
                     continue
-                if partition.leader not in before.isr:
+                # An eligible leader replica is a clean choice (KIP-966); the record that
+                # empties the ISR may elect it at once. With ISR and ELR empty the last known
+                # leader may be elected (Kafka 4.4, RECOVERING): checked when it leads.
+                if not before.isr and not before.elr and partition.leader in before.last_known_elr:
+                    self.last_known_leader_elections.add((tp, partition.leader_epoch))
+                elif partition.leader not in before.isr and partition.leader not in before.elr:
                     if not self._unclean(tp.topic):
                         raise InvariantViolation("10.4-acknowledged-write-kept", (
                             f"{tp}: broker {partition.leader} elected outside the ISR {list(before.isr)} "
@@ -506,7 +527,7 @@ class Checker:
                 self._check_image(broker)
         for tp, partition in image.all_partitions():
             for broker_id, flagged_tp in sorted(self.amnesiac):
-                if flagged_tp == tp and broker_id not in partition.isr:
+                if flagged_tp == tp and broker_id not in partition.isr + partition.elr + partition.last_known_elr:
                     del self.amnesiac[(broker_id, tp)]
 
     def _check_image(self, broker) -> None:

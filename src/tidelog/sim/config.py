@@ -96,6 +96,7 @@ class SimConfig:
     group_session_timeout_ms: int = 3000    # the members' session.timeout.ms
     offsets_partitions: int = 3             # offsets.topic.num.partitions
     transactions: bool = False              # a transactional producer and a read_committed consumer on "tx"
+    eligible_leader_replicas: bool = True   # KIP-966 ELR finalized at bootstrap (Kafka 4.4's default)
     txn_partitions: int = 2                 # transaction.state.log.num.partitions
     defect: str | None = None
 
@@ -190,6 +191,8 @@ class SimConfig:
                          f"/session{self.group_session_timeout_ms}/offsets{self.offsets_partitions}p")
         if self.transactions:
             parts.append(f"txn=tx/state{self.txn_partitions}p")
+        if not self.eligible_leader_replicas:
+            parts.append("elr=off")
         if self.defect:
             parts.append(f"defect={self.defect}")
         return " ".join(parts)

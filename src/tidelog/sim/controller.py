@@ -56,6 +56,7 @@ from tidelog.controller.messages import (
     BrokerRegistrationReply,
     CreatableTopic,
 )
+from tidelog.controller.feature_control import BOOTSTRAP_FEATURES, ELIGIBLE_LEADER_REPLICAS_VERSION
 from tidelog.controller.quorum_controller import QuorumController
 from tidelog.controller.quorum_member import ACTIVATED, DEACTIVATED, QuorumMember
 from tidelog.core.errors import ErrorCode
@@ -154,7 +155,9 @@ class SimController(NetworkNode):
         self.controller = QuorumController(
             clock=self.clock, log=RaftMetadataLog(self.replica, self.log), cluster_id=CLUSTER_ID,
             rng=random.Random(f"{config.seed}-controller-{self.node_id}-{self.starts}"),
-            session_timeout_ms=config.session_timeout_ms)
+            session_timeout_ms=config.session_timeout_ms, node_id=self.node_id,
+            bootstrap_features={**BOOTSTRAP_FEATURES,
+                                ELIGIBLE_LEADER_REPLICAS_VERSION: int(config.eligible_leader_replicas)})
         self.member = QuorumMember(self.controller, self.replica)
         self._parked: list[list] = []         # brokers' metadata fetches waiting for news
         self._held: list[list] = []           # voters' Raft fetches waiting for news

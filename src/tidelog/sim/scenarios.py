@@ -535,6 +535,33 @@ def kip_966(s: Script, flushed: bool) -> tuple[bool, dict]:
     return strict and (not lost if flushed else bool(lost)), observed
 
 
+def kip_966_elr(s: Script) -> tuple[bool, dict]:
+    """kip_966's faults with eligible leader replicas on: when broker 2 leaves the ISR
+    {3, 2} (below min ISR 2) it stays eligible; 3 loses power with its unflushed tail.
+    Fencing 3 empties the ISR and elects 2 from the ELR; 3 comes back from an unclean
+    shutdown out of the ISR and ELR and follows. Nothing acknowledged is lost and the
+    checker excuses nothing."""
+    leader = 3
+    committed = s.write(3, acks=-1)
+    s.sim.network.partition("b3", "b1")
+    s.shrink((3, 2), "broker 1 out of the ISR")
+    committed += s.write(2, acks=-1)
+    s.sim.network.partition("b3", "b2")
+    s.shrink((3,), "broker 2 out of the ISR (it stays eligible)")
+    elr = s.sim.active_controller().image.partition(TP).elr
+    s.sim.power_cut(leader)
+    s.sim.network.heal()
+    s.wait(lambda: s.leads(2), "broker 2 leads: elected from the ELR")
+    s.sim.start(leader)
+    s.converge([1, 2, 3])
+    final = s.values(2)
+    lost = [v for v in committed if v.encode() not in final]
+    resets = [r for h in s.sim.checker.histories.values() for r in h.resets]
+    observed = {"ELR while ISR {3}": list(elr), "leader after the power cut": s.leader(),
+                "committed (acks=all) records lost": lost, "excused by the checker": resets}
+    return list(elr) == [2] and not lost and not resets, observed
+
+
 def jepsen_2013(s: Script, safe: bool) -> tuple[bool, dict]:
     """RF 3, acks=all. The followers are cut off from the leader; the ISR shrinks;
     writes go on; the leader dies."""
@@ -1090,10 +1117,16 @@ SCENARIOS = {scenario.name: scenario for scenario in [
              _config(2, (1, 2), 1, True), kip_279),
     Scenario("kip-966-strict-min-isr", "KIP-966", "with ISR {3}: acks=all refused, HW still; 3 returns as "
              "the only ISR member and no committed record is lost (the lost tail was never committed)",
-             _config(3, (3, 2, 1), 2, False, flush_messages=None, flush_ms=500), lambda s: kip_966(s, True)),
+             _config(3, (3, 2, 1), 2, False, flush_messages=None, flush_ms=500, eligible_leader_replicas=False),
+             lambda s: kip_966(s, True)),
     Scenario("kip-966-last-replica-standing", "KIP-966", "without ELR, a last ISR member that lost unflushed "
              "committed records in a power cut leads without them (excused by the checker as KIP-966's case)",
-             _config(3, (3, 2, 1), 2, False, flush_messages=None), lambda s: kip_966(s, False)),
+             _config(3, (3, 2, 1), 2, False, flush_messages=None, eligible_leader_replicas=False),
+             lambda s: kip_966(s, False)),
+    Scenario("kip-966-eligible-leader-replicas", "KIP-966", "with ELR (the default), the same faults: broker 2 "
+             "left the ISR below min ISR and stays eligible, is elected when 3 loses power, and 3 comes back "
+             "out of the ISR and ELR; nothing acknowledged is lost, nothing excused",
+             _config(3, (3, 2, 1), 2, False, flush_messages=None), kip_966_elr),
     Scenario("jepsen-2013-unclean", "Jepsen 2013 Kafka analysis", "ISR of one, min ISR 1, unclean election: "
              "the acknowledged writes vanish", _config(3, (1, 2, 3), 1, True), lambda s: jepsen_2013(s, False)),
     Scenario("jepsen-2013-safe", "Jepsen 2013 Kafka analysis", "min ISR 2, clean election: acks=all refused with "

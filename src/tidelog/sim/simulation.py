@@ -533,11 +533,13 @@ def _seq(value: bytes) -> int:
 
 def run_seed(seed: int, directory: str, *, long: bool = False, defect: str | None = None,
              trace: Trace | None = None, config: SimConfig | None = None,
-             controllers: int | None = None) -> SimResult:
+             controllers: int | None = None, elr: bool = True) -> SimResult:
     """Run one seed (with a planted defect if asked; a quorum of ``controllers`` voters
-    if given, else the seed's) in ``directory``."""
+    if given, else the seed's; eligible leader replicas on unless ``elr`` is False) in
+    ``directory``."""
     from tidelog.sim.defects import planted
-    config = config or SimConfig.from_seed(seed, long=long, defect=defect, controllers=controllers)
+    config = config or SimConfig.from_seed(seed, long=long, defect=defect, controllers=controllers
+                                           ).with_options(eligible_leader_replicas=elr)
     quiet = logging.getLogger("tidelog")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)

@@ -1,0 +1,84 @@
+"""Eligible leader replicas (KIP-966) on real processes: a partition whose in-sync
+replicas die one by one is led again from the ELR, and no acknowledged write is lost.
+
+3 brokers, RF 3, min.insync.replicas 2, acks=all. Broker C is killed (ISR {A, B}),
+then B stops answering (SIGSTOP: the ISR drops below min ISR, B becomes eligible),
+then the leader A is killed (the ISR is empty; ELR {B, A}). When B answers again it
+is elected from the ELR — it holds every acknowledged record, since nothing could
+be acknowledged while the ISR was below min ISR. Before ELR, the ISR kept A as its
+last member and the partition had no leader until A itself came back.
+"""
+
+import time
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tidelog.testing import Cluster, wait_until
+
+FAST = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500",
+        "replica.lag.time.max.ms": "2000"}
+TOPIC = "elr"
+
+
+def _partition(bootstrap):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0]
+
+
+def _produce(bootstrap, values):
+    """acks=all; returns the (offset, value) of every acknowledged record."""
+    acked, errors = [], []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                         "message.timeout.ms": 20_000, "linger.ms": 5})
+
+    def delivered(err, msg):
+        (errors if err else acked).append(err or (msg.offset(), msg.value()))
+    for value in values:
+        producer.produce(TOPIC, value, partition=0, on_delivery=delivered)
+    producer.flush(30)
+    assert not errors, errors
+    return acked
+
+
+def _read_all(bootstrap, count):
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "elr-check", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(TOPIC, 0, 0)])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < count and time.monotonic() < deadline:
+        got += [(m.offset(), m.value()) for m in consumer.consume(1000, 0.5) if m.error() is None]
+    consumer.close()
+    return got
+
+
+def test_a_partition_whose_isr_members_die_one_by_one_is_led_again_from_the_elr():
+    with Cluster(brokers=3, overrides=FAST) as cluster:
+        a, b, c = (broker.node_id for broker in cluster.brokers)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 1, replica_assignment=[[a, b, c]],
+                                      config={"min.insync.replicas": "2"})])[TOPIC].result(15)
+        wait_until(lambda: sorted(_partition(cluster.bootstrap).isrs) == sorted([a, b, c]), 30, "all in sync")
+        acked = _produce(cluster.bootstrap, [b"all-%d" % i for i in range(200)])
+
+        cluster.kill(c)
+        wait_until(lambda: sorted(_partition(cluster.bootstrap).isrs) == sorted([a, b]), 30, "C out of the ISR")
+        acked += _produce(cluster.bootstrap, [b"two-%d" % i for i in range(200)])
+
+        cluster.pause(b)                                       # B stops answering: below min ISR
+        alive = f"127.0.0.1:{cluster.port(a)}"
+        wait_until(lambda: _partition(alive).isrs == [a], 30, "B out of the ISR")
+        cluster.kill(a)                                        # the last in-sync replica dies
+        cluster.resume(b)
+        bootstrap_b = f"127.0.0.1:{cluster.port(b)}"
+        wait_until(lambda: _partition(bootstrap_b).leader == b, 30, "B elected from the ELR")
+        assert _partition(bootstrap_b).isrs == [b]
+
+        # ISR {B} is below min ISR: nothing is acknowledged until C catches up and joins.
+        cluster.start_node(c)
+        wait_until(lambda: sorted(_partition(bootstrap_b).isrs) == sorted([b, c]), 60, "C back in the ISR")
+        acked += _produce(bootstrap_b, [b"after-%d" % i for i in range(50)])
+        got = dict(_read_all(bootstrap_b, len(acked)))
+        missing = [(offset, value) for offset, value in acked if got.get(offset) != value]
+        assert not missing, f"{len(missing)} acknowledged records lost or changed, e.g. {missing[:3]}"
+        assert len(acked) == 450
