@@ -277,7 +277,7 @@ class ReplicationControlManager:
             topic_id = self.topic_ids.get(name)
             if topic_id is None:
                 results.append(DeleteTopicResult(name, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                                 f"Topic {name} does not exist."))
+                                                 "This server does not host this topic-partition."))
                 continue
             results.append(DeleteTopicResult(name, topic_id))
             if topic_id not in seen:
@@ -287,7 +287,7 @@ class ReplicationControlManager:
             topic = self.topics.get(topic_id)
             if topic is None:
                 results.append(DeleteTopicResult(None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID,
-                                                 f"Topic id {topic_id} does not exist."))
+                                                 "This server does not host this topic ID."))
                 continue
             results.append(DeleteTopicResult(topic.name, topic_id))
             if topic_id not in seen:

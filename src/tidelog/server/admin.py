@@ -221,20 +221,14 @@ class AdminApis:
         return {"throttle_time": 0, "topics": out}
 
     def handle_delete_topics(self, header, request):
-        names = list(getattr(request, "topic_names", None) or [])
-        ids = []
-        for t in getattr(request, "topics", None) or []:
-            if getattr(t, "name", None):
-                names.append(t.name)
-            elif getattr(t, "topic_id", None) not in (None, ZERO_UUID):
-                ids.append(t.topic_id)
+        names, ids, invalid = _delete_topics_entries(request)
         if not self.broker.config["delete.topic.enable"]:
-            return {"throttle_time": 0, "responses": [
+            return {"throttle_time": 0, "responses": invalid + [
                 {"name": n, "topic_id": ZERO_UUID, "error_code": int(ErrorCode.TOPIC_DELETION_DISABLED)}
                 for n in names]}
         results = self.controller.delete_topics(names, ids)
         self.broker.publish()
-        return {"throttle_time": 0, "responses": [
+        return {"throttle_time": 0, "responses": invalid + [
             {"name": r.name, "topic_id": r.topic_id or ZERO_UUID, "error_code": int(r.error_code),
              "error_message": r.error_message} for r in results]}
 
@@ -544,7 +538,9 @@ class AdminApis:
 
     def _authorized_delete_topics(self, header, request):
         names = list(getattr(request, "topic_names", None) or [])
-        named = [t for t in getattr(request, "topics", None) or [] if getattr(t, "name", None)]
+        # An entry with a name and an id is refused as invalid before any ACL (as Kafka).
+        named = [t for t in getattr(request, "topics", None) or [] if getattr(t, "name", None)
+                 and getattr(t, "topic_id", None) in (None, ZERO_UUID)]
         refused = {n for n in names + [t.name for t in named]
                    if not self.authorizer.topic_allowed(AclOperation.DELETE, n)}
         denied = [{"name": n, "topic_id": ZERO_UUID, "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
@@ -677,6 +673,37 @@ class AdminApis:
         return out
 
 
+def _delete_topics_entries(request) -> tuple[list[str], list, list[dict]]:
+    """DeleteTopics' names and ids to delete, and the entries Kafka's controller refuses
+    before anything else (INVALID_REQUEST, in its words): a name and an id together,
+    neither, or a name or id given twice (answered once)."""
+    entries = [(n, None) for n in getattr(request, "topic_names", None) or []] + [
+        (getattr(t, "name", None) or None, None if getattr(t, "topic_id", None) in (None, ZERO_UUID) else t.topic_id)
+        for t in getattr(request, "topics", None) or []]
+    counts: dict = {}
+    for name, topic_id in entries:
+        counts[name or topic_id] = counts.get(name or topic_id, 0) + 1
+    names, ids, invalid, answered = [], [], [], set()
+
+    def refuse(name, topic_id, message):
+        invalid.append({"name": name, "topic_id": topic_id or ZERO_UUID, "error_code": int(ErrorCode.INVALID_REQUEST),
+                        "error_message": message})
+    for name, topic_id in entries:
+        if name is not None and topic_id is not None:
+            refuse(name, topic_id, "You may not specify both topic name and topic id.")
+        elif name is None and topic_id is None:
+            refuse(None, None, "Neither topic name nor id were specified.")
+        elif counts[name or topic_id] > 1:
+            if (name or topic_id) not in answered:
+                answered.add(name or topic_id)
+                refuse(name, None, "Duplicate topic name.") if name else refuse(None, topic_id, "Duplicate topic id.")
+        elif name is not None:
+            names.append(name)
+        else:
+            ids.append(topic_id)
+    return names, ids, invalid
+
+
 class ForwardingAdminApis(AdminApis):
     """A broker without the controller role forwards metadata changes to it (as
     Kafka's brokers forward CreateTopics & co. to the KRaft controller), then waits
@@ -696,8 +723,7 @@ class ForwardingAdminApis(AdminApis):
         return self._forward(header, request, lambda image: all(image.contains_topic(n) for n in names))
 
     def handle_delete_topics(self, header, request):
-        names = list(getattr(request, "topic_names", None) or []) + [
-            t.name for t in getattr(request, "topics", None) or [] if getattr(t, "name", None)]
+        names, _, _ = _delete_topics_entries(request)      # not the ones refused as invalid
         return self._forward(header, request, lambda image: not any(image.contains_topic(n) for n in names))
 
     def handle_create_partitions(self, header, request):
