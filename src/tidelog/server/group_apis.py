@@ -356,7 +356,8 @@ class GroupApis:
             {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
              "client_host": m.client_host,
              "member_metadata": m.metadata(group.protocol_name or "") if stable else b"",
-             "member_assignment": m.assignment if stable else b""}
+             # As Kafka's describeNoMetadata: the assignment a member holds, in every state.
+             "member_assignment": m.assignment}
             for m in group.members.values()]
         return entry
 
