@@ -9,6 +9,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from tidelog.core.errors import CorruptRecordError
 from tidelog.records import Compression, SimpleRecord, build_batch, iter_batches, iter_records, set_log_append_time
+from tidelog.records.varint import decode_varint
 from tidelog.spark.arrow_records import arrow_schema, decode_fetched
 from tidelog.spark.source import source_schema
 
@@ -80,6 +81,43 @@ def test_a_million_offsets_later_and_wide_varints_still_decode():
                             timestamp_ms=T0 + i * 1_000_000) for i in range(300)]
     buf = batch(records, 1_000_000_000_000, Compression.ZSTD)
     assert decoded(buf, 0, 1 << 62) == reference(buf, 0, 1 << 62)
+
+
+def test_runs_of_same_size_records_and_varying_sizes_decode_exactly():
+    """Runs of one record size take the guess-and-prove path, varying sizes the walk;
+    mixtures, runs interrupted by one odd record, and sizes that step where offset
+    and timestamp deltas need another varint byte all match the reference."""
+    rng = random.Random(3)
+    shapes = {
+        "one size": [SimpleRecord(b"v" * 90, timestamp_ms=T0) for _ in range(9000)],   # offset deltas step at 64, 8192
+        "timestamps step": [SimpleRecord(b"v" * 90, key=b"k", timestamp_ms=T0 + i * 3) for i in range(3000)],
+        "varying": [SimpleRecord(b"v" * rng.randrange(0, 300), timestamp_ms=T0) for _ in range(2000)],
+        "odd ones out": [SimpleRecord(b"v" * (90 if i % 500 else 91), timestamp_ms=T0) for i in range(3000)],
+        "runs": [SimpleRecord(b"v" * (10 * (i // 700)), timestamp_ms=T0) for i in range(4000)],
+        "value bytes look like lengths": [SimpleRecord(b"\x02" * (1 + (i % 3)), timestamp_ms=T0) for i in range(500)],
+    }
+    for name, records in shapes.items():
+        for compression in (Compression.NONE, Compression.LZ4):
+            buf = batch(records[:100], 0, compression) + batch(records, 100, compression)
+            end = 100 + len(records)
+            assert decoded(buf, 0, end) == reference(buf, 0, end), name
+            assert decoded(buf, 70, end - 30) == reference(buf, 70, end - 30), name
+
+
+def test_a_wrong_record_length_inside_a_run_is_corruption():
+    records = [SimpleRecord(b"v" * 90, timestamp_ms=T0) for _ in range(1000)]
+    good = batch(records, 0)
+    starts, pos = [], 61                           # the records follow the 61-byte batch header
+    while pos < len(good):
+        starts.append(pos)
+        length, after = decode_varint(good, pos, len(good))
+        pos = after + length
+    assert len(starts) == 1000
+    for index in (10, 500, 999):
+        damaged = bytearray(good)
+        damaged[starts[index]] ^= 0x02           # one record's length, one more or less
+        with pytest.raises(CorruptRecordError):
+            decode_fetched(bytes(damaged), "t", 0, 0, 2000, check_crcs=False)
 
 
 def test_next_offset_skips_records_before_start_and_stops_at_a_partial_batch():

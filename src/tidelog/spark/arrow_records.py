@@ -43,6 +43,10 @@ _BASE_FIELDS = [
 ]
 _I32, _I64, _U64 = pa.int32(), pa.int64(), pa.uint64()
 _VARINT_BYTES_MAX, _VARLONG_BYTES_MAX = 5, 10
+# Runs of same-size records (``_record_starts``): a guess covers 64 to 64Ki records and
+# counts if it proves 32; after a failed guess 256 records, doubling to 8Ki, are walked.
+_GUESS_RECORDS_MIN, _GUESS_RECORDS_MAX, _GUESS_PROVED_MIN = 64, 65536, 32
+_WALK_RECORDS_MIN, _WALK_RECORDS_MAX = 256, 8192
 
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
@@ -101,23 +105,78 @@ def decode_fetched(records, topic: str, partition: int, start: int, end: int,
     data = bodies[0] if len(bodies) == 1 else b"".join(bodies)
     buffer = pa.py_buffer(data)
     u8 = pa.Array.from_buffers(pa.uint8(), len(data), [None, buffer])
-    starts = _record_starts(data, bodies, runs)
+    starts = _record_starts(data, u8, bodies, runs)
     rows = _columns(data, buffer, u8, starts, runs, topic, partition, include_headers)
     return Decoded(_in_range(rows, start, end), next_offset)
 
 
-def _record_starts(data, bodies, runs) -> pa.Array:
-    """Where each record begins in ``data`` (int64): the chain of record length varints."""
-    starts: list[int] = []
+def _record_starts(data, u8: pa.Array, bodies, runs) -> pa.Array:
+    """Where each record begins in ``data`` (int64): the chain of record length varints.
+
+    Records of a batch often come in runs of one size (fixed-size keys and values;
+    the size steps only where the offset or timestamp delta needs another varint
+    byte). So a run's starts are guessed in C++, as the size of the record at hand
+    repeated, and proved there by decoding the length of every guessed record: the
+    guess holds up to the first record of another size, which is where the next
+    guess starts. Where sizes vary from record to record, guesses prove little and
+    the chain is followed in Python instead (``_walk``), for longer and longer
+    stretches while guessing keeps failing.
+    """
+    pieces: list[pa.Array] = []
     pos = 0
+    last = len(data) - 1
     for body, header in zip(bodies, runs):
         body_end = pos + len(body)
-        pos = _walk(data, pos, body_end, header.record_count, starts)
+        left = header.record_count
+        window, walk = _GUESS_RECORDS_MIN, _WALK_RECORDS_MIN
+        while left > 0:
+            run = _same_size_run(data, u8, pos, body_end, min(window, left), last) \
+                if left >= _GUESS_RECORDS_MIN else None
+            if run is not None and len(run[0]) >= _GUESS_PROVED_MIN:
+                starts, size = run
+                pieces.append(starts)
+                left -= len(starts)
+                pos += len(starts) * size
+                window, walk = min(window * 2, _GUESS_RECORDS_MAX), _WALK_RECORDS_MIN
+                continue
+            count = min(walk, left)
+            walked: list[int] = []
+            pos = _walk(data, pos, body_end, count, walked)
+            pieces.append(pa.array(walked, _I64))
+            left -= count
+            window, walk = _GUESS_RECORDS_MIN, min(walk * 2, _WALK_RECORDS_MAX)
         if pos != body_end:
             raise CorruptRecordError(
                 f"record batch at offset {header.base_offset}: its {header.record_count} records do not "
                 "end where its body does")
-    return pa.array(starts, _I64)
+    if not pieces:
+        return pa.array([], _I64)
+    return pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
+
+
+def _same_size_run(data, u8: pa.Array, pos: int, body_end: int, count: int, last: int
+                   ) -> tuple[pa.Array, int] | None:
+    """The starts of the records from ``pos`` that have the size of the one at ``pos``
+    (at most ``count``, at least one) and that size, or None if it cannot tell."""
+    try:
+        length, after = decode_varint(data, pos, body_end)
+    except CorruptRecordError:
+        return None
+    size = after - pos + length
+    if length < 1:
+        return None
+    count = min(count, (body_end - pos) // size)
+    if count < 1:
+        return None
+    starts = pc.add(pc.cumulative_sum(pa.repeat(pa.scalar(size, _I64), count)), pa.scalar(pos - size, _I64))
+    try:
+        lengths, widths = _varints(u8, starts, last, _VARINT_BYTES_MAX)
+    except CorruptRecordError:   # a guessed start fell inside a record; find where in Python
+        return None
+    other = pc.index(pc.equal(pc.add(lengths, widths), pa.scalar(size, _I64)), False).as_py()
+    # Records 0 .. other-1 have the guessed size, so starts 0 .. other are right; the
+    # record at ``other`` starts the next run.
+    return (starts if other < 0 else starts.slice(0, other)), size
 
 
 def _walk(data, pos: int, body_end: int, count: int, starts: list[int]) -> int:
