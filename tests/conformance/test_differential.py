@@ -43,10 +43,13 @@ _NOT_SERVED = ("APIs tidelog does not serve, so does not advertise: SASL on a PL
                "ListConfigResources, DescribeTopicPartitions, share groups and their state APIs, Raft voter "
                "changes, streams groups (docs/interop.md, Known differences)")
 _NEWER = "a version newer than tidelog implements"
-_FEATURES = ("tidelog tracks no feature levels (metadata.version, transaction.version, ...): ApiVersions "
-             "carries none (docs/interop.md, Known differences)")
+_FEATURES = ("tidelog advertises only the feature levels it implements (ApiVersions, kafka-features): "
+             "transaction.version 1 (KIP-890 part 2 is not implemented; Kafka 4 producers would use it at 2), "
+             "share.version 0 (no share groups), streams.version 0 (no KIP-1071 streams groups), kraft.version 0 "
+             "(static controller voters); docs/controller.md, Finalized features")
 _ELR = ("Kafka 4 with eligible leader replicas (KIP-966, on by default in a new cluster) writes a cluster-wide "
-        "min.insync.replicas when the cluster is formatted, so it is a dynamic default there; tidelog has no ELR")
+        "min.insync.replicas when the cluster is formatted, so it is a dynamic default there; tidelog's ELR uses each "
+        "topic's effective min ISR and writes no cluster-wide value")
 _BROKER_DYNAMIC = ("Kafka can change this broker setting while it runs (a dynamic broker config); tidelog changes "
                    "only the TLS stores and the cluster-wide defaults of topic settings without a restart")
 ALLOWED: dict[str, str] = {
@@ -74,9 +77,9 @@ ALLOWED: dict[str, str] = {
     "api_versions@* api_versions.api_keys[66].max_version":
         f"ListTransactions v2 (a transactional id pattern, KIP-1152): {_NEWER}",
     "api_versions@* api_versions.api_keys[*] (only Kafka)": _NOT_SERVED,
-    "api_versions@high api_versions.supported_features[*] (only Kafka)": _FEATURES,
+    "api_versions@high api_versions.supported_features[*].max_version": _FEATURES,
+    "api_versions@high api_versions.finalized_features[transaction.version].*": _FEATURES,
     "api_versions@high api_versions.finalized_features[*] (only Kafka)": _FEATURES,
-    "api_versions@high api_versions.finalized_features_epoch": _FEATURES,
     # Metadata.
     "metadata@low metadata.topics[conformance-absent-low]*":
         "Metadata v0-v3 auto-create a missing topic: tidelog creates it before answering and describes it at "

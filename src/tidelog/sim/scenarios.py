@@ -1129,9 +1129,10 @@ SCENARIOS = {scenario.name: scenario for scenario in [
              _config(3, (3, 2, 1), 2, False, flush_messages=None), kip_966_elr),
     Scenario("jepsen-2013-unclean", "Jepsen 2013 Kafka analysis", "ISR of one, min ISR 1, unclean election: "
              "the acknowledged writes vanish", _config(3, (1, 2, 3), 1, True), lambda s: jepsen_2013(s, False)),
-    Scenario("jepsen-2013-safe", "Jepsen 2013 Kafka analysis", "min ISR 2, clean election: acks=all refused with "
-             "NOT_ENOUGH_REPLICAS, no leader rather than an unclean one, nothing acknowledged is lost",
-             _config(3, (1, 2, 3), 2, False), lambda s: jepsen_2013(s, True)),
+    Scenario("jepsen-2013-safe", "Jepsen 2013 Kafka analysis", "min ISR 2, clean election, no ELR (Kafka before "
+             "4.4): acks=all refused with NOT_ENOUGH_REPLICAS, no leader rather than an unclean one, nothing "
+             "acknowledged is lost (with ELR an eligible follower leads: kip-966-eligible-leader-replicas)",
+             _config(3, (1, 2, 3), 2, False, eligible_leader_replicas=False), lambda s: jepsen_2013(s, True)),
     Scenario("unclean-open-transaction", "KIP-704, issue 28 item 3", "the uncleanly elected leader lacks T1's "
              "ABORT marker and aborts T1 before serving: its LSO reaches the HW, producer 7's old epoch is fenced "
              "there (its next transaction and the coordinator's COMMIT refused), T1's record never read with "
