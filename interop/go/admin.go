@@ -254,3 +254,186 @@ func init() {
 		return out, nil
 	}
 }
+
+// topicsSet reads {"topic": [partitions]} (an empty list: every partition).
+func topicsSet(c command, key string) kadm.TopicsSet {
+	s := kadm.TopicsSet{}
+	for topic, raw := range c.sub(key) {
+		ps := []int32{}
+		for _, p := range raw.([]any) {
+			ps = append(ps, int32(p.(float64)))
+		}
+		s.Add(topic, ps...)
+	}
+	return s
+}
+
+func init() {
+	// {"offsets": {topic: {partition: offset}}} -> {topic: {partition: low watermark | error}}
+	handlers["admin.deleteRecords"] = func(d *driver, c command) (any, error) {
+		adm, err := d.admin(c)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := c.timeout(30_000)
+		defer cancel()
+		offsets := kadm.Offsets{}
+		for topic, ps := range c.sub("offsets") {
+			for p, at := range ps.(map[string]any) {
+				var partition int32
+				fmt.Sscan(p, &partition)
+				offsets.Add(kadm.Offset{Topic: topic, Partition: partition, At: int64(at.(float64))})
+			}
+		}
+		deleted, err := adm.DeleteRecords(ctx, offsets)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]map[string]any{}
+		deleted.Each(func(r kadm.DeleteRecordsResponse) {
+			if out[r.Topic] == nil {
+				out[r.Topic] = map[string]any{}
+			}
+			if r.Err != nil {
+				out[r.Topic][fmt.Sprint(r.Partition)] = errorKind(r.Err)
+			} else {
+				out[r.Topic][fmt.Sprint(r.Partition)] = r.LowWatermark
+			}
+		})
+		return out, nil
+	}
+	// {"topics": [...]} -> {topic: {partition: offset}} (ListOffsets earliest)
+	handlers["admin.listStartOffsets"] = func(d *driver, c command) (any, error) {
+		adm, err := d.admin(c)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := c.timeout(30_000)
+		defer cancel()
+		listed, err := adm.ListStartOffsets(ctx, c.strs("topics")...)
+		if err != nil {
+			return nil, err
+		}
+		if err := listed.Error(); err != nil {
+			return nil, err
+		}
+		out := map[string]map[string]any{}
+		listed.Each(func(o kadm.ListedOffset) {
+			if out[o.Topic] == nil {
+				out[o.Topic] = map[string]any{}
+			}
+			out[o.Topic][fmt.Sprint(o.Partition)] = o.Offset
+		})
+		return out, nil
+	}
+	// {"topics": [...], "count": n} -> {topic: error | null} (CreatePartitions to n in all)
+	handlers["admin.updatePartitions"] = func(d *driver, c command) (any, error) {
+		adm, err := d.admin(c)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := c.timeout(30_000)
+		defer cancel()
+		resps, err := adm.UpdatePartitions(ctx, int(c.num("count", 1)), c.strs("topics")...)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]any{}
+		for topic, r := range resps {
+			out[topic] = errText(r.Err)
+		}
+		return out, nil
+	}
+	// {"topics": [...]} -> {topic: error | null}
+	handlers["admin.deleteTopics"] = func(d *driver, c command) (any, error) {
+		adm, err := d.admin(c)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := c.timeout(30_000)
+		defer cancel()
+		resps, err := adm.DeleteTopics(ctx, c.strs("topics")...)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]any{}
+		for topic, r := range resps {
+			out[topic] = errText(r.Err)
+		}
+		return out, nil
+	}
+	// {"groups": [...]} -> {group: error | null}
+	handlers["admin.deleteGroups"] = func(d *driver, c command) (any, error) {
+		adm, err := d.admin(c)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := c.timeout(30_000)
+		defer cancel()
+		resps, err := adm.DeleteGroups(ctx, c.strs("groups")...)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]any{}
+		for group, r := range resps {
+			out[group] = errText(r.Err)
+		}
+		return out, nil
+	}
+	// {"partitions": {topic: [p...]}} -> [{"topic", "partition", "producer_id", "epoch", "last_sequence", "txn_start"}]
+	handlers["admin.describeProducers"] = func(d *driver, c command) (any, error) {
+		adm, err := d.admin(c)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := c.timeout(30_000)
+		defer cancel()
+		described, err := adm.DescribeProducers(ctx, topicsSet(c, "partitions"))
+		if err != nil {
+			return nil, err
+		}
+		out := []map[string]any{}
+		for _, p := range described.SortedPartitions() {
+			if p.Err != nil {
+				out = append(out, map[string]any{"topic": p.Topic, "partition": p.Partition, "error": errorKind(p.Err)})
+			}
+		}
+		for _, p := range described.SortedProducers() {
+			out = append(out, map[string]any{"topic": p.Topic, "partition": p.Partition, "producer_id": p.ProducerID,
+				"epoch": p.ProducerEpoch, "last_sequence": p.LastSequence, "txn_start": p.CurrentTxnStartOffset})
+		}
+		return out, nil
+	}
+	// -> {txn id: {"state", "producer_id"}} (ListTransactions), and with "describe" DescribeTransactions
+	handlers["admin.listTransactions"] = func(d *driver, c command) (any, error) {
+		adm, err := d.admin(c)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := c.timeout(30_000)
+		defer cancel()
+		listed, err := adm.ListTransactions(ctx, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]any{}
+		for id, t := range listed {
+			out[id] = map[string]any{"state": t.State, "producer_id": t.ProducerID}
+		}
+		if ids := c.strs("describe"); len(ids) > 0 {
+			described, err := adm.DescribeTransactions(ctx, ids...)
+			if err != nil {
+				return nil, err
+			}
+			for id, t := range described {
+				topics := map[string][]int32{}
+				for _, tp := range t.Topics.Sorted() {
+					topics[tp.Topic] = tp.Partitions
+				}
+				out["describe:"+id] = map[string]any{"state": t.State, "producer_id": t.ProducerID,
+					"epoch": t.ProducerEpoch, "timeout_ms": t.TimeoutMillis, "topics": topics, "error": errText(t.Err)}
+			}
+		}
+		return out, nil
+	}
+}

@@ -224,6 +224,25 @@ const ops = {
     error: g.errorCode,
     members: g.members.map(m => ({ member_id: m.memberId, client_id: m.clientId }))
   })),
+  'admin.describeCluster': async c => (await admin(c.name)).describeCluster(),
+  'admin.createPartitions': async c => (await admin(c.name)).createPartitions({
+    topicPartitions: [{ topic: c.topic, count: c.count }]
+  }),
+  // {"topic", "partitions": [{"partition", "offset"}]}: DeleteRecords up to each offset (-1: the end)
+  'admin.deleteTopicRecords': async c => (await admin(c.name)).deleteTopicRecords({
+    topic: c.topic, partitions: c.partitions.map(p => ({ partition: p.partition, offset: String(p.offset) }))
+  }),
+  'admin.deleteTopics': async c => (await admin(c.name)).deleteTopics({ topics: c.topics }),
+  'admin.deleteGroups': async c => (await admin(c.name)).deleteGroups(c.groups),
+  // An empty group's offsets set (OffsetCommit outside a generation) or reset to the earliest.
+  'admin.setOffsets': async c => (await admin(c.name)).setOffsets({
+    groupId: c.group, topic: c.topic, partitions: c.partitions.map(p => ({ partition: p.partition, offset: String(p.offset) }))
+  }),
+  'admin.resetOffsets': async c => (await admin(c.name)).resetOffsets({ groupId: c.group, topic: c.topic, earliest: true }),
+  'admin.alterTopicConfig': async c => (await admin(c.name)).alterConfigs({
+    validateOnly: false,
+    resources: [{ type: ConfigResourceTypes.TOPIC, name: c.topic, configEntries: Object.entries(c.configs).map(([name, value]) => ({ name, value: String(value) })) }]
+  }),
   'admin.describeTopicConfigs': async c => {
     const described = await (await admin(c.name)).describeConfigs({
       includeSynonyms: false,

@@ -118,30 +118,31 @@ def wait_assignment(go, names, topic, counts):
 def test_a_group_of_two_rebalances_on_join_and_leave_and_commits(go, cluster, protocol):
     topic, group = f"franz-group-{protocol}", f"franz-group-{protocol}"
     create_topic(go, topic, 4)
-    client(go, "gp", cluster, manual_partitions=True)
+    gp, m1, m2 = f"gp-{protocol}", f"m1-{protocol}", f"m2-{protocol}"
+    client(go, gp, cluster, manual_partitions=True)
     member = {"topics": [topic], "group": group}
     if protocol == "consumer":    # KIP-848: the broker assigns (franz-go needs range or sticky for it)
         member |= {"server_side_balancer": True, "balancer": "range"}
 
     def send(first, last):
-        sent = go.call("produce", name="gp", topic=topic,
+        sent = go.call("produce", name=gp, topic=topic,
                        records=[{"partition": i % 4, "value": str(i)} for i in range(first, last)])
         assert all("error" not in r for r in sent), sent
 
     send(0, 100)
-    client(go, "m1", cluster, **member)
-    got = go.call("poll", names=["m1"], count=100)
-    assert values(got["records"]["m1"]) == sorted(str(i) for i in range(100))
-    assert go.call("assignment", name="m1")["assigned"] == {topic: [0, 1, 2, 3]}
-    go.call("commit", name="m1")
+    client(go, m1, cluster, **member)
+    got = go.call("poll", names=[m1], count=100)
+    assert values(got["records"][m1]) == sorted(str(i) for i in range(100))
+    assert go.call("assignment", name=m1)["assigned"] == {topic: [0, 1, 2, 3]}
+    go.call("commit", name=m1)
 
-    client(go, "m2", cluster, **member)      # join: the partitions are split 2/2
-    wait_assignment(go, ["m1", "m2"], topic, [2, 2])
+    client(go, m2, cluster, **member)      # join: the partitions are split 2/2
+    wait_assignment(go, [m1, m2], topic, [2, 2])
     send(100, 300)
-    got = go.call("poll", names=["m1", "m2"], count=200)
+    got = go.call("poll", names=[m1, m2], count=200)
     assert got["errors"] == []
-    assert values(got["records"]["m1"] + got["records"]["m2"]) == sorted(str(i) for i in range(100, 300))
-    for name in ("m1", "m2"):
+    assert values(got["records"][m1] + got["records"][m2]) == sorted(str(i) for i in range(100, 300))
+    for name in (m1, m2):
         held = go.call("assignment", name=name)["assigned"][topic]
         assert {r["partition"] for r in got["records"][name]} <= set(held)
         go.call("commit", name=name)
@@ -160,15 +161,15 @@ def test_a_group_of_two_rebalances_on_join_and_leave_and_commits(go, cluster, pr
     assert listed[group]["state"] == "Stable" and listed[group]["protocol_type"] == "consumer"
     assert listed[group]["type"] == protocol
 
-    go.call("client.close", name="m2")       # leave: m1 takes all four back, from m2's commits
-    wait_assignment(go, ["m1"], topic, [4])
+    go.call("client.close", name=m2)       # leave: m1 takes all four back, from m2's commits
+    wait_assignment(go, [m1], topic, [4])
     send(300, 340)
-    got = go.call("poll", names=["m1"], count=40)
-    assert values(got["records"]["m1"]) == sorted(str(i) for i in range(300, 340))
-    go.call("commit", name="m1")
+    got = go.call("poll", names=[m1], count=40)
+    assert values(got["records"][m1]) == sorted(str(i) for i in range(300, 340))
+    go.call("commit", name=m1)
     assert go.call("admin.fetchOffsets", name="admin", group=group) == {topic: {str(p): 85 for p in range(4)}}
-    go.call("client.close", name="m1")
-    go.call("client.close", name="gp")
+    go.call("client.close", name=m1)
+    go.call("client.close", name=gp)
     wait_until(lambda: go.call("admin.listGroups", name="admin")[group]["state"] == "Empty", 30,
                f"{group} empty after both left")
 
@@ -269,3 +270,57 @@ def test_no_acknowledged_record_is_lost_when_the_leader_is_killed_mid_produce(go
     finally:
         go.call("client.close", name="bg")
         assert tidelog_cluster(cluster.directory, "restart", str(leader)).returncode == 0
+
+
+def test_kadm_records_partitions_producers_transactions_and_deletion(go, cluster):
+    topic = "franz-life"
+    create_topic(go, topic, 2)
+    client(go, "life", cluster, manual_partitions=True)
+    sent = go.call("produce", name="life", topic=topic, records=[{"partition": i % 2, "value": str(i)}
+                                                                 for i in range(20)])
+    assert all("error" not in r for r in sent), sent
+    producers = go.call("admin.describeProducers", name="admin", partitions={topic: []})
+    assert [(p["partition"], p["last_sequence"], p["txn_start"]) for p in producers] == [(0, 9, -1), (1, 9, -1)]
+    assert len({p["producer_id"] for p in producers}) == 1
+
+    assert go.call("admin.deleteRecords", name="admin", offsets={topic: {"0": 4}}) == {topic: {"0": 4}}
+    assert go.call("admin.deleteRecords", name="admin", offsets={topic: {"1": 100}}) == \
+        {topic: {"1": "OFFSET_OUT_OF_RANGE"}}
+    assert go.call("admin.listStartOffsets", name="admin", topics=[topic]) == {topic: {"0": 4, "1": 0}}
+
+    assert go.call("admin.updatePartitions", name="admin", topics=[topic], count=4) == {topic: None}
+    wait_until(lambda: len(go.call("admin.listTopics", name="admin", topics=[topic])[topic]["partitions"]) == 4,
+               30, "four partitions")
+    assert go.call("admin.updatePartitions", name="admin", topics=[topic], count=3) == {topic: "INVALID_PARTITIONS"}
+
+    client(go, "life-tx", cluster, transactional_id="franz-life-tx", manual_partitions=True)
+    go.call("txn.begin", name="life-tx")
+    assert "error" not in go.call("produce", name="life-tx", topic=topic,
+                                  records=[{"partition": 3, "value": "open"}])[0]
+    listed = go.call("admin.listTransactions", name="admin", describe=["franz-life-tx"])
+    assert listed["franz-life-tx"]["state"] == "Ongoing"
+    described = listed["describe:franz-life-tx"]
+    assert (described["state"], described["topics"], described["error"]) == ("Ongoing", {topic: [3]}, None)
+    assert described["timeout_ms"] == 60_000
+    open_ = [p for p in go.call("admin.describeProducers", name="admin", partitions={topic: [3]})]
+    assert [(p["producer_id"], p["txn_start"]) for p in open_] == [(described["producer_id"], 0)]
+    go.call("txn.end", name="life-tx", commit=True)
+    wait_until(lambda: go.call("admin.listTransactions", name="admin")["franz-life-tx"]["state"] == "CompleteCommit",
+               30, "the transaction complete")
+    go.call("client.close", name="life-tx")
+    go.call("client.close", name="life")
+
+    client(go, "life-member", cluster, group="franz-life-group", topics=[topic])
+    go.call("poll", name="life-member", count=17)
+    go.call("commit", name="life-member")
+    go.call("client.close", name="life-member")
+    wait_until(lambda: go.call("admin.listGroups", name="admin")["franz-life-group"]["state"] == "Empty", 30,
+               "the group empty")
+    assert go.call("admin.deleteGroups", name="admin", groups=["franz-life-group"]) == {"franz-life-group": None}
+    assert "franz-life-group" not in go.call("admin.listGroups", name="admin")
+    assert go.call("admin.deleteGroups", name="admin", groups=["franz-life-group"]) == \
+        {"franz-life-group": "GROUP_ID_NOT_FOUND"}
+
+    assert go.call("admin.deleteTopics", name="admin", topics=[topic]) == {topic: None}
+    wait_until(lambda: topic not in go.call("admin.listTopics", name="admin"), 30, f"{topic} gone")
+    assert go.call("admin.deleteTopics", name="admin", topics=[topic]) == {topic: "UNKNOWN_TOPIC_OR_PARTITION"}

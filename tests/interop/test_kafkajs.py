@@ -174,3 +174,45 @@ def test_transactions_commit_abort_and_offsets_in_a_transaction(js, cluster):
                {topic: {"0": 15, "1": 15}}, 30, "the offsets committed in the last transaction")
     # 30 records and 3 markers in each of the two partitions.
     assert [o["high"] for o in js.call("admin.fetchTopicOffsets", name="admin", topic=topic)] == [18, 18]
+
+
+def test_admin_records_partitions_offsets_configs_and_deletion(js, cluster):
+    topic, group = "kjs-life", "kjs-life-group"
+    create_topic(js, topic, 2)
+    cluster_info = js.call("admin.describeCluster", name="admin")
+    assert sorted(b["nodeId"] for b in cluster_info["brokers"]) == [1, 2, 3]
+    assert cluster_info["controller"] in (1, 2, 3) and cluster_info["clusterId"]
+    js.call("producer.create", name="life", brokers=brokers(cluster))
+    js.call("producer.send", name="life", topic=topic, records=[{"partition": i % 2, "value": str(i)}
+                                                                for i in range(20)])
+    js.call("admin.deleteTopicRecords", name="admin", topic=topic, partitions=[{"partition": 0, "offset": 4}])
+    offsets = js.call("admin.fetchTopicOffsets", name="admin", topic=topic)
+    assert [(o["low"], o["high"]) for o in offsets] == [(4, 10), (0, 10)]
+
+    js.call("admin.setOffsets", name="admin", group=group, topic=topic,
+            partitions=[{"partition": 0, "offset": 7}, {"partition": 1, "offset": 2}])
+    assert js.call("admin.fetchOffsets", name="admin", group=group, topics=[topic]) == {topic: {"0": 7, "1": 2}}
+    js.call("consumer.create", name="life-c", brokers=brokers(cluster), group=group, topics=[topic])
+    got = js.call("poll", name="life-c", count=11)["records"]["life-c"]
+    assert values(got) == sorted(str(i) for i in list(range(14, 20, 2)) + list(range(5, 20, 2)))
+    js.call("consumer.close", name="life-c")
+    js.call("admin.resetOffsets", name="admin", group=group, topic=topic)
+    # Earliest: KafkaJS commits -2, which the group's next member resolves to the log start offsets.
+    assert js.call("admin.fetchOffsets", name="admin", group=group, topics=[topic]) == {topic: {"0": -2, "1": -2}}
+    js.call("consumer.create", name="life-c2", brokers=brokers(cluster), group=group, topics=[topic])
+    got = js.call("poll", name="life-c2", count=16)["records"]["life-c2"]
+    assert values(got) == sorted(str(i) for i in range(20) if i not in (0, 2, 4, 6))   # 4 deleted on partition 0
+    js.call("consumer.close", name="life-c2")
+
+    js.call("admin.alterTopicConfig", name="admin", topic=topic, configs={"retention.ms": 3_600_000})
+    assert js.call("admin.describeTopicConfigs", name="admin", topics=[topic])[topic]["configs"]["retention.ms"] == \
+        "3600000"
+    assert js.call("admin.createPartitions", name="admin", topic=topic, count=3) is None
+    wait_until(lambda: len(js.call("admin.fetchTopicOffsets", name="admin", topic=topic)) == 3, 30,
+               "a third partition")
+
+    js.call("producer.close", name="life")
+    assert js.call("admin.deleteGroups", name="admin", groups=[group]) == [{"groupId": group, "errorCode": 0}]
+    assert group not in [g["groupId"] for g in js.call("admin.listGroups", name="admin")]
+    js.call("admin.deleteTopics", name="admin", topics=[topic])
+    wait_until(lambda: topic not in js.call("admin.listTopics", name="admin"), 30, f"{topic} gone")
