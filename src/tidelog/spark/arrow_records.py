@@ -8,11 +8,12 @@ record, more than Spark needs to move the rows. So the work is split:
    aborted transactions (read_committed), and control
    batches, check the CRC, decompress, and remember the batch's base offset,
    timestamps and timestamp type.
-2. Per record (Python, the only per-record loop): follow the chain of record
-   length varints to find where each record starts. That is a few bytecodes per
-   record; everything else is vectorised. (Guessing runs of equal-sized records
-   and checking them vectorised was tried: no faster, because a vectorised
-   varint decode costs about as much as this loop.)
+2. Where each record starts: the chain of record length varints. Records come
+   in runs of one size (fixed-size keys and values; the size steps where the
+   offset or timestamp delta needs another varint byte), so a run's starts are
+   guessed in C++ and proved by comparing the length varint's bytes at every
+   guessed start; where sizes vary, a short Python loop follows the chain (a
+   few bytecodes per record; ``_record_starts``).
 3. Per column (pyarrow.compute, C++): decode the varints of all records at once
    (length, timestamp delta, offset delta, key length, value length, header
    count), check that every record's fields fit inside its length, and gather
@@ -43,8 +44,9 @@ _BASE_FIELDS = [
 ]
 _I32, _I64, _U64 = pa.int32(), pa.int64(), pa.uint64()
 _VARINT_BYTES_MAX, _VARLONG_BYTES_MAX = 5, 10
-# Runs of same-size records (``_record_starts``): a guess covers 64 to 64Ki records and
-# counts if it proves 32; after a failed guess 256 records, doubling to 8Ki, are walked.
+# Runs of same-size records (``_record_starts``): a guess covers up to 64Ki records (1Ki
+# right after walking) and counts if it proves 32; after a failed guess 256 records,
+# doubling to 8Ki while guesses keep failing, are walked in Python.
 _GUESS_RECORDS_MIN, _GUESS_RECORDS_MAX, _GUESS_PROVED_MIN = 64, 65536, 32
 _WALK_RECORDS_MIN, _WALK_RECORDS_MAX = 256, 8192
 
@@ -128,7 +130,7 @@ def _record_starts(data, u8: pa.Array, bodies, runs) -> pa.Array:
     for body, header in zip(bodies, runs):
         body_end = pos + len(body)
         left = header.record_count
-        window, walk = _GUESS_RECORDS_MIN, _WALK_RECORDS_MIN
+        window, walk = _GUESS_RECORDS_MAX, _WALK_RECORDS_MIN
         while left > 0:
             run = _same_size_run(data, u8, pos, body_end, min(window, left), last) \
                 if left >= _GUESS_RECORDS_MIN else None
@@ -137,14 +139,14 @@ def _record_starts(data, u8: pa.Array, bodies, runs) -> pa.Array:
                 pieces.append(starts)
                 left -= len(starts)
                 pos += len(starts) * size
-                window, walk = min(window * 2, _GUESS_RECORDS_MAX), _WALK_RECORDS_MIN
+                window, walk = _GUESS_RECORDS_MAX, _WALK_RECORDS_MIN
                 continue
             count = min(walk, left)
             walked: list[int] = []
             pos = _walk(data, pos, body_end, count, walked)
             pieces.append(pa.array(walked, _I64))
             left -= count
-            window, walk = _GUESS_RECORDS_MIN, min(walk * 2, _WALK_RECORDS_MAX)
+            window, walk = _GUESS_RECORDS_MIN * 16, min(walk * 2, _WALK_RECORDS_MAX)
         if pos != body_end:
             raise CorruptRecordError(
                 f"record batch at offset {header.base_offset}: its {header.record_count} records do not "
@@ -157,23 +159,29 @@ def _record_starts(data, u8: pa.Array, bodies, runs) -> pa.Array:
 def _same_size_run(data, u8: pa.Array, pos: int, body_end: int, count: int, last: int
                    ) -> tuple[pa.Array, int] | None:
     """The starts of the records from ``pos`` that have the size of the one at ``pos``
-    (at most ``count``, at least one) and that size, or None if it cannot tell."""
-    try:
-        length, after = decode_varint(data, pos, body_end)
-    except CorruptRecordError:
-        return None
-    size = after - pos + length
-    if length < 1:
-        return None
+    (at most ``count``, at least one) and that size, or None if it cannot tell.
+
+    A record has that size exactly when its length varint has the same bytes as
+    the first's, so the proof is a byte comparison at every guessed start."""
+    b0 = data[pos]
+    if b0 < 0x80:
+        width, length = 1, b0 >> 1
+    elif pos + 1 < body_end and data[pos + 1] < 0x80:
+        width, length = 2, ((b0 & 0x7F) | (data[pos + 1] << 7)) >> 1
+    else:
+        return None   # records of 8 KiB and more: few per batch, walking is cheap
+    size = width + length
+    if b0 & 1 or length < 1 or width == 2 and data[pos + 1] == 0:
+        return None   # negative or non-canonical lengths are for _walk to reject
     count = min(count, (body_end - pos) // size)
     if count < 1:
         return None
     starts = pc.add(pc.cumulative_sum(pa.repeat(pa.scalar(size, _I64), count)), pa.scalar(pos - size, _I64))
-    try:
-        lengths, widths = _varints(u8, starts, last, _VARINT_BYTES_MAX)
-    except CorruptRecordError:   # a guessed start fell inside a record; find where in Python
-        return None
-    other = pc.index(pc.equal(pc.add(lengths, widths), pa.scalar(size, _I64)), False).as_py()
+    same = pc.equal(pc.take(u8, starts), pa.scalar(b0, pa.uint8()))
+    if width == 2:
+        second = pc.take(u8, pc.add(starts, pa.scalar(1, _I64)))
+        same = pc.and_(same, pc.equal(second, pa.scalar(data[pos + 1], pa.uint8())))
+    other = pc.index(same, False).as_py()
     # Records 0 .. other-1 have the guessed size, so starts 0 .. other are right; the
     # record at ``other`` starts the next run.
     return (starts if other < 0 else starts.slice(0, other)), size
