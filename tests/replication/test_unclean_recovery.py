@@ -180,28 +180,26 @@ def test_the_old_leader_keeps_the_abort_after_truncating_to_the_new_leaders_log(
         reopened.close()
 
 
-def test_the_recovered_leader_reports_it_with_alter_partition(make, clock):
-    """KIP-704: the leader says RECOVERED with an AlterPartition of its unchanged ISR; no
-    ISR expansion is proposed before that report is answered."""
-    from tidelog.replication.partition import IsrState
+def test_the_recovered_leader_says_so_with_its_first_isr_change(make, clock):
+    """KIP-704: the recovery is done when the leader takes the epoch, so every proposal
+    it makes says RECOVERED; the first (a follower caught up) clears RECOVERING in the
+    metadata."""
+    from .conftest import fetch
     follower = stale_follower(make, txn_batch(0, 0, 0, "a"))
     elect(follower, RECOVERING, clock.monotonic_ms())
-    proposal = follower.pending_proposal
-    assert follower.isr_state is IsrState.PENDING_RECOVERED
-    assert (proposal.leader_epoch, proposal.new_isr, proposal.leader_recovery_state) == (1, (1,), RECOVERED)
-    assert follower.maybe_expand_isr(0) is None
-    follower.on_alter_partition_response(ErrorCode.NONE, 1, 2, (1,), clock.monotonic_ms(), proposal)
-    assert follower.isr_state is IsrState.COMMITTED and follower.partition_epoch == 2
-    # The metadata brings RECOVERED: nothing more to report, nothing aborted again.
-    follower.make_leader(PartitionState(1, 1, (1,), (0, 1), 2, RECOVERED), clock.monotonic_ms())
-    assert follower.pending_proposal is None and follower.leader_recovery_state == RECOVERED
+    assert follower.pending_proposal is None and follower.leader_recovery_state == RECOVERING
+    fetch(follower, 0, follower.log.log_end_offset, clock)
+    proposal = follower.maybe_expand_isr(0)
+    assert (proposal.new_isr, proposal.leader_recovery_state) == ((1, 0), RECOVERED)
+    # The metadata brings RECOVERED at the same epoch: nothing is aborted again.
+    follower.make_leader(PartitionState(1, 1, (1, 0), (0, 1), 2, RECOVERED), clock.monotonic_ms())
+    assert follower.leader_recovery_state == RECOVERED and follower.log.log_end_offset == 2
 
 
-def test_the_replica_manager_recovers_on_a_recovering_state_and_queues_the_report(tmp_path):
+def test_the_replica_manager_recovers_on_a_recovering_state(tmp_path):
     """The path the broker takes: metadata that makes this broker leader with
     leader_recovery_state RECOVERING; the abort is in the log before any request is
-    served, and the RECOVERED report waits in ``pending_isr_proposals`` for the node's
-    next AlterPartition."""
+    served."""
     import os
 
     from tidelog.core.clock import ManualClock
@@ -225,5 +223,3 @@ def test_the_replica_manager_recovers_on_a_recovering_state_and_queues_the_repor
     partition = manager.get_partition(tp)
     assert partition.log.ongoing_transactions() == {}
     assert [(t.producer_id, t.first_offset) for t in partition.log.collect_aborted_transactions(0, 2)] == [(PID, 0)]
-    (report,) = manager.drain_isr_proposals().values()
-    assert (report.new_isr, report.leader_recovery_state) == ((1,), RECOVERED)

@@ -116,13 +116,11 @@ class IsrState(enum.Enum):
     COMMITTED = "committed"              # the ISR the controller accepted
     PENDING_EXPAND = "pending expand"    # an AlterPartition adding a follower is in flight
     PENDING_SHRINK = "pending shrink"    # an AlterPartition removing followers is in flight
-    PENDING_RECOVERED = "pending recovered"  # KIP-704: the report that recovery is done is in flight
 
 
 class IsrEvent(enum.Enum):
     PROPOSE_EXPAND = "propose expand"            # a caught-up follower may join
     PROPOSE_SHRINK = "propose shrink"            # followers fell behind
-    PROPOSE_RECOVERED = "propose recovered"      # an uncleanly elected leader finished its recovery
     ACCEPTED = "accepted"                        # the controller's answer applied
     REJECTED = "rejected"                        # INELIGIBLE_REPLICA / OPERATION_NOT_ATTEMPTED
     NEW_METADATA = "new metadata"                # become leader / follower replaced the state
@@ -131,14 +129,11 @@ class IsrEvent(enum.Enum):
 ISR_TRANSITIONS = {
     IsrState.COMMITTED: {IsrEvent.PROPOSE_EXPAND: IsrState.PENDING_EXPAND,
                          IsrEvent.PROPOSE_SHRINK: IsrState.PENDING_SHRINK,
-                         IsrEvent.PROPOSE_RECOVERED: IsrState.PENDING_RECOVERED,
                          IsrEvent.NEW_METADATA: IsrState.COMMITTED},
     IsrState.PENDING_EXPAND: {IsrEvent.ACCEPTED: IsrState.COMMITTED, IsrEvent.REJECTED: IsrState.COMMITTED,
                               IsrEvent.NEW_METADATA: IsrState.COMMITTED},
     IsrState.PENDING_SHRINK: {IsrEvent.ACCEPTED: IsrState.COMMITTED, IsrEvent.REJECTED: IsrState.COMMITTED,
                               IsrEvent.NEW_METADATA: IsrState.COMMITTED},
-    IsrState.PENDING_RECOVERED: {IsrEvent.ACCEPTED: IsrState.COMMITTED, IsrEvent.REJECTED: IsrState.COMMITTED,
-                                 IsrEvent.NEW_METADATA: IsrState.COMMITTED},
 }
 
 
@@ -151,7 +146,8 @@ class IsrProposal:
     ``new_isr_broker_epochs`` pairs each ISR member with the broker epoch it last
     fetched with (-1 when unknown, and for the leader itself), for AlterPartition v3+.
     ``leader_recovery_state`` is what the leader reports (KIP-704): RECOVERED, always —
-    a leader proposes nothing before its recovery is done.
+    its recovery is done when it takes the epoch, before it proposes anything, so its
+    first ISR change (a follower caught up) tells the controller it recovered.
     """
 
     leader_epoch: int
@@ -256,11 +252,6 @@ class Partition:
         self._isr_step(IsrEvent.NEW_METADATA)
         self.partition_epoch = state.partition_epoch
         self.leader_recovery_state = state.leader_recovery_state
-        if state.leader_recovery_state == RECOVERING:
-            # Recovered above (at the epoch's start): say so, as KIP-704's leader does
-            # with AlterPartition. Metadata that still says RECOVERING replaced any
-            # earlier report, so each such state gets a new one.
-            self._propose(self.isr, IsrEvent.PROPOSE_RECOVERED)
         self.maybe_increment_leader_high_watermark(now_ms)
         return not was_leader
 

@@ -170,8 +170,6 @@ class ReplicaManager:
                 continue
             if proposed is not None and partition.pending_isr is None and partition.isr == proposed:
                 self._count_isr_change(pending)      # the metadata brought our proposal before its answer
-            if partition.isr_state is IsrState.PENDING_RECOVERED:   # KIP-704: recovered, report it
-                self.pending_isr_proposals[topic_partition] = partition.pending_proposal
             if became_leader:
                 became.append(topic_partition)
                 log.debug("became leader of %s at leader epoch %d with ISR %s", topic_partition,

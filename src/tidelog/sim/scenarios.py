@@ -1040,8 +1040,9 @@ def unclean_open_transaction(s: Script) -> tuple[bool, dict]:
     B is elected uncleanly (RECOVERING), without the marker. B must abort T1 before
     it serves — else its last stable offset stays at T1 for good (20091) — fencing
     producer 7's epoch there, so that the same producer's next transaction cannot
-    join T1 and its COMMIT cannot expose T1's aborted record (10570). B reports
-    RECOVERED; A, back, truncates to B's log and keeps the abort. (The transaction's
+    join T1 and its COMMIT cannot expose T1's aborted record (10570). A, back,
+    truncates to B's log and keeps the abort; B's AlterPartition adding it says
+    RECOVERED. (The transaction's
     batches and markers are appended as the produce path and WriteTxnMarkers do,
     without the coordinator.)"""
     from tidelog.records.batch import CONTROL_ABORT, build_marker, read_control
@@ -1098,11 +1099,11 @@ def unclean_open_transaction(s: Script) -> tuple[bool, dict]:
     s.expect("producer 7's next transaction at the same epoch on B", next_txn, "INVALID_PRODUCER_EPOCH")
     s.expect("the coordinator's COMMIT at that epoch on B", marker(b, commit=True), "INVALID_PRODUCER_EPOCH")
     s.expect("T1's record read with read_committed on B", b"tx-1-0" in read_committed(b), False)
-    s.wait(lambda: s.sim.controller.image.partition(TP).leader_recovery_state == 0,
-           "B reports RECOVERED (KIP-704)")
     s.sim.network.heal()
     s.sim.start(a)
     s.converge([a, b])
+    s.wait(lambda: s.sim.controller.image.partition(TP).leader_recovery_state == 0,
+           "B says RECOVERED with A's return to the ISR (KIP-704)")
     s.expect("A's open transactions after following B", s.partition(a).log.ongoing_transactions(), {})
     s.expect("T1's record read with read_committed on A's copy", b"tx-1-0" in read_committed(a), False)
     return s.outcome()
