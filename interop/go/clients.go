@@ -76,7 +76,7 @@ func (m *member) note(kind string, partitions map[string][]int32) {
 // options turns a command's "config" object into kgo options. Every key is optional:
 // brokers (list), acks (all | leader | none), idempotent (default true), compression,
 // linger_ms, manual_partitions, transactional_id, transaction_timeout_ms, group, topics,
-// balancer (cooperative-sticky | range | sticky | round-robin), server_side_balancer (KIP-848),
+// balancer (cooperative-sticky | range | sticky | round-robin), server_side_balancer (KIP-848), instance_id,
 // session_timeout_ms, heartbeat_interval_ms, rebalance_timeout_ms, auto_commit (default
 // false), read_committed, start (earliest | latest), retry_timeout_ms.
 func (m *member) options(cfg command) ([]kgo.Opt, error) {
@@ -142,6 +142,9 @@ func (m *member) options(cfg command) ([]kgo.Opt, error) {
 			kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, p map[string][]int32) { m.note("assigned", p) }),
 			kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, p map[string][]int32) { m.note("revoked", p) }),
 			kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, p map[string][]int32) { m.note("lost", p) }))
+		if id := cfg.str("instance_id"); id != "" { // KIP-345 static membership
+			opts = append(opts, kgo.InstanceID(id))
+		}
 		if cfg.flag("server_side_balancer", false) {
 			opts = append(opts, kgo.ServerSideBalancer())
 		}

@@ -247,8 +247,14 @@ def test_no_acknowledged_record_is_lost_when_the_leader_is_killed_mid_produce(go
     create_topic(go, topic, 1)
     leader = go.call("admin.listTopics", name="admin", topics=[topic])[topic]["partitions"][0]["leader"]
     client(go, "bg", cluster, manual_partitions=True)
+    # A consumer reads across the failover too: on the new leader epoch franz-go validates its
+    # position with OffsetForLeaderEpoch (KIP-320) before it fetches on.
+    client(go, "check", cluster, topics=[topic])
     go.call("produce.start", name="bg", topic=topic, partitions=1, prefix="k")
     wait_until(lambda: go.call("produce.stop", name="bg", progress=True)["acked"] >= 200, 60, "200 acknowledged")
+    got = go.call("poll", name="check", count=100)
+    assert got["errors"] == []
+    read_before = got["records"]["check"]
     assert tidelog_cluster(cluster.directory, "kill", str(leader)).returncode == 0
     before = go.call("produce.stop", name="bg", progress=True)["acked"]
     # Writes go on once a new leader is elected (two in-sync replicas of three are left).
@@ -261,13 +267,14 @@ def test_no_acknowledged_record_is_lost_when_the_leader_is_killed_mid_produce(go
         assert new_leader not in (leader, -1)
         acked = {r["value"]: r["offset"] for r in result["acked"]}
         assert len(acked) == len(result["acked"]) == result["sent"]
-        client(go, "check", cluster, topics=[topic])
-        got = go.call("poll", name="check", count=len(acked))["records"]["check"]
-        read = {r["value"]: r["offset"] for r in got}
-        assert len(read) == len(got)           # each once: idempotence held across the failover
+        got = go.call("poll", name="check", count=len(acked) - len(read_before))
+        assert got["errors"] == []
+        records = read_before + got["records"]["check"]
+        read = {r["value"]: r["offset"] for r in records}
+        assert len(read) == len(records)        # each once: idempotence held across the failover
         assert read == acked                    # every acknowledged record, at its offset
-        go.call("client.close", name="check")
     finally:
+        go.call("client.close", name="check")
         go.call("client.close", name="bg")
         assert tidelog_cluster(cluster.directory, "restart", str(leader)).returncode == 0
 
@@ -324,3 +331,46 @@ def test_kadm_records_partitions_producers_transactions_and_deletion(go, cluster
     assert go.call("admin.deleteTopics", name="admin", topics=[topic]) == {topic: None}
     wait_until(lambda: topic not in go.call("admin.listTopics", name="admin"), 30, f"{topic} gone")
     assert go.call("admin.deleteTopics", name="admin", topics=[topic]) == {topic: "UNKNOWN_TOPIC_OR_PARTITION"}
+
+
+def test_a_static_member_restarts_without_a_rebalance(go, cluster):
+    """KIP-345: a member with a group.instance.id closes without LeaveGroup; the same
+    instance id back within the session timeout gets its partitions again, and the group
+    keeps its generation."""
+    topic, group = "franz-static", "franz-static"
+    create_topic(go, topic, 4)
+    client(go, "sp", cluster, manual_partitions=True)
+
+    def send(first, last):
+        sent = go.call("produce", name="sp", topic=topic,
+                       records=[{"partition": i % 4, "value": str(i)} for i in range(first, last)])
+        assert all("error" not in r for r in sent), sent
+
+    member = {"topics": [topic], "group": group, "balancer": "range", "session_timeout_ms": 30_000}
+    client(go, "s1", cluster, instance_id="static-a", **member)
+    wait_assignment(go, ["s1"], topic, [4])
+    client(go, "s2", cluster, instance_id="static-b", **member)
+    wait_assignment(go, ["s1", "s2"], topic, [2, 2])
+    send(0, 40)
+    got = go.call("poll", names=["s1", "s2"], count=40)
+    assert values(got["records"]["s1"] + got["records"]["s2"]) == sorted(str(i) for i in range(40))
+    for name in ("s1", "s2"):
+        go.call("commit", name=name)
+    generation = go.call("assignment", name="s1")["generation"]
+    held = go.call("assignment", name="s2")["assigned"][topic]
+
+    go.call("client.close", name="s2")       # no LeaveGroup: the member stays
+    described = go.call("admin.describeGroups", name="admin", groups=[group])[group]
+    assert described["state"] == "Stable" and len(described["members"]) == 2
+    client(go, "s2-again", cluster, instance_id="static-b", **member)
+    wait_assignment(go, ["s1", "s2-again"], topic, [2, 2])
+    assert go.call("assignment", name="s2-again")["assigned"][topic] == held
+    assert go.call("assignment", name="s1")["generation"] == generation
+    # s1 saw two assignments (all four, then its two when s2 first joined) and one revocation.
+    kinds = [event.split()[0] for event in go.call("assignment", name="s1")["events"]]
+    assert (kinds.count("assigned"), kinds.count("revoked"), kinds.count("lost")) == (6, 4, 0)
+    send(40, 80)
+    got = go.call("poll", names=["s1", "s2-again"], count=40)
+    assert values(got["records"]["s1"] + got["records"]["s2-again"]) == sorted(str(i) for i in range(40, 80))
+    for name in ("s1", "s2-again", "sp"):
+        go.call("client.close", name=name)
