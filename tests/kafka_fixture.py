@@ -141,6 +141,7 @@ class KafkaNode:
     port: int | None                     # the client (PLAINTEXT) listener of a broker
     controller_port: int | None          # the CONTROLLER listener of a controller
     directory: Path
+    sasl_port: int | None = None         # a broker's SASL_PLAINTEXT listener (with sasl_users)
     process: subprocess.Popen | None = field(default=None, repr=False)
     writes_archive: Path | None = None   # this node's JVM writes the CDS archive at exit
 
@@ -178,11 +179,21 @@ class KafkaCluster:
     """Apache Kafka in KRaft mode: ``controllers=0`` is one combined node (broker and
     controller in one JVM, as in Kafka's quickstart) and requires ``brokers=1``; otherwise
     ``brokers`` broker-only nodes (ids 1..) and ``controllers`` controller-only nodes (ids
-    1000..) forming the Raft quorum. ``overrides`` go into every broker's server.properties."""
+    1000..) forming the Raft quorum. ``overrides`` go into every broker's server.properties.
+
+    ``sasl_users`` (name -> password) gives every broker a second client listener,
+    SASL_PLAINTEXT with the PLAIN mechanism and those users (``sasl_port``; the
+    PLAINTEXT one stays, for the brokers and controllers themselves, whose principal
+    there is User:ANONYMOUS). With Kafka's authorizer, e.g.::
+
+        KafkaCluster(sasl_users={"admin": "a", "alice": "b"}, overrides={
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin;User:ANONYMOUS"})
+    """
 
     def __init__(self, brokers: int = 1, controllers: int = 0, overrides: dict[str, str] | None = None,
                  profile: str = "test", directory: str | None = None, start_timeout_s: float = 90.0,
-                 log_level: str = "info"):
+                 log_level: str = "info", sasl_users: dict[str, str] | None = None):
         if controllers == 0 and brokers != 1:
             raise ValueError("a combined node is one broker; give controllers for more brokers")
         self.brokers_count = brokers
@@ -193,6 +204,7 @@ class KafkaCluster:
         self.directory = Path(directory or tempfile.mkdtemp(prefix="kafka-fixture-"))
         self.start_timeout_s = start_timeout_s
         self.log_level = log_level
+        self.sasl_users = dict(sasl_users or {})
         self.cluster_id = random_cluster_id()
         self.nodes: list[KafkaNode] = []
         self.format_seconds = 0.0
@@ -212,15 +224,23 @@ class KafkaCluster:
     def port(self) -> int:
         return self.brokers[0].port
 
+    @property
+    def sasl_port(self) -> int | None:
+        return self.brokers[0].sasl_port
+
     def _layout(self) -> None:
         self.nodes = []
         if self.controllers_count == 0:
             self.nodes.append(KafkaNode(1, ("broker", "controller"), free_port(), free_port(), self.directory / "node-1"))
-            return
-        for i in range(self.controllers_count):
-            self.nodes.append(KafkaNode(1000 + i, ("controller",), None, free_port(), self.directory / f"node-{1000 + i}"))
-        for i in range(self.brokers_count):
-            self.nodes.append(KafkaNode(1 + i, ("broker",), free_port(), None, self.directory / f"node-{1 + i}"))
+        else:
+            for i in range(self.controllers_count):
+                self.nodes.append(KafkaNode(1000 + i, ("controller",), None, free_port(),
+                                            self.directory / f"node-{1000 + i}"))
+            for i in range(self.brokers_count):
+                self.nodes.append(KafkaNode(1 + i, ("broker",), free_port(), None, self.directory / f"node-{1 + i}"))
+        if self.sasl_users:
+            for node in self.brokers:
+                node.sasl_port = free_port()
 
     @property
     def broker_settings(self) -> dict[str, str]:
@@ -243,20 +263,33 @@ class KafkaCluster:
         listeners = []
         if node.is_broker:
             listeners.append(f"PLAINTEXT://{HOST}:{node.port}")
+            if node.sasl_port:
+                listeners.append(f"SASL_PLAINTEXT://{HOST}:{node.sasl_port}")
         if node.controller_port:
             listeners.append(f"CONTROLLER://{HOST}:{node.controller_port}")
+        protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT" + (",SASL_PLAINTEXT:SASL_PLAINTEXT"
+                                                                 if self.sasl_users else "")
         props = {
             "process.roles": ",".join(node.roles),
             "node.id": str(node.node_id),
             "controller.quorum.voters": voters,
             "controller.listener.names": "CONTROLLER",
             "listeners": ",".join(listeners),
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "listener.security.protocol.map": protocols,
             "log.dirs": str(node.directory / "data"),
         }
         if node.is_broker:
+            if node.sasl_port:
+                users = " ".join(f'user_{name}="{password}"' for name, password in self.sasl_users.items())
+                props.update({
+                    "sasl.enabled.mechanisms": "PLAIN",
+                    "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                        f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+                })
             props.update({
-                "advertised.listeners": f"PLAINTEXT://{HOST}:{node.port}",
+                "advertised.listeners": ",".join(
+                    [f"PLAINTEXT://{HOST}:{node.port}"]
+                    + ([f"SASL_PLAINTEXT://{HOST}:{node.sasl_port}"] if node.sasl_port else [])),
                 "inter.broker.listener.name": "PLAINTEXT",
                 **self.broker_settings,
             })
@@ -327,6 +360,36 @@ class KafkaCluster:
                 raise KafkaStartError("Kafka did not become ready in time; last log lines:\n"
                                       + "\n".join(f"--- node {n.node_id}\n{n.log_tail()}" for n in self.nodes))
             time.sleep(0.05)
+
+    def node(self, node_id: int) -> KafkaNode:
+        return next(n for n in self.nodes if n.node_id == node_id)
+
+    def stop_node(self, node_id: int, timeout_s: float = 60.0) -> None:
+        """SIGTERM one node (a broker's controlled shutdown moves its leaderships first)."""
+        process = self.node(node_id).process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def kill_node(self, node_id: int) -> None:
+        """SIGKILL one node."""
+        process = self.node(node_id).process
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+
+    def start_node(self, node_id: int) -> None:
+        """Start a stopped node again on its directory (returns once it is launched)."""
+        node = self.node(node_id)
+        out = open(node.directory / "stdout.log", "ab")
+        node.process = subprocess.Popen(self._java(node, "kafka.Kafka", str(node.properties_file)),
+                                        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True)
+        out.close()
 
     def cpu_seconds(self, brokers_only: bool = False) -> float:
         return sum(n.cpu_seconds() for n in (self.brokers if brokers_only else self.nodes))

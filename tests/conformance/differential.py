@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.client import KafkaConnection
+from tidelog.protocol.client import ClientSecurity, KafkaConnection
 from tidelog.protocol.codec import kio_versions
 from tidelog.records.batch import SimpleRecord, build_batch, iter_batches, iter_records
 
@@ -81,18 +81,46 @@ def decode_records(raw: bytes) -> list[dict]:
 class Side:
     """One server under test: a connection, and the aliases of the ids it made up."""
 
-    def __init__(self, name: str, port: int, versions: dict[int, tuple[int, int]]):
+    def __init__(self, name: str, port: int, versions: dict[int, tuple[int, int]],
+                 users: dict[str, str] | None = None, user: str | None = None):
         self.name = name
         self.port = port
         self.versions = versions            # the versions both servers (and kio) serve
+        self.users = users or {}            # SASL/PLAIN name -> password, on a secure listener
+        self.user = user                    # who this side logs in as (None: no SASL)
         self.conn: KafkaConnection | None = None
         self._aliases: dict[tuple[str, Any], str] = {}
         self._alias_counts: dict[str, int] = {}
+        self._others: list[Side] = []
 
     async def open(self) -> None:
-        self.conn = await KafkaConnection.connect(HOST, self.port, client_id="conformance")
+        security = None
+        if self.user is not None:
+            security = ClientSecurity(None, "PLAIN", self.user, self.users[self.user])
+        self.conn = await KafkaConnection.connect(HOST, self.port, client_id="conformance", security=security)
+
+    async def login(self, user: str | None = None) -> "Side":
+        """The same server on a connection of its own (as ``user``, or as this side's),
+        sharing the aliases: Kafka answers one request of a connection at a time, so a
+        request the broker holds (a JoinGroup in a rebalance) needs another."""
+        other = Side(self.name, self.port, self.versions, self.users, user or self.user)
+        other._aliases, other._alias_counts = self._aliases, self._alias_counts
+        await other.open()
+        self._others.append(other)
+        return other
+
+    async def on(self, port: int) -> "Side":
+        """Another broker of the same cluster (a connection of its own, sharing the aliases)."""
+        other = Side(self.name, port, self.versions, self.users, self.user)
+        other._aliases, other._alias_counts = self._aliases, self._alias_counts
+        other.cluster = getattr(self, "cluster", None)
+        await other.open()
+        self._others.append(other)
+        return other
 
     def close(self) -> None:
+        for other in self._others:
+            other.close()
         if self.conn is not None:
             self.conn.close()
 

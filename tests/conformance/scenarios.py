@@ -9,11 +9,14 @@ settle) are not compared: only the answers a scenario returns are.
 
 from __future__ import annotations
 
+import uuid
+
 from tidelog.protocol.api_keys import ApiKey
 
 from tests.conformance.differential import Side, assignment, batch, now_ms, subscription, wait_for
 
 GROUP_SESSION_MS = 10_000
+ZERO_UUID = uuid.UUID(int=0)
 
 
 # -- helpers (not compared) ---------------------------------------------------------------
@@ -76,6 +79,14 @@ async def retried(side: Side, api: int, body: dict, version: int):
         response = await side.raw(api, body, version)
         return None if response.error_code.name.upper() in NOT_READY else response
     return await wait_for(probe, f"{side.name}: {ApiKey(api).name} beyond loading")
+
+
+def fit(api: int, version: int, body: dict) -> dict:
+    """``body`` without the fields that version of the request does not have."""
+    import dataclasses
+    from tidelog.protocol.codec import _request_class
+    names = {f.name for f in dataclasses.fields(_request_class(api, version))}
+    return {k: v for k, v in body.items() if k in names}
 
 
 # -- scenarios ----------------------------------------------------------------------------
@@ -382,9 +393,278 @@ async def delete_records(side: Side, mode: str) -> dict:
     return answers
 
 
+async def delete_topics_invalid(side: Side, mode: str) -> dict:
+    """DeleteTopics of what does not exist or cannot be deleted, by name and (v6+) by id."""
+    version = side.version(ApiKey.DELETE_TOPICS, mode)
+    existing = f"conformance-delete-me-{mode}"
+    await create_topic(side, existing)
+    answers = {}
+    if version < 6:
+        answers["unknown_name"] = await side.call(ApiKey.DELETE_TOPICS, {
+            "topic_names": [f"conformance-never-{mode}"], "timeout": 30_000}, version=version)
+        answers["internal"] = await side.call(ApiKey.DELETE_TOPICS, {
+            "topic_names": ["__consumer_offsets"], "timeout": 30_000}, version=version)
+        answers["twice"] = await side.call(ApiKey.DELETE_TOPICS, {
+            "topic_names": [existing, existing], "timeout": 30_000}, version=version)
+        return answers
+    tid = await topic_id(side, existing)
+
+    def delete(name, topic_id_) -> dict:
+        return {"topics": [{"name": name, "topic_id": topic_id_}], "timeout": 30_000}
+    answers["unknown_name"] = await side.call(ApiKey.DELETE_TOPICS, delete(f"conformance-never-{mode}", ZERO_UUID),
+                                              version=version)
+    answers["unknown_id"] = await side.call(ApiKey.DELETE_TOPICS, delete(None, uuid.UUID(int=12345)), version=version)
+    answers["name_and_id"] = await side.call(ApiKey.DELETE_TOPICS, delete(existing, tid), version=version)
+    answers["neither"] = await side.call(ApiKey.DELETE_TOPICS, delete(None, ZERO_UUID), version=version)
+    answers["internal"] = await side.call(ApiKey.DELETE_TOPICS, delete("__consumer_offsets", ZERO_UUID),
+                                          version=version)
+    answers["twice"] = await side.call(ApiKey.DELETE_TOPICS, {"topics": [
+        {"name": existing, "topic_id": ZERO_UUID}, {"name": existing, "topic_id": ZERO_UUID}], "timeout": 30_000},
+        version=version)
+    answers["twice_by_id"] = await side.call(ApiKey.DELETE_TOPICS, {"topics": [
+        {"name": None, "topic_id": tid}, {"name": None, "topic_id": tid}], "timeout": 30_000}, version=version)
+    answers["still_there"] = await side.call(ApiKey.METADATA, {"topics": [{"name": existing}],
+                                                               "allow_auto_topic_creation": False}, mode)
+    return answers
+
+
+def _sorted_partitions(described: dict) -> dict:
+    """A transaction's partitions are a set (Kafka lists them in its HashSet's order)."""
+    for state in described.get("transaction_states", []):
+        for topic in state.get("topics", []):
+            topic["partitions"] = sorted(topic["partitions"])
+    return described
+
+
+async def describe_states(side: Side, mode: str) -> dict:
+    """A classic group through its states (Stable with one member; PreparingRebalance
+    when a second joins; CompletingRebalance once both joined; Stable again; Empty after
+    both left; Dead once deleted), described at each, and ListGroups filtered by state;
+    a transaction through Empty, Ongoing and CompleteCommit, described and listed."""
+    import asyncio
+    group = f"conformance-states-{mode}"
+    topic = f"conformance-states-topic-{mode}"
+    await create_topic(side, topic, partitions=2)
+    await coordinator_ready(side, group, 0)
+    join_v = side.version(ApiKey.JOIN_GROUP, mode)
+    describe = {"groups": [group], "include_authorized_operations": False}
+
+    def join(member_id: str) -> dict:
+        return {"group_id": group, "session_timeout": GROUP_SESSION_MS, "rebalance_timeout": GROUP_SESSION_MS,
+                "member_id": member_id, "group_instance_id": None, "protocol_type": "consumer", "reason": None,
+                "protocols": [{"name": "range", "metadata": subscription([topic])}]}
+
+    async def joined(s: Side, member_id: str = ""):
+        answer = await s.raw(ApiKey.JOIN_GROUP, join(member_id), join_v)
+        if answer.error_code.name == "member_id_required":
+            answer = await s.raw(ApiKey.JOIN_GROUP, join(answer.member_id), join_v)
+        return answer
+
+    async def state(expected: str):
+        async def probe():
+            described = await side.raw(ApiKey.DESCRIBE_GROUPS, describe, 0)
+            return described.groups[0].group_state == expected
+        await wait_for(probe, f"{side.name}: {group} {expected}")
+
+    def sync(member_id: str, generation: int, assignments: list) -> dict:
+        return {"group_id": group, "generation_id": generation, "member_id": member_id, "group_instance_id": None,
+                "protocol_type": "consumer", "protocol_name": "range", "assignments": assignments}
+    answers = {}
+    first = await joined(side)
+    a = first.member_id
+    await side.raw(ApiKey.SYNC_GROUP, sync(a, first.generation_id, [
+        {"member_id": a, "assignment": assignment(topic, [0, 1])}]), side.version(ApiKey.SYNC_GROUP, mode))
+    answers["describe_stable_one"] = await side.call(ApiKey.DESCRIBE_GROUPS, describe, mode)
+    other = await side.login()
+    second = asyncio.ensure_future(joined(other))          # held until the first member rejoins
+    await state("PreparingRebalance")
+    answers["describe_preparing"] = await side.call(ApiKey.DESCRIBE_GROUPS, describe, mode)
+    rejoin = await side.raw(ApiKey.JOIN_GROUP, join(a), join_v)
+    b_join = await second
+    answers["rejoin_leader_members"] = len(rejoin.members)
+    answers["describe_completing"] = await side.call(ApiKey.DESCRIBE_GROUPS, describe, mode)
+    b = b_join.member_id
+    sync_v = side.version(ApiKey.SYNC_GROUP, mode)
+    await side.raw(ApiKey.SYNC_GROUP, sync(a, rejoin.generation_id, [
+        {"member_id": a, "assignment": assignment(topic, [0])},
+        {"member_id": b, "assignment": assignment(topic, [1])}]), sync_v)
+    await other.raw(ApiKey.SYNC_GROUP, sync(b, b_join.generation_id, []), sync_v)
+    answers["describe_stable_two"] = await side.call(ApiKey.DESCRIBE_GROUPS, describe, mode)
+    list_v = side.version(ApiKey.LIST_GROUPS, mode)
+    if list_v >= 4:
+        for wanted in ("Stable", "Empty"):
+            listed = await side.call(ApiKey.LIST_GROUPS, fit(ApiKey.LIST_GROUPS, list_v, {
+                "states_filter": [wanted], "types_filter": []}), mode)
+            listed["groups"] = [g for g in listed["groups"] if g["group_id"].startswith("conformance-states")]
+            answers[f"list_{wanted.lower()}"] = listed
+    leave_v = side.version(ApiKey.LEAVE_GROUP, mode)
+    for s, member in ((other, b), (side, a)):
+        await s.raw(ApiKey.LEAVE_GROUP, {"group_id": group, "member_id": member, "members": [
+            {"member_id": member, "group_instance_id": None, "reason": None}]}, leave_v)
+    answers["describe_empty"] = await side.call(ApiKey.DESCRIBE_GROUPS, describe, mode)
+    answers["delete"] = await side.call(ApiKey.DELETE_GROUPS, {"groups_names": [group]}, mode)
+    answers["describe_deleted"] = await side.call(ApiKey.DESCRIBE_GROUPS, describe, mode)
+
+    # A transaction: Empty after InitProducerId, Ongoing once it has a partition, CompleteCommit.
+    txn = f"conformance-states-txn-{mode}"
+    await coordinator_ready(side, txn, 1)
+    init_v = side.version(ApiKey.INIT_PRODUCER_ID, mode)
+    init = await retried(side, ApiKey.INIT_PRODUCER_ID, {"transactional_id": txn, "transaction_timeout": 60_000,
+                                                         "producer_id": -1, "producer_epoch": -1}, init_v)
+    pid, epoch = init.producer_id, init.producer_epoch
+    describe_txn = {"transactional_ids": [txn]}
+    answers["txn_empty"] = await side.call(ApiKey.DESCRIBE_TRANSACTIONS, describe_txn, mode)
+    await side.raw(ApiKey.ADD_PARTITIONS_TO_TXN, {
+        "v3_and_below_transactional_id": txn, "v3_and_below_producer_id": pid, "v3_and_below_producer_epoch": epoch,
+        "v3_and_below_topics": [{"name": topic, "partitions": [0, 1]}]}, side.version(ApiKey.ADD_PARTITIONS_TO_TXN, mode))
+    await produce(side, topic, batch([b"t"], producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                                     transactional=True), mode, transactional_id=txn)
+    answers["txn_ongoing"] = _sorted_partitions(await side.call(ApiKey.DESCRIBE_TRANSACTIONS, describe_txn, mode))
+    list_txn = fit(ApiKey.LIST_TRANSACTIONS, side.version(ApiKey.LIST_TRANSACTIONS, mode), {
+        "state_filters": ["Ongoing"], "producer_id_filters": [pid], "duration_filter": -1})
+    answers["list_ongoing"] = await side.call(ApiKey.LIST_TRANSACTIONS, list_txn, mode)
+    await side.raw(ApiKey.END_TXN, {"transactional_id": txn, "producer_id": pid, "producer_epoch": epoch,
+                                    "committed": True}, side.version(ApiKey.END_TXN, mode))
+
+    async def settled():
+        response = await side.raw(ApiKey.DESCRIBE_TRANSACTIONS, describe_txn, 0)
+        return response.transaction_states[0].transaction_state == "CompleteCommit"
+    await wait_for(settled, f"{side.name}: {txn} commits")
+    answers["txn_committed"] = await side.call(ApiKey.DESCRIBE_TRANSACTIONS, describe_txn, mode)
+    answers["list_committed"] = await side.call(ApiKey.LIST_TRANSACTIONS,
+                                                {**list_txn, "state_filters": ["CompleteCommit"]}, mode)
+    return answers
+
+
+# -- on the three-broker pair (a side's ``cluster``: ports by node id, stop and start) -----
+
+
+async def _partition(side: Side, topic: str):
+    response = await side.raw(ApiKey.METADATA, {"topics": [{"name": topic}], "allow_auto_topic_creation": False}, 12)
+    topics = [t for t in response.topics if t.name == topic]
+    if not topics or not topics[0].partitions or int(topics[0].partitions[0].error_code.value) != 0:
+        return None
+    return topics[0].partitions[0]
+
+
+async def leader_change(side: Side, mode: str) -> dict:
+    """A partition replicated 3 times: 3 records in the first leader's epoch, its broker
+    stopped (a controlled shutdown moves the leadership), 2 records in the new leader's
+    epoch; then OffsetsForLeaderEpoch and ListOffsets at the new leader (with the current
+    epoch, a stale one, none) and at a follower; the old leader restarted and back in the
+    ISR, the same again (its log now ends where the new leader's does)."""
+    import asyncio
+    cluster = side.cluster
+    topic = f"conformance-epochs-{mode}"
+    answers = {"create": await side.call(ApiKey.CREATE_TOPICS, {
+        "topics": [{"name": topic, "num_partitions": 1, "replication_factor": 3, "assignments": [],
+                    "configs": [{"name": "min.insync.replicas", "value": "2"}]}],
+        "timeout": 30_000, "validate_only": False}, mode)}
+
+    async def in_sync(count: int, not_leader: int | None = None):
+        async def probe():
+            p = await _partition(side, topic)
+            return p is not None and p.leader_id >= 0 and len(p.isr_nodes) == count \
+                and p.leader_id != not_leader and p
+        return await wait_for(probe, f"{side.name}: {topic} with {count} in sync", timeout_s=90)
+    first = await in_sync(3)
+    leader = await side.on(cluster.port(first.leader_id))
+    answers["produce_first_epoch"] = await produce(leader, topic, batch([b"e0-a", b"e0-b", b"e0-c"]), mode)
+    await asyncio.to_thread(cluster.stop, first.leader_id)
+    survivor = next(n for n in cluster.broker_ids if n != first.leader_id)
+    side = await side.on(cluster.port(survivor))
+    moved = await in_sync(2, not_leader=first.leader_id)
+    answers["after_move"] = {"leader_epoch": moved.leader_epoch, "isr": len(moved.isr_nodes),
+                             "replicas": len(moved.replica_nodes), "leader_moved": moved.leader_id != first.leader_id}
+    leader = await side.on(cluster.port(moved.leader_id))
+    follower = await side.on(cluster.port(next(n for n in moved.isr_nodes if n != moved.leader_id)))
+    answers["produce_second_epoch"] = await produce(leader, topic, batch([b"e1-a", b"e1-b"]), mode)
+
+    def epochs(leader_epoch: int, current: int = -1) -> dict:
+        return {"replica_id": -1, "topics": [{"topic": topic, "partitions": [
+            {"partition": 0, "current_leader_epoch": current, "leader_epoch": leader_epoch}]}]}
+
+    async def ask(at: Side, label: str) -> None:
+        current = moved.leader_epoch
+        for e in (0, current, current + 1):
+            answers[f"{label}_epoch_{'first' if e == 0 else 'current' if e == current else 'future'}"] = \
+                await at.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, epochs(e), mode)
+        answers[f"{label}_epoch_fenced"] = await at.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, epochs(0, current=0), mode)
+        answers[f"{label}_epoch_with_current"] = await at.call(ApiKey.OFFSET_FOR_LEADER_EPOCH,
+                                                               epochs(0, current=current), mode)
+        version = at.version(ApiKey.LIST_OFFSETS, mode)
+        for name, timestamp in (("latest", -1), ("earliest", -2)):
+            answers[f"{label}_list_{name}"] = await at.call(ApiKey.LIST_OFFSETS,
+                                                            _list_offsets_body(topic, timestamp), version=version)
+        if version >= 4:
+            answers[f"{label}_list_fenced"] = await at.call(ApiKey.LIST_OFFSETS,
+                                                            _list_offsets_body(topic, -1, epoch=0), version=version)
+            answers[f"{label}_list_current"] = await at.call(
+                ApiKey.LIST_OFFSETS, _list_offsets_body(topic, -1, epoch=current), version=version)
+    await ask(leader, "leader")
+    await ask(follower, "follower")
+    await asyncio.to_thread(cluster.start, first.leader_id)
+    await in_sync(3)
+    back = await side.on(cluster.port(first.leader_id))
+    await ask(back, "restarted")
+    again = await _partition(side, topic)
+    answers["after_restart"] = {"leader_epoch": again.leader_epoch, "isr": len(again.isr_nodes)}
+    return answers
+
+
+# -- on the secure nodes (SASL/PLAIN, Kafka's StandardAuthorizer; the side logs in as the
+# super user "admin"; "alice" has no ACL) -------------------------------------------------
+
+# Not refused to anyone who logged in (nothing to authorize), or not a client's call.
+_UNGUARDED = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
+# A valid ACL filter (topics, any pattern): Kafka refuses to parse UNKNOWN (0) types.
+_ACL_FILTER = {"resource_type_filter": 2, "pattern_type_filter": 1}
+
+
+async def unauthorized(side: Side, mode: str) -> dict:
+    """Every API both serve, at the mode's version, called by a user without any ACL on
+    things that exist (a topic with records and a group with committed offsets, named
+    alike; the transactional id of that name does not exist): the error codes found
+    anywhere in each answer are compared (tests/security/probe.py builds the bodies)."""
+    from tests.security.probe import CLOSED, TIMED_OUT, call, probe_body
+    name = f"conformance-acl-{mode}"
+    await create_topic(side, name)
+    await produce(side, name, batch([b"secret"]), mode)
+    await coordinator_ready(side, name, 0)
+    commit = await side.raw(ApiKey.OFFSET_COMMIT, {
+        "group_id": name, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+        "retention_time": -1, "topics": [{"name": name, "partitions": [{
+            "partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+            "committed_metadata": ""}]}]}, side.version(ApiKey.OFFSET_COMMIT, "low"))
+    assert commit.topics[0].partitions[0].error_code.name.upper() == "NONE", commit
+    tid = await topic_id(side, name)
+    alice = await side.login("alice")
+    answers = {}
+    for api in sorted(side.versions):
+        if api in _UNGUARDED:
+            continue
+        version = side.version(api, mode)
+        # By name (a DeleteTopics entry naming both a name and an id is invalid in Kafka).
+        by = {"topic_id": ZERO_UUID} if api == ApiKey.DELETE_TOPICS else {"topic_id": tid}
+        body = probe_body(api, version, name, timeout=30_000, **by, **_ACL_FILTER)
+        codes = await call(alice.conn, api, version, body, timeout_s=15)
+        if codes in (CLOSED, TIMED_OUT):
+            answers[ApiKey(api).name.lower()] = {"version": version, "answer": codes}
+            alice = await side.login("alice")
+            continue
+        answers[ApiKey(api).name.lower()] = {"version": version,
+                                             "error_codes": sorted(c.name.upper() for c in codes)}
+    return answers
+
+
 SCENARIOS = {f.__name__: f for f in (api_versions, metadata, create_topics_invalid, produce_refused, list_offsets,
                                      fetch_refused, describe_configs_topic, describe_configs_broker, group_stale,
-                                     producer_fencing, delete_records)}
+                                     producer_fencing, delete_records, delete_topics_invalid, describe_states,
+                                     unauthorized, leader_change)}
+# Scenarios run against the secure pair (SASL/PLAIN with an authorizer), logged in as "admin".
+SECURE_SCENARIOS = {"unauthorized"}
+# Scenarios run against three brokers on each side.
+CLUSTER_SCENARIOS = {"leader_change"}
 
 # The main API of each scenario: its versions are what "low" and "high" mean in the report.
 MAIN_API = {"api_versions": ApiKey.API_VERSIONS, "metadata": ApiKey.METADATA,
@@ -392,4 +672,6 @@ MAIN_API = {"api_versions": ApiKey.API_VERSIONS, "metadata": ApiKey.METADATA,
             "list_offsets": ApiKey.LIST_OFFSETS, "fetch_refused": ApiKey.FETCH,
             "describe_configs_topic": ApiKey.DESCRIBE_CONFIGS, "describe_configs_broker": ApiKey.DESCRIBE_CONFIGS,
             "group_stale": ApiKey.JOIN_GROUP, "producer_fencing": ApiKey.INIT_PRODUCER_ID,
-            "delete_records": ApiKey.DELETE_RECORDS}
+            "delete_records": ApiKey.DELETE_RECORDS, "describe_states": ApiKey.DESCRIBE_GROUPS,
+            "delete_topics_invalid": ApiKey.DELETE_TOPICS,
+            "unauthorized": ApiKey.METADATA, "leader_change": ApiKey.OFFSET_FOR_LEADER_EPOCH}

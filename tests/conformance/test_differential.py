@@ -5,6 +5,9 @@ with the same settings get the same request bodies, sent with tidelog's own wire
 at the lowest and at the highest version of each API that both serve
 (scenarios.py). Every field of every answer is compared (differential.py), except what
 must differ between two servers: ids they make up, timestamps, host names and ports.
+``unauthorized`` runs on a pair with authorizers and SASL/PLAIN users (``secure_nodes``),
+``leader_change`` on three brokers a side (``cluster_pair``); each pair starts once, when
+its first scenario runs.
 
 Every difference is written to docs/conformance.md when the whole module runs. A test
 fails on a difference that ``ALLOWED`` below does not name; each entry there says why
@@ -23,11 +26,12 @@ import pytest
 
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
-from tidelog.testing import Broker
+from tidelog.testing import Broker, Cluster
 
 from tests.conformance.differential import ABSENT, HOST, Difference, Outcome, Side, common_versions, compare
-from tests.conformance.scenarios import MAIN_API, SCENARIOS
-from tests.kafka_fixture import kafka_version, missing_tools
+from tests.conformance.scenarios import CLUSTER_SCENARIOS, MAIN_API, SCENARIOS, SECURE_SCENARIOS
+from tests.conftest import KAFKA_NODE_SETTINGS
+from tests.kafka_fixture import KafkaCluster, free_port, kafka_version, missing_tools
 
 REPORT = Path(__file__).resolve().parents[2] / "docs" / "conformance.md"
 MODES = ("low", "high")
@@ -50,8 +54,6 @@ _FEATURES = ("tidelog advertises only the feature levels it implements (ApiVersi
 _ELR = ("Kafka 4 with eligible leader replicas (KIP-966, on by default in a new cluster) writes a cluster-wide "
         "min.insync.replicas when the cluster is formatted, so it is a dynamic default there; tidelog's ELR uses each "
         "topic's effective min ISR and writes no cluster-wide value")
-_BROKER_DYNAMIC = ("Kafka can change this broker setting while it runs (a dynamic broker config); tidelog changes "
-                   "only the TLS stores and the cluster-wide defaults of topic settings without a restart")
 ALLOWED: dict[str, str] = {
     # ApiVersions: what is served.
     "api_versions@* api_versions.api_keys[0].min_version":
@@ -85,19 +87,8 @@ ALLOWED: dict[str, str] = {
         "Metadata v0-v3 auto-create a missing topic: tidelog creates it before answering and describes it at "
         "once; Kafka (KRaft) passes the creation to its controller and answers UNKNOWN_TOPIC_OR_PARTITION "
         "meanwhile. A client asks again either way",
-    "*authorized_operations":
-        "authorized operations (KIP-430) are not computed: tidelog answers 'not provided' (INT32_MIN) where Kafka "
-        "gives the bit set of what the caller may do (all of them without an authorizer)",
     # Topic configs.
-    "*.configs[compression.gzip.level] (only Kafka)": "compression levels (KIP-390) are not implemented",
-    "*.configs[compression.lz4.level] (only Kafka)": "compression levels (KIP-390) are not implemented",
-    "*.configs[compression.zstd.level] (only Kafka)": "compression levels (KIP-390) are not implemented",
-    "*.configs[local.retention.*] (only Kafka)": "tiered storage (KIP-405) is not implemented",
     "*.configs[remote.*] (only Kafka)": "tiered storage (KIP-405) is not implemented",
-    "*.configs[errors.deadletterqueue.group.enable] (only Kafka)": "share groups and their dead-letter queues "
-                                                                   "are not implemented",
-    "*.configs[max.decompressed.message.bytes] (only Kafka)":
-        "not a topic setting in tidelog: its bound on a decompressed batch is fixed (records/compression.py)",
     "*.configs[min.insync.replicas].config_source": _ELR,
     "*.configs[min.insync.replicas].synonyms": _ELR,
     "describe_configs_*@high *.documentation": "Kafka's documentation text is not copied into tidelog",
@@ -125,14 +116,6 @@ ALLOWED: dict[str, str] = {
         "tidelog reads PEM stores only (Python's ssl); Kafka's default store type is JKS",
     "describe_configs_broker@* all.results[1].configs[ssl.truststore.type]*":
         "tidelog reads PEM stores only (Python's ssl); Kafka's default store type is JKS",
-    "describe_configs_broker@* all.results[1].configs[ssl.*].read_only": _BROKER_DYNAMIC,
-    "describe_configs_broker@* all.results[1].configs[sasl.*].read_only": _BROKER_DYNAMIC,
-    "describe_configs_broker@* all.results[1].configs[log.cleaner.*].read_only": _BROKER_DYNAMIC,
-    "describe_configs_broker@* all.results[1].configs[max.connections*].read_only": _BROKER_DYNAMIC,
-    "describe_configs_broker@* all.results[1].configs[num.replica.fetchers].read_only": _BROKER_DYNAMIC,
-    "describe_configs_broker@* all.results[1].configs[producer.id.expiration.ms].read_only": _BROKER_DYNAMIC,
-    "describe_configs_broker@* all.results[1].configs[transaction.partition.verification.enable].read_only":
-        _BROKER_DYNAMIC,
 }
 
 # Settings of the Kafka fixture that are about that node alone (tidelog gets the rest).
@@ -148,9 +131,95 @@ def tidelog_node(kafka_node):
         yield broker
 
 
+# The secure pair: SASL/PLAIN users, "admin" a super user, "alice" without any ACL.
+USERS = {"admin": "admin-secret", "alice": "alice-secret"}
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+@pytest.fixture(scope="module")
+def secure_nodes(kafka_node):
+    """A Kafka node and a tidelog serve with Kafka's StandardAuthorizer (and tidelog's
+    authorizer.class.name naming it), clients on SASL_PLAINTEXT with PLAIN. Kafka's own
+    brokers and controller talk on its PLAINTEXT listeners as User:ANONYMOUS, a super user
+    there; tidelog's node uses its controller listener's SASL login, "admin"."""
+    settings = {**KAFKA_NODE_SETTINGS, "authorizer.class.name": STANDARD_AUTHORIZER}
+    kafka = KafkaCluster(overrides={**settings, "super.users": "User:admin;User:ANONYMOUS"}, sasl_users=USERS)
+    kafka.start()
+    try:
+        jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+                'password="admin-secret" ' + " ".join(f'user_{u}="{p}"' for u, p in USERS.items()) + ";")
+        controller_port = free_port()
+        tidelog_settings = {k: v for k, v in kafka.broker_settings.items() if k not in NODE_SETTINGS}
+        with Broker(overrides={
+                **tidelog_settings, "super.users": "User:admin",
+                "listeners": f"SASL_PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:{controller_port}",
+                "controller.listener.names": "CONTROLLER",
+                "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+                "sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": jaas}) as tidelog:
+            yield {"kafka": kafka.sasl_port, "tidelog": tidelog.port}
+    finally:
+        kafka.close()
+
+
+class KafkaControl:
+    """What a cluster scenario may do to the three Kafka brokers."""
+
+    def __init__(self, kafka: KafkaCluster):
+        self.kafka = kafka
+        self.broker_ids = [n.node_id for n in kafka.brokers]
+
+    def port(self, node_id: int) -> int:
+        return self.kafka.node(node_id).port
+
+    def stop(self, node_id: int) -> None:
+        self.kafka.stop_node(node_id)
+
+    def start(self, node_id: int) -> None:
+        self.kafka.start_node(node_id)
+
+
+class TidelogControl:
+    """The same for the three tidelog brokers (a node's port may change on a restart)."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self.broker_ids = [n.node_id for n in cluster.brokers]
+
+    def port(self, node_id: int) -> int:
+        return self.cluster.port(node_id)
+
+    def stop(self, node_id: int) -> None:
+        self.cluster.stop(node_id)
+
+    def start(self, node_id: int) -> None:
+        self.cluster.start_node(node_id)
+
+
+# Quick fencing of a broker that stopped heartbeating, on both sides.
+CLUSTER_SETTINGS = {**KAFKA_NODE_SETTINGS, "broker.session.timeout.ms": "6000",
+                    "broker.heartbeat.interval.ms": "500"}
+
+
+@pytest.fixture(scope="module")
+def cluster_pair():
+    """Three Kafka brokers beside one KRaft controller, and three tidelog brokers beside
+    one controller, with the same broker settings (replication factor 3, min ISR 2 for
+    the internal topics)."""
+    kafka = KafkaCluster(brokers=3, controllers=1, overrides=CLUSTER_SETTINGS, start_timeout_s=180)
+    kafka.start()
+    try:
+        settings = {k: v for k, v in kafka.broker_settings.items() if k not in NODE_SETTINGS}
+        with Cluster(brokers=3, overrides=settings) as tidelog:
+            yield {"kafka": KafkaControl(kafka), "tidelog": TidelogControl(tidelog)}
+    finally:
+        kafka.close()
+
+
 class Harness:
     def __init__(self, kafka_port: int, tidelog_port: int):
         self.ports = {"kafka": kafka_port, "tidelog": tidelog_port}
+        self.secure_ports: dict[str, int] | None = None
+        self.clusters: dict | None = None
         self.served: dict[str, dict[int, tuple[int, int]]] = {}
         self.outcomes: dict[tuple[str, str], Outcome] = {}
         self.versions: dict[int, tuple[int, int]] = {}
@@ -163,7 +232,15 @@ class Harness:
         self.versions = common_versions(self.served["kafka"], self.served["tidelog"])
 
     async def run(self, scenario: str, mode: str) -> Outcome:
-        sides = [Side(name, port, self.versions) for name, port in self.ports.items()]
+        if scenario in SECURE_SCENARIOS:
+            sides = [Side(name, port, self.versions, USERS, "admin") for name, port in self.secure_ports.items()]
+        elif scenario in CLUSTER_SCENARIOS:
+            sides = []
+            for name, control in self.clusters.items():
+                sides.append(Side(name, control.port(control.broker_ids[0]), self.versions))
+                sides[-1].cluster = control
+        else:
+            sides = [Side(name, port, self.versions) for name, port in self.ports.items()]
         for side in sides:
             await side.open()
         try:
@@ -205,7 +282,11 @@ def harness(kafka_node, tidelog_node):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_scenario(harness, scenario, mode):
+def test_scenario(harness, scenario, mode, request):
+    if scenario in SECURE_SCENARIOS and harness.secure_ports is None:
+        harness.secure_ports = request.getfixturevalue("secure_nodes")
+    if scenario in CLUSTER_SCENARIOS and harness.clusters is None:
+        harness.clusters = request.getfixturevalue("cluster_pair")
     outcome = asyncio.run(harness.run(scenario, mode))
     unexplained = [d for d in outcome.differences if d.reason is None]
     assert not unexplained, (f"{len(unexplained)} difference(s) from Kafka not in ALLOWED:\n"
@@ -257,6 +338,14 @@ def render_report(h: Harness) -> str:
         "answer is compared, except what must differ between two servers: ids they make up (topic, "
         "directory, member and producer ids become placeholders), timestamps, host names, ports, "
         "cluster ids, throttle times and settings that name this run's directories or ports.",
+        "",
+        "Two scenarios run on other pairs, started once for them: `unauthorized` on a Kafka node with "
+        "its `StandardAuthorizer` and a `tidelog serve` whose `authorizer.class.name` names it, clients on "
+        "SASL_PLAINTEXT/PLAIN, where a user without any ACL calls every API both serve (error codes "
+        "compared); `leader_change` on three Kafka brokers beside one KRaft controller and a three-broker "
+        "tidelog cluster, where a partition's leader is stopped and later restarted "
+        "(OffsetsForLeaderEpoch and ListOffsets at the new leader, at a follower and at the restarted "
+        "broker).",
         "",
         f"**{total} differences** in {len(outcomes)} runs ({len(SCENARIOS)} scenarios × low/high version); "
         f"{total - unexplained} allowed (reason given), {unexplained} not allowed (the test fails on those).",
