@@ -75,10 +75,10 @@ func (m *member) note(kind string, partitions map[string][]int32) {
 
 // options turns a command's "config" object into kgo options. Every key is optional:
 // brokers (list), acks (all | leader | none), idempotent (default true), compression,
-// linger_ms, manual_partitions, transactional_id, transaction_timeout_ms, group, topics,
+// linger_ms, manual_partitions, transactional_id, transaction_timeout_ms, group, topics, regex,
 // balancer (cooperative-sticky | range | sticky | round-robin), server_side_balancer (KIP-848), instance_id,
 // session_timeout_ms, heartbeat_interval_ms, rebalance_timeout_ms, auto_commit (default
-// false), read_committed, start (earliest | latest), retry_timeout_ms.
+// false), read_committed, start (earliest | latest), retry_timeout_ms, metadata_max_age_ms.
 func (m *member) options(cfg command) ([]kgo.Opt, error) {
 	opts := []kgo.Opt{kgo.SeedBrokers(cfg.strs("brokers")...), kgo.WithLogger(kgoLogger{})}
 	switch cfg.strOr("acks", "all") {
@@ -106,6 +106,9 @@ func (m *member) options(cfg command) ([]kgo.Opt, error) {
 	if ms := cfg.num("linger_ms", -1); ms >= 0 {
 		opts = append(opts, kgo.ProducerLinger(time.Duration(ms)*time.Millisecond))
 	}
+	if ms := cfg.num("metadata_max_age_ms", -1); ms >= 0 { // how soon new topics are seen
+		opts = append(opts, kgo.MetadataMaxAge(time.Duration(ms)*time.Millisecond))
+	}
 	if cfg.flag("manual_partitions", false) {
 		opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	}
@@ -121,6 +124,9 @@ func (m *member) options(cfg command) ([]kgo.Opt, error) {
 	}
 	if topics := cfg.strs("topics"); len(topics) > 0 {
 		opts = append(opts, kgo.ConsumeTopics(topics...))
+		if cfg.flag("regex", false) { // the topics are patterns
+			opts = append(opts, kgo.ConsumeRegex())
+		}
 	}
 	switch cfg.strOr("start", "earliest") {
 	case "earliest":

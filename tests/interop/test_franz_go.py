@@ -374,3 +374,35 @@ def test_a_static_member_restarts_without_a_rebalance(go, cluster):
     assert values(got["records"]["s1"] + got["records"]["s2-again"]) == sorted(str(i) for i in range(40, 80))
     for name in ("s1", "s2-again", "sp"):
         go.call("client.close", name=name)
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_regex_subscription_picks_up_a_topic_created_later(go, cluster, protocol):
+    """franz-go's ConsumeRegex: the classic protocol matches on the client (from metadata);
+    KIP-848 sends the pattern (SubscribedTopicRegex) and the broker resolves it."""
+    prefix = f"franz-rx-{protocol}"
+    create_topic(go, f"{prefix}-a", 2)
+    create_topic(go, f"{prefix}-unrelated", 1)      # not matched
+    # The classic protocol sees a new topic at its next metadata refresh (5 min by default).
+    member = {"topics": [f"{prefix}-[ab]"], "regex": True, "group": prefix, "metadata_max_age_ms": 5000}
+    if protocol == "consumer":
+        member |= {"server_side_balancer": True, "balancer": "range"}
+    client(go, f"rx-{protocol}", cluster, **member)
+    client(go, f"rxp-{protocol}", cluster, manual_partitions=True)
+    for topic in (f"{prefix}-a", f"{prefix}-unrelated"):
+        sent = go.call("produce", name=f"rxp-{protocol}", topic=topic,
+                       records=[{"partition": 0, "value": f"{topic}-{i}"} for i in range(5)])
+        assert all("error" not in r for r in sent), sent
+    got = go.call("poll", name=f"rx-{protocol}", count=5)["records"][f"rx-{protocol}"]
+    assert values(got) == sorted(f"{prefix}-a-{i}" for i in range(5))
+    create_topic(go, f"{prefix}-b", 1)
+    wait_until(lambda: f"{prefix}-b" in go.call("assignment", name=f"rx-{protocol}")["assigned"], 60,
+               f"{prefix}-b assigned")
+    sent = go.call("produce", name=f"rxp-{protocol}", topic=f"{prefix}-b",
+                   records=[{"partition": 0, "value": f"b-{i}"} for i in range(5)])
+    assert all("error" not in r for r in sent), sent
+    got = go.call("poll", name=f"rx-{protocol}", count=5)["records"][f"rx-{protocol}"]
+    assert values(got) == sorted(f"b-{i}" for i in range(5))
+    assert set(go.call("assignment", name=f"rx-{protocol}")["assigned"]) == {f"{prefix}-a", f"{prefix}-b"}
+    go.call("client.close", name=f"rx-{protocol}")
+    go.call("client.close", name=f"rxp-{protocol}")
