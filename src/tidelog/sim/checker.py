@@ -512,8 +512,10 @@ class Checker:
                     continue
                 # An eligible leader replica is a clean choice (KIP-966); the record that
                 # empties the ISR may elect it at once. With ISR and ELR empty the last known
-                # leader may be elected (Kafka 4.4, RECOVERING): checked when it leads.
-                if not before.isr and not before.elr and partition.leader in before.last_known_elr:
+                # leader may be elected (Kafka 4.4, RECOVERING; the ELR may have emptied in a
+                # record between the two images): checked when it leads.
+                if not before.isr and partition.leader in before.last_known_elr \
+                        and partition.leader_recovery_state == 1:
                     self.last_known_leader_elections.add((tp, partition.leader_epoch))
                 elif partition.leader not in before.isr and partition.leader not in before.elr:
                     if not self._unclean(tp.topic):
