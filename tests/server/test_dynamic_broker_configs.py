@@ -210,3 +210,26 @@ def test_the_cluster_default_refuses_per_broker_settings_and_a_broker_another_br
     assert raw_alter(broker, "", [{"name": "log.cleanup.policy", "config_operation": 3, "value": "compact"}]) == (
         0, None)
     assert raw_describe(broker, "").get("log.cleanup.policy", ("delete",))[0] == "delete"
+
+
+def test_in_a_cluster_each_broker_takes_its_own_through_the_controller():
+    """Brokers forward to the controller (server/admin.py ForwardingAdminApis): the admin
+    client sends broker 2's settings to broker 2, which checks the id itself; the cluster
+    default reaches every broker."""
+    from tidelog.testing import Cluster
+    with Cluster(brokers=2) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        assert alter(admin, (SET, "message.max.bytes", "3000"), name="2") is None
+        assert described(admin, name="2")["message.max.bytes"].value == "3000"
+        assert described(admin, name="1")["message.max.bytes"].value == "1048588"
+
+        class One:                                 # broker 1's client listener, on the wire
+            host, port = "127.0.0.1", cluster.port(1)
+        assert raw_alter(One, "2", [{"name": "message.max.bytes", "config_operation": 0, "value": "4000"}]) == (
+            KafkaError.INVALID_REQUEST, "Unexpected broker id, expected 1, but received 2")
+        assert raw_alter(One, "", [{"name": "log.retention.ms", "config_operation": 0, "value": "3600000"}]) == (
+            0, None)
+        for broker_id in ("1", "2"):
+            entry = described(admin, name=broker_id)["log.retention.ms"]
+            assert (entry.value, entry.source) == ("3600000", DYNAMIC_DEFAULT), broker_id
+        assert described(admin, name="2")["message.max.bytes"].value == "3000"

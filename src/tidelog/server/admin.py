@@ -152,9 +152,12 @@ class AdminHost(Protocol):
 
 
 class AdminApis:
-    def __init__(self, broker: AdminHost, authorizer=None):
+    def __init__(self, broker: AdminHost, authorizer=None, receiving_broker: bool = True):
         self.broker = broker
         self.authorizer = authorizer        # server/authorization.py RequestAuthorizer, or None
+        # A broker's client listener (True) checks what Kafka's receiving broker checks itself
+        # (_local_refusals); the controller's (False) takes what brokers forward, any broker's.
+        self.receiving_broker = receiving_broker
 
     def register(self, dispatcher) -> None:
         create, delete = self.handle_create_topics, self.handle_delete_topics
@@ -425,8 +428,9 @@ class AdminApis:
     def _local_refusals(self, request) -> dict[tuple[int, str], tuple[ErrorCode, str]]:
         """What the broker that receives an alteration refuses itself, before the controller
         (Kafka's ConfigAdminManager): another broker's settings (the admin client sends
-        those to that broker). A controller-only node takes any broker's."""
-        if "broker" not in self.broker.config["process.roles"]:
+        those to that broker), a listener setting without its prefix. The controller's
+        listener (requests brokers forward) takes any broker's."""
+        if not self.receiving_broker:
             return {}
         own, refused = str(self.broker.node_id), {}
         listener = self.broker.config.listener_endpoints()[0][0]
@@ -733,7 +737,24 @@ class ForwardingAdminApis(AdminApis):
         return self._forward(header, request)
 
     def handle_incremental_alter_configs(self, header, request):
-        return self._forward(header, request)
+        return self._forward_alter(header, request)
+
+    def _forward_alter(self, header, request):
+        """Forward what this broker does not refuse itself (``_local_refusals``); answer both."""
+        refused = self._local_refusals(request)
+        denied = [{"error_code": int(code), "error_message": message, "resource_type": rtype,
+                   "resource_name": name} for (rtype, name), (code, message) in refused.items()]
+        if not denied:
+            return self._forward(header, request)
+        kept = tuple(r for r in request.resources if (int(r.resource_type), r.resource_name) not in refused)
+        if not kept:
+            return {"throttle_time": 0, "responses": denied}
+
+        async def forward():
+            response = await self._forward(header, dataclasses.replace(request, resources=kept))
+            return dataclasses.replace(response, responses=tuple(response.responses) + tuple(
+                _entity_like(response.responses, d) for d in denied))
+        return forward()
 
     def handle_update_features(self, header, request):
         async def forward():
@@ -748,7 +769,7 @@ class ForwardingAdminApis(AdminApis):
         return forward()
 
     def handle_alter_configs(self, header, request):
-        return self._forward(header, request)
+        return self._forward_alter(header, request)
 
     def handle_create_acls(self, header, request):
         if self.acls_disabled() or not self._may_alter_cluster():   # answered here, not forwarded

@@ -260,7 +260,7 @@ class ControllerServer:
         writes.register(ApiKey.ASSIGN_REPLICAS_TO_DIRS, self.handle_assign_replicas_to_dirs, 0, 0)
         writes.register(ApiKey.ALLOCATE_PRODUCER_IDS, self.handle_allocate_producer_ids, 0, 0)
         self._authorizer = authorizer             # DescribeCluster's authorized operations (KIP-430)
-        admin = AdminApis(self, authorizer)       # with ACLs, the same per-topic checks as a broker's
+        admin = AdminApis(self, authorizer, receiving_broker=False)   # with ACLs, a broker's per-topic checks
         admin.register(writes)
         dispatcher.register(ApiKey.DESCRIBE_CONFIGS, admin.handle_describe_configs, 1, 4)   # a read: any voter
         dispatcher.register(ApiKey.FETCH, self.handle_fetch, 4, 18)
