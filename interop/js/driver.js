@@ -16,6 +16,7 @@ const { version } = require('kafkajs/package.json')
 const producers = new Map()
 const consumers = new Map()
 const admins = new Map()
+const backgrounds = new Map()
 
 const logCreator = () => ({ namespace, level, label, log }) => {
   const { message, ...extra } = log
@@ -173,6 +174,39 @@ const ops = {
     }
     if (c.commit) await txn.commit(); else await txn.abort()
     return sent
+  },
+
+  // A producer that keeps sending one record at a time until produce.stop: record i goes
+  // to partition i % partitions as "<prefix>-<i>"; each acknowledgement is kept with its offset.
+  'produce.start': async c => {
+    const producer = get(producers, c.name, 'producer')
+    const bg = { stopped: false, acked: [], failed: [], sent: 0 }
+    backgrounds.set(c.name, bg)
+    bg.done = (async () => {
+      const deadline = Date.now() + 5 * 60 * 1000
+      for (let i = 0; !bg.stopped && Date.now() < deadline && i < 100000; i++) {
+        const value = `${c.prefix || 'bg'}-${i}`
+        bg.sent += 1
+        try {
+          const [answer] = await producer.send({
+            topic: c.topic, acks: -1, messages: [{ value, partition: i % (c.partitions || 1) }]
+          })
+          bg.acked.push({ value, partition: answer.partition, offset: Number(answer.baseOffset) })
+        } catch (e) {
+          bg.failed.push(`${value}: ${errorName(e)}: ${e.message}`)
+        }
+      }
+    })()
+    return null
+  },
+  'produce.stop': async c => {
+    const bg = backgrounds.get(c.name)
+    if (!bg) throw new Error(`no background producer on ${c.name}`)
+    if (c.progress) return { sent: bg.sent, acked: bg.acked.length, failed: bg.failed.length }
+    bg.stopped = true
+    await bg.done
+    backgrounds.delete(c.name)
+    return { sent: bg.sent, acked: bg.acked, failed: bg.failed }
   },
 
   'consumer.create': consumerCreate,

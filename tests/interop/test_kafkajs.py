@@ -8,7 +8,7 @@ idempotent with acks=all (KafkaJS's ``idempotent: true``, one request in flight)
 import pytest
 
 from tests.interop.line_driver import js_driver, missing_node
-from tests.interop.test_java_cluster import UpCluster
+from tests.interop.test_java_cluster import UpCluster, tidelog_cluster
 from tidelog.testing import wait_until
 
 NEEDS_JAVA = False    # tests/interop/conftest.py: these run without a JDK
@@ -216,3 +216,34 @@ def test_admin_records_partitions_offsets_configs_and_deletion(js, cluster):
     assert group not in [g["groupId"] for g in js.call("admin.listGroups", name="admin")]
     js.call("admin.deleteTopics", name="admin", topics=[topic])
     wait_until(lambda: topic not in js.call("admin.listTopics", name="admin"), 30, f"{topic} gone")
+
+
+def test_no_acknowledged_record_is_lost_when_the_leader_is_killed_mid_produce(js, cluster):
+    topic = "kjs-kill"
+    create_topic(js, topic, 1)
+    [meta] = js.call("admin.fetchTopicMetadata", name="admin", topics=[topic])
+    leader = meta["partitions"][0]["leader"]
+    js.call("producer.create", name="bg", brokers=brokers(cluster))
+    js.call("produce.start", name="bg", topic=topic, prefix="k")
+    wait_until(lambda: js.call("produce.stop", name="bg", progress=True)["acked"] >= 100, 60, "100 acknowledged")
+    assert tidelog_cluster(cluster.directory, "kill", str(leader)).returncode == 0
+    before = js.call("produce.stop", name="bg", progress=True)["acked"]
+    try:
+        wait_until(lambda: js.call("produce.stop", name="bg", progress=True)["acked"] >= before + 100, 90,
+                   "100 more acknowledged after the kill")
+        result = js.call("produce.stop", name="bg")
+        acked = {r["value"]: r["offset"] for r in result["acked"]}
+        assert len(acked) == len(result["acked"])
+        # A send that failed may or may not have been written; every acknowledged one was.
+        failed = {line.split(":")[0] for line in result["failed"]}
+        js.call("consumer.create", name="kill-check", brokers=brokers(cluster), group="kjs-kill-check",
+                topics=[topic])
+        got = js.call("poll", name="kill-check", count=len(acked))["records"]["kill-check"]
+        read = {r["value"]: r["offset"] for r in got}
+        assert len(read) == len(got)              # each once: the idempotent producer's retries
+        assert {v: o for v, o in read.items() if v in acked} == acked
+        assert set(read) - set(acked) <= failed
+        js.call("consumer.close", name="kill-check")
+    finally:
+        js.call("producer.close", name="bg")
+        assert tidelog_cluster(cluster.directory, "restart", str(leader)).returncode == 0
