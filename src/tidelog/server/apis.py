@@ -6,6 +6,10 @@ image, the replica manager or the controller, and returns a plain dict holding
 every field it knows (protocol.codec keeps what the version has). Handlers that
 must wait (acks=all produce, fetch with max wait) return an awaitable.
 
+Produce and Fetch only translate: the kio request becomes a domain request,
+the request layer (``tidelog.broker.requests``, which the simulator runs too)
+decides what it means, and its answer becomes the response dict.
+
 Topics are addressed by name up to a version and by id after (KIP-516); both
 are resolved through the current metadata image, never cached here. All topic
 and partition state comes from the image; every change goes to the controller.
@@ -24,17 +28,17 @@ from tidelog.metadata.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.server.authorized_operations import authorized_operations
 from tidelog.server.authorized_operations import requested as requested_operations
 from tidelog.broker.node import BrokerNode
+from tidelog.broker.requests.fetch import FetchRequest, FetchRequests
+from tidelog.broker.requests.produce import ProduceRequest, ProduceRequests
 from tidelog.controller.topics import validate_topic_name
-from tidelog.core.errors import ErrorCode, KafkaError
+from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import ZERO_UUID, millis
-from tidelog.records.batch import BATCH_HEADER_SIZE_BYTES, read_header
-from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
+from tidelog.replication.delayed import FetchPartitionRequest
 from tidelog.replication.fetcher import OffsetsForLeaderEpochPartition
 from tidelog.replication.partition import Isolation
 from tidelog.replication.replica_manager import DEBUGGING_REPLICA_ID
-from tidelog.txn.shard import produce_error
 
 log = logging.getLogger("tidelog.apis")
 
@@ -55,23 +59,35 @@ class ApiContext:
     listener_name: str
     auto_create_topics: Callable[[list[str]], dict]      # name → error code (auto.create.topics.enable)
     next_producer_id: Callable[[], Awaitable[int]]
-    # KIP-890 part 1: (transactional id, {tp: (producer id, epoch)}) -> {tp: error}, at
-    # once or awaitable; set by the transaction APIs (server/txn_apis.py).
-    verify_transactions: Callable | None = None
     # ACLs (server/authorization.py RequestAuthorizer); None: nothing is checked.
     authorizer: object | None = None
 
 
-def _is_transactional(records) -> bool:
-    """Whether the first batch of a partition's records says it is transactional (magic 2,
-    attributes bit 4); two byte reads, on every produce request without a transactional id.
-    A malformed batch is left to the append, which refuses it with the right error."""
-    return len(records) >= BATCH_HEADER_SIZE_BYTES and records[16] == 2 and bool(records[22] & 0x10)
+def _replica(request) -> tuple[int, int]:
+    """(replica id, broker epoch) of a Fetch: ``replica_state`` from v15, else ``replica_id``."""
+    replica_state = getattr(request, "replica_state", None)
+    if replica_state is not None:
+        return int(replica_state.replica_id), int(replica_state.replica_epoch)
+    return int(getattr(request, "replica_id", -1)), -1
+
+
+def _produce_response(responses: dict, topic_keys: dict) -> dict:
+    """Per-partition answers grouped by topic, named as the client named them."""
+    by_topic: dict[str, list] = {}
+    for tp, response in responses.items():
+        by_topic.setdefault(tp.topic, []).append({"index": tp.partition, **response})
+    return {"throttle_time": 0, "responses": [
+        {"name": topic_keys.get(topic, (topic, None))[0] or topic,
+         "topic_id": topic_keys.get(topic, (None, None))[1] or ZERO_UUID,
+         "partition_responses": partitions} for topic, partitions in by_topic.items()]}
 
 
 class KafkaApis:
     def __init__(self, context: ApiContext):
         self.context = context
+        # The request layer: ``produce.txn`` is set once the transaction APIs exist.
+        self.produce = ProduceRequests(context.node, None)
+        self.fetch = FetchRequests(context.node)
 
     def register(self, dispatcher) -> None:
         dispatcher.register(ApiKey.PRODUCE, self.handle_produce, 3, 13)
@@ -118,149 +134,76 @@ class KafkaApis:
     # ---------------------------------------------------------------- produce
 
     def handle_produce(self, header, request):
-        acks = int(request.acks)
-        entries: dict[TopicPartition, bytes] = {}
-        errors: dict[TopicPartition, ErrorCode] = {}
+        """Decode, let the request layer decide (broker/requests/produce.py), encode."""
+        produce, topic_keys = self._produce_request(request)
+        future, resolve = self._future()
+        self.produce.handle_produce(produce, resolve, self.context.authorizer)
+        if produce.acks == 0:
+            return None
+        if future.done():
+            return _produce_response(future.result(), topic_keys)
+
+        async def later():
+            return _produce_response(await future, topic_keys)
+        return later()
+
+    def _produce_request(self, request) -> tuple[ProduceRequest, dict]:
+        """The domain request, and each topic's (name, id) as the client named it."""
+        records: dict[TopicPartition, bytes] = {}
+        refused: dict[TopicPartition, ErrorCode] = {}
         topic_keys: dict[str, tuple[str | None, uuid.UUID | None]] = {}
-        empty: list[TopicPartition] = []
         for topic in request.topic_data:
             name, topic_id = self._topic_name(topic)
             for data in topic.partition_data:
                 tp = TopicPartition(name or "", int(data.index))
                 topic_keys[tp.topic] = (getattr(topic, "name", None), topic_id)
                 if name is None:
-                    errors[tp] = (ErrorCode.UNKNOWN_TOPIC_ID if topic_id or hasattr(topic, "topic_id")
-                                  else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                elif not data.records:
-                    empty.append(tp)           # CORRUPT_MESSAGE, once the caller may write there
+                    refused[tp] = (ErrorCode.UNKNOWN_TOPIC_ID if topic_id or hasattr(topic, "topic_id")
+                                   else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 else:
-                    entries[tp] = data.records
-        if not getattr(request, "transactional_id", None) and any(map(_is_transactional, entries.values())):
-            # Transactional batches need the transactional id their coordinator checks (Kafka
-            # refuses the whole request so, as KafkaApis.handleProduceRequest does).
-            for tp in entries:
-                errors[tp] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            entries.clear()
-        authorizer = self.context.authorizer
-        if authorizer is not None and (entries or empty):
-            transactional_id = getattr(request, "transactional_id", None)
-            # As Kafka: the transactional id is authorized only for a request that carries
-            # transactional records; otherwise the id is ignored and only the topics count.
-            txn_denied = bool(transactional_id) and any(map(_is_transactional, entries.values())) \
-                and not authorizer.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
-            allowed_topics = {topic: not txn_denied and authorizer.topic_allowed(AclOperation.WRITE, topic)
-                              for topic in {tp.topic for tp in [*entries, *empty]}}
-            for tp in [*entries, *empty]:
-                if not allowed_topics[tp.topic]:
-                    entries.pop(tp, None)
-                    errors[tp] = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_denied
-                                  else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-        for tp in empty:
-            errors.setdefault(tp, ErrorCode.CORRUPT_MESSAGE)
-        future, resolve = self._future()
-        unverified = self._unverified(request, entries)
-        if unverified:
-            verified = self.context.verify_transactions(request.transactional_id, unverified)
-            if isinstance(verified, dict):
-                self._refuse_unverified(verified, entries, errors)
-            else:
-                # Append once the coordinator answered (nothing of the request before).
-                async def verify_then_append():
-                    try:
-                        answer = await verified
-                    except Exception as e:       # the coordinator is unreachable: the client retries
-                        log.info("transaction verification failed: %s", e)
-                        answer = {tp: ErrorCode.NOT_ENOUGH_REPLICAS for tp in unverified}
-                    self._refuse_unverified(answer, entries, errors)
-                    self.replica_manager.append_records(acks, millis(request.timeout), entries, resolve)
-                    return build(await future)
-        if not unverified or isinstance(verified, dict):
-            self.replica_manager.append_records(acks, millis(request.timeout), entries, resolve)
-
-        def build(responses: dict) -> dict | None:
-            if acks == 0:
-                return None
-            by_topic: dict[str, list] = {}
-            for tp, code in errors.items():
-                by_topic.setdefault(tp.topic, []).append(
-                    {"index": tp.partition, "error_code": int(code), "base_offset": -1,
-                     "log_append_time": -1, "log_start_offset": -1})
-            for tp, response in responses.items():
-                by_topic.setdefault(tp.topic, []).append({"index": tp.partition, **response})
-            return {"throttle_time": 0, "responses": [
-                {"name": topic_keys.get(topic, (topic, None))[0] or topic,
-                 "topic_id": topic_keys.get(topic, (None, None))[1] or ZERO_UUID,
-                 "partition_responses": partitions} for topic, partitions in by_topic.items()]}
-
-        if unverified and not isinstance(verified, dict):
-            task = verify_then_append()
-            if acks == 0:
-                asyncio.ensure_future(task)
-                return None
-            return task
-        if future.done():
-            return build(future.result())
-        if acks == 0:
-            return None
-
-        async def later():
-            return build(await future)
-        return later()
-
-    def _unverified(self, request, entries: dict) -> dict:
-        """The transactional batches of a produce request whose producer has no open
-        transaction in that partition yet: the coordinator must confirm the partition
-        was added to the transaction (KIP-890 part 1) before they are appended."""
-        if self.context.verify_transactions is None or not getattr(request, "transactional_id", None):
-            return {}
-        out = {}
-        for tp, records in entries.items():
-            if len(records) < BATCH_HEADER_SIZE_BYTES:
-                continue
-            try:
-                header = read_header(records)
-            except KafkaError:
-                continue                        # the append refuses it with the right error
-            if not header.is_transactional or header.producer_id < 0:
-                continue
-            partition = self.replica_manager.get_partition(tp)
-            log_ = getattr(partition, "log", None)
-            if log_ is None or not partition.is_leader:
-                continue                        # the append answers NOT_LEADER_OR_FOLLOWER
-            if header.producer_id not in log_.ongoing_transactions():
-                out[tp] = (header.producer_id, header.producer_epoch)
-        return out
-
-    @staticmethod
-    def _refuse_unverified(answer: dict, entries: dict, errors: dict) -> None:
-        for tp, error in answer.items():
-            if error != ErrorCode.NONE:
-                entries.pop(tp, None)
-                errors[tp] = produce_error(error)
+                    records[tp] = data.records if data.records else b""
+        return ProduceRequest(int(request.acks), millis(request.timeout), records,
+                              getattr(request, "transactional_id", None), refused), topic_keys
 
     # ------------------------------------------------------------------ fetch
 
     def handle_fetch(self, header, request):
-        replica_state = getattr(request, "replica_state", None)
-        replica_id = int(replica_state.replica_id if replica_state is not None
-                         else getattr(request, "replica_id", -1))
-        broker_epoch = int(replica_state.replica_epoch) if replica_state is not None else -1
-        session_id = int(getattr(request, "session_id", 0))
-        if session_id != 0:
-            return {"throttle_time": 0, "error_code": int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND),
-                    "session_id": 0, "responses": []}
-        params = FetchParams(
-            replica_id=replica_id, max_wait_ms=millis(request.max_wait), min_bytes=int(request.min_bytes),
-            max_bytes=int(getattr(request, "max_bytes", 0x7FFFFFFF)),
-            isolation=Isolation.TXN_COMMITTED if int(getattr(request, "isolation_level", 0)) == 1
-            else Isolation.HIGH_WATERMARK,
-            broker_epoch=broker_epoch)
+        """Decode, let the request layer read (broker/requests/fetch.py), encode."""
+        error = self._fetch_refused(request)
+        if error is not None:
+            return {"throttle_time": 0, "error_code": int(error), "session_id": 0, "responses": []}
+        fetch, order, unknown = self._fetch_request(request)
+        # The response is built (its records read) the moment the fetch completes —
+        # also when a shutdown completes every waiting fetch just before the logs close.
+        future, resolve = self._future()
+        self.fetch.handle_fetch(fetch, lambda results: resolve(self._fetch_response(results, order, unknown)))
+        if future.done():
+            return future.result()
+
+        async def later():
+            return await future
+        return later()
+
+    def _fetch_refused(self, request) -> ErrorCode | None:
+        """A whole Fetch refused: a session (tidelog keeps none), or a replica without
+        CLUSTER_ACTION."""
+        if int(getattr(request, "session_id", 0)) != 0:
+            return ErrorCode.FETCH_SESSION_ID_NOT_FOUND
         authorizer = self.context.authorizer
-        if authorizer is not None and replica_id >= 0 and not authorizer.allowed(
+        if authorizer is not None and _replica(request)[0] >= 0 and not authorizer.allowed(
                 AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
-            return {"throttle_time": 0, "error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
-                    "session_id": 0, "responses": []}
-        unknown: list[tuple] = []          # (topic, partition, error)
+            return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return None
+
+    def _fetch_request(self, request) -> tuple[FetchRequest, list, list]:
+        """The domain request; the partitions in order with their topic ids; the partitions
+        refused here (topic, partition, error): unknown topics, topics not readable."""
+        replica_id, broker_epoch = _replica(request)
+        fetch = FetchRequest(replica_id, millis(request.max_wait), {}, int(request.min_bytes),
+                             int(getattr(request, "max_bytes", 0x7FFFFFFF)),
+                             int(getattr(request, "isolation_level", 0)), broker_epoch)
+        authorizer = self.context.authorizer
+        unknown: list[tuple] = []
         order: list[tuple] = []
         readable: dict[str, bool] = {}
         for topic in request.topics:
@@ -269,72 +212,32 @@ class KafkaApis:
                 readable[name] = authorizer.topic_allowed(AclOperation.READ, name)
             for p in topic.partitions:
                 index = int(p.partition)
-                if name is None:
-                    unknown.append((topic, index, ErrorCode.UNKNOWN_TOPIC_ID if hasattr(topic, "topic_id")
+                if name is None or not readable.get(name, True):
+                    unknown.append((topic, index, ErrorCode.TOPIC_AUTHORIZATION_FAILED if name is not None
+                                    else ErrorCode.UNKNOWN_TOPIC_ID if hasattr(topic, "topic_id")
                                     else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-                    continue
-                if not readable.get(name, True):
-                    unknown.append((topic, index, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                     continue
                 tp = TopicPartition(name, index)
                 order.append((tp, topic_id))
-                params.partitions[tp] = FetchPartitionRequest(
+                fetch.partitions[tp] = FetchPartitionRequest(
                     fetch_offset=int(p.fetch_offset), max_bytes=int(p.partition_max_bytes),
                     current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
                     last_fetched_epoch=int(getattr(p, "last_fetched_epoch", -1)),
                     log_start_offset=int(getattr(p, "log_start_offset", -1)))
-        def build(results: dict) -> dict:
-            responses: dict[tuple, list] = {}
-            for tp, topic_id in order:
-                result = results[tp]
-                # A refused partition carries no offsets, as Kafka's (-1; an empty list of
-                # aborted transactions for a partition that does not exist, else null).
-                failed = result.error != ErrorCode.NONE
-                aborted = None if result.aborted_transactions is None else [
-                    {"producer_id": txn.producer_id, "first_offset": txn.first_offset}
-                    for txn in result.aborted_transactions]
-                if failed:
-                    aborted = [] if result.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else None
-                entry = {
-                    "partition_index": tp.partition, "error_code": int(result.error),
-                    "high_watermark": -1 if failed else result.high_watermark,
-                    "last_stable_offset": -1 if failed else result.last_stable_offset,
-                    "log_start_offset": -1 if failed else result.log_start_offset, "preferred_read_replica": -1,
-                    "aborted_transactions": aborted,
-                    "records": b"" if result.records is None else result.records.read_bytes(),
-                    "diverging_epoch": {"epoch": -1, "end_offset": -1},
-                    "current_leader": {"leader_id": -1, "leader_epoch": -1},
-                    "snapshot_id": {"end_offset": -1, "epoch": -1},
-                }
-                if result.diverging_epoch is not None:
-                    entry["diverging_epoch"] = {"epoch": result.diverging_epoch[0],
-                                                "end_offset": result.diverging_epoch[1]}
-                if result.error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
-                    # The leader a client should go to (KIP-951): only with these errors.
-                    registration = self.image.partition(tp)
-                    if registration is not None:
-                        entry["current_leader"] = {"leader_id": registration.leader,
-                                                   "leader_epoch": registration.leader_epoch}
-                responses.setdefault((tp.topic, topic_id), []).append(entry)
-            topics = [{"topic": name, "topic_id": topic_id or ZERO_UUID, "partitions": parts}
-                      for (name, topic_id), parts in responses.items()]
-            for topic, index, error in unknown:
-                topics.append({"topic": getattr(topic, "topic", ""), "topic_id": getattr(topic, "topic_id", ZERO_UUID),
-                               "partitions": [{"partition_index": index, "error_code": int(error),
-                                   "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
-                                   "preferred_read_replica": -1, "records": b""}]})
-            return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": topics}
+        return fetch, order, unknown
 
-        # The response is built (its records read) the moment the fetch completes —
-        # also when a shutdown completes every waiting fetch just before the logs close.
-        future, resolve = self._future()
-        self.replica_manager.fetch_messages(params, lambda results: resolve(build(results)))
-        if future.done():
-            return future.result()
-
-        async def later():
-            return await future
-        return later()
+    def _fetch_response(self, results: dict, order: list, unknown: list) -> dict:
+        responses: dict[tuple, list] = {}
+        for tp, topic_id in order:
+            responses.setdefault((tp.topic, topic_id), []).append(self.fetch.partition_response(tp, results[tp]))
+        topics = [{"topic": name, "topic_id": topic_id or ZERO_UUID, "partitions": parts}
+                  for (name, topic_id), parts in responses.items()]
+        for topic, index, error in unknown:
+            topics.append({"topic": getattr(topic, "topic", ""), "topic_id": getattr(topic, "topic_id", ZERO_UUID),
+                           "partitions": [{"partition_index": index, "error_code": int(error),
+                               "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
+                               "preferred_read_replica": -1, "records": b""}]})
+        return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": topics}
 
     # ----------------------------------------------------------- list offsets
 

@@ -20,11 +20,12 @@ import asyncio
 import logging
 from typing import Callable
 
+from tidelog.broker.requests.group import GROUP_KEY, GroupRequests
 from tidelog.controller.messages import CreatableTopic
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.group.classic import GroupState
-from tidelog.group.coordinator import GroupCoordinator, offsets_topic
+from tidelog.group.coordinator import GroupCoordinator
 from tidelog.group.shard import ConsumerHeartbeat, JoinRequest, OffsetToCommit
 from tidelog.metadata.authorizer import ResourceType
 from tidelog.metadata.image import ConfigResource
@@ -33,11 +34,9 @@ from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import millis
 from tidelog.server.authorized_operations import authorized_operations
 from tidelog.server.dispatch import client_host
-from tidelog.txn.coordinator import transaction_state_topic
 
 log = logging.getLogger("tidelog.groups")
 
-GROUP_KEY, TRANSACTION_KEY = 0, 1
 CLASSIC, CONSUMER = "classic", "consumer"
 
 
@@ -47,7 +46,7 @@ class GroupApis:
         self.node = node                              # a BrokerNode: its image and coordinator
         self.listener_name = listener_name
         self.clock = clock
-        self._create_topic = create_topic
+        self.requests = GroupRequests(node, listener_name, create_topic)
         # With ACLs, ListGroups lists only the groups the caller may DESCRIBE (all of them
         # with DESCRIBE on the cluster), as Kafka's handleListGroupsRequest.
         self.may_describe: Callable[[str], bool] = lambda group_id: True
@@ -82,55 +81,12 @@ class GroupApis:
     def handle_find_coordinator(self, header, request):
         key_type = int(getattr(request, "key_type", GROUP_KEY))
         keys = list(getattr(request, "coordinator_keys", None) or []) if header.api_version >= 4 else [request.key]
-        found = [dict(key=key, **self._find(key, key_type)) for key in keys]
+        found = [dict(key=key, **self.requests.find_coordinator(key, key_type)) for key in keys]
         if header.api_version >= 4:
             return {"throttle_time": 0, "coordinators": found}
         one = found[0]
         return {"throttle_time": 0, "error_code": one["error_code"], "error_message": one["error_message"],
                 "node_id": one["node_id"], "host": one["host"], "port": one["port"]}
-
-    def _find(self, key: str, key_type: int) -> dict:
-        def error(code: ErrorCode, message: str | None = None) -> dict:
-            return {"node_id": -1, "host": "", "port": -1, "error_code": int(code), "error_message": message}
-        if key_type == TRANSACTION_KEY:
-            coordinator, create, what = self.node.txn_coordinator, self._create_transaction_topic, "transactional id"
-        elif key_type == GROUP_KEY:
-            coordinator, create, what = self.coordinator, self._create_offsets_topic, "group id"
-        else:
-            return error(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
-        if not key:
-            return error(ErrorCode.INVALID_REQUEST, f"the {what} is empty")
-        image = self.node.image
-        topic = image.topic(coordinator.topic)
-        if topic is None:
-            create()
-            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{coordinator.topic} is being created")
-        registration = topic.partitions.get(coordinator.partition_for(key))
-        leader = registration.leader if registration is not None else -1
-        broker = image.brokers.get(leader)
-        if leader < 0 or broker is None or not image.is_alive(leader):
-            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"the {what}'s partition has no leader")
-        for endpoint in broker.endpoints:
-            if endpoint.name == self.listener_name:
-                return {"node_id": leader, "host": endpoint.host, "port": endpoint.port,
-                        "error_code": 0, "error_message": ""}       # Kafka's: empty, not null
-        return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"broker {leader} has no {self.listener_name} listener")
-
-    def _alive_brokers(self) -> int:
-        return sum(1 for b in self.node.image.brokers.values() if not b.fenced)
-
-    # A broker whose metadata is not loaded yet sees no broker alive: it must not create
-    # an internal topic with replication factor 1 (the client asks again, elsewhere or later).
-
-    def _create_offsets_topic(self) -> None:
-        alive = self._alive_brokers()
-        if alive:
-            self._create_topic(offsets_topic(self.node.config, alive))
-
-    def _create_transaction_topic(self) -> None:
-        alive = self._alive_brokers()
-        if alive:
-            self._create_topic(transaction_state_topic(self.node.config, alive))
 
     # ============================================================== JoinGroup
 

@@ -388,8 +388,7 @@ class Server:
             group_apis.may_describe = self.authorizer.visible(ResourceType.GROUP)
             group_apis.authorizer = self.authorizer
             self.txn_apis.may_describe = self.authorizer.visible(ResourceType.TRANSACTIONAL_ID)
-        if self.config["transaction.partition.verification.enable"]:
-            kafka_apis.context.verify_transactions = self.txn_apis.verify
+        kafka_apis.produce.txn = self.txn_apis.requests     # KIP-890 verification, if enabled
         self.admin.register(self.dispatcher)
         # DescribeQuorum on the client listener, as Kafka's brokers forward it
         # (kafka-metadata-quorum --bootstrap-server): answered by the quorum leader.

@@ -11,9 +11,11 @@ synchronously, else an awaitable of it.
 
 WriteTxnMarkers is how a coordinator tells partition leaders that a
 transaction ended: each leader appends a COMMIT or ABORT control batch with
-acks=all. A coordinator writes its own partitions' markers through its replica
-manager and sends the rest to their leaders over one connection per broker
-(``MarkerChannel``).
+acks=all. What markers and KIP-890 verification mean is the request layer's
+(``tidelog.broker.requests.txn``, run by the simulator too); this module
+decodes and encodes, and carries out its effects — ``SendMarkers`` and
+``SendAddPartitionsToTxn`` — over one connection per broker
+(``MarkerChannel``), within the effect's timeout (``request.timeout.ms``).
 """
 
 from __future__ import annotations
@@ -22,19 +24,22 @@ import asyncio
 import logging
 from typing import Awaitable, Callable
 
+from tidelog.broker.requests import (
+    AddPartitionsToTxn,
+    SendAddPartitionsToTxn,
+    SendMarkers,
+    TxnRequests,
+    WriteTxnMarkers,
+)
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.group.coordinator import OFFSETS_TOPIC
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 from tidelog.protocol.codec import millis
-from tidelog.records.batch import build_marker
 from tidelog.txn.records import TxnState
 
 log = logging.getLogger("tidelog.txn")
-
-MARKER_WRITE_TIMEOUT_MS = 5_000
-MARKER_REQUEST_TIMEOUT_S = 10.0
 
 
 class TxnApis:
@@ -46,9 +51,10 @@ class TxnApis:
         self._next_producer_id = next_producer_id
         self._plain_init_producer_id = plain_init_producer_id
         self.channel = MarkerChannel(node, listener_name)
+        # The request layer: verification, markers (it takes the coordinator's write_markers).
+        self.requests = TxnRequests(node, clock, self._send)
         # With ACLs, ListTransactions lists only the ids the caller may DESCRIBE (Kafka's rule).
         self.may_describe: Callable[[str], bool] = lambda transactional_id: True
-        node.txn_coordinator.write_markers = self.write_markers
 
     def register(self, dispatcher) -> None:
         dispatcher.register(ApiKey.INIT_PRODUCER_ID, self.handle_init_producer_id, 0, 5)
@@ -141,19 +147,14 @@ class TxnApis:
                     by_topic.setdefault(tp.topic, []).append(
                         {"partition_index": tp.partition, "partition_error_code": int(errors[tp])})
                 slot["topic_results"] = [{"name": n, "results_by_partition": ps} for n, ps in by_topic.items()]
-            shard = self.coordinator.shard_for(txn.transactional_id)
-            if isinstance(shard, ErrorCode):
-                fill({tp: shard for tp in tps})
-            elif txn.verify_only:
-                fill(shard.verify(txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch), tps))
+            asked = AddPartitionsToTxn(txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch),
+                                       tuple(tps), bool(txn.verify_only))
+            answer = _call(lambda respond, asked=asked: self.requests.add_partitions_to_txn(asked, respond),
+                           lambda errors: errors)
+            if isinstance(answer, dict):
+                fill(answer)
             else:
-                answer = _call(lambda respond, shard=shard, txn=txn, tps=tps: shard.add_partitions(
-                    txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch), set(tps), self._now(),
-                    respond), lambda error, tps=tps: {tp: error for tp in tps})
-                if isinstance(answer, dict):
-                    fill(answer)
-                else:
-                    pending.append((answer, fill))
+                pending.append((answer, fill))
 
         def response() -> dict:
             return {"throttle_time": 0, "error_code": 0, "results_by_transaction": results}
@@ -165,50 +166,6 @@ class TxnApis:
                 fill(await awaitable)
             return response()
         return later()
-
-    def verify(self, transactional_id: str, items: dict):
-        """KIP-890 part 1 for a produce request: ``items`` maps partitions to the (producer
-        id, epoch) of their first transactional batch; answers {tp: error}, at once when this
-        broker coordinates the id, else awaitable (AddPartitionsToTxn v4, verify_only)."""
-        shard = self.coordinator.shard_for(transactional_id)
-        producers = set(items.values())
-        if not isinstance(shard, ErrorCode):
-            out = {}
-            for producer_id, epoch in producers:
-                tps = [tp for tp, p in items.items() if p == (producer_id, epoch)]
-                out.update(shard.verify(transactional_id, producer_id, epoch, tps))
-            return out
-        index = self.coordinator.partition_for(transactional_id)
-        registration = self.node.image.partition(TopicPartition(self.coordinator.topic, index))
-        leader = -1 if registration is None else registration.leader
-        if shard == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or leader < 0 or leader == self.node.node_id:
-            # Retriable for the client (Kafka maps coordinator trouble to NOT_ENOUGH_REPLICAS).
-            return {tp: ErrorCode.NOT_ENOUGH_REPLICAS for tp in items}
-
-        async def remote():
-            out = {}
-            for producer_id, epoch in producers:
-                tps = [tp for tp, p in items.items() if p == (producer_id, epoch)]
-                by_topic: dict[str, list[int]] = {}
-                for tp in tps:
-                    by_topic.setdefault(tp.topic, []).append(tp.partition)
-                response = await self.channel.request(leader, ApiKey.ADD_PARTITIONS_TO_TXN, {
-                    "transactions": [{"transactional_id": transactional_id, "producer_id": producer_id,
-                                      "producer_epoch": epoch, "verify_only": True,
-                                      "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}]})
-                if ErrorCode(response.error_code.value) != ErrorCode.NONE:
-                    out.update({tp: ErrorCode.NOT_ENOUGH_REPLICAS for tp in tps})
-                    continue
-                for txn in response.results_by_transaction:
-                    for topic in txn.topic_results:
-                        for p in topic.results_by_partition:
-                            code = ErrorCode(p.partition_error_code.value)
-                            if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
-                                code = ErrorCode.NOT_ENOUGH_REPLICAS
-                            out[TopicPartition(topic.name, int(p.partition_index))] = code
-            return out
-        return remote()
 
     def handle_add_offsets_to_txn(self, header, request):
         group_partition = self.node.group_coordinator.partition_for(request.group_id)
@@ -239,25 +196,14 @@ class TxnApis:
 
     # =================================================== WriteTxnMarkers
 
-    def write_markers(self, broker_id: int, producer_id: int, producer_epoch: int, commit: bool,
-                      coordinator_epoch: int, partitions: list, on_done: Callable[[dict], None]) -> None:
-        """The coordinator's markers for ``partitions``, all led by ``broker_id``."""
-        if broker_id == self.node.node_id:
-            self.write_local_markers(producer_id, producer_epoch, commit, coordinator_epoch, partitions, on_done)
+    def _send(self, effect) -> None:
+        """Carry out the request layer's effects: requests to other brokers."""
+        if isinstance(effect, SendMarkers):
+            self.channel.send_markers(effect)
+        elif isinstance(effect, SendAddPartitionsToTxn):
+            self.channel.send_add_partitions(effect)
         else:
-            self.channel.send(broker_id, producer_id, producer_epoch, commit, coordinator_epoch, partitions,
-                              on_done)
-
-    def write_local_markers(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-                            partitions: list, on_done: Callable[[dict], None]) -> None:
-        now_ms = self.clock.now_ms()                      # the markers' timestamp: wall time
-        entries = {tp: build_marker(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
-                   for tp in partitions}
-
-        def appended(responses: dict) -> None:
-            on_done({tp: ErrorCode(response["error_code"]) for tp, response in responses.items()})
-        self.node.replica_manager.append_records(-1, MARKER_WRITE_TIMEOUT_MS, entries, appended,
-                                                 internal=True, from_coordinator=True)
+            raise AssertionError(f"unknown effect {effect!r}")
 
     def handle_write_txn_markers(self, header, request):
         markers = list(request.markers)
@@ -282,9 +228,9 @@ class TxnApis:
             if not partitions:
                 done({})
                 continue
-            self.write_local_markers(int(marker.producer_id), int(marker.producer_epoch),
-                                     bool(marker.transaction_result), int(marker.coordinator_epoch),
-                                     partitions, done)
+            self.requests.append_markers(WriteTxnMarkers(
+                int(marker.producer_id), int(marker.producer_epoch), bool(marker.transaction_result),
+                int(marker.coordinator_epoch), tuple(partitions)), done)
         if future.done():
             return future.result()
 
@@ -379,42 +325,45 @@ class MarkerChannel:
         self.security = security
         self._connections: dict[int, KafkaConnection] = {}
 
-    async def request(self, broker_id: int, api_key: int, body: dict):
-        """One request to another broker on the shared connection (dropped on failure)."""
-        try:
-            connection = await self._connection(broker_id)
-            return await asyncio.wait_for(connection.request(api_key, body), MARKER_REQUEST_TIMEOUT_S)
-        except BaseException:
-            dropped = self._connections.pop(broker_id, None)
-            if dropped is not None:
-                dropped.close()
-            raise
+    def send_markers(self, effect: SendMarkers) -> None:
+        """WriteTxnMarkers v1 to the partitions' leader; its answer (None: none) to ``on_done``."""
+        marker = effect.request
+        body = {"markers": [{"producer_id": marker.producer_id, "producer_epoch": marker.producer_epoch,
+                             "transaction_result": marker.commit, "coordinator_epoch": marker.coordinator_epoch,
+                             "topics": _topics(marker.partitions, "partition_indexes")}]}
+        self._send(effect, ApiKey.WRITE_TXN_MARKERS, body, lambda response: {
+            TopicPartition(t.name, int(p.partition_index)): ErrorCode(p.error_code.value)
+            for marker in response.markers for t in marker.topics for p in t.partitions})
 
-    def send(self, broker_id: int, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
-             partitions: list, on_done: Callable[[dict], None]) -> None:
-        asyncio.get_running_loop().create_task(self._send(broker_id, producer_id, producer_epoch, commit,
-                                                          coordinator_epoch, partitions, on_done))
+    def send_add_partitions(self, effect: SendAddPartitionsToTxn) -> None:
+        """AddPartitionsToTxn v4 (KIP-890) to the coordinator; its answer (None: none, or a
+        request-level error) to ``on_done``."""
+        txn = effect.request
+        body = {"transactions": [{"transactional_id": txn.transactional_id, "producer_id": txn.producer_id,
+                                  "producer_epoch": txn.producer_epoch, "verify_only": txn.verify_only,
+                                  "topics": _topics(txn.partitions, "partitions")}]}
 
-    async def _send(self, broker_id, producer_id, producer_epoch, commit, coordinator_epoch, partitions, on_done):
-        by_topic: dict[str, list[int]] = {}
-        for tp in partitions:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        body = {"markers": [{"producer_id": producer_id, "producer_epoch": producer_epoch,
-                             "transaction_result": commit, "coordinator_epoch": coordinator_epoch,
-                             "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()]}]}
-        try:
-            connection = await self._connection(broker_id)
-            response = await asyncio.wait_for(connection.request(ApiKey.WRITE_TXN_MARKERS, body),
-                                              MARKER_REQUEST_TIMEOUT_S)
-            errors = {TopicPartition(t.name, int(p.partition_index)): ErrorCode(p.error_code.value)
-                      for marker in response.markers for t in marker.topics for p in t.partitions}
-        except (OSError, ConnectionError, asyncio.TimeoutError, RuntimeError, ValueError) as e:
-            log.info("WriteTxnMarkers to broker %d failed: %s", broker_id, e)
-            dropped = self._connections.pop(broker_id, None)
-            if dropped is not None:
-                dropped.close()
-            errors = {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in partitions}
-        on_done(errors)
+        def answer(response):
+            if ErrorCode(response.error_code.value) != ErrorCode.NONE:
+                return None
+            return {TopicPartition(topic.name, int(p.partition_index)): ErrorCode(p.partition_error_code.value)
+                    for result in response.results_by_transaction for topic in result.topic_results
+                    for p in topic.results_by_partition}
+        self._send(effect, ApiKey.ADD_PARTITIONS_TO_TXN, body, answer)
+
+    def _send(self, effect, api_key: int, body: dict, read: Callable) -> None:
+        async def send() -> None:
+            try:
+                connection = await self._connection(effect.broker_id)
+                answer = read(await asyncio.wait_for(connection.request(api_key, body), effect.timeout_ms / 1000))
+            except (OSError, ConnectionError, asyncio.TimeoutError, RuntimeError, ValueError) as e:
+                log.info("%s to broker %d failed: %s", ApiKey(api_key).name, effect.broker_id, e)
+                dropped = self._connections.pop(effect.broker_id, None)
+                if dropped is not None:
+                    dropped.close()
+                answer = None
+            effect.on_done(answer)
+        asyncio.get_running_loop().create_task(send())
 
     async def _connection(self, broker_id: int) -> KafkaConnection:
         connection = self._connections.get(broker_id)
@@ -434,6 +383,13 @@ class MarkerChannel:
         for connection in self._connections.values():
             connection.close()
         self._connections.clear()
+
+
+def _topics(partitions, field: str) -> list[dict]:
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return [{"name": name, field: indexes} for name, indexes in by_topic.items()]
 
 
 def _call(start: Callable[[Callable[[ErrorCode], None]], None], build: Callable[[ErrorCode], dict]):

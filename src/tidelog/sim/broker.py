@@ -24,15 +24,18 @@ effect / input                         here
 metadata                               long-poll the active controller for
                                        committed batches, append them to the
                                        broker's copy, ``on_metadata_committed``
-requests from brokers and clients      ``BrokerNode.replica_manager``
-group requests from members            ``FindCoordinator``: production's
-                                       ``GroupApis`` (creating ``__consumer_offsets``
-                                       through the controller); the rest: the
-                                       shard ``group_coordinator.shard_for`` names
+requests from brokers and clients      the request layer
+                                       (``tidelog.broker.requests``, as the server):
+                                       Produce, Fetch, ClientFetch, FindCoordinator,
+                                       WriteTxnMarkers, AddPartitionsToTxn
+``SendMarkers`` /                      an RPC to that broker; the answer (None on
+``SendAddPartitionsToTxn``             failure) goes to the effect's ``on_done``
+group requests from members            the shard ``group_coordinator.shard_for`` names
 =====================================  =========================================
 
 Requests from other nodes arrive as network messages whose bodies are the
-replication layer's own plan objects (``FetchRequestPlan`` …); answers are the
+request layer's domain requests (``FetchRequest``, ``WriteTxnMarkers`` …) or
+the replication layer's own plan objects (``FetchRequestPlan`` …); answers are the
 result objects (``FetchPartitionResult`` copies the bytes at answer time, as a
 response on the wire would). A broker process ends in one of three ways:
 ``stop`` (SIGTERM: controlled shutdown, checkpoints, flush), ``kill`` (kill -9:
@@ -47,11 +50,23 @@ import itertools
 import logging
 import os
 import uuid
-from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.lifecycle import BrokerState
+from tidelog.broker.requests import (
+    AddPartitionsToTxn,
+    FetchRequest,
+    FetchRequests,
+    GroupRequests,
+    ProduceRequest,
+    ProduceRequests,
+    SendAddPartitionsToTxn,
+    SendMarkers,
+    TxnRequests,
+)
+from tidelog.broker.requests.fetch import READ_COMMITTED
+from tidelog.broker.requests.group import GROUP_KEY, TRANSACTION_KEY
 from tidelog.broker.node import (
     BrokerNode,
     FetcherAdded,
@@ -67,18 +82,14 @@ from tidelog.controller.messages import CreatableTopic
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.group.shard import JoinRequest, OffsetToCommit
-from tidelog.records.batch import build_marker, read_header
 from tidelog.metadata.records import Endpoint
-from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
 from tidelog.replication.fetcher import (
     FetchPartitionResult,
     FetchRequestPlan,
     ListOffsetsPlan,
     OffsetsForLeaderEpochPlan,
 )
-from tidelog.replication.partition import Isolation, Partition
-from tidelog.server.group_apis import GroupApis
-from tidelog.txn.shard import produce_error
+from tidelog.replication.partition import Partition
 from tidelog.raft.memory_log import MemoryMetadataLog
 from tidelog.sim.controller import ControllerChannel
 from tidelog.sim.disk import SimDisk
@@ -97,7 +108,6 @@ METADATA_MAX_WAIT_MS = 500
 BACKGROUND_FLUSH_MAX_MS = 50                             # a rolled segment reaches the disk within this
 CLUSTER_ID = "tidelog-sim"
 LISTENER = "PLAINTEXT"
-FIND_COORDINATOR_V4 = SimpleNamespace(api_version=4)     # the request header GroupApis reads
 JOIN_GROUP_VERSION = 5                                   # >= 4: MEMBER_ID_REQUIRED first (KIP-394)
 
 
@@ -118,7 +128,11 @@ class SimBroker(NetworkNode):
         self.config = self._broker_config()
         self.starts = 0
         self.node: BrokerNode | None = None
-        self.group_apis: GroupApis | None = None
+        # The request layer (tidelog.broker.requests), new with each process.
+        self.txn: TxnRequests | None = None
+        self.produce: ProduceRequests | None = None
+        self.fetch: FetchRequests | None = None
+        self.groups: GroupRequests | None = None
         self._wakeup_event = None
         self._wakeup_at_ms: int | None = None
         self._fetcher_wakeups: dict[tuple[int, int], int] = {}
@@ -141,6 +155,7 @@ class SimBroker(NetworkNode):
             "replica.fetch.backoff.ms": str(c.replica_fetch_backoff_ms),
             "offsets.topic.num.partitions": str(c.offsets_partitions),
             "offsets.commit.timeout.ms": str(c.request_timeout_ms),
+            "request.timeout.ms": str(c.request_timeout_ms),
             "group.min.session.timeout.ms": "500", "group.initial.rebalance.delay.ms": "100",
             "transaction.state.log.num.partitions": str(c.txn_partitions),
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"})
@@ -194,8 +209,10 @@ class SimBroker(NetworkNode):
             controlled_shutdown_timeout_ms=CONTROLLED_SHUTDOWN_TIMEOUT_MS,
             new_member_id=lambda prefix: f"{prefix}-{self.broker_id}.{self.starts}.{next(member_ids)}",
             background=self._background, new_directory_id=self._new_directory_id)
-        self.group_apis = GroupApis(self.node, LISTENER, self.clock, self._create_topic)
-        self.node.txn_coordinator.write_markers = self._write_markers
+        self.txn = TxnRequests(self.node, self.clock, self._send)
+        self.produce = ProduceRequests(self.node, self.txn)
+        self.fetch = FetchRequests(self.node)
+        self.groups = GroupRequests(self.node, LISTENER, self._create_topic)
         self._carry_out(self.node, self.node.start(self.clock.monotonic_ms()))
         self._fetch_metadata()
 
@@ -373,13 +390,10 @@ class SimBroker(NetworkNode):
         self._carry_out(self.node, [])      # the request may have queued work (an ISR change)
 
     def _handle_Fetch(self, message) -> None:
-        plan: FetchRequestPlan = message.body
-
         def on_done(results) -> None:
             if self.up:
                 self.reply(message, {tp: FetchPartitionResult.from_read_result(r) for tp, r in results.items()})
-
-        self.replica_manager.fetch_messages(plan.to_fetch_params(), on_done)
+        self.fetch.handle_fetch(FetchRequest.of_plan(message.body), on_done)
 
     def _handle_OffsetsForLeaderEpoch(self, message) -> None:
         self.reply(message, self.replica_manager.last_offset_for_leader_epoch(dict(message.body.partitions)))
@@ -388,94 +402,30 @@ class SimBroker(NetworkNode):
         self.reply(message, self.replica_manager.fetch_leader_offsets(dict(message.body.partitions)))
 
     def _handle_Produce(self, message) -> None:
-        body = message.body
-        tp = body["tp"]
+        body, respond = message.body, self._answer(message)
         self.sim.checker.on_produce_received(body["values"])
+        request = ProduceRequest(body["acks"], body["timeout_ms"], {body["tp"]: body["batch"]},
+                                 body.get("transactional_id"))
 
         def on_done(responses) -> None:
-            if body["acks"] != 0 and self.up:
-                self.reply(message, responses[tp])
-
-        def append() -> None:
-            self.replica_manager.append_records(body["acks"], body["timeout_ms"], {tp: body["batch"]}, on_done)
-        producer = self._unverified(body)
-        if producer is None:
-            return append()
-        node = self.node
-
-        def verified(error: ErrorCode) -> None:
-            if not (self.up and self.node is node):
-                return
-            if error == ErrorCode.NONE:
-                append()
-            else:
-                on_done({tp: {"error_code": int(produce_error(error)), "base_offset": -1, "log_append_time": -1,
-                              "log_start_offset": -1, "error_message": None}})
-                self._carry_out(node, [])
-        self._verify(body["transactional_id"], *producer, tp, verified)
-
-    def _unverified(self, body) -> tuple[int, int] | None:
-        """KIP-890 part 1, as ``KafkaApis`` (server/apis.py) does it: a transactional batch
-        whose producer has no open transaction in the partition is appended only once the
-        coordinator confirms the partition is in the producer's transaction — a zombie's
-        late batch (an old epoch, or a transaction already ended) is refused, even by a
-        partition whose history no longer holds the abort marker that fenced it."""
-        if not body.get("transactional_id"):
-            return None
-        header = read_header(body["batch"])
-        partition = self.replica_manager.get_partition(body["tp"])
-        if (not header.is_transactional or header.producer_id < 0 or not isinstance(partition, Partition)
-                or not partition.is_leader or header.producer_id in partition.log.ongoing_transactions()):
-            return None                 # the append answers (NOT_LEADER_OR_FOLLOWER, …) or continues
-        return header.producer_id, header.producer_epoch
-
-    def _verify(self, transactional_id: str, producer_id: int, epoch: int, tp: TopicPartition, on_done) -> None:
-        """The coordinator's verdict: at once if this broker coordinates the id, else
-        over the network (AddPartitionsToTxn v4, verify_only); coordinator trouble is
-        NOT_ENOUGH_REPLICAS, which the producer retries (as Kafka maps it)."""
-        coordinator = self.node.txn_coordinator
-        shard = coordinator.shard_for(transactional_id)
-        if not isinstance(shard, ErrorCode):
-            return on_done(shard.verify(transactional_id, producer_id, epoch, [tp])[tp])
-        state = self.image.partition(TopicPartition(coordinator.topic, coordinator.partition_for(transactional_id)))
-        leader = -1 if state is None else state.leader
-        if shard == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or leader < 0 or leader == self.broker_id:
-            return on_done(ErrorCode.NOT_ENOUGH_REPLICAS)
-        self.rpc.request(f"b{leader}", "VerifyTxn", {"transactional_id": transactional_id, "producer_id": producer_id,
-                                                    "producer_epoch": epoch, "tp": tp},
-                         self.sim.config.request_timeout_ms,
-                         lambda answer: on_done(ErrorCode(answer["error_code"])),
-                         lambda error: on_done(ErrorCode.NOT_ENOUGH_REPLICAS))
-
-    def _handle_VerifyTxn(self, message) -> None:
-        body = message.body
-        shard = self.node.txn_coordinator.shard_for(body["transactional_id"])
-        error = ErrorCode.NOT_ENOUGH_REPLICAS if isinstance(shard, ErrorCode) else shard.verify(
-            body["transactional_id"], body["producer_id"], body["producer_epoch"], [body["tp"]])[body["tp"]]
-        self.reply(message, {"error_code": int(error)})
+            if request.acks != 0:
+                respond(responses[body["tp"]])
+        self.produce.handle_produce(request, on_done)
 
     def _handle_ClientFetch(self, message) -> None:
-        body = message.body
-        tp = body["tp"]
-        committed = body.get("read_committed", False)
-        params = FetchParams(replica_id=-1, max_wait_ms=body["max_wait_ms"], min_bytes=1, max_bytes=1 << 20,
-                             isolation=Isolation.TXN_COMMITTED if committed else Isolation.HIGH_WATERMARK,
-                             partitions={tp: FetchPartitionRequest(body["offset"], 1 << 20)})
+        request: FetchRequest = message.body
+        respond = self._answer(message)
 
         def on_done(results) -> None:
-            if not self.up:
-                return
-            result = results[tp]
-            if committed:        # what a read_committed Fetch answers (sim/txn_clients.py)
-                self.reply(message, {
-                    "error_code": int(result.error), "log_start_offset": result.log_start_offset,
-                    "last_stable_offset": result.last_stable_offset,
-                    "records": b"" if result.records is None else result.records.read_bytes(),
-                    "aborted": [(t.producer_id, t.first_offset) for t in result.aborted_transactions or ()]})
+            (tp, result), = results.items()
+            if request.isolation_level == READ_COMMITTED:     # what sim/txn_clients.py reads
+                respond({"error_code": int(result.error), "log_start_offset": result.log_start_offset,
+                         "last_stable_offset": result.last_stable_offset,
+                         "records": b"" if result.records is None else result.records.read_bytes(),
+                         "aborted": [(t.producer_id, t.first_offset) for t in result.aborted_transactions or ()]})
             else:
-                self.reply(message, FetchPartitionResult.from_read_result(result))
-
-        self.replica_manager.fetch_messages(params, on_done)
+                respond(FetchPartitionResult.from_read_result(result))
+        self.fetch.handle_fetch(request, on_done)
 
     def _handle_Metadata(self, message) -> None:
         answer = {}
@@ -484,17 +434,38 @@ class SimBroker(NetworkNode):
             answer[tp] = None if partition is None else partition.leader
         self.reply(message, answer)
 
+    # ================================================================ effects of the request layer
+
+    def _send(self, effect) -> None:
+        """A request to another broker the request layer asked for; its answer (None: none)
+        goes back to the effect while this process lives."""
+        node = self.node
+        kind = {SendMarkers: "WriteTxnMarkers", SendAddPartitionsToTxn: "AddPartitionsToTxnV4"}[type(effect)]
+
+        def answered(errors) -> None:
+            if self.up and self.node is node:
+                effect.on_done(errors)
+                self._carry_out(node, [])
+        self.rpc.request(f"b{effect.broker_id}", kind, effect.request, effect.timeout_ms, answered,
+                         lambda error: answered(None))
+
+    def _handle_WriteTxnMarkers(self, message) -> None:
+        self.txn.append_markers(message.body, self._answer(message))
+
+    def _handle_AddPartitionsToTxnV4(self, message) -> None:
+        self.txn.add_partitions_to_txn(message.body, self._answer(message))
+
     # ================================================================ group coordinator
 
     def _create_topic(self, topic: CreatableTopic) -> ErrorCode:
-        """FindCoordinator's ``__consumer_offsets`` on first use, asked of the controller
+        """FindCoordinator's internal topics on first use, asked of the controller
         (runtime: ``create_internal_topic``); FindCoordinator does not wait for it."""
         self.channel.request("CreateTopics", topic, self.sim.config.request_timeout_ms,
                              lambda error_code: None, lambda error: None)
         return ErrorCode.NONE
 
     def _answer(self, message):
-        """A shard's callback: the answer goes back while this process lives."""
+        """A callback answering ``message`` while this process lives."""
         node = self.node
 
         def respond(body) -> None:
@@ -503,10 +474,8 @@ class SimBroker(NetworkNode):
         return respond
 
     def _handle_FindCoordinator(self, message) -> None:
-        found = self.group_apis.handle_find_coordinator(
-            FIND_COORDINATOR_V4, SimpleNamespace(key_type=0, coordinator_keys=[message.body["group_id"]]))
-        coordinator = found["coordinators"][0]
-        self.reply(message, {"error_code": coordinator["error_code"], "node_id": coordinator["node_id"]})
+        found = self.groups.find_coordinator(message.body["group_id"], GROUP_KEY)
+        self.reply(message, {"error_code": found["error_code"], "node_id": found["node_id"]})
 
     def _handle_JoinGroup(self, message) -> None:
         body, respond = message.body, self._answer(message)
@@ -576,10 +545,8 @@ class SimBroker(NetworkNode):
     # ================================================================ transaction coordinator
 
     def _handle_FindTxnCoordinator(self, message) -> None:
-        found = self.group_apis.handle_find_coordinator(
-            FIND_COORDINATOR_V4, SimpleNamespace(key_type=1, coordinator_keys=[message.body["transactional_id"]]))
-        coordinator = found["coordinators"][0]
-        self.reply(message, {"error_code": coordinator["error_code"], "node_id": coordinator["node_id"]})
+        found = self.groups.find_coordinator(message.body["transactional_id"], TRANSACTION_KEY)
+        self.reply(message, {"error_code": found["error_code"], "node_id": found["node_id"]})
 
     def _txn_shard(self, message):
         shard = self.node.txn_coordinator.shard_for(message.body["transactional_id"])
@@ -597,11 +564,11 @@ class SimBroker(NetworkNode):
                                                                       "producer_epoch": epoch}))
 
     def _handle_AddPartitionsToTxn(self, message) -> None:
-        body, shard, respond = message.body, self._txn_shard(message), self._answer(message)
-        if shard is not None:
-            shard.add_partitions(body["transactional_id"], body["producer_id"], body["producer_epoch"],
-                                 body["partitions"], self.node.txn_coordinator.now_ms(),
-                                 lambda error: respond({"error_code": int(error)}))
+        body, respond = message.body, self._answer(message)
+        request = AddPartitionsToTxn(body["transactional_id"], body["producer_id"], body["producer_epoch"],
+                                     tuple(sorted(body["partitions"])), verify_only=False)
+        self.txn.add_partitions_to_txn(request, lambda errors: respond(
+            {"error_code": int(next(iter(errors.values()), ErrorCode.NONE))}))
 
     def _handle_EndTxn(self, message) -> None:
         body, shard, respond = message.body, self._txn_shard(message), self._answer(message)
@@ -609,45 +576,6 @@ class SimBroker(NetworkNode):
             shard.end_transaction(body["transactional_id"], body["producer_id"], body["producer_epoch"],
                                   body["commit"], self.node.txn_coordinator.now_ms(),
                                   lambda error: respond({"error_code": int(error)}))
-
-    def _write_markers(self, broker_id: int, producer_id: int, producer_epoch: int, commit: bool,
-                       coordinator_epoch: int, partitions: list, on_done) -> None:
-        """The coordinator's WriteTxnMarkers: to itself directly, to another broker over the network."""
-        body = {"producer_id": producer_id, "producer_epoch": producer_epoch, "commit": commit,
-                "coordinator_epoch": coordinator_epoch, "partitions": list(partitions)}
-        node = self.node
-        if broker_id == self.broker_id:
-            self._append_markers(body, on_done)
-            return
-
-        def failed(error: str) -> None:
-            if self.up and self.node is node:
-                on_done({tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in partitions})
-                self._carry_out(node, [])
-
-        def answered(errors) -> None:
-            if self.up and self.node is node:
-                on_done(errors)
-                self._carry_out(node, [])
-        self.rpc.request(f"b{broker_id}", "WriteTxnMarkers", body, self.sim.config.request_timeout_ms + 500,
-                         answered, failed)
-
-    def _append_markers(self, body: dict, on_done) -> None:
-        now_ms = self.clock.now_ms()                      # the markers' timestamp: wall time
-        entries = {tp: build_marker(body["producer_id"], body["producer_epoch"], body["commit"],
-                                    body["coordinator_epoch"], now_ms) for tp in body["partitions"]}
-        self.replica_manager.append_records(
-            -1, self.sim.config.request_timeout_ms, entries,
-            lambda responses: on_done({tp: ErrorCode(r["error_code"]) for tp, r in responses.items()}),
-            internal=True, from_coordinator=True)
-
-    def _handle_WriteTxnMarkers(self, message) -> None:
-        node = self.node
-
-        def done(errors) -> None:
-            if self.up and self.node is node:
-                self.reply(message, errors)
-        self._append_markers(message.body, done)
 
     # ================================================================ looking
 

@@ -24,9 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tidelog.broker.requests.fetch import MAX_PARTITION_FETCH_BYTES, FetchRequest
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.records.batch import build_batch, iter_batches, iter_records
+from tidelog.replication.delayed import FetchPartitionRequest
 from tidelog.sim.loop import NodeClock
 from tidelog.sim.network import NetworkNode
 
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
 
 RETRY_BACKOFF_MS = 100
 DELIVERY_TIMEOUT_MS = 10_000
+CONSUMER_REPLICA_ID = -1
+FETCH_MAX_WAIT_MS = 100       # fetch.max.wait.ms (the other fetch settings: Kafka's defaults)
 METADATA_MAX_AGE_MS = 2000     # refresh the leader now and then, as metadata.max.age.ms does
 
 
@@ -196,7 +200,8 @@ class SimConsumer(_Client):
 
     def _fetch(self, tp: TopicPartition, leader: int) -> None:
         position = self.positions[tp]
-        body = {"tp": tp, "offset": position, "max_wait_ms": 100}
+        body = FetchRequest(CONSUMER_REPLICA_ID, FETCH_MAX_WAIT_MS,
+                            {tp: FetchPartitionRequest(position, MAX_PARTITION_FETCH_BYTES)})
 
         def on_reply(result) -> None:
             if result.error == ErrorCode.NONE:

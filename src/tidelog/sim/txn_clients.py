@@ -32,11 +32,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tidelog.broker.requests.fetch import MAX_PARTITION_FETCH_BYTES, READ_COMMITTED, FetchRequest
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.records.batch import CONTROL_ABORT, build_batch, iter_batches, iter_records, read_control
+from tidelog.replication.delayed import FetchPartitionRequest
 from tidelog.sim.checker import InvariantViolation
-from tidelog.sim.clients import DELIVERY_TIMEOUT_MS, RETRY_BACKOFF_MS, SEQUENCE_MODULUS, SimConsumer, _Client
+from tidelog.sim.clients import (
+    CONSUMER_REPLICA_ID,
+    DELIVERY_TIMEOUT_MS,
+    FETCH_MAX_WAIT_MS,
+    RETRY_BACKOFF_MS,
+    SEQUENCE_MODULUS,
+    SimConsumer,
+    _Client,
+)
 
 if TYPE_CHECKING:
     from tidelog.sim.world import World
@@ -303,8 +313,10 @@ class SimTxnConsumer(SimConsumer):
         def on_error(error: str) -> None:
             self.leaders.pop(tp, None)
             self.after(RETRY_BACKOFF_MS, lambda: self._poll(tp))
-        self.rpc.request(f"b{leader}", "ClientFetch", {"tp": tp, "offset": position, "max_wait_ms": 100,
-                                                     "read_committed": True},
+        self.rpc.request(f"b{leader}", "ClientFetch",
+                         FetchRequest(CONSUMER_REPLICA_ID, FETCH_MAX_WAIT_MS,
+                                      {tp: FetchPartitionRequest(position, MAX_PARTITION_FETCH_BYTES)},
+                                      isolation_level=READ_COMMITTED),
                          self.sim.config.request_timeout_ms + 100, on_reply, on_error)
 
     def _consume(self, tp: TopicPartition, position: int, answer) -> None:

@@ -1,0 +1,62 @@
+"""The domain requests brokers send each other for transactions, and the effects
+that ask a driver to send them (docs/broker.md, "The request layer")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
+
+# {partition: error}, or None when no answer came (a timeout, a dead connection).
+Answer = dict[TopicPartition, ErrorCode] | None
+
+
+@dataclass(frozen=True)
+class AddPartitionsToTxn:
+    """One transaction of an AddPartitionsToTxn v4+ request (KIP-890), a broker's call
+    to a transaction coordinator: with ``verify_only``, whether each partition is in
+    the producer's open transaction (part 1); without, add them (part 2, and v3's
+    client request)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[TopicPartition, ...]
+    verify_only: bool = True
+
+
+@dataclass(frozen=True)
+class WriteTxnMarkers:
+    """One marker of a WriteTxnMarkers request: the COMMIT or ABORT control batch the
+    coordinator asks a partition leader to append to each of ``partitions``."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+    partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class SendAddPartitionsToTxn:
+    """Send ``request`` to the coordinator on ``broker_id``; its per-partition answer
+    (or None) goes to ``on_done``."""
+
+    broker_id: int
+    request: AddPartitionsToTxn
+    timeout_ms: int
+    on_done: Callable[[Answer], None]
+
+
+@dataclass(frozen=True, eq=False)
+class SendMarkers:
+    """Send ``request`` to the partitions' leader ``broker_id`` (Kafka's
+    ``TransactionMarkerChannelManager``); its per-partition answer (or None) goes to
+    ``on_done``."""
+
+    broker_id: int
+    request: WriteTxnMarkers
+    timeout_ms: int
+    on_done: Callable[[Answer], None]

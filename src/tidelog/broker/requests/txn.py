@@ -1,0 +1,135 @@
+"""Transaction requests between brokers: KIP-890 verification and transaction markers.
+
+Theory of operation. A partition leader asked to append a transactional batch
+whose producer has no open transaction in that partition first asks the
+transaction coordinator (``verify``): at once when this broker coordinates the
+transactional id, else through a ``SendAddPartitionsToTxn`` effect
+(AddPartitionsToTxn v4). ``verify_only=True`` is KIP-890 part 1 (the
+coordinator only checks); ``verify_only=False`` has the coordinator add the
+partitions on the producer's behalf (part 2) — the same path, one parameter.
+Coordinator trouble (not the coordinator, loading, unreachable) is
+NOT_ENOUGH_REPLICAS for the producer, which retries it, as Kafka maps it.
+
+The coordinator's ``write_markers`` hook lands here: markers for partitions
+this broker leads are appended directly (``append_markers``, also what a
+WriteTxnMarkers request does), the others leave as a ``SendMarkers`` effect.
+One setting governs both, as in Kafka: the broker's ``request.timeout.ms`` is
+the leader's acks=all wait for the marker append and the coordinator's wait
+for the WriteTxnMarkers answer — plus ``ANSWER_MARGIN_MS`` on the coordinator's
+side, so that a leader's REQUEST_TIMED_OUT (or a success just before it) is
+heard rather than lost to a timeout that expires at the same moment (Kafka's
+equal timeouts lose it; the simulator showed the retries that costs). Markers
+that failed are retried by the shard after its backoff.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from tidelog.broker.requests.effects import (
+    AddPartitionsToTxn,
+    Answer,
+    SendAddPartitionsToTxn,
+    SendMarkers,
+    WriteTxnMarkers,
+)
+from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
+from tidelog.records.batch import build_marker
+
+# Time for a leader's answer to travel back after its own request.timeout.ms ran out.
+ANSWER_MARGIN_MS = 500
+# The coordinator's answers that mean "ask again later, maybe elsewhere".
+_COORDINATOR_TROUBLE = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
+
+Errors = dict[TopicPartition, ErrorCode]
+
+
+class TxnRequests:
+    def __init__(self, node, clock, send: Callable[[object], None]):
+        self.node = node                        # a BrokerNode: image, replica manager, coordinator
+        self.clock = clock                      # wall time for the markers' timestamps
+        self.send = send                        # the driver's outbox for effects
+        self.request_timeout_ms = node.config["request.timeout.ms"]
+        node.txn_coordinator.write_markers = self.write_markers
+
+    @property
+    def coordinator(self):
+        return self.node.txn_coordinator
+
+    # ============================================== the coordinator's side
+
+    def add_partitions_to_txn(self, request: AddPartitionsToTxn, on_done: Callable[[Errors], None]) -> None:
+        """AddPartitionsToTxn v4+ for one transaction, as its coordinator answers it."""
+        tps = list(request.partitions)
+        shard = self.coordinator.shard_for(request.transactional_id)
+        if isinstance(shard, ErrorCode):
+            return on_done({tp: shard for tp in tps})
+        if request.verify_only:
+            return on_done(shard.verify(request.transactional_id, request.producer_id, request.producer_epoch,
+                                        tps))
+        shard.add_partitions(request.transactional_id, request.producer_id, request.producer_epoch, set(tps),
+                             self.coordinator.now_ms(), lambda error: on_done({tp: error for tp in tps}))
+
+    # ================================================ the leader's side
+
+    def verify(self, transactional_id: str, items: dict[TopicPartition, tuple[int, int]],
+               on_done: Callable[[Errors], None], verify_only: bool = True) -> None:
+        """KIP-890 for a produce request: ``items`` maps partitions to the (producer id,
+        epoch) of their first transactional batch; ``on_done({tp: error})`` once the
+        coordinator answered for all of them (at once when it is this broker)."""
+        groups: dict[tuple[int, int], list[TopicPartition]] = {}
+        for tp, producer in items.items():
+            groups.setdefault(producer, []).append(tp)
+        requests = [AddPartitionsToTxn(transactional_id, producer_id, epoch, tuple(tps), verify_only)
+                    for (producer_id, epoch), tps in groups.items()]
+        out: Errors = {}
+        waiting = [len(requests)]
+        if not requests:
+            return on_done(out)
+
+        def answered(errors: Answer, request: AddPartitionsToTxn) -> None:
+            for tp in request.partitions:
+                error = ErrorCode.NOT_ENOUGH_REPLICAS if errors is None else errors.get(tp, ErrorCode.NONE)
+                out[tp] = ErrorCode.NOT_ENOUGH_REPLICAS if error in _COORDINATOR_TROUBLE else error
+            waiting[0] -= 1
+            if waiting[0] == 0:
+                on_done(out)
+        for request in requests:
+            self._ask_coordinator(request, lambda errors, request=request: answered(errors, request))
+
+    def _ask_coordinator(self, request: AddPartitionsToTxn, on_done: Callable[[Answer], None]) -> None:
+        shard = self.coordinator.shard_for(request.transactional_id)
+        if not isinstance(shard, ErrorCode):
+            return self.add_partitions_to_txn(request, on_done)
+        index = self.coordinator.partition_for(request.transactional_id)
+        registration = self.node.image.partition(TopicPartition(self.coordinator.topic, index))
+        leader = -1 if registration is None else registration.leader
+        if shard == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or leader < 0 or leader == self.node.node_id:
+            return on_done(None)
+        self.send(SendAddPartitionsToTxn(leader, request, self.request_timeout_ms, on_done))
+
+    # ============================================================ markers
+
+    def write_markers(self, broker_id: int, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int, partitions: list, on_done: Callable[[Errors], None]) -> None:
+        """The coordinator's markers for ``partitions``, all led by ``broker_id``."""
+        request = WriteTxnMarkers(producer_id, producer_epoch, commit, coordinator_epoch, tuple(partitions))
+        if broker_id == self.node.node_id:
+            return self.append_markers(request, on_done)
+
+        def answered(errors: Answer) -> None:
+            on_done({tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in partitions} if errors is None else errors)
+        self.send(SendMarkers(broker_id, request, self.request_timeout_ms + ANSWER_MARGIN_MS, answered))
+
+    def append_markers(self, request: WriteTxnMarkers, on_done: Callable[[Errors], None]) -> None:
+        """A leader appends one marker to each of its partitions, acks=all (WriteTxnMarkers)."""
+        now_ms = self.clock.now_ms()                      # the markers' timestamp: wall time
+        entries = {tp: build_marker(request.producer_id, request.producer_epoch, request.commit,
+                                    request.coordinator_epoch, now_ms) for tp in request.partitions}
+
+        def appended(responses: dict) -> None:
+            on_done({tp: ErrorCode(response["error_code"]) for tp, response in responses.items()})
+        self.node.replica_manager.append_records(-1, self.request_timeout_ms, entries, appended,
+                                                 internal=True, from_coordinator=True)
