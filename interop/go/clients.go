@@ -4,14 +4,19 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 // member is one named client and what its group callbacks have seen.
@@ -78,9 +83,15 @@ func (m *member) note(kind string, partitions map[string][]int32) {
 // linger_ms, manual_partitions, transactional_id, transaction_timeout_ms, group, topics, regex,
 // balancer (cooperative-sticky | range | sticky | round-robin), server_side_balancer (KIP-848), instance_id,
 // session_timeout_ms, heartbeat_interval_ms, rebalance_timeout_ms, auto_commit (default
-// false), read_committed, start (earliest | latest), retry_timeout_ms, metadata_max_age_ms.
+// false), read_committed, start (earliest | latest), retry_timeout_ms, metadata_max_age_ms, and
+// librdkafka's security settings as `cluster up --secure` writes them (securityOptions).
 func (m *member) options(cfg command) ([]kgo.Opt, error) {
 	opts := []kgo.Opt{kgo.SeedBrokers(cfg.strs("brokers")...), kgo.WithLogger(kgoLogger{})}
+	security, err := securityOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, security...)
 	switch cfg.strOr("acks", "all") {
 	case "all":
 		opts = append(opts, kgo.RequiredAcks(kgo.AllISRAcks()))
@@ -531,6 +542,41 @@ func stopBackground(d *driver, c command) (any, error) {
 	bg := m.bg
 	m.bg = nil
 	return map[string]any{"sent": bg.sent, "acked": bg.acked, "failed": bg.failed}, nil
+}
+
+// securityOptions reads librdkafka's names, as a `cluster up --secure` client.properties has
+// them: security.protocol SASL_SSL or SSL, ssl.ca.location (a PEM file), sasl.mechanism
+// (SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN), sasl.username, sasl.password.
+func securityOptions(cfg command) ([]kgo.Opt, error) {
+	var opts []kgo.Opt
+	protocol := cfg.strOr("security.protocol", "PLAINTEXT")
+	if protocol == "SSL" || protocol == "SASL_SSL" {
+		pool := x509.NewCertPool()
+		if ca := cfg.str("ssl.ca.location"); ca != "" {
+			pem, err := os.ReadFile(ca)
+			if err != nil {
+				return nil, err
+			}
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("no certificate in %s", ca)
+			}
+		}
+		opts = append(opts, kgo.DialTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
+	}
+	if protocol == "SASL_PLAINTEXT" || protocol == "SASL_SSL" {
+		user, pass := cfg.str("sasl.username"), cfg.str("sasl.password")
+		switch mechanism := cfg.str("sasl.mechanism"); mechanism {
+		case "SCRAM-SHA-512":
+			opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()))
+		case "SCRAM-SHA-256":
+			opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()))
+		case "PLAIN":
+			opts = append(opts, kgo.SASL(plain.Auth{User: user, Pass: pass}.AsMechanism()))
+		default:
+			return nil, fmt.Errorf("unknown sasl.mechanism %q", mechanism)
+		}
+	}
+	return opts, nil
 }
 
 // kgoLogger sends franz-go's log lines (info and up) to stderr.

@@ -9,6 +9,7 @@ import pytest
 
 from tests.interop.line_driver import DriverError, go_driver, missing_go
 from tests.interop.test_java_cluster import UpCluster, tidelog_cluster
+from tidelog.broker.config import parse_properties
 from tidelog.testing import wait_until
 
 NEEDS_JAVA = False    # tests/interop/conftest.py: these run without a JDK
@@ -406,3 +407,68 @@ def test_a_regex_subscription_picks_up_a_topic_created_later(go, cluster, protoc
     assert set(go.call("assignment", name=f"rx-{protocol}")["assigned"]) == {f"{prefix}-a", f"{prefix}-b"}
     go.call("client.close", name=f"rx-{protocol}")
     go.call("client.close", name=f"rxp-{protocol}")
+
+
+# ------------------------------------------------------------------ --secure
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory, go):
+    up = UpCluster(tmp_path_factory.mktemp("franz-go-secure"), secure=True)
+    security = up.directory / "security"
+    # librdkafka's names, which the driver reads (franz-go has no settings file of its own).
+    up.client = parse_properties((security / "client.properties").read_text())
+    up.admin = parse_properties((security / "admin.properties").read_text())
+    try:
+        yield up
+    finally:
+        up.down()
+
+
+def test_sasl_ssl_scram_and_plain_with_acls(go, secure):
+    brokers = secure.bootstrap.split(",")
+    assert (secure.client["sasl.mechanism"], secure.admin["sasl.mechanism"]) == ("SCRAM-SHA-512", "PLAIN")
+    go.call("client.create", name="sec-admin", config={"brokers": brokers, **secure.admin})
+    created = go.call("admin.createTopics", name="sec-admin", topics=[{"name": "franz-secure", "partitions": 2,
+                                                                      "replication_factor": 3}])
+    assert created == {"franz-secure": {"partitions": 2, "replication_factor": 3}}
+
+    go.call("client.create", name="sec-client", config={"brokers": brokers, **secure.client, "compression": "zstd",
+                                                        "manual_partitions": True})
+    # The client user may create a topic (TOPIC CREATE) but not delete one: Kafka's refusal, per topic.
+    assert go.call("admin.createTopics", name="sec-client", topics=[{"name": "franz-secure-2", "partitions": 1,
+                                                                    "replication_factor": 3}]) == \
+        {"franz-secure-2": {"partitions": 1, "replication_factor": 3}}
+    assert go.call("admin.deleteTopics", name="sec-client", topics=["franz-secure-2"]) == \
+        {"franz-secure-2": "TOPIC_AUTHORIZATION_FAILED"}
+    sent = go.call("produce", name="sec-client", topic="franz-secure",
+                   records=[{"partition": i % 2, "value": f"s{i}", "headers": [["h", "v"]]} for i in range(40)])
+    assert all("error" not in r for r in sent), sent
+
+    go.call("client.create", name="sec-tx", config={"brokers": brokers, **secure.client,
+                                                    "transactional_id": "franz-secure-tx", "manual_partitions": True})
+    for round_, commit in enumerate((True, False)):
+        go.call("txn.begin", name="sec-tx")
+        sent = go.call("produce", name="sec-tx", topic="franz-secure",
+                       records=[{"partition": 0, "value": f"t{round_}-{i}"} for i in range(5)])
+        assert all("error" not in r for r in sent), sent
+        go.call("txn.end", name="sec-tx", commit=commit)
+
+    go.call("client.create", name="sec-member", config={"brokers": brokers, **secure.client, "group": "franz-sec",
+                                                        "topics": ["franz-secure"], "read_committed": True})
+    got = go.call("poll", name="sec-member", count=45)
+    assert values(got["records"]["sec-member"]) == sorted([f"s{i}" for i in range(40)] +
+                                                          [f"t0-{i}" for i in range(5)])
+    assert all(r["headers"] == [["h", "v"]] for r in got["records"]["sec-member"] if r["value"].startswith("s"))
+    go.call("commit", name="sec-member")
+    # Partition 0: 20 records, then t0's 5 (offsets 20-24); the commit is after the last one read.
+    assert go.call("admin.fetchOffsets", name="sec-admin", group="franz-sec") == {"franz-secure": {"0": 25, "1": 20}}
+    for name in ("sec-member", "sec-tx", "sec-client", "sec-admin"):
+        go.call("client.close", name=name)
+
+    # A wrong password: SASL_AUTHENTICATION_FAILED, at once.
+    go.call("client.create", name="sec-wrong", config={"brokers": brokers, **secure.client,
+                                                       "sasl.password": "not-the-password"})
+    answer = go.request("admin.listTopics", name="sec-wrong", timeout_ms=20_000)
+    assert not answer["ok"] and answer["error"] == "SASL_AUTHENTICATION_FAILED", answer
+    go.call("client.close", name="sec-wrong")
