@@ -419,9 +419,11 @@ class Log:
                 duplicate = self._producer_state.check_leader_batch(header, in_request, str(self.topic_partition))
                 if duplicate is not None:
                     if position == 0 and size_bytes == end:     # the whole request is a retry
+                        # As Kafka's UnifiedLog: the answer's log append time is the remembered
+                        # batch's timestamp (whatever the topic's timestamp type).
                         return LogAppendInfo(duplicate.first_offset, duplicate.last_offset,
-                                             duplicate.max_timestamp, duplicate.last_offset, -1, 0, 0, 0,
-                                             self._log_start_offset)
+                                             duplicate.max_timestamp, duplicate.last_offset,
+                                             duplicate.max_timestamp, 0, 0, 0, self._log_start_offset)
                     raise DuplicateSequenceError(f"{self.topic_partition}: producer {header.producer_id} "
                                                  f"batch at sequence {header.base_sequence} was written before")
                 appended_producers.append((header, next_offset, None))
