@@ -569,7 +569,14 @@ async def leader_change(side: Side, mode: str) -> dict:
         return await wait_for(probe, f"{side.name}: {topic} with {count} in sync", timeout_s=90)
     first = await in_sync(3)
     leader = await side.on(cluster.port(first.leader_id))
-    answers["produce_first_epoch"] = await produce(leader, topic, batch([b"e0-a", b"e0-b", b"e0-c"]), mode)
+    # An idempotent producer: its first batch is re-sent to the new leader after the move,
+    # as a client does whose answer was lost with the old leader.
+    init_v = side.version(ApiKey.INIT_PRODUCER_ID, mode)
+    producer = await retried(leader, ApiKey.INIT_PRODUCER_ID, {"transactional_id": None, "transaction_timeout": 60_000,
+                                                              "producer_id": -1, "producer_epoch": -1}, init_v)
+    pid, epoch = producer.producer_id, producer.producer_epoch
+    first_batch = batch([b"e0-a", b"e0-b", b"e0-c"], producer_id=pid, producer_epoch=epoch, base_sequence=0)
+    answers["produce_first_epoch"] = await produce(leader, topic, first_batch, mode)
     await asyncio.to_thread(cluster.stop, first.leader_id)
     survivor = next(n for n in cluster.broker_ids if n != first.leader_id)
     side = await side.on(cluster.port(survivor))
@@ -578,7 +585,9 @@ async def leader_change(side: Side, mode: str) -> dict:
                              "replicas": len(moved.replica_nodes), "leader_moved": moved.leader_id != first.leader_id}
     leader = await side.on(cluster.port(moved.leader_id))
     follower = await side.on(cluster.port(next(n for n in moved.isr_nodes if n != moved.leader_id)))
-    answers["produce_second_epoch"] = await produce(leader, topic, batch([b"e1-a", b"e1-b"]), mode)
+    answers["produce_retry_at_new_leader"] = await produce(leader, topic, first_batch, mode)
+    answers["produce_second_epoch"] = await produce(leader, topic, batch(
+        [b"e1-a", b"e1-b"], producer_id=pid, producer_epoch=epoch, base_sequence=3), mode)
 
     def epochs(leader_epoch: int, current: int = -1) -> dict:
         return {"replica_id": -1, "topics": [{"topic": topic, "partitions": [

@@ -9,8 +9,9 @@ stays down. Then:
 
 - every source record is on the target, in the same partition, in the same order, with
   its key, value, headers and timestamp (MM2 is at-least-once: a record may arrive more
-  than once; the test checks that dropping repeats gives the source exactly, and prints
-  how many repeats there were);
+  than once, e.g. when Connect's producer, not idempotent by default, resends a request
+  that was in flight to the killed leader; the test checks that dropping repeats gives
+  the source exactly, and prints how many repeats there were);
 - the committed offsets of a consumer group on each source are translated on the other
   side: MM2's checkpoint (``<source>.checkpoints.internal``) and the target group's own
   committed offset (``sync.group.offsets.enabled``) name the target's end for a group
