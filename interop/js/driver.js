@@ -9,6 +9,7 @@
 // other. KafkaJS's log lines go to stderr.
 'use strict'
 
+const fs = require('fs')
 const readline = require('readline')
 const { Kafka, CompressionTypes, ConfigResourceTypes, logLevel } = require('kafkajs')
 const { version } = require('kafkajs/package.json')
@@ -23,8 +24,28 @@ const logCreator = () => ({ namespace, level, label, log }) => {
   process.stderr.write(`${new Date().toISOString()} [${label}] ${namespace}: ${message} ${JSON.stringify(extra)}\n`)
 }
 
+// librdkafka's security names, as `cluster up --secure` writes them in client.properties
+// (c.security): TLS with the PEM CA in ssl.ca.location, SASL SCRAM-SHA-512/256 or PLAIN.
+function security (settings) {
+  if (!settings) return {}
+  const protocol = settings['security.protocol'] || 'PLAINTEXT'
+  const out = {}
+  if (protocol === 'SSL' || protocol === 'SASL_SSL') {
+    out.ssl = settings['ssl.ca.location'] ? { ca: [fs.readFileSync(settings['ssl.ca.location'], 'utf-8')] } : true
+  }
+  if (protocol === 'SASL_SSL' || protocol === 'SASL_PLAINTEXT') {
+    out.sasl = {
+      mechanism: settings['sasl.mechanism'].toLowerCase(),
+      username: settings['sasl.username'],
+      password: settings['sasl.password']
+    }
+  }
+  return out
+}
+
 function kafka (c) {
   return new Kafka({
+    ...security(c.security),
     clientId: c.client_id || `tidelog-kafkajs-${c.name}`,
     brokers: c.brokers,
     logLevel: logLevel.INFO,

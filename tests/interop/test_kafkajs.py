@@ -9,6 +9,7 @@ import pytest
 
 from tests.interop.line_driver import js_driver, missing_node
 from tests.interop.test_java_cluster import UpCluster, tidelog_cluster
+from tidelog.broker.config import parse_properties
 from tidelog.testing import wait_until
 
 NEEDS_JAVA = False    # tests/interop/conftest.py: these run without a JDK
@@ -247,3 +248,42 @@ def test_no_acknowledged_record_is_lost_when_the_leader_is_killed_mid_produce(js
     finally:
         js.call("producer.close", name="bg")
         assert tidelog_cluster(cluster.directory, "restart", str(leader)).returncode == 0
+
+
+# ------------------------------------------------------------------ --secure
+
+
+def test_sasl_ssl_scram_on_a_secure_cluster(js, tmp_path_factory):
+    """KafkaJS's own TLS and SCRAM-SHA-512 against ``cluster up --secure``, with the
+    cluster's client.properties (librdkafka's names) as the driver's settings."""
+    up = UpCluster(tmp_path_factory.mktemp("kafkajs-secure"), secure=True)
+    try:
+        settings = parse_properties((up.directory / "security" / "client.properties").read_text())
+        assert settings["sasl.mechanism"] == "SCRAM-SHA-512"
+        secure = {"brokers": brokers(up), "security": settings}
+        js.call("admin.create", name="sec-admin", **secure)
+        assert js.call("admin.createTopics", name="sec-admin", topics=[{"name": "kjs-secure", "partitions": 2,
+                                                                        "replication_factor": 3}]) is True
+        js.call("producer.create", name="sec-p", **secure)
+        answers = js.call("producer.send", name="sec-p", topic="kjs-secure", compression="gzip",
+                          records=[{"partition": i % 2, "value": f"s{i}", "headers": [["h", "v"]]} for i in range(30)])
+        assert sorted((a["partition"], a["base_offset"], a["error"]) for a in answers) == [(0, 0, 0), (1, 0, 0)]
+        js.call("producer.create", name="sec-tx", transactional_id="kjs-secure-tx", **secure)
+        js.call("txn.run", name="sec-tx", commit=True, sends=[{"topic": "kjs-secure", "records": [
+            {"partition": 0, "value": "t"}]}])
+        js.call("consumer.create", name="sec-c", group="kjs-secure-group", topics=["kjs-secure"],
+                read_committed=True, **secure)
+        got = js.call("poll", name="sec-c", count=31)["records"]["sec-c"]
+        assert values(got) == sorted([f"s{i}" for i in range(30)] + ["t"])
+        js.call("commit", name="sec-c")
+        assert js.call("admin.fetchOffsets", name="sec-admin", group="kjs-secure-group", topics=["kjs-secure"]) == \
+            {"kjs-secure": {"0": 16, "1": 15}}
+        for op, name in (("consumer.close", "sec-c"), ("producer.close", "sec-p"), ("producer.close", "sec-tx"),
+                         ("admin.close", "sec-admin")):
+            js.call(op, name=name)
+        # A wrong password: KafkaJS's SASL error, at once.
+        answer = js.request("admin.create", name="sec-wrong", brokers=brokers(up),
+                            security={**settings, "sasl.password": "not-the-password"})
+        assert not answer["ok"] and answer["error"] == "KafkaJSSASLAuthenticationError", answer
+    finally:
+        up.down()
