@@ -67,6 +67,8 @@ async def dynamic_broker_configs(side: Side, mode: str) -> dict:
         "existing_listener": _alter(BROKER, "1", (SET, "sasl.kerberos.service.name", "kafka")),
         "bad_value": _alter(BROKER, "1", (SET, "message.max.bytes", "abc")),
         "below_minimum": _alter(BROKER, "", (SET, "message.max.bytes", "-3")),
+        "roll_ms": _alter(BROKER, "1", (SET, "log.roll.ms", "-3")),
+        "ratio": _alter(BROKER, "", (SET, "log.cleaner.min.cleanable.ratio", "2")),
         "bad_list_item": _alter(BROKER, "1", (APPEND, "log.cleanup.policy", "archive")),
         "append_not_list": _alter(BROKER, "1", (APPEND, "message.max.bytes", "5")),
         "subtract_not_list": _alter(BROKER, "", (SUBTRACT, "message.max.bytes", "5")),

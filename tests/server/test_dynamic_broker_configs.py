@@ -178,6 +178,11 @@ def test_the_changes_are_in_the_metadata_log_and_survive_a_restart(broker, admin
                                   "be updated dynamically for existing listener ListenerName(PLAINTEXT), restart "
                                   "broker or create a new listener for update for configuration Invalid dynamic "
                                   "configuration")),
+    ("1", [(SET, "log.roll.ms", "-3")],
+     (KafkaError.INVALID_REQUEST, "requirement failed: log.roll.ms must be greater than or equal to 1")),
+    ("1", [(SET, "log.cleaner.min.cleanable.ratio", "2")],
+     (KafkaError.INVALID_REQUEST, "Invalid value 2.0 for configuration log.cleaner.min.cleanable.ratio: Value must "
+                                  "be no more than 1")),
     ("1", [(APPEND, "message.max.bytes", "5")],
      (KafkaError.INVALID_CONFIG, "Config value append is not allowed for config key: message.max.bytes")),
     ("1", [(APPEND, "no.such.setting", "5")], (KafkaError.INVALID_CONFIG, "Unknown config name: no.such.setting")),

@@ -19,6 +19,7 @@ form; a name tidelog cannot type counts as sensitive too (Kafka's
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -501,10 +502,16 @@ def validate_dynamic_broker_change(resource_name: str, changes: dict[str, str | 
         value = changes[name]
         base, _ = _base_name(name)
         if base in CLUSTER_CONFIGS:
+            definition = CLUSTER_CONFIGS[base]
+            if base in _BROKER_LEVEL_CHECKS:         # Kafka's broker-level rule differs from the topic's
+                definition = dataclasses.replace(definition, validator=None)
             try:
-                CLUSTER_CONFIGS[base].parse(value, base)
+                typed = definition.parse(value, base)
             except InvalidConfigError as e:
                 return str(e)
+            problem = _BROKER_LEVEL_CHECKS.get(base, lambda v: None)(typed)
+            if problem:
+                return problem.format(value=value, typed=typed, name=base)
             continue
         definition = CONFIG_DEFS.get(base)
         if definition is not None and definition.type is not PASSWORD:
@@ -515,6 +522,21 @@ def validate_dynamic_broker_change(resource_name: str, changes: dict[str, str | 
 
 
 _KAFKA_TYPE_NAMES = {int: "INT", float: "DOUBLE"}
+
+# The broker-level names of topic settings whose rule in Kafka's broker config differs from
+# the topic setting's (measured on Kafka 4.4.0), in Kafka's words ({typed}: the parsed value,
+# as Kafka prints a double). Kafka takes any log.retention.ms and log.flush.interval.ms
+# (-3 too); tidelog keeps the topic rule for those two, which its logs could not apply.
+_BROKER_LEVEL_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "log.remote.copy.lag.ms": lambda v: None if v >= -1 else
+        "Invalid value {value} for configuration {name}: Value must be at least -1",
+    "log.roll.ms": lambda v: None if v >= 1 else "requirement failed: {name} must be greater than or equal to 1",
+    "log.roll.jitter.ms": lambda v: None if v >= 0 else
+        "requirement failed: {name} must be greater than or equal to 0",
+    "log.cleaner.min.cleanable.ratio": lambda v: None if 0 <= v <= 1 else
+        "Invalid value {typed} for configuration {name}: " + (
+            "Value must be no more than 1" if v > 1 else "Value must be at least 0"),
+}
 
 
 def _kafka_value_problem(definition: ConfigDef, value: str) -> str | None:
