@@ -80,6 +80,11 @@ def test_tiered_storage_is_refused_and_stored_only_keys_are_kept(broker):
     assert alter("compression.zstd.level", "23") == (
         KafkaError.INVALID_CONFIG, "Invalid value 23 for configuration compression.zstd.level: Value must be no "
                                    "more than 22")
+    assert alter("min.cleanable.dirty.ratio", "2") == (     # Kafka shows the parsed double
+        KafkaError.INVALID_CONFIG, "Invalid value 2.0 for configuration min.cleanable.dirty.ratio: Value must be no "
+                                   "more than 1")
+    assert alter("leader.replication.throttled.replicas", "bogus")[1].startswith(  # and a list as [a, b]
+        "Invalid value [bogus] for configuration leader.replication.throttled.replicas: ")
     assert alter("compression.zstd.level", "9") is None
     resource = ConfigResource("topic", "listed")
     assert admin.describe_configs([resource])[resource].result(30)["compression.zstd.level"].value == "9"

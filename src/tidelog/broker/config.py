@@ -524,18 +524,12 @@ def validate_dynamic_broker_change(resource_name: str, changes: dict[str, str | 
 _KAFKA_TYPE_NAMES = {int: "INT", float: "DOUBLE"}
 
 # The broker-level names of topic settings whose rule in Kafka's broker config differs from
-# the topic setting's (measured on Kafka 4.4.0), in Kafka's words ({typed}: the parsed value,
-# as Kafka prints a double). Kafka takes any log.retention.ms and log.flush.interval.ms
+# the topic setting's (measured on Kafka 4.4.0), in Kafka's words. Kafka takes any log.retention.ms and log.flush.interval.ms
 # (-3 too); tidelog keeps the topic rule for those two, which its logs could not apply.
 _BROKER_LEVEL_CHECKS: dict[str, Callable[[Any], str | None]] = {
-    "log.remote.copy.lag.ms": lambda v: None if v >= -1 else
-        "Invalid value {value} for configuration {name}: Value must be at least -1",
     "log.roll.ms": lambda v: None if v >= 1 else "requirement failed: {name} must be greater than or equal to 1",
     "log.roll.jitter.ms": lambda v: None if v >= 0 else
         "requirement failed: {name} must be greater than or equal to 0",
-    "log.cleaner.min.cleanable.ratio": lambda v: None if 0 <= v <= 1 else
-        "Invalid value {typed} for configuration {name}: " + (
-            "Value must be no more than 1" if v > 1 else "Value must be at least 0"),
 }
 
 

@@ -43,7 +43,9 @@ def at_least(minimum: float) -> Callable[[Any], str | None]:
 
 
 def between(low: float, high: float) -> Callable[[Any], str | None]:
-    return lambda v: None if low <= v <= high else f"Value must be between {low} and {high}"
+    """Kafka's ``Range.between``: the bound that is crossed is named."""
+    return lambda v: (f"Value must be at least {low}" if v < low
+                      else f"Value must be no more than {high}" if v > high else None)
 
 
 def in_range(low: int, high: int) -> Callable[[Any], str | None]:
@@ -106,7 +108,10 @@ class ConfigDef:
             return typed
         problem = self.validator(typed) if self.validator else None
         if problem:
-            raise InvalidConfigError(f"Invalid value {value} for configuration {key}: {problem}")
+            # As Kafka shows the parsed value: a double as Java prints it (2.0), a list as [a, b].
+            shown = (typed if self.type is ConfigType.DOUBLE
+                     else "[" + ", ".join(typed) + "]" if self.type is ConfigType.LIST else value)
+            raise InvalidConfigError(f"Invalid value {shown} for configuration {key}: {problem}")
         return typed
 
 
@@ -217,7 +222,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
               + _NOT_ACTED_ON.format("segment files grow as they are written")),
     ConfigDef("remote.copy.lag.bytes", _T.LONG, "-1", "log.remote.copy.lag.bytes", at_least(-1),
               "Bytes of newer data after which a segment may be copied to tiered storage." + _NO_TIERED),
-    ConfigDef("remote.copy.lag.ms", _T.LONG, "0", "log.remote.copy.lag.ms", None,
+    ConfigDef("remote.copy.lag.ms", _T.LONG, "0", "log.remote.copy.lag.ms", at_least(-1),
               "Age after which a segment may be copied to tiered storage." + _NO_TIERED),
     ConfigDef("remote.log.copy.disable", _T.BOOLEAN, "false", None, None,
               "Stop copying segments to tiered storage." + _NO_TIERED),
