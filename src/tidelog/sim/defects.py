@@ -40,6 +40,10 @@ assert that some seed fails with the invariant named in ``EXPECTED``.
 ``aborted-transactions-not-reported``
     A read_committed Fetch names no aborted transaction, so readers cannot drop
     an aborted transaction's records (a partition without its ``.txnindex``).
+``read-committed-reads-to-high-watermark``
+    The request layer picks a read_committed consumer's read bound as
+    read_uncommitted's (``fetch_params`` ignores the isolation level): it sees
+    records of transactions that are still open, or that will abort.
 ``raft-vote-twice``
     A controller that already voted in an epoch — for another candidate, or for
     itself as a candidate — grants a second candidate's vote request too (the
@@ -67,6 +71,7 @@ EXPECTED = {
     "group-load-stops-at-high-watermark": {"group-commit-durable", "group-single-owner"},
     "lso-ignores-open-transactions": {"txn-visible-only-if-committed"},
     "aborted-transactions-not-reported": {"txn-visible-only-if-committed"},
+    "read-committed-reads-to-high-watermark": {"txn-lso-bound", "txn-visible-only-if-committed"},
     "raft-vote-twice": {"raft-one-leader-per-epoch", "raft-committed-kept"},
     "raft-commit-without-majority": {"raft-committed-kept", "metadata-only-committed"},
 }
@@ -147,6 +152,13 @@ def _aborted_transactions_not_reported():
     return [(Log, "collect_aborted_transactions", lambda self, start, upper: [])]
 
 
+def _read_committed_reads_to_high_watermark():
+    from tidelog.broker.requests import fetch
+    from tidelog.replication.partition import Isolation
+    return [(fetch, "isolation", lambda request: Isolation.LOG_END if request.replica_id >= 0
+             else Isolation.HIGH_WATERMARK)]
+
+
 def _raft_vote_twice():
     from tidelog.raft.replica import CANDIDATE, VOTED, RaftReplica, VoteResponse
     original = RaftReplica._on_VoteRequest
@@ -176,6 +188,7 @@ def _raft_commit_without_majority():
 
 
 PATCHES = {
+    "read-committed-reads-to-high-watermark": _read_committed_reads_to_high_watermark,
     "raft-commit-without-majority": _raft_commit_without_majority,
     "raft-vote-twice": _raft_vote_twice,
     "lso-ignores-open-transactions": _lso_ignores_open_transactions,
