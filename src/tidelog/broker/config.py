@@ -20,6 +20,7 @@ form; a name tidelog cannot type counts as sensitive too (Kafka's
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -431,8 +432,10 @@ _PER_LISTENER_ONLY = frozenset((
 _LISTENER_PREFIX = "listener.name."
 
 
+@functools.cache
 def dynamic_broker_configs() -> dict[str, str]:
-    """``{name: LIVE | STORED}`` of every dynamic broker setting tidelog has."""
+    """``{name: LIVE | STORED}`` of every dynamic broker setting tidelog has (built once;
+    not to be changed by callers)."""
     from tidelog.controller.config_defs import CLUSTER_CONFIGS
     out = dict.fromkeys(_DYNAMIC_STORED, STORED)
     out.update(dict.fromkeys((n for n in CLUSTER_CONFIGS if n in CONFIG_DEFS or n not in out), LIVE))
