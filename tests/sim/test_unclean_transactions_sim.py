@@ -7,8 +7,9 @@ behind a transaction whose marker was lost.
 Both seeds were found on an earlier build; later changes reshuffled their runs, and
 on the code just before the fix both passed by luck of the draw (10570 no longer
 even has an unclean election on ``tx``). They stay pinned as whole-run checks. 20091
-still has fourteen unclean elections on ``tx``, and in three of them the new leader
-finds a transaction its log left open and aborts it before serving — the test
+still has a dozen recoveries on ``tx`` (eleven on the build that pinned it), and in
+three of them the new leader finds a transaction its log left open and aborts it
+before serving — the test
 checks that this path ran, so the seed keeps proving something; if a later change
 reshuffles it, pin another seed where it does (``--seeds`` with the unclean-``tx``
 configurations, counting ``Partition.abort_open_transactions_for_recovery``). The
