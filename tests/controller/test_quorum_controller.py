@@ -3,7 +3,7 @@
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tidelog.controller.testing import ControllerTestEnv, check_invariants, random_operation
@@ -123,6 +123,7 @@ def test_random_workloads_keep_the_controller_invariants(seed):
 
 
 @given(st.integers(0, 2**32), st.integers(10, 80))
+@example(seed=696365, steps=43)     # a broker re-registering its incarnation with other directories
 @settings(max_examples=25, deadline=None)
 def test_any_random_workload_replays_to_the_same_image(seed, steps):
     env = ControllerTestEnv(seed=seed)

@@ -131,7 +131,11 @@ class ClusterControlManager:
         log_dirs = tuple(sorted(request.log_dirs))
         existing = self.brokers.get(broker_id)
         records: list[MetadataRecord] = []
-        if existing is not None and existing.incarnation_id == request.incarnation_id:
+        if (existing is not None and existing.incarnation_id == request.incarnation_id
+                and existing.log_dirs == log_dirs):
+            # A retry of the registration this incarnation made: the same epoch and state.
+            # (The same incarnation with other directories is a new registration: its
+            # replicas in a directory it no longer lists must not stay leaders.)
             broker_epoch, fenced = existing.broker_epoch, existing.fenced
             in_controlled_shutdown = existing.in_controlled_shutdown
         else:
