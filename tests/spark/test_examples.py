@@ -34,8 +34,11 @@ def check_page_counts(spark, bootstrap: str, events: list[dict], output: str, ou
     return from_topic
 
 
-def test_clickstream_counts_are_exact_per_minute_and_page_in_the_topic_and_in_parquet(spark, broker, tmp_path):
+def test_clickstream_counts_are_exact_per_minute_and_page_in_the_topic_and_in_parquet(
+        spark, broker, admin, tmp_path):
     generator, counts, history = load("clickstream_generator"), load("clickstream_counts"), load("topic_history")
+    # The clicks are from 2023 (fixed event times): keep them past the 7-day default retention.
+    admin.create("clicks", partitions=3, retention_ms="-1")
     events = generator.generate(broker.bootstrap, "clicks", count=1500, rate=0, seed=5, start_ms=START_MS,
                                 spacing_ms=400)   # 10 minutes of event time
     assert history.history(spark, broker.bootstrap, "clicks").count() == 1500
