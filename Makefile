@@ -6,10 +6,12 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test setup bench clean kcat browser sim-long chaos-long java-interop go-interop js-interop
 
-$(STAMP): pyproject.toml
+# Every version pinned: constraints.txt (what the suite last passed with), pip itself, and
+# the build backend in pyproject.toml.
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,fast,spark]'
+	$(PY) -m pip install -q pip==26.3
+	$(PY) -m pip install -q -c constraints.txt -e '.[test,fast,spark]'
 	touch $(STAMP)
 
 # kcat (a C Kafka client from Debian) is used by the integration tests.
