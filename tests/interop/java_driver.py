@@ -15,10 +15,7 @@ local Maven cache lacks something); the tests skip, saying why, only when ``java
 
 from __future__ import annotations
 
-import itertools
-import json
 import os
-import queue
 import shutil
 import subprocess
 import tempfile
@@ -26,6 +23,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.interop.line_driver import DriverError, LineDriver
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "interop" / "java"
@@ -37,13 +36,8 @@ TOOLS = "org.apache.kafka.tools."
 _BUILD_LOCK = threading.Lock()
 
 
-class JavaError(Exception):
-    """A Java exception from the driver: ``kind`` is its simple class name."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(f"{kind}: {message}")
-        self.kind = kind
-        self.message = message
+# A Java exception from the driver: ``kind`` is its simple class name.
+JavaError = DriverError
 
 
 @dataclass
@@ -96,69 +90,20 @@ def java_command(main_class: str, *args: str, log_file: str | None = None) -> li
             main_class, *args]
 
 
-class JavaDriver:
+class JavaDriver(LineDriver):
     """One JVM serving commands in order (see interop/java/src/.../Driver.java)."""
 
     def __init__(self, log_level: str = "info"):
         ensure_built()
-        self.log_path = tempfile.NamedTemporaryFile(prefix="tidelog-java-", suffix=".log", delete=False).name
+        log_path = tempfile.NamedTemporaryFile(prefix="tidelog-java-", suffix=".log", delete=False).name
         command = ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                   f"-Dorg.slf4j.simpleLogger.logFile={self.log_path}",
+                   f"-Dorg.slf4j.simpleLogger.logFile={log_path}",
                    f"-Dorg.slf4j.simpleLogger.defaultLogLevel={log_level}",
                    "-Dorg.slf4j.simpleLogger.showDateTime=true", "-cp", classpath(), MAIN_CLASS]
         started = time.monotonic()
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True, bufsize=1)
-        self._answers: queue.Queue = queue.Queue()
-        self._ids = itertools.count(1)
-        self._stray: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
-        hello = self._next(60)
-        if not hello.get("ready"):
-            raise RuntimeError(f"the Java driver did not start: {hello}")
-        self.kafka_version = hello["kafka"]
+        super().__init__(command, "Java", log_path=log_path)
+        self.kafka_version = self.hello["kafka"]
         self.start_seconds = time.monotonic() - started
-
-    def _pump(self) -> None:
-        for line in self.process.stdout:
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    self._answers.put(json.loads(line))
-                    continue
-                except ValueError:
-                    pass
-            if line:
-                self._stray.append(line)
-        self._answers.put(None)
-
-    def _next(self, timeout_s: float) -> dict:
-        try:
-            answer = self._answers.get(timeout=timeout_s)
-        except queue.Empty:
-            self.close(force=True)
-            raise AssertionError(f"the Java driver gave no answer in {timeout_s:g} s (it was killed); "
-                                 f"log: {self.log_tail()}") from None
-        if answer is None:
-            raise AssertionError(f"the Java driver exited: {self._stray[-20:]}\nlog: {self.log_tail()}")
-        return answer
-
-    def request(self, op: str, timeout_s: float = 120, **fields) -> dict:
-        """The whole answer ({"ok", "result"|"error", "message", "ms"})."""
-        if self.process.poll() is not None:
-            raise AssertionError(f"the Java driver is not running: {self._stray[-20:]}")
-        command_id = next(self._ids)
-        self.process.stdin.write(json.dumps({"id": command_id, "op": op, **fields}) + "\n")
-        self.process.stdin.flush()
-        answer = self._next(timeout_s)
-        assert answer["id"] == command_id, answer
-        return answer
-
-    def call(self, op: str, timeout_s: float = 120, **fields):
-        answer = self.request(op, timeout_s, **fields)
-        if not answer["ok"]:
-            raise JavaError(answer["error"], answer["message"])
-        return answer["result"]
 
     def tool(self, name: str, *args: str, timeout_s: float = 60) -> ToolResult:
         """A Kafka tool's main (``TopicCommand`` is ``org.apache.kafka.tools.TopicCommand``)."""
@@ -167,29 +112,3 @@ class JavaDriver:
                            args=list(args), **{"class": class_name})
         return ToolResult(result["exit_code"], result["stdout"], result["stderr"] +
                           (f"\n{result['exception']}" if result.get("exception") else ""), result["timed_out"])
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-lines:])
-        except OSError:
-            return ""
-
-    def close(self, force: bool = False) -> None:
-        if self.process.poll() is None:
-            if not force:
-                try:
-                    self.process.stdin.write(json.dumps({"id": 0, "op": "exit"}) + "\n")
-                    self.process.stdin.flush()
-                    self.process.wait(15)
-                except (OSError, subprocess.TimeoutExpired):
-                    pass
-            if self.process.poll() is None:
-                self.process.kill()
-                self.process.wait()
-
-    def remove_log(self) -> None:
-        try:
-            os.unlink(self.log_path)
-        except OSError:
-            pass

@@ -74,15 +74,21 @@ def install_js() -> None:
 
 
 class LineDriver:
-    """One driver process serving commands in order."""
+    """One driver process serving commands in order (the Java driver is one too)."""
 
-    def __init__(self, command: list[str], name: str, cwd: Path):
+    def __init__(self, command: list[str], name: str, cwd: Path | None = None, log_path: str | None = None):
+        """``log_path``: a file the process writes its own log to (its stderr then joins
+        stdout, kept as stray lines); without it, its stderr is the log, in a temporary file."""
         self.name = name
-        log = tempfile.NamedTemporaryFile(prefix=f"tidelog-{name}-", suffix=".log", delete=False)
-        self.log_path = log.name
+        if log_path is None:
+            log = tempfile.NamedTemporaryFile(prefix=f"tidelog-{name}-", suffix=".log", delete=False)
+            self.log_path, stderr = log.name, log
+        else:
+            log, self.log_path, stderr = None, log_path, subprocess.STDOUT
         self.process = subprocess.Popen(command, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=log, text=True, bufsize=1)
-        log.close()
+                                        stderr=stderr, text=True, bufsize=1)
+        if log is not None:
+            log.close()
         self._answers: queue.Queue = queue.Queue()
         self._ids = itertools.count(1)
         self._stray: list[str] = []
@@ -116,6 +122,7 @@ class LineDriver:
         return answer
 
     def request(self, op: str, timeout_s: float = 120, **fields) -> dict:
+        """The whole answer ({"ok", "result"|"error", "message", "ms"})."""
         if self.process.poll() is not None:
             raise AssertionError(f"the {self.name} driver is not running: {self._stray[-20:]}")
         command_id = next(self._ids)

@@ -446,8 +446,7 @@ def test_admin_scram_credentials(java, admin, broker):
 
 
 @pytest.mark.parametrize("call", ["describeClientQuotas", "listPartitionReassignments", "describeDelegationToken",
-                                  "createDelegationToken", "describeShareGroups", "listConfigResources",
-                                  "updateFeatures"])
+                                  "createDelegationToken", "describeShareGroups", "listConfigResources"])
 def test_admin_calls_tidelog_does_not_serve_fail_at_once_with_unsupported_version(java, admin, call):
     answer = java.request("admin.unsupported", call=call, timeout_s=15)
     assert answer["ok"] and answer["result"]["error"] == "UnsupportedVersionException", answer
