@@ -358,9 +358,10 @@ class GroupApis:
             group = None if isinstance(shard, ErrorCode) else shard.consumer_groups.get(group_id)
             if isinstance(shard, ErrorCode):
                 entry["error_code"] = int(shard)
-            elif group is None:
+            elif group is None:       # Kafka's GroupMetadataManager.consumerGroup messages
                 entry.update(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
-                             error_message=f"group {group_id} is not a consumer group")
+                             error_message=f"Group {group_id} is not a consumer group." if group_id in shard.groups
+                             else f"Group {group_id} not found.")
             else:
                 entry.update(group_state=group.state, group_epoch=group.group_epoch,
                              assignment_epoch=group.assignment_epoch, assignor_name=group.assignor)
