@@ -201,6 +201,9 @@ class Checker:
         self.seen: dict[tuple[int, TopicPartition], Seen] = {}
         self.leaders_by_epoch: dict[TopicPartition, dict[int, int]] = {}
         self.amnesiac: dict[tuple[int, TopicPartition], str] = {}   # replica -> how it lost data
+        # The broker epoch registered when it lost them: only a later registration (a new
+        # incarnation) can fetch them back, so only then does leaving the ISR end the excuse.
+        self.amnesia_epoch: dict[tuple[int, TopicPartition], int] = {}
         self.last_known_leader_elections: set[tuple[TopicPartition, int]] = set()   # (tp, leader epoch)
         self.isr_verified: dict[tuple, tuple] = {}
         self.controller_image = None             # the committed image at the highest offset seen
@@ -529,7 +532,13 @@ class Checker:
                 self._check_image(broker)
         for tp, partition in image.all_partitions():
             for broker_id, flagged_tp in sorted(self.amnesiac):
-                if flagged_tp == tp and broker_id not in partition.isr + partition.elr + partition.last_known_elr:
+                if flagged_tp != tp or broker_id in partition.isr + partition.elr + partition.last_known_elr:
+                    continue
+                # Out of the ISR and ELR after the loss: it rejoins only by fetching, unless
+                # an image committed now still carries the registration from before the
+                # loss (its process is gone, a stale fetch may still put it back).
+                registration = image.brokers.get(broker_id)
+                if registration is not None and registration.broker_epoch > self.amnesia_epoch[(broker_id, tp)]:
                     del self.amnesiac[(broker_id, tp)]
 
     def _check_image(self, broker) -> None:
@@ -545,14 +554,18 @@ class Checker:
 
     def on_data_loss(self, broker_id: int, lost: dict[str, int], how: str) -> None:
         """A replica forgot bytes it had (a power cut, a replaced disk): until it leaves
-        the ISR it is excused from 10.3, and if it leads as the last ISR member the
-        losses are KIP-966's "last replica standing", outside invariant 4's promise."""
+        the ISR and ELR under a new registration it is excused from 10.3, and if it leads
+        as the last ISR member the losses are KIP-966's "last replica standing", outside
+        invariant 4's promise. (Leaving them under the old registration does not count: a
+        delayed fetch from the dead process can put it back in the ISR — seed 49.)"""
         for name in lost:
             try:
                 tp = TopicPartition.parse(name)
             except ValueError:
                 continue
             self.amnesiac[(broker_id, tp)] = how
+            registration = self.controller_image.brokers.get(broker_id) if self.controller_image else None
+            self.amnesia_epoch[(broker_id, tp)] = registration.broker_epoch if registration is not None else -1
 
     # ================================================================ clients
 
