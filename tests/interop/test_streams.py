@@ -121,8 +121,12 @@ def test_exactly_once_v2_word_count_across_a_kill_and_a_restart(cluster):
     b = cluster.bootstrap
     create_topics(b, "wc-lines", "wc-counts")
     state_dir = tempfile.mkdtemp(prefix="tidelog-streams-")
-    # Commits every 5 s, so that a kill lands inside an open transaction.
-    settings = (b, "wc-kill", "wc-lines", "wc-counts", state_dir, "commit.interval.ms=5000")
+    # Commits every 5 s, so that a kill lands inside an open transaction; no record cache,
+    # so each new count is written at once, inside the open transaction (with Streams'
+    # default cache the counts are flushed only at the commit, and the window in which
+    # output is written but not committed lasts milliseconds: a CI run waited 120 s for one).
+    settings = (b, "wc-kill", "wc-lines", "wc-counts", state_dir, "commit.interval.ms=5000",
+                "statestore.cache.max.bytes=0")
     runs = [WordCount(*settings)]
     committed = OutputReader(b, "wc-counts", "read_committed")
     uncommitted = OutputReader(b, "wc-counts", "read_uncommitted")

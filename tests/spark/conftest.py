@@ -25,8 +25,11 @@ from tidelog.spark.wire import LATEST, ClientConfig, Cluster, error_of  # noqa: 
 from tidelog.testing import Broker  # noqa: E402
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def spark():
+    """A classic local session per module: stopped at the module's end, so that
+    test_spark_connect.py's Connect client can start (PySpark refuses a remote session
+    in a process that holds a classic one: SESSION_ALREADY_EXIST)."""
     if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
         pytest.skip("Spark needs a Java runtime (java on PATH or JAVA_HOME); none found")
     from tidelog.spark.session import local_session
