@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from tidelog.core.errors import CorruptRecordError
 from tidelog.metadata.records import (
+    ClientQuotaEntityData,
+    ClientQuotaRecord,
     RECORD_TYPES,
     BrokerFeature,
     BrokerRegistrationChangeRecord,
@@ -61,6 +63,9 @@ RECORDS = st.one_of(
     st.builds(ProducerIdsRecord, int32, int64, int64),
     st.builds(BrokerRegistrationChangeRecord, int32, int64, st.none() | st.booleans(),
               st.none() | st.just(True), st.none() | uuid_lists),
+    st.builds(ClientQuotaRecord, st.lists(st.builds(ClientQuotaEntityData, text, st.none() | text),
+                                          max_size=3).map(tuple),
+              text, st.floats(allow_nan=False), st.booleans()),
 )
 
 
@@ -101,7 +106,7 @@ def test_every_record_type_has_kafkas_api_key():
         "FenceBrokerRecord": 7, "UnfenceBrokerRecord": 8, "RemoveTopicRecord": 9,
         "FeatureLevelRecord": 12, "ProducerIdsRecord": 15, "BrokerRegistrationChangeRecord": 17,
         "UserScramCredentialRecord": 11, "RemoveUserScramCredentialRecord": 22,
-        "AccessControlEntryRecord": 6, "RemoveAccessControlEntryRecord": 20}
+        "AccessControlEntryRecord": 6, "RemoveAccessControlEntryRecord": 20, "ClientQuotaRecord": 14}
 
 
 SAMPLE = RegisterBrokerRecord(3, uuid.UUID(int=7), 42, (Endpoint("PLAINTEXT", "h", 9092),),

@@ -52,6 +52,7 @@ from tidelog.metadata.records import (
     TopicRecord,
     UserScramCredentialRecord,
     AccessControlEntryRecord,
+    ClientQuotaRecord,
     RemoveAccessControlEntryRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
@@ -84,6 +85,7 @@ from tidelog.controller.messages import (
 from tidelog.controller.replication_control import ReplicationControlManager
 from tidelog.controller.scram_control import ScramControlManager, ScramResult, ScramUpsertion
 from tidelog.controller.acl_control import AclBinding, AclControlManager, AclFilter, AclResult
+from tidelog.controller.client_quota_control import ClientQuotaAlteration, ClientQuotaControlManager
 from tidelog.controller.result import ApiError, ControllerResult
 
 T = TypeVar("T")
@@ -134,6 +136,7 @@ class QuorumController:
         self.configs = ConfigurationControlManager(static_configs)
         self.scram = ScramControlManager()
         self.acls = AclControlManager(rng)
+        self.client_quotas = ClientQuotaControlManager()
         self.cluster = ClusterControlManager(self.cluster_id, self.heartbeat, self.features)
         self.replication = ReplicationControlManager(self.cluster, self.configs, rng,
                                                      num_partitions, replication_factor)
@@ -202,6 +205,8 @@ class QuorumController:
             self.scram.replay(record)
         elif isinstance(record, (AccessControlEntryRecord, RemoveAccessControlEntryRecord)):
             self.acls.replay(record)
+        elif isinstance(record, ClientQuotaRecord):
+            self.client_quotas.replay(record)
         else:
             raise AssertionError(f"no replay rule for {record}")
 
@@ -314,6 +319,14 @@ class QuorumController:
     def alter_user_scram_credentials(self, deletions: Sequence[tuple[str, int]],
                                      upsertions: Sequence[ScramUpsertion]) -> list[ScramResult]:
         return self._write(lambda: self.scram.alter(list(deletions), list(upsertions))).response
+
+    def alter_client_quotas(self, alterations: Sequence[ClientQuotaAlteration], validate_only: bool = False
+                            ) -> list[tuple[tuple, ApiError]]:
+        """AlterClientQuotas: per entity, its error (validate_only decides and writes nothing)."""
+        def decide():
+            result = self.client_quotas.alter(list(alterations))
+            return ControllerResult([], result.response) if validate_only else result
+        return self._write(decide).response
 
     def create_acls(self, bindings: Sequence[AclBinding]) -> list[AclResult]:
         return self._write(lambda: self.acls.create(list(bindings))).response

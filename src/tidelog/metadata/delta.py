@@ -24,8 +24,10 @@ from typing import Mapping, NamedTuple
 
 from tidelog.core.ids import TopicPartition
 from tidelog.metadata.image import ConfigResource, MetadataImage, ProducerIdsImage, TopicImage
+from tidelog.metadata.client_quotas import record_entity
 from tidelog.metadata.records import (
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     ConfigResourceType,
     FeatureLevelRecord,
@@ -100,6 +102,7 @@ class MetadataDelta:
         self._producer_ids: ProducerIdsImage | None = None
         self._scram: dict[tuple[str, int], UserScramCredentialRecord | None] = {}
         self._acls: dict[uuid.UUID, AccessControlEntryRecord | None] = {}
+        self._client_quotas: dict[tuple, dict[str, float]] = {}    # entity → its quotas now (empty: none)
 
     # ------------------------------------------------------------ replay
 
@@ -217,6 +220,15 @@ class MetadataDelta:
             raise MetadataReplayError(f"RemoveAccessControlEntryRecord: no ACL {record.id}")
         self._acls[record.id] = None
 
+    def _replay_client_quota(self, record: ClientQuotaRecord) -> None:
+        entity = record_entity(record)
+        if entity not in self._client_quotas:
+            self._client_quotas[entity] = dict(self.image.client_quotas.get(entity, {}))
+        if record.remove:
+            self._client_quotas[entity].pop(record.key, None)
+        else:
+            self._client_quotas[entity][record.key] = record.value
+
     # ------------------------------------------------------------ apply
 
     def apply(self) -> MetadataImage:
@@ -261,6 +273,12 @@ class MetadataDelta:
                 acls.pop(acl_id, None)
             else:
                 acls[acl_id] = acl
+        client_quotas = dict(image.client_quotas)
+        for entity, quotas in self._client_quotas.items():
+            if quotas:
+                client_quotas[entity] = MappingProxyType(dict(quotas))
+            else:
+                client_quotas.pop(entity, None)
         return MetadataImage(
             offset=self.offset,
             features=MappingProxyType(features),
@@ -272,6 +290,7 @@ class MetadataDelta:
             producer_ids=self._producer_ids or image.producer_ids,
             scram_credentials=MappingProxyType(scram) if self._scram else image.scram_credentials,
             acls=MappingProxyType(acls) if self._acls else image.acls,
+            client_quotas=MappingProxyType(client_quotas) if self._client_quotas else image.client_quotas,
         )
 
     # ------------------------------------------------------------ local changes
@@ -315,6 +334,7 @@ _HANDLERS = {
     RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_scram,
     AccessControlEntryRecord: MetadataDelta._replay_acl,
     RemoveAccessControlEntryRecord: MetadataDelta._replay_remove_acl,
+    ClientQuotaRecord: MetadataDelta._replay_client_quota,
 }
 
 

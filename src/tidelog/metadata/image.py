@@ -26,7 +26,9 @@ from types import MappingProxyType
 from typing import Any, Iterator, Mapping, NamedTuple
 
 from tidelog.core.ids import TopicPartition
+from tidelog.metadata.client_quotas import entity_data
 from tidelog.metadata.records import (
+    ClientQuotaRecord,
     ConfigRecord,
     ConfigResourceType,
     Endpoint,
@@ -77,6 +79,8 @@ class MetadataImage:
     scram_credentials: Mapping[tuple[str, int], Any] = field(default_factory=lambda: _EMPTY)
     # ACLs by id: AccessControlEntryRecords (metadata/authorizer.py).
     acls: Mapping[uuid.UUID, Any] = field(default_factory=lambda: _EMPTY)
+    # Client quotas by entity (metadata/client_quotas.py QuotaEntity) → {key: value}: ClientQuotaRecords.
+    client_quotas: Mapping[tuple, Mapping[str, float]] = field(default_factory=lambda: _EMPTY)
 
     # ------------------------------------------------------------ topics
 
@@ -167,4 +171,7 @@ class MetadataImage:
             records.append(ProducerIdsRecord(ids.broker_id, ids.broker_epoch, ids.next_producer_id))
         records += [self.scram_credentials[key] for key in sorted(self.scram_credentials)]
         records += [self.acls[acl_id] for acl_id in sorted(self.acls)]
+        for entity in sorted(self.client_quotas, key=repr):
+            records += [ClientQuotaRecord(entity_data(entity), key, value)
+                        for key, value in sorted(self.client_quotas[entity].items())]
         return records

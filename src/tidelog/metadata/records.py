@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import struct
 import uuid
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterator, Mapping, Sequence
@@ -142,6 +143,21 @@ class _Int:
 
 
 INT8, INT16, INT32, INT64, UINT16 = _Int(8), _Int(16), _Int(32), _Int(64), _Int(16, signed=False)
+
+
+class _Float64:
+    """An IEEE 754 double, 8 bytes big-endian (Kafka's float64)."""
+
+    def write(self, out: bytearray, value: float) -> None:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ValueError(f"{value!r} is not a float64")
+        out += struct.pack(">d", float(value))
+
+    def read(self, reader: _Reader) -> float:
+        return struct.unpack(">d", reader.take(8))[0]
+
+
+FLOAT64 = _Float64()
 
 
 class _Bool:
@@ -508,6 +524,30 @@ class RemoveUserScramCredentialRecord:
     SCHEMA: ClassVar = (("name", STRING), ("mechanism", INT8))
 
 
+@dataclass(frozen=True)
+class ClientQuotaEntityData:
+    """One part of a client quota entity: ``user``, ``client-id`` or ``ip``; a null
+    name is that type's default entity."""
+
+    entity_type: str
+    entity_name: str | None
+    SCHEMA: ClassVar = (("entity_type", STRING), ("entity_name", NULLABLE_STRING))
+
+
+@dataclass(frozen=True)
+class ClientQuotaRecord:
+    """Set (or, with ``remove``, remove) one quota of one entity (KIP-13, KIP-546)."""
+
+    entity: tuple[ClientQuotaEntityData, ...]
+    key: str                  # producer_byte_rate, consumer_byte_rate, request_percentage, ...
+    value: float = 0.0        # ignored when removing
+    remove: bool = False
+    API_KEY: ClassVar = 14
+    VERSION: ClassVar = 0
+    SCHEMA: ClassVar = (("entity", _List(_Struct(ClientQuotaEntityData))), ("key", STRING),
+                        ("value", FLOAT64), ("remove", BOOL))
+
+
 class _FencedChange(_Int):
     """Kafka's int8 encoding of an optional bool: 1 = True, -1 = False, 0 = None."""
 
@@ -546,14 +586,16 @@ MetadataRecord = (RegisterBrokerRecord | UnregisterBrokerRecord | TopicRecord | 
                   | ConfigRecord | PartitionChangeRecord | FenceBrokerRecord | UnfenceBrokerRecord
                   | RemoveTopicRecord | FeatureLevelRecord | ProducerIdsRecord
                   | BrokerRegistrationChangeRecord | UserScramCredentialRecord
-                  | RemoveUserScramCredentialRecord | AccessControlEntryRecord | RemoveAccessControlEntryRecord)
+                  | RemoveUserScramCredentialRecord | AccessControlEntryRecord | RemoveAccessControlEntryRecord
+                  | ClientQuotaRecord)
 
 RECORD_TYPES: Mapping[int, type] = {
     cls.API_KEY: cls for cls in (
         RegisterBrokerRecord, UnregisterBrokerRecord, TopicRecord, PartitionRecord, ConfigRecord,
         PartitionChangeRecord, FenceBrokerRecord, UnfenceBrokerRecord, RemoveTopicRecord,
         FeatureLevelRecord, ProducerIdsRecord, BrokerRegistrationChangeRecord, UserScramCredentialRecord,
-        RemoveUserScramCredentialRecord, AccessControlEntryRecord, RemoveAccessControlEntryRecord)
+        RemoveUserScramCredentialRecord, AccessControlEntryRecord, RemoveAccessControlEntryRecord,
+        ClientQuotaRecord)
 }
 
 
@@ -662,6 +704,8 @@ def _format_value(value: Any) -> str:
         return "[" + ",".join(_format_value(v) for v in value) + "]"
     if isinstance(value, Endpoint):
         return f"{value.name}://{value.host}:{value.port}"
+    if isinstance(value, ClientQuotaEntityData):
+        return f"{value.entity_type}={'<default>' if value.entity_name is None else value.entity_name}"
     if isinstance(value, BrokerFeature):
         return f"{value.name}:{value.min_supported_version}-{value.max_supported_version}"
     if isinstance(value, enum.IntEnum):
