@@ -44,6 +44,18 @@ every committed record, and without it a cluster whose brokers all crashed (a
 lone node after ``kill -9``) would never lead again. On a topic that allows
 unclean elections it comes before any other replica.
 
+Reassignment (KIP-455, Kafka's ``completeReassignmentIfNeeded``): while the
+partition has adding or removing replicas, every build first checks whether the
+target ISR, without the replicas being removed, holds every replica of the
+target without them; if so the reassignment completes in this very record::
+
+    replicas := replicas − removing,  ISR := ISR − removing,  adding := removing := []
+
+(skipped if either would be empty). A leader that was being removed is then not
+in the target ISR and the election above moves leadership to a remaining
+replica. When the replica list changes, each replica keeps its log directory and
+a new one gets its broker's default (``default_dir``).
+
 Rules on the result: without ELR the ISR never becomes empty (an empty target
 ISR keeps the current ISR; the partition just has no leader, -1); any leader
 change (including to -1) is written as ``leader`` and so bumps the leader epoch
@@ -65,7 +77,7 @@ from tidelog.metadata.records import (
     LeaderRecoveryState,
     PartitionChangeRecord,
 )
-from tidelog.metadata.registrations import PartitionRegistration
+from tidelog.metadata.registrations import UNASSIGNED_DIR, PartitionRegistration
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +91,12 @@ class Election(enum.Enum):
 class PartitionChangeBuilder:
     def __init__(self, partition: PartitionRegistration, topic_id: uuid.UUID, partition_id: int,
                  is_acceptable_leader: Callable[[int], bool], election: Election = Election.ONLINE,
-                 min_isr: int = 1, elr_enabled: bool = False):
+                 min_isr: int = 1, elr_enabled: bool = False,
+                 default_dir: Callable[[int], uuid.UUID] = lambda broker_id: UNASSIGNED_DIR):
         self.partition = partition
+        self.default_dir = default_dir
+        self.target_adding: tuple[int, ...] = partition.adding_replicas
+        self.target_removing: tuple[int, ...] = partition.removing_replicas
         self.min_isr = min_isr
         self.elr_enabled = elr_enabled
         self.target_elr: tuple[int, ...] = partition.elr
@@ -100,6 +116,14 @@ class PartitionChangeBuilder:
 
     def set_target_replicas(self, replicas: tuple[int, ...]) -> PartitionChangeBuilder:
         self.target_replicas = tuple(replicas)
+        return self
+
+    def set_target_adding(self, adding: tuple[int, ...]) -> PartitionChangeBuilder:
+        self.target_adding = tuple(adding)
+        return self
+
+    def set_target_removing(self, removing: tuple[int, ...]) -> PartitionChangeBuilder:
+        self.target_removing = tuple(removing)
         return self
 
     def set_target_directories(self, directories: tuple) -> PartitionChangeBuilder:
@@ -180,10 +204,35 @@ class PartitionChangeBuilder:
             return ()
         return None
 
+    # ------------------------------------------------------------ reassignment
+
+    def _complete_reassignment_if_needed(self) -> None:
+        """The KIP-455 completion rule of the module docstring."""
+        if not self.target_adding and not self.target_removing:
+            return
+        removing = set(self.target_removing)
+        isr = tuple(r for r in self.target_isr if r not in removing)
+        replicas = tuple(r for r in self.target_replicas if r not in removing)
+        if not isr or not replicas or not set(replicas) <= set(isr):
+            return
+        self.target_isr, self.target_replicas = isr, replicas
+        self.target_adding = self.target_removing = ()
+
+    def _directories_for(self, replicas: tuple[int, ...]) -> tuple:
+        """Every replica's directory after a replica change: kept, or the broker's default."""
+        if replicas == self.partition.replicas:
+            return self.target_directories
+        old = dict(zip(self.partition.replicas, self.target_directories or ()))
+        directories = tuple(old.get(r, UNASSIGNED_DIR) if r in self.partition.replicas
+                            else self.default_dir(r) for r in replicas)
+        return () if all(d == UNASSIGNED_DIR for d in directories) else directories
+
     # ------------------------------------------------------------ build
 
     def build(self) -> PartitionChangeRecord | None:
         current = self.partition
+        self._complete_reassignment_if_needed()
+        self.target_directories = self._directories_for(self.target_replicas)
         self._populate_target_elr()
         # Without ELR the ISR never becomes empty: keep the last member(s).
         isr = self.target_isr if self.target_isr or self.elr_enabled else current.isr
@@ -218,6 +267,9 @@ class PartitionChangeBuilder:
                          else None),
             eligible_leader_replicas=self.target_elr if self.target_elr != current.elr else None,
             last_known_elr=self._last_known_elr(isr, leader),
+            adding_replicas=self.target_adding if self.target_adding != current.adding_replicas else None,
+            removing_replicas=(self.target_removing if self.target_removing != current.removing_replicas
+                               else None),
         )
         if record == PartitionChangeRecord(self.topic_id, self.partition_id):
             return None

@@ -82,6 +82,7 @@ from tidelog.controller.messages import (
     ElectionType,
     ElectLeadersResult,
 )
+from tidelog.controller.reassignment import OngoingReassignment, ReassignmentResult, ReassignmentTarget
 from tidelog.controller.replication_control import ReplicationControlManager
 from tidelog.controller.scram_control import ScramControlManager, ScramResult, ScramUpsertion
 from tidelog.controller.acl_control import AclBinding, AclControlManager, AclFilter, AclResult
@@ -299,6 +300,17 @@ class QuorumController:
                       ) -> list[ElectLeadersResult]:
         return self._write(lambda: self.replication.elect_leaders(election_type,
                                                                   partitions)).response
+
+    def alter_partition_reassignments(self, targets: Sequence[ReassignmentTarget],
+                                      allow_replication_factor_change: bool = True
+                                      ) -> list[ReassignmentResult]:
+        return self._write(lambda: self.replication.alter_partition_reassignments(
+            targets, allow_replication_factor_change)).response
+
+    def list_partition_reassignments(self, topics: Mapping[str, Sequence[int]] | None = None
+                                     ) -> list[OngoingReassignment]:
+        """A read: the reassignments the replayed records leave under way."""
+        return self.replication.list_partition_reassignments(topics)
 
     def balance_partition_leaders(self, percentage: int) -> int:
         """``auto.leader.rebalance.enable``: preferred elections for the partitions of

@@ -45,6 +45,10 @@ reports its directories offline): every helper takes an *overlay*, the partition
 as this decision's earlier records left them, so a later record is computed from
 the state it will be replayed onto.
 
+Partition reassignment (KIP-455) is ``reassignment.py``: it starts and cancels
+moves through the same builder, which also completes them; the partitions with a
+reassignment under way are indexed at replay (Kafka's ``reassigningTopics``).
+
 Records are generated in (topic name, partition id) order so that they are
 deterministic and readable.
 """
@@ -56,7 +60,7 @@ import random
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
@@ -79,6 +83,7 @@ from tidelog.controller.configuration_control import ConfigurationControlManager
 from tidelog.controller.partition_change import Election, PartitionChangeBuilder
 from tidelog.controller.placement import place_replicas
 from tidelog.controller.result import NO_ERROR, ApiError, ControllerResult
+from tidelog.controller import reassignment
 from tidelog.controller import topics as topic_rules
 from tidelog.controller.alter_partition import validate_alter_partition
 from tidelog.controller.messages import (
@@ -123,6 +128,7 @@ class ReplicationControlManager:
         self._leaderless: set[PartitionKey] = set()
         self._dir_members: dict[uuid.UUID, set[PartitionKey]] = defaultdict(set)
         self._elr_members: dict[int, set[PartitionKey]] = defaultdict(set)
+        self._reassigning: set[PartitionKey] = set()
 
     # ------------------------------------------------------------ queries
 
@@ -141,6 +147,9 @@ class ReplicationControlManager:
 
     def partitions_with_broker_in_elr(self, broker_id: int) -> set[PartitionKey]:
         return set(self._elr_members.get(broker_id, ()))
+
+    def reassigning_partitions(self) -> set[PartitionKey]:
+        return set(self._reassigning)
 
     def partitions_in_directory(self, directory: uuid.UUID) -> set[PartitionKey]:
         return set(self._dir_members.get(directory, ()))
@@ -436,7 +445,8 @@ class ReplicationControlManager:
         topic = self.topics[key[0]].name
         min_isr = min(int(self.configs.min_insync_replicas(topic)), len(partition.replicas))
         return PartitionChangeBuilder(partition, key[0], key[1], acceptor, election,
-                                      min_isr=min_isr, elr_enabled=self.features.elr_enabled)
+                                      min_isr=min_isr, elr_enabled=self.features.elr_enabled,
+                                      default_dir=self.cluster.default_dir)
 
     def _leader_and_isr_updates(self, keys: Iterable[PartitionKey], broker_to_remove: int = -1,
                                 broker_to_add: int = -1, overlay: Overlay | None = None,
@@ -555,6 +565,17 @@ class ReplicationControlManager:
         records += self._leader_and_isr_updates(into_offline_dirs, broker_to_remove=broker_id,
                                                 overlay=overlay)
         return ControllerResult(records, AssignReplicasToDirsResponse(results=tuple(results)))
+
+    # ------------------------------------------------------------ reassignment (KIP-455)
+
+    def alter_partition_reassignments(self, targets: Sequence[reassignment.ReassignmentTarget],
+                                      allow_replication_factor_change: bool = True
+                                      ) -> ControllerResult[list[reassignment.ReassignmentResult]]:
+        return reassignment.alter_partition_reassignments(self, targets, allow_replication_factor_change)
+
+    def list_partition_reassignments(self, topics: Mapping[str, Sequence[int]] | None = None
+                                     ) -> list[reassignment.OngoingReassignment]:
+        return reassignment.list_partition_reassignments(self, topics)
 
     # ------------------------------------------------------------ elections
 
@@ -686,6 +707,10 @@ class ReplicationControlManager:
             self._leaderless.add(key)
         else:
             self._leaderless.discard(key)
+        if new is not None and new.is_reassigning:
+            self._reassigning.add(key)
+        else:
+            self._reassigning.discard(key)
 
     # ------------------------------------------------------------ names
 

@@ -30,7 +30,8 @@ metadata log is an ordinary, CRC-checked tidelog log: ``records_to_batch`` /
 Field conventions (Kafka's): ``PartitionChangeRecord`` carries only what changed
 (``isr``/``replicas`` ``None`` = unchanged; ``leader`` ``-2`` = unchanged, ``-1`` =
 no leader; ``leader_recovery_state`` ``-1`` = unchanged; ``eligible_leader_replicas`` /
-``last_known_elr`` ``None`` = unchanged, KIP-966);
+``last_known_elr`` ``None`` = unchanged, KIP-966; ``adding_replicas`` /
+``removing_replicas`` ``None`` = unchanged, KIP-455);
 ``BrokerRegistrationChangeRecord.fenced`` is ``True``/``False``/``None`` (= no
 change) and is written as Kafka's int8 (1 fenced, -1 unfenced, 0 no change).
 """
@@ -375,13 +376,18 @@ class PartitionRecord:
     # EligibleLeaderReplicas), and those that once did (LastKnownElr).
     eligible_leader_replicas: tuple[int, ...] = ()
     last_known_elr: tuple[int, ...] = ()
+    # KIP-455: an ongoing reassignment's replicas being added and removed (both
+    # also in ``replicas``, which is target ∪ current while it runs).
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
     API_KEY: ClassVar = 3
-    VERSION: ClassVar = 2
+    VERSION: ClassVar = 3
     SCHEMA: ClassVar = (("topic_id", UUID), ("partition_id", INT32), ("replicas", INT32_LIST),
                         ("isr", INT32_LIST), ("leader", INT32), ("leader_epoch", INT32),
                         ("partition_epoch", INT32), ("leader_recovery_state", INT8),
                         ("directories", UUID_LIST, 1),
-                        ("eligible_leader_replicas", INT32_LIST, 2), ("last_known_elr", INT32_LIST, 2))
+                        ("eligible_leader_replicas", INT32_LIST, 2), ("last_known_elr", INT32_LIST, 2),
+                        ("adding_replicas", INT32_LIST, 3), ("removing_replicas", INT32_LIST, 3))
 
 
 @dataclass(frozen=True)
@@ -407,13 +413,17 @@ class PartitionChangeRecord:
     directories: tuple[uuid.UUID, ...] | None = None   # every replica's directory, or None = unchanged
     eligible_leader_replicas: tuple[int, ...] | None = None   # KIP-966; None = unchanged
     last_known_elr: tuple[int, ...] | None = None              # KIP-966; None = unchanged
+    adding_replicas: tuple[int, ...] | None = None             # KIP-455; None = unchanged
+    removing_replicas: tuple[int, ...] | None = None           # KIP-455; None = unchanged
     API_KEY: ClassVar = 5
-    VERSION: ClassVar = 2
+    VERSION: ClassVar = 3
     SCHEMA: ClassVar = (("topic_id", UUID), ("partition_id", INT32), ("isr", NULLABLE_INT32_LIST),
                         ("leader", INT32), ("replicas", NULLABLE_INT32_LIST),
                         ("leader_recovery_state", INT8), ("directories", NULLABLE_UUID_LIST, 1),
                         ("eligible_leader_replicas", NULLABLE_INT32_LIST, 2),
-                        ("last_known_elr", NULLABLE_INT32_LIST, 2))
+                        ("last_known_elr", NULLABLE_INT32_LIST, 2),
+                        ("adding_replicas", NULLABLE_INT32_LIST, 3),
+                        ("removing_replicas", NULLABLE_INT32_LIST, 3))
 
 
 @dataclass(frozen=True)

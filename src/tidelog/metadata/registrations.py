@@ -28,10 +28,16 @@ hold every committed record (they left it while it was below min ISR, when the
 high watermark could not move), ``last_known_elr`` those that once did
 (controller/partition_change.py has the rules).
 
+Reassignment (KIP-455): while one runs, ``replicas`` is the target followed by
+the replicas being removed; ``adding_replicas`` (target − original) and
+``removing_replicas`` (original − target) say which are which
+(controller/reassignment.py has the rules).
+
 Invariant (checked where a partition is built or merged): the leader, when there
 is one, is a replica and a member of the ISR; the ISR is a subset of the replicas
 without duplicates, empty only with ELR on (and then nobody leads); the ELR is a
-subset of the replicas disjoint from the ISR.
+subset of the replicas disjoint from the ISR; the adding and removing replicas
+are disjoint subsets of the replicas.
 """
 
 from __future__ import annotations
@@ -145,6 +151,8 @@ class PartitionRegistration:
     directories: tuple[uuid.UUID, ...] = ()   # per replica, in replica order; () = all unassigned
     elr: tuple[int, ...] = ()                 # KIP-966 eligible leader replicas (not in the ISR)
     last_known_elr: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()     # KIP-455: an ongoing reassignment's new replicas
+    removing_replicas: tuple[int, ...] = ()   # and the ones it will drop (both in ``replicas``)
 
     def __post_init__(self) -> None:
         assert self.replicas and len(set(self.replicas)) == len(self.replicas), self
@@ -154,18 +162,24 @@ class PartitionRegistration:
         assert set(self.elr) <= set(self.replicas) and not set(self.elr) & set(self.isr), self
         assert self.leader_epoch >= 0 and self.partition_epoch >= 0, self
         assert not self.directories or len(self.directories) == len(self.replicas), self
+        assert set(self.adding_replicas) <= set(self.replicas), self
+        assert set(self.removing_replicas) <= set(self.replicas), self
+        assert not set(self.adding_replicas) & set(self.removing_replicas), self
 
     @classmethod
     def from_record(cls, record: PartitionRecord) -> PartitionRegistration:
         return cls(record.replicas, record.isr, record.leader, record.leader_epoch,
                    record.partition_epoch, record.leader_recovery_state, record.directories,
-                   record.eligible_leader_replicas, record.last_known_elr)
+                   record.eligible_leader_replicas, record.last_known_elr,
+                   record.adding_replicas, record.removing_replicas)
 
     def to_record(self, topic_id: uuid.UUID, partition_id: int) -> PartitionRecord:
         return PartitionRecord(topic_id, partition_id, self.replicas, self.isr, self.leader,
                                self.leader_epoch, self.partition_epoch, self.leader_recovery_state,
                                self.directories, eligible_leader_replicas=self.elr,
-                               last_known_elr=self.last_known_elr)
+                               last_known_elr=self.last_known_elr,
+                               adding_replicas=self.adding_replicas,
+                               removing_replicas=self.removing_replicas)
 
     @property
     def preferred_leader(self) -> int:
@@ -184,6 +198,11 @@ class PartitionRegistration:
         i = self.replicas.index(broker_id)
         result = current[:i] + (directory,) + current[i + 1:]
         return () if all(d == UNASSIGNED_DIR for d in result) else result
+
+    @property
+    def is_reassigning(self) -> bool:
+        """A KIP-455 reassignment is under way (Kafka's ``isReassignmentInProgress``)."""
+        return bool(self.adding_replicas or self.removing_replicas)
 
     @property
     def has_leader(self) -> bool:
@@ -205,6 +224,10 @@ class PartitionRegistration:
             directories=self.directories if record.directories is None else record.directories,
             elr=self.elr if record.eligible_leader_replicas is None else record.eligible_leader_replicas,
             last_known_elr=self.last_known_elr if record.last_known_elr is None else record.last_known_elr,
+            adding_replicas=(self.adding_replicas if record.adding_replicas is None
+                             else record.adding_replicas),
+            removing_replicas=(self.removing_replicas if record.removing_replicas is None
+                               else record.removing_replicas),
         )
 
     def describe(self) -> str:
@@ -216,6 +239,10 @@ class PartitionRegistration:
             text += f" elr={_ids(self.elr)}"
         if self.last_known_elr:
             text += f" last_known_elr={_ids(self.last_known_elr)}"
+        if self.adding_replicas:
+            text += f" adding={_ids(self.adding_replicas)}"
+        if self.removing_replicas:
+            text += f" removing={_ids(self.removing_replicas)}"
         if self.leader_recovery_state:
             text += " RECOVERING"
         return text
