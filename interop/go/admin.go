@@ -3,6 +3,7 @@ package main
 // The admin calls, through kadm on a named client.
 
 import (
+	"context"
 	"fmt"
 	"sort"
 
@@ -17,6 +18,19 @@ func (d *driver) admin(c command) (*kadm.Client, error) {
 	return kadm.NewClient(m.client), nil
 }
 
+// adminCall wraps an admin handler: the named client's kadm.Client and a 30 s deadline.
+func adminCall(call func(ctx context.Context, adm *kadm.Client, c command) (any, error)) handler {
+	return func(d *driver, c command) (any, error) {
+		adm, err := d.admin(c)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := c.timeout(30_000)
+		defer cancel()
+		return call(ctx, adm, c)
+	}
+}
+
 func errText(err error) any {
 	if err == nil {
 		return nil
@@ -26,13 +40,7 @@ func errText(err error) any {
 
 func init() {
 	// {"topics": [{"name", "partitions", "replication_factor", "configs": {k: v}}]} -> {name: "created" | error}
-	handlers["admin.createTopics"] = func(d *driver, c command) (any, error) {
-		adm, err := d.admin(c)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := c.timeout(30_000)
-		defer cancel()
+	handlers["admin.createTopics"] = adminCall(func(ctx context.Context, adm *kadm.Client, c command) (any, error) {
 		out := map[string]any{}
 		raw, _ := c["topics"].([]any)
 		for _, t := range raw {
@@ -56,16 +64,11 @@ func init() {
 			}
 		}
 		return out, nil
-	}
+	})
 	// {"topics": [...] (none: all), "internal": bool} -> {topic: {"internal", "partitions": [...]}}
-	handlers["admin.listTopics"] = func(d *driver, c command) (any, error) {
-		adm, err := d.admin(c)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := c.timeout(30_000)
-		defer cancel()
+	handlers["admin.listTopics"] = adminCall(func(ctx context.Context, adm *kadm.Client, c command) (any, error) {
 		var details kadm.TopicDetails
+		var err error
 		if c.flag("internal", false) {
 			details, err = adm.ListTopicsWithInternal(ctx, c.strs("topics")...)
 		} else {
@@ -85,15 +88,9 @@ func init() {
 				"id": t.ID.String()}
 		}
 		return out, nil
-	}
+	})
 	// {"topics": [...]} -> {topic: {config: {"value", "source"}}}
-	handlers["admin.describeTopicConfigs"] = func(d *driver, c command) (any, error) {
-		adm, err := d.admin(c)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := c.timeout(30_000)
-		defer cancel()
+	handlers["admin.describeTopicConfigs"] = adminCall(func(ctx context.Context, adm *kadm.Client, c command) (any, error) {
 		resources, err := adm.DescribeTopicConfigs(ctx, c.strs("topics")...)
 		if err != nil {
 			return nil, err
@@ -112,15 +109,9 @@ func init() {
 			out[r.Name] = configs
 		}
 		return out, nil
-	}
+	})
 	// -> {group: {"state", "protocol_type", "type"}}
-	handlers["admin.listGroups"] = func(d *driver, c command) (any, error) {
-		adm, err := d.admin(c)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := c.timeout(30_000)
-		defer cancel()
+	handlers["admin.listGroups"] = adminCall(func(ctx context.Context, adm *kadm.Client, c command) (any, error) {
 		groups, err := adm.ListGroups(ctx)
 		if err != nil {
 			return nil, err
@@ -131,15 +122,9 @@ func init() {
 				"coordinator": g.Coordinator}
 		}
 		return out, nil
-	}
+	})
 	// {"groups": [...]} -> {group: {"state", "protocol", "members": [{"client_id", "assigned": {t: [p]}}]}}
-	handlers["admin.describeGroups"] = func(d *driver, c command) (any, error) {
-		adm, err := d.admin(c)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := c.timeout(30_000)
-		defer cancel()
+	handlers["admin.describeGroups"] = adminCall(func(ctx context.Context, adm *kadm.Client, c command) (any, error) {
 		groups, err := adm.DescribeGroups(ctx, c.strs("groups")...)
 		if err != nil {
 			return nil, err
@@ -163,15 +148,9 @@ func init() {
 				"members": members, "error": errText(g.Err), "coordinator": g.Coordinator.NodeID}
 		}
 		return out, nil
-	}
+	})
 	// {"group", "require_stable"} -> {topic: {partition: offset}} (OffsetFetch)
-	handlers["admin.fetchOffsets"] = func(d *driver, c command) (any, error) {
-		adm, err := d.admin(c)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := c.timeout(30_000)
-		defer cancel()
+	handlers["admin.fetchOffsets"] = adminCall(func(ctx context.Context, adm *kadm.Client, c command) (any, error) {
 		if c.flag("require_stable", false) { // KIP-447: wait out pending transactional commits
 			ctx = kadm.RequireStable(ctx)
 		}
@@ -190,17 +169,12 @@ func init() {
 			out[o.Topic][fmt.Sprint(o.Partition)] = o.At
 		})
 		return out, nil
-	}
+	})
 	// {"topics": [...], "committed": bool} -> {topic: {partition: offset}} (ListOffsets latest,
 	// or with read_committed isolation the last stable offset)
-	handlers["admin.listEndOffsets"] = func(d *driver, c command) (any, error) {
-		adm, err := d.admin(c)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := c.timeout(30_000)
-		defer cancel()
+	handlers["admin.listEndOffsets"] = adminCall(func(ctx context.Context, adm *kadm.Client, c command) (any, error) {
 		var listed kadm.ListedOffsets
+		var err error
 		if c.flag("committed", false) {
 			listed, err = adm.ListCommittedOffsets(ctx, c.strs("topics")...)
 		} else {
@@ -220,19 +194,13 @@ func init() {
 			out[o.Topic][fmt.Sprint(o.Partition)] = o.Offset
 		})
 		return out, nil
-	}
+	})
 }
 
 func init() {
 	// KIP-848 groups (ConsumerGroupDescribe): {"groups": [...]} -> {group: {"state", "epoch",
 	// "assignor", "members": [{"member_id", "client_id", "epoch", "assigned": {t: [p]}}]}}
-	handlers["admin.describeConsumerGroups"] = func(d *driver, c command) (any, error) {
-		adm, err := d.admin(c)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := c.timeout(30_000)
-		defer cancel()
+	handlers["admin.describeConsumerGroups"] = adminCall(func(ctx context.Context, adm *kadm.Client, c command) (any, error) {
 		groups, err := adm.DescribeConsumerGroups(ctx, c.strs("groups")...)
 		if err != nil {
 			return nil, err
@@ -252,7 +220,7 @@ func init() {
 				"members": members, "error": errText(g.Err)}
 		}
 		return out, nil
-	}
+	})
 }
 
 // topicsSet reads {"topic": [partitions]} (an empty list: every partition).
@@ -270,13 +238,7 @@ func topicsSet(c command, key string) kadm.TopicsSet {
 
 func init() {
 	// {"offsets": {topic: {partition: offset}}} -> {topic: {partition: low watermark | error}}
-	handlers["admin.deleteRecords"] = func(d *driver, c command) (any, error) {
-		adm, err := d.admin(c)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := c.timeout(30_000)
-		defer cancel()
+	handlers["admin.deleteRecords"] = adminCall(func(ctx context.Context, adm *kadm.Client, c command) (any, error) {
 		offsets := kadm.Offsets{}
 		for topic, ps := range c.sub("offsets") {
 			for p, at := range ps.(map[string]any) {
@@ -301,15 +263,9 @@ func init() {
 			}
 		})
 		return out, nil
-	}
+	})
 	// {"topics": [...]} -> {topic: {partition: offset}} (ListOffsets earliest)
-	handlers["admin.listStartOffsets"] = func(d *driver, c command) (any, error) {
-		adm, err := d.admin(c)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := c.timeout(30_000)
-		defer cancel()
+	handlers["admin.listStartOffsets"] = adminCall(func(ctx context.Context, adm *kadm.Client, c command) (any, error) {
 		listed, err := adm.ListStartOffsets(ctx, c.strs("topics")...)
 		if err != nil {
 			return nil, err
@@ -325,15 +281,9 @@ func init() {
 			out[o.Topic][fmt.Sprint(o.Partition)] = o.Offset
 		})
 		return out, nil
-	}
+	})
 	// {"topics": [...], "count": n} -> {topic: error | null} (CreatePartitions to n in all)
-	handlers["admin.updatePartitions"] = func(d *driver, c command) (any, error) {
-		adm, err := d.admin(c)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := c.timeout(30_000)
-		defer cancel()
+	handlers["admin.updatePartitions"] = adminCall(func(ctx context.Context, adm *kadm.Client, c command) (any, error) {
 		resps, err := adm.UpdatePartitions(ctx, int(c.num("count", 1)), c.strs("topics")...)
 		if err != nil {
 			return nil, err
@@ -343,15 +293,9 @@ func init() {
 			out[topic] = errText(r.Err)
 		}
 		return out, nil
-	}
+	})
 	// {"topics": [...]} -> {topic: error | null}
-	handlers["admin.deleteTopics"] = func(d *driver, c command) (any, error) {
-		adm, err := d.admin(c)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := c.timeout(30_000)
-		defer cancel()
+	handlers["admin.deleteTopics"] = adminCall(func(ctx context.Context, adm *kadm.Client, c command) (any, error) {
 		resps, err := adm.DeleteTopics(ctx, c.strs("topics")...)
 		if err != nil {
 			return nil, err
@@ -361,15 +305,9 @@ func init() {
 			out[topic] = errText(r.Err)
 		}
 		return out, nil
-	}
+	})
 	// {"groups": [...]} -> {group: error | null}
-	handlers["admin.deleteGroups"] = func(d *driver, c command) (any, error) {
-		adm, err := d.admin(c)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := c.timeout(30_000)
-		defer cancel()
+	handlers["admin.deleteGroups"] = adminCall(func(ctx context.Context, adm *kadm.Client, c command) (any, error) {
 		resps, err := adm.DeleteGroups(ctx, c.strs("groups")...)
 		if err != nil {
 			return nil, err
@@ -379,15 +317,9 @@ func init() {
 			out[group] = errText(r.Err)
 		}
 		return out, nil
-	}
+	})
 	// {"partitions": {topic: [p...]}} -> [{"topic", "partition", "producer_id", "epoch", "last_sequence", "txn_start"}]
-	handlers["admin.describeProducers"] = func(d *driver, c command) (any, error) {
-		adm, err := d.admin(c)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := c.timeout(30_000)
-		defer cancel()
+	handlers["admin.describeProducers"] = adminCall(func(ctx context.Context, adm *kadm.Client, c command) (any, error) {
 		described, err := adm.DescribeProducers(ctx, topicsSet(c, "partitions"))
 		if err != nil {
 			return nil, err
@@ -403,15 +335,9 @@ func init() {
 				"epoch": p.ProducerEpoch, "last_sequence": p.LastSequence, "txn_start": p.CurrentTxnStartOffset})
 		}
 		return out, nil
-	}
+	})
 	// -> {txn id: {"state", "producer_id"}} (ListTransactions), and with "describe" DescribeTransactions
-	handlers["admin.listTransactions"] = func(d *driver, c command) (any, error) {
-		adm, err := d.admin(c)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := c.timeout(30_000)
-		defer cancel()
+	handlers["admin.listTransactions"] = adminCall(func(ctx context.Context, adm *kadm.Client, c command) (any, error) {
 		listed, err := adm.ListTransactions(ctx, nil, nil)
 		if err != nil {
 			return nil, err
@@ -435,5 +361,5 @@ func init() {
 			}
 		}
 		return out, nil
-	}
+	})
 }

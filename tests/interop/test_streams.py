@@ -13,6 +13,7 @@ SIGKILL mid-transaction and a restart, and across a clean stop and a restart.
 from __future__ import annotations
 
 import collections
+import contextlib
 import random
 import shutil
 import tempfile
@@ -117,22 +118,42 @@ def assert_exact(reader: OutputReader, lines: list[str]) -> None:
         assert values == sorted(values) and values[-1] == truth[word], (word, values, truth[word])
 
 
+@contextlib.contextmanager
+def app_runs(*readers):
+    """A state directory and the list of WordCount runs that share it; on the way out every
+    run and reader is closed and the directory removed, and on a failure each run's log
+    tail is printed."""
+    state_dir = tempfile.mkdtemp(prefix="tidelog-streams-")
+    runs: list[WordCount] = []
+    try:
+        yield state_dir, runs
+    except BaseException:
+        for run in runs:
+            print(f"--- {run.app.name}\n{run.app.log_tail(80)}")
+        raise
+    finally:
+        for reader in readers:
+            reader.close()
+        for run in runs:
+            run.app.close()
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
 def test_exactly_once_v2_word_count_across_a_kill_and_a_restart(cluster):
     b = cluster.bootstrap
     create_topics(b, "wc-lines", "wc-counts")
-    state_dir = tempfile.mkdtemp(prefix="tidelog-streams-")
-    # Commits every 5 s, so that a kill lands inside an open transaction; no record cache,
-    # so each new count is written at once, inside the open transaction (with Streams'
-    # default cache the counts are flushed only at the commit, and the window in which
-    # output is written but not committed lasts milliseconds: a CI run waited 120 s for one).
-    settings = (b, "wc-kill", "wc-lines", "wc-counts", state_dir, "commit.interval.ms=5000",
-                "statestore.cache.max.bytes=0")
-    runs = [WordCount(*settings)]
     committed = OutputReader(b, "wc-counts", "read_committed")
     uncommitted = OutputReader(b, "wc-counts", "read_uncommitted")
-    batches = [lines_of_words(seed, 600) for seed in range(1, 6)]
-    produced: list[str] = []
-    try:
+    with app_runs(committed, uncommitted) as (state_dir, runs):
+        # Commits every 5 s, so that a kill lands inside an open transaction; no record cache,
+        # so each new count is written at once, inside the open transaction (with Streams'
+        # default cache the counts are flushed only at the commit, and the window in which
+        # output is written but not committed lasts milliseconds: a CI run waited 120 s for one).
+        settings = (b, "wc-kill", "wc-lines", "wc-counts", state_dir, "commit.interval.ms=5000",
+                    "statestore.cache.max.bytes=0")
+        batches = [lines_of_words(seed, 600) for seed in range(1, 6)]
+        produced: list[str] = []
+        runs.append(WordCount(*settings))
         runs[-1].wait_running()
         produce(b, "wc-lines", batches[0])
         produced += batches[0]
@@ -168,27 +189,15 @@ def test_exactly_once_v2_word_count_across_a_kill_and_a_restart(cluster):
         assert_exact(committed, produced)
         runs[-1].app.terminate()
         assert "CLOSED" in runs[-1].app.lines, runs[-1].app.lines[-10:]
-    except BaseException:
-        for run in runs:
-            print(f"--- {run.app.name}\n{run.app.log_tail(80)}")
-        raise
-    finally:
-        committed.close()
-        uncommitted.close()
-        for run in runs:
-            run.app.close()
-        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def test_graceful_restart_internal_topics_and_offsets(cluster):
     b = cluster.bootstrap
     create_topics(b, "wcg-lines", "wcg-counts")
-    state_dir = tempfile.mkdtemp(prefix="tidelog-streams-")
     committed = OutputReader(b, "wcg-counts", "read_committed")
     probe = Consumer({"bootstrap.servers": b, "group.id": "unused"})
-    batches = [lines_of_words(seed, 400) for seed in (4, 5)]
-    runs = []
-    try:
+    with app_runs(committed, probe) as (state_dir, runs):
+        batches = [lines_of_words(seed, 400) for seed in (4, 5)]
         runs.append(WordCount(b, "wcg", "wcg-lines", "wcg-counts", state_dir))
         runs[-1].wait_running()
         produce(b, "wcg-lines", batches[0])
@@ -227,16 +236,6 @@ def test_graceful_restart_internal_topics_and_offsets(cluster):
         ends = {p: probe.get_watermark_offsets(TopicPartition("wcg-lines", p), 10)[1] for p in range(3)}
         assert input_offsets == ends and sum(ends.values()) == 800 and all(ends.values())
         runs[-1].app.terminate()
-    except BaseException:
-        for run in runs:
-            print(f"--- {run.app.name}\n{run.app.log_tail(80)}")
-        raise
-    finally:
-        committed.close()
-        probe.close()
-        for run in runs:
-            run.app.close()
-        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def test_pipelined_transactional_batches_wait_behind_the_first_ones_verification(cluster, java):
