@@ -7,10 +7,12 @@ is INVALID_CONFIG and changes nothing of the resource."""
 import asyncio
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigResource, ConfigSource, NewTopic
 
+from tests.admin_calls import incremental_alter
 from tidelog.testing import Broker
+
 
 TOPIC = "lists"
 APPEND, SUBTRACT, SET = AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT, AlterConfigOpType.SET
@@ -31,13 +33,7 @@ def admin(broker):
 
 def alter(admin, *changes, resource_type="topic", name=TOPIC):
     """Apply ``(op, key, value)`` changes to one resource; the error code, or None."""
-    resource = ConfigResource(resource_type, name, incremental_configs=[
-        ConfigEntry(key, value, incremental_operation=op) for op, key, value in changes])
-    try:
-        admin.incremental_alter_configs([resource])[resource].result(30)
-    except KafkaException as e:
-        return e.args[0].code(), e.args[0].str()
-    return None
+    return incremental_alter(admin, resource_type, name, changes)
 
 
 def described(admin, key, resource_type="topic", name=TOPIC):

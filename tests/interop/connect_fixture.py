@@ -26,6 +26,7 @@ from pathlib import Path
 
 from tests.interop.conftest import GROUP_SETTINGS
 from tests.interop.java_driver import ROOT, classpath, ensure_built
+from tests.interop.line_driver import file_tail
 from tidelog.testing import Cluster, wait_until
 
 CONNECT_CLASSPATH_FILE = ROOT / "interop" / "connect" / "target" / "classpath.txt"
@@ -113,11 +114,7 @@ class JavaApp:
         return self.process.returncode
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-lines:])
-        except OSError:
-            return ""
+        return file_tail(self.log_path, lines)
 
     def log_text(self) -> str:
         try:

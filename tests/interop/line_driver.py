@@ -39,6 +39,15 @@ class DriverError(Exception):
         self.message = message
 
 
+def file_tail(path, lines: int = 40) -> str:
+    """The last lines of a process's log file ("" when it has none)."""
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
 def missing_go() -> str | None:
     return None if shutil.which("go") else "go not installed (the franz-go tests need Go 1.26+, as franz-go 1.22 does)"
 
@@ -139,11 +148,7 @@ class LineDriver:
         return answer["result"]
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-lines:])
-        except OSError:
-            return ""
+        return file_tail(self.log_path, lines)
 
     def close(self, force: bool = False) -> None:
         if self.process.poll() is None:

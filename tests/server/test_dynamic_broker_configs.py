@@ -11,12 +11,14 @@ error codes and messages (each checked against a running Kafka 4.4.0) and change
 import asyncio
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigResource, ConfigSource, NewTopic
 
+from tests.admin_calls import incremental_alter
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 from tidelog.testing import Broker
+
 
 SET, DELETE = AlterConfigOpType.SET, AlterConfigOpType.DELETE
 APPEND, SUBTRACT = AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT
@@ -38,13 +40,7 @@ def admin(broker):
 
 def alter(admin, *changes, name="1"):
     """``(op, key, value)`` changes to one broker resource; None, or (error code, message)."""
-    resource = ConfigResource("broker", name, incremental_configs=[
-        ConfigEntry(key, value, incremental_operation=op) for op, key, value in changes])
-    try:
-        admin.incremental_alter_configs([resource])[resource].result(30)
-    except KafkaException as e:
-        return e.args[0].code(), e.args[0].str()
-    return None
+    return incremental_alter(admin, "broker", name, changes)
 
 
 def described(admin, resource_type="broker", name="1"):

@@ -8,14 +8,16 @@ import asyncio
 import uuid
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigResource, ConfigSource
 
+from tests.admin_calls import incremental_alter
 from tidelog.core.errors import ErrorCode
 from tidelog.group.shard import ConsumerHeartbeat, GroupConfig, GroupShard
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 from tidelog.testing import Broker
+
 
 SET, DELETE, APPEND = AlterConfigOpType.SET, AlterConfigOpType.DELETE, AlterConfigOpType.APPEND
 GROUP_CONFIG, DEFAULT = ConfigSource.GROUP_CONFIG.value, ConfigSource.DEFAULT_CONFIG.value
@@ -33,13 +35,7 @@ def admin(broker):
 
 
 def alter(admin, group, *changes):
-    resource = ConfigResource("group", group, incremental_configs=[
-        ConfigEntry(key, value, incremental_operation=op) for op, key, value in changes])
-    try:
-        admin.incremental_alter_configs([resource])[resource].result(30)
-    except KafkaException as e:
-        return e.args[0].code(), e.args[0].str()
-    return None
+    return incremental_alter(admin, "group", group, changes)
 
 
 def described(admin, group):
