@@ -109,6 +109,9 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
               lambda v: v in ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
     ConfigDef("socket.request.max.bytes", int, 100 * 1024 * 1024, _positive),
     ConfigDef("connections.max.idle.ms", int, 600_000, _positive),
+    # Client quotas (broker/quotas.py): the rate is measured over quota.window.num samples.
+    ConfigDef("quota.window.num", int, 11, _positive),
+    ConfigDef("quota.window.size.seconds", int, 1, _positive),
     # Resource limits of the listeners (docs/security.md).
     ConfigDef("queued.max.request.bytes", int, 100 * 1024 * 1024, lambda v: v == -1 or v > 0,
               "bytes of requests being read, shared by a server's connections; -1 unbounded (Kafka's "

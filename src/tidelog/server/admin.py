@@ -35,6 +35,9 @@ from tidelog.controller.acl_control import AclBinding, AclFilter
 from tidelog.controller.feature_control import UpgradeType
 from tidelog.controller.result import ApiError
 from tidelog.controller.scram_control import ScramUpsertion
+from tidelog.controller.client_quota_control import ClientQuotaAlteration
+from tidelog.metadata.client_quotas import QuotaFilterError, quota_entity
+from tidelog.metadata.client_quotas import describe as describe_client_quotas
 from tidelog.metadata.authorizer import CLUSTER_NAME, AclOperation, ResourceType, matches_filter
 from tidelog.controller.config_defs import CLUSTER_CONFIGS, GROUP_CONFIGS, TOPIC_CONFIGS
 from tidelog.controller.topics import validate_topic_name
@@ -177,6 +180,8 @@ class AdminApis:
         dispatcher.register(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, self.handle_alter_user_scram_credentials, 0, 0)
         dispatcher.register(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
                             self.handle_describe_user_scram_credentials, 0, 0)
+        dispatcher.register(ApiKey.ALTER_CLIENT_QUOTAS, self.handle_alter_client_quotas, 0, 1)
+        dispatcher.register(ApiKey.DESCRIBE_CLIENT_QUOTAS, self.handle_describe_client_quotas, 0, 1)
 
     @property
     def controller(self):
@@ -663,6 +668,26 @@ class AdminApis:
                             "credential_infos": sorted(by_user[name], key=lambda c: c["mechanism"])})
         return {"throttle_time": 0, "error_code": 0, "error_message": None, "results": results}
 
+    # ----------------------------------------------------------------- client quotas (KIP-546)
+
+    def handle_alter_client_quotas(self, header, request):
+        results = self.controller.alter_client_quotas(_quota_alterations(request), bool(request.validate_only))
+        self.broker.publish()
+        return {"throttle_time": 0, "entries": [
+            {"error_code": int(error.error_code), "error_message": error.message,
+             "entity": [{"entity_type": t, "entity_name": n} for t, n in entity]} for entity, error in results]}
+
+    def handle_describe_client_quotas(self, header, request):
+        """From this node's metadata image (Kafka's ClientQuotasImage.describe)."""
+        components = [(c.entity_type, int(c.match_type), c.match) for c in request.components]
+        try:
+            matched = describe_client_quotas(self.broker.image.client_quotas, components, bool(request.strict))
+        except QuotaFilterError as e:
+            return {"throttle_time": 0, "error_code": int(e.error_code), "error_message": e.message, "entries": None}
+        return {"throttle_time": 0, "error_code": 0, "error_message": None, "entries": [
+            {"entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+             "values": [{"key": k, "value": v} for k, v in sorted(values.items())]} for entity, values in matched]}
+
     def auto_create(self, topics: list[CreatableTopic]) -> dict[str, ErrorCode]:
         """Create topics for Metadata's auto-creation (and the internal topics the
         coordinators create on first use); returns errors by name."""
@@ -675,6 +700,13 @@ class AdminApis:
             elif result.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 out[result.name] = result.error_code
         return out
+
+
+def _quota_alterations(request) -> list[ClientQuotaAlteration]:
+    """AlterClientQuotas' entries as the controller's alterations (a removal: value None)."""
+    return [ClientQuotaAlteration(tuple((e.entity_type, e.entity_name) for e in entry.entity),
+                                  tuple((op.key, None if op.remove else float(op.value)) for op in entry.ops))
+            for entry in request.entries]
 
 
 def _delete_topics_entries(request) -> tuple[list[str], list, list[dict]]:
@@ -810,6 +842,21 @@ class ForwardingAdminApis(AdminApis):
             # The next login must see the change: wait until this broker's image has it.
             await self.broker.wait_for_metadata(lambda image: upserted <= set(image.scram_credentials)
                                                 and not deleted & set(image.scram_credentials))
+            return response
+        return forward()
+
+    def handle_alter_client_quotas(self, header, request):
+        async def forward():
+            response = await self.broker.channel.forward(header.api_key, header.api_version, request)
+            if request.validate_only:
+                return response
+            done = {quota_entity((e.entity_type, e.entity_name) for e in r.entity)
+                    for r in response.entries if int(getattr(r.error_code, "value", r.error_code)) == 0}
+            wanted = [(quota_entity(a.entity), key, value) for a in _quota_alterations(request)
+                      if quota_entity(a.entity) in done for key, value in a.ops]
+            # The next request through this broker must meet the new quotas.
+            await self.broker.wait_for_metadata(lambda image: all(
+                image.client_quotas.get(entity, {}).get(key) == value for entity, key, value in wanted))
             return response
         return forward()
 

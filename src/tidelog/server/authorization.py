@@ -158,6 +158,8 @@ WHOLE_REQUEST: dict[int, Callable[[object], list[Need]]] = {
     ApiKey.DESCRIBE_ACLS: _cluster(AclOperation.DESCRIBE),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster(AclOperation.DESCRIBE),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster(AclOperation.ALTER),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: _cluster(AclOperation.DESCRIBE_CONFIGS),
+    ApiKey.ALTER_CLIENT_QUOTAS: _cluster(AclOperation.ALTER_CONFIGS),
     # The nodes' own APIs (Kafka's ControllerApis): only a principal with CLUSTER_ACTION
     # on the cluster — the nodes, as super users — may register, heartbeat, change an
     # ISR, take producer ids or take part in the quorum.

@@ -103,6 +103,11 @@ def not_controller_answer(api_key: int, request) -> dict:
         names = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
         return {"throttle_time": 0, "results": [{"user": n, "error_code": code, "error_message": message}
                                                 for n in names]}
+    if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
+        return {"throttle_time": 0, "entries": [
+            {"error_code": code, "error_message": message,
+             "entity": [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]}
+            for entry in request.entries]}
     if api_key in (ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CONFIGS):
         return {"throttle_time": 0, "responses": [{"error_code": code, "error_message": message,
                                            "resource_type": r.resource_type, "resource_name": r.resource_name}

@@ -69,6 +69,9 @@ class Dispatcher:
         self.rejected_log = RateLimitedLog(log)
         # The node's committed metadata image, for ApiVersions' finalized features (runtime.py).
         self.metadata_image: Callable[[], object] | None = None
+        # Client quotas (server/quotas.py QuotaEnforcer): records each request's usage and
+        # throttles (throttle_time_ms in the answer, the connection muted); None: no quotas.
+        self.quotas = None
         self.register(ApiKey.API_VERSIONS, self._api_versions, 0, 4)
 
     def register(self, api_key: int, handler: Handler, min_version: int, max_version: int) -> None:
@@ -96,6 +99,10 @@ class Dispatcher:
         observer = self.observer
         started = perf_counter() if observer is not None else 0.0
         request = decode_request(header, frame, body_offset)
+        quotas = self.quotas
+        if quotas is not None:
+            request = quotas.before(header, request, connection)
+            handling = perf_counter()
         token = client_host.set(getattr(connection, "host", ""))
         # Only SASL handlers and ACL checks ask for the connection: a plain listener's hot
         # path (Produce, Fetch) does not pay for setting it.
@@ -113,6 +120,12 @@ class Dispatcher:
             client_host.reset(token)
             if connection_token is not None:
                 current_connection.reset(connection_token)
+        if quotas is not None:
+            handled_ms = (perf_counter() - handling) * 1000.0
+            if result is None or isinstance(result, dict):
+                result = quotas.after(header, request, len(frame), result, handled_ms, connection)
+            else:
+                result = _after(quotas, header, request, len(frame), result, handled_ms, connection)
         if result is None or isinstance(result, dict):
             response = None if result is None else encode_response(header, result)
             if observer is not None:
@@ -184,6 +197,11 @@ def _api_name(api_key: int) -> str:
         return ApiKey(api_key).name
     except ValueError:
         return f"API key {api_key}"
+
+
+async def _after(quotas, header, request, request_bytes, awaitable, handled_ms, connection):
+    """A delayed answer's quotas, once it is there (its wait in a purgatory is not handling time)."""
+    return quotas.after(header, request, request_bytes, await awaitable, handled_ms, connection)
 
 
 async def _encode_later(header: RequestHeader, awaitable, observer=None, request=None,

@@ -158,12 +158,27 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {name: (kind, labels, tex
     ("kafka_server_raft_metrics_current_vote", "gauge", (), "Whom this voter voted for in the epoch (-1: none)"),
     ("kafka_server_raft_metrics_high_watermark", "gauge", (), "The quorum's high watermark (commit index)"),
     ("kafka_server_raft_metrics_log_end_offset", "gauge", (), "This controller's metadata log end offset"),
+    # kafka.server:type=Produce|Fetch|Request,user=…,client-id=… (client quotas, server/quotas.py); the
+    # labels are the quota entity's (user "" for a client-id quota, client_id "" for a user quota)
+    ("kafka_server_produce_byte_rate", "gauge", ("user", "client_id"), "Produce request bytes per second"),
+    ("kafka_server_produce_throttle_time", "gauge", ("user", "client_id"),
+     "Average ms a throttled Produce was throttled for producer_byte_rate"),
+    ("kafka_server_fetch_byte_rate", "gauge", ("user", "client_id"), "Consumer Fetch record bytes per second"),
+    ("kafka_server_fetch_throttle_time", "gauge", ("user", "client_id"),
+     "Average ms a throttled Fetch was throttled for consumer_byte_rate"),
+    ("kafka_server_request_request_time", "gauge", ("user", "client_id"),
+     "Request handling time, percent of one thread"),
+    ("kafka_server_request_throttle_time", "gauge", ("user", "client_id"),
+     "Average ms a throttled request was throttled for request_percentage"),
+    ("kafka_server_produce_queue_size", "gauge", (), "Connections muted for a client quota now"),
 ]}
 
 REQUEST_METRICS = tuple(name for name in METRICS if name.startswith("kafka_network_"))
 CONTROLLER_METRICS = tuple(name for name in METRICS if name.startswith(("kafka_controller_",
                                                                           "kafka_server_raft_metrics_")))
-BROKER_METRICS = tuple(name for name in METRICS if name not in REQUEST_METRICS + CONTROLLER_METRICS)
+QUOTA_METRICS = tuple(name for name in METRICS if name.startswith(("kafka_server_produce_", "kafka_server_fetch_",
+                                                                    "kafka_server_request_")))
+BROKER_METRICS = tuple(name for name in METRICS if name not in REQUEST_METRICS + CONTROLLER_METRICS + QUOTA_METRICS)
 
 _FAMILIES = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily, "histogram": HistogramMetricFamily}
 

@@ -383,6 +383,9 @@ class Connection:
         self.principal = "User:ANONYMOUS"      # the TLS client certificate's, on an SSL listener
         self.sasl = None                       # a SaslSession on a SASL listener
         self.close_after_response = False      # a failed authentication: answer, then close
+        # Client quotas (server/quotas.py): no request is read before this loop time (s).
+        self.muted_until = 0.0
+        self._muted_by = None
         # The listener's log of rejected requests (shared by its connections).
         self.rejected_log = rejected_log if rejected_log is not None else RateLimitedLog(log)
 
@@ -416,6 +419,8 @@ class Connection:
                 frame = await self._read_body(size, request)
                 if frame is None:
                     return
+                if self.muted_until:
+                    await self._wait_unmuted()
                 try:
                     header, body_offset = parse_request_header(frame)
                     response = self._dispatch(header, frame, body_offset, self)
@@ -427,6 +432,24 @@ class Connection:
                 self._pool.finish(request)
             if response is not None:
                 await self._pending.put(response)
+
+    def mute(self, throttle_ms: int, by=None) -> None:
+        """Read no request for ``throttle_ms`` (Kafka mutes a throttled client's channel)."""
+        until = asyncio.get_running_loop().time() + throttle_ms / 1000
+        if until > self.muted_until:
+            if not self.muted_until and by is not None:
+                by.throttled_channels += 1
+                self._muted_by = by
+            self.muted_until = until
+
+    async def _wait_unmuted(self) -> None:
+        loop = asyncio.get_running_loop()
+        while (delay := self.muted_until - loop.time()) > 0:
+            await asyncio.sleep(delay)
+        self.muted_until = 0.0
+        if self._muted_by is not None:
+            self._muted_by.throttled_channels -= 1
+            self._muted_by = None
 
     async def _read_body(self, size: int, request: object) -> bytes | None:
         """The ``size`` bytes of a request, memory taken from the pool before each
@@ -488,6 +511,9 @@ class Connection:
         if not self.closed:
             self.closed = True
             self.writer.close()
+            if self._muted_by is not None:          # closed while muted
+                self._muted_by.throttled_channels -= 1
+                self._muted_by = None
 
 
 def address_problem(host: str, port: int) -> str | None:

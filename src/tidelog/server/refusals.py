@@ -130,6 +130,8 @@ _MIRRORS: dict[int, Mirror] = {
     ApiKey.OFFSET_DELETE: _root(_topics()),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _root(_m("users", "results", "user=name")),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _root(_m("deletions+upsertions", "results", "user=name", unique=True)),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: _root(),
+    ApiKey.ALTER_CLIENT_QUOTAS: _root(_m("entries", "entries", "", _m("entity", "entity", "entity_type entity_name"))),
     ApiKey.VOTE: _RAFT,
     ApiKey.BEGIN_QUORUM_EPOCH: _RAFT,
     ApiKey.END_QUORUM_EPOCH: _RAFT,

@@ -88,6 +88,8 @@ from tidelog.server.sasl import SaslAuthenticator, listener_jaas
 from tidelog.server.sasl_apis import SaslApis
 from tidelog.protocol.client import ClientSecurity
 from tidelog.server.metrics import ServerMetrics
+from tidelog.server.quotas import QuotaCollector, QuotaEnforcer
+from tidelog.broker.quotas import ClientQuotas
 from tidelog.server.state import StateChangeLog
 from tidelog.server.network import Listener, ServerLimits, address_problem, raise_open_file_limit
 from tidelog.server.storage_format import META_PROPERTIES, StorageFormatError, format_log_dirs
@@ -390,6 +392,12 @@ class Server:
             self.txn_apis.may_describe = self.authorizer.visible(ResourceType.TRANSACTIONAL_ID)
         kafka_apis.produce.txn = self.txn_apis.requests     # KIP-890 verification, if enabled
         self.admin.register(self.dispatcher)
+        # Client quotas (KIP-13/124; server/quotas.py): from the metadata image, on the client listener.
+        self.dispatcher.quotas = QuotaEnforcer(
+            ClientQuotas(config["quota.window.num"], config["quota.window.size.seconds"]), self.clock,
+            lambda: self.image.client_quotas)
+        if self.metrics is not None:
+            self.metrics.registry.register(QuotaCollector(self.dispatcher.quotas))
         # DescribeQuorum on the client listener, as Kafka's brokers forward it
         # (kafka-metadata-quorum --bootstrap-server): answered by the quorum leader.
         self.dispatcher.register(ApiKey.DESCRIBE_QUORUM, self._describe_quorum, 0, 2)
