@@ -33,8 +33,10 @@ class Shard:
         self.calls.append(("verify", producer_id, producer_epoch, tuple(partitions)))
         return {tp: self.verdict for tp in partitions}
 
-    def add_partitions(self, transactional_id, producer_id, producer_epoch, partitions, now_ms, respond):
-        self.calls.append(("add", producer_id, producer_epoch, tuple(sorted(partitions))))
+    def add_partitions(self, transactional_id, producer_id, producer_epoch, partitions, now_ms, respond,
+                       client_transaction_version=0):
+        self.calls.append(("add", producer_id, producer_epoch, tuple(sorted(partitions)),
+                           client_transaction_version))
         respond(self.verdict)
 
 
@@ -57,7 +59,8 @@ class Coordinator:
 
 def node(shard, leader_of_coordinator=1, ongoing=()):
     appended = []
-    log = SimpleNamespace(ongoing_transactions=lambda: set(ongoing))
+    # ongoing: the (producer id, epoch) of each transaction open in the partition
+    log = SimpleNamespace(has_ongoing_transaction=lambda producer_id, epoch: (producer_id, epoch) in ongoing)
     partition = SimpleNamespace(log=log, is_leader=True)
     replica_manager = SimpleNamespace(
         get_partition=lambda tp: partition, appended=appended,
@@ -71,9 +74,10 @@ def node(shard, leader_of_coordinator=1, ongoing=()):
                            txn_coordinator=Coordinator(shard), replica_manager=replica_manager, image=image)
 
 
-def produce(layer, records, transactional_id="app"):
+def produce(layer, records, transactional_id="app", add_partitions=False):
     answers = []
-    layer.handle_produce(ProduceRequest(-1, 1000, records, transactional_id), answers.append)
+    layer.handle_produce(ProduceRequest(-1, 1000, records, transactional_id, add_partitions=add_partitions),
+                         answers.append)
     return answers
 
 
@@ -117,8 +121,44 @@ def test_short_or_unreadable_batches_are_left_to_the_append_not_verified():
 
 def test_an_open_transaction_in_the_partition_needs_no_verification():
     shard = Shard(ErrorCode.INVALID_TXN_STATE)
-    _, layer, _, _ = layers(shard, ongoing={PRODUCER_ID})
+    _, layer, _, _ = layers(shard, ongoing={(PRODUCER_ID, EPOCH)})
     assert produce(layer, {TP: txn_batch()})[0][TP]["error_code"] == 0 and shard.calls == []
+    assert produce(layer, {TP: txn_batch()}, add_partitions=True)[0][TP]["error_code"] == 0 and shard.calls == []
+
+
+def test_a_transaction_version_2_produce_has_the_coordinator_add_the_partition():
+    # Produce v12+ (KIP-890 part 2): the client sent no AddPartitionsToTxn; the leader adds
+    # the partition, also with verification switched off. A transaction open at an older
+    # epoch is the previous one (its marker not written yet), not this batch's.
+    shard = Shard()
+    n, layer, _, _ = layers(shard, ongoing={(PRODUCER_ID, EPOCH - 1)})
+    n.config["transaction.partition.verification.enable"] = False
+    assert produce(layer, {TP: txn_batch()})[0][TP]["error_code"] == 0 and shard.calls == []
+    assert produce(layer, {TP: txn_batch()}, add_partitions=True)[0][TP]["error_code"] == 0
+    assert shard.calls == [("add", PRODUCER_ID, EPOCH, (TP,), 2)]
+
+
+def test_an_add_the_coordinator_cannot_do_yet_is_retriable_for_the_producer():
+    # CONCURRENT_TRANSACTIONS: the previous transaction's markers are being written.
+    n, layer, _, _ = layers(Shard(ErrorCode.CONCURRENT_TRANSACTIONS))
+    answers = produce(layer, {TP: txn_batch()}, add_partitions=True)
+    assert answers[0][TP]["error_code"] == int(ErrorCode.NOT_ENOUGH_REPLICAS)
+    assert n.replica_manager.appended == [(-1, 1000, {}, {})]
+    # A verification (part 1) passes the coordinator's answer on.
+    n, layer, _, _ = layers(Shard(ErrorCode.CONCURRENT_TRANSACTIONS))
+    assert produce(layer, {TP: txn_batch()})[0][TP]["error_code"] == int(ErrorCode.CONCURRENT_TRANSACTIONS)
+
+
+def test_txn_offset_commit_v5_adds_the_offsets_partition_and_maps_the_errors():
+    offsets = TopicPartition("__consumer_offsets", 3)
+    for verdict, expected in ((ErrorCode.NONE, ErrorCode.NONE),
+                              (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH),
+                              (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_NOT_AVAILABLE)):
+        shard = Shard(verdict)
+        _, _, txn, _ = layers(shard)
+        answers = []
+        txn.add_offsets_partition("app", PRODUCER_ID, EPOCH, offsets, answers.append)
+        assert shard.calls == [("add", PRODUCER_ID, EPOCH, (offsets,), 2)] and answers == [expected]
 
 
 def test_a_remote_coordinator_is_asked_through_an_effect_and_silence_is_retriable():
@@ -168,7 +208,7 @@ def test_verify_only_false_has_the_coordinator_add_the_partitions():
     _, _, txn, _ = layers(shard)
     verdicts = []
     txn.verify("app", {TP: (PRODUCER_ID, EPOCH)}, verdicts.append, verify_only=False)
-    assert shard.calls == [("add", PRODUCER_ID, EPOCH, (TP,))] and verdicts == [{TP: ErrorCode.NONE}]
+    assert shard.calls == [("add", PRODUCER_ID, EPOCH, (TP,), 2)] and verdicts == [{TP: ErrorCode.NONE}]
 
 
 def test_markers_for_another_leader_leave_as_an_effect_with_the_request_timeout():

@@ -48,7 +48,6 @@ _NOT_SERVED = ("APIs tidelog does not serve, so does not advertise: SASL on a PL
                "changes, streams groups (docs/interop.md, Known differences)")
 _NEWER = "a version newer than tidelog implements"
 _FEATURES = ("tidelog advertises only the feature levels it implements (ApiVersions, kafka-features): "
-             "transaction.version 1 (KIP-890 part 2 is not implemented; Kafka 4 producers would use it at 2), "
              "share.version 0 (no share groups), streams.version 0 (no KIP-1071 streams groups), kraft.version 0 "
              "(static controller voters); docs/controller.md, Finalized features")
 _ELR = ("Kafka 4 with eligible leader replicas (KIP-966, on by default in a new cluster) writes a cluster-wide "
@@ -65,14 +64,10 @@ ALLOWED: dict[str, str] = {
         f"DescribeGroups v6 (GROUP_ID_NOT_FOUND for an unknown group, KIP-1043): {_NEWER}",
     "api_versions@* api_versions.api_keys[18].max_version":
         "ApiVersions v5 (cluster and node id checks, KIP-1242): kio 0.6, tidelog's codec, has no schema for it",
-    "api_versions@* api_versions.api_keys[24].max_version":
-        f"AddPartitionsToTxn v5 (TRANSACTION_ABORTABLE, KIP-890): {_NEWER}",
-    "api_versions@* api_versions.api_keys[26].max_version":
-        f"EndTxn v5 (an epoch bump with every transaction, KIP-890 part 2): {_NEWER}",
     "api_versions@* api_versions.api_keys[27].max_version":
         f"WriteTxnMarkers v2 (the marker's transaction version, KIP-1228): {_NEWER}",
     "api_versions@* api_versions.api_keys[28].max_version":
-        "TxnOffsetCommit v5 (KIP-890 part 2) is newer than tidelog implements; v6 (topic ids) has no schema in kio",
+        "TxnOffsetCommit v6 (topic ids) has no schema in kio, tidelog's codec",
     "api_versions@* api_versions.api_keys[35].max_version": f"DescribeLogDirs v5 (IsCordoned): {_NEWER}",
     "api_versions@* api_versions.api_keys[42].max_version":
         "DeleteGroups v3 (an error message per group): kio has no schema for it",
@@ -80,7 +75,6 @@ ALLOWED: dict[str, str] = {
         f"ListTransactions v2 (a transactional id pattern, KIP-1152): {_NEWER}",
     "api_versions@* api_versions.api_keys[*] (only Kafka)": _NOT_SERVED,
     "api_versions@high api_versions.supported_features[*].max_version": _FEATURES,
-    "api_versions@high api_versions.finalized_features[transaction.version].*": _FEATURES,
     "api_versions@high api_versions.finalized_features[*] (only Kafka)": _FEATURES,
     # Metadata.
     "metadata@low metadata.topics[conformance-absent-low]*":

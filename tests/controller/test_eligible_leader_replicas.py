@@ -272,11 +272,11 @@ def test_update_features_is_checked_against_the_controller_and_every_broker():
     env = ControllerTestEnv(bootstrap_features={"metadata.version": 33, **ELR_ON})
     env.register(0, features=[BrokerFeature("metadata.version", 7, 33),
                               BrokerFeature("eligible.leader.replicas.version", 0, 1),
-                              BrokerFeature("transaction.version", 0, 2)])
-    error = env.controller.update_features({"transaction.version": 2})
+                              BrokerFeature("share.version", 0, 1)])
+    error = env.controller.update_features({"share.version": 1})
     assert error.error_code == ErrorCode.INVALID_UPDATE_VERSION
-    assert error.message == ("Invalid update version 2 for feature transaction.version. "
-                             "Local controller -1 only supports versions 0-1")
+    assert error.message == ("Invalid update version 1 for feature share.version. "
+                             "Local controller -1 only supports versions 0-0")
     error = env.controller.update_features({"group.version": 1})       # broker 0 does not list it
     assert error.message == ("Invalid update version 1 for feature group.version. "
                              "Broker 0 only supports versions 0-0")

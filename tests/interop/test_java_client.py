@@ -3,9 +3,15 @@ the producer (acks, codecs, headers, idempotence, transactions), the consumer (c
 KIP-848 groups, regex subscriptions, commits, seek, pause/resume, read_committed) and the
 AdminClient, through one JVM for the module (tests/interop/java_driver.py)."""
 
+import glob
+import json
+import os
+import re
 import time
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.interop.conftest import GROUP_SETTINGS
 from tests.interop.java_driver import JavaError
@@ -14,8 +20,22 @@ from tidelog.testing import Broker
 
 @pytest.fixture(scope="module")
 def broker():
-    with Broker(overrides=GROUP_SETTINGS) as running:
+    with Broker(overrides={**GROUP_SETTINGS, "metrics.port": "0"}) as running:
         yield running
+
+
+def requests_answered(broker) -> dict[tuple[str, int], float]:
+    """(request name, version) -> how many the broker answered (its Prometheus endpoint)."""
+    text = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
+    return {(s.labels["request"], int(s.labels["version"])): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples
+            if s.name == "kafka_network_requestmetrics_requests_total"}
+
+
+def sent_since(before: dict, after: dict, request: str) -> dict[int, float]:
+    """{version: count} of ``request`` answered between two ``requests_answered``."""
+    return {version: count - before.get((name, version), 0) for (name, version), count in after.items()
+            if name == request and count > before.get((name, version), 0)}
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +175,89 @@ def test_transactions_commit_and_abort_and_read_committed_sees_only_committed(ja
         "COMPLETE_COMMIT", "PREPARE_COMMIT")
 
 
+def transaction_log(java, broker, transactional_id) -> list[dict]:
+    """The ``__transaction_state`` records of ``transactional_id``, as Kafka's own
+    DumpLogSegments --transaction-log-decoder reads them from the broker's segments."""
+    records = []
+    for segment in sorted(glob.glob(os.path.join(broker.data_dir, "data", "__transaction_state-*", "*.log"))):
+        dumped = java.tool("DumpLogSegments", "--files", segment, "--transaction-log-decoder")
+        assert dumped.exit_code == 0, dumped.stderr
+        for key, payload in re.findall(r"key: (\{.*?\}) payload: (\{.*\})", dumped.stdout):
+            if json.loads(key)["data"]["transactionalId"] == transactional_id:
+                records.append(json.loads(payload)["data"])
+    return records
+
+
+def test_transaction_version_2_bumps_the_epoch_with_every_commit_and_abort(java, admin, broker):
+    """KIP-890 part 2: the broker finalizes transaction.version 2, so the producer sends
+    EndTxn v5 and Produce v12+, no AddPartitionsToTxn, and every commit or abort moves it
+    to the next epoch — in the coordinator, its log and the partitions' markers."""
+    topic, transactional_id = "java-tv2", "java-tv2-id"
+    create_topic(java, topic, partitions=2)
+    before = requests_answered(broker)
+    transactional(java, broker, "tv2", transactional_id)
+    first = java.call("admin.describeTransactions", ids=[transactional_id])[transactional_id]["producer_epoch"]
+    outcomes = ["commit" if i % 3 != 2 else "abort" for i in range(12)]
+    for i, outcome in enumerate(outcomes):
+        java.call("producer.beginTransaction", name="tv2")
+        java.call("producer.send", name="tv2", topic=topic, records=[
+            {"value": f"{outcome}-{i}-{p}", "partition": p} for p in (0, 1)])
+        java.call(f"producer.{outcome}Transaction", name="tv2")
+        described = java.call("admin.describeTransactions", ids=[transactional_id])[transactional_id]
+        assert described["producer_epoch"] == first + i + 1, (i, described)
+    java.call("producer.close", name="tv2")
+    sent = {request: sent_since(before, requests_answered(broker), request)
+            for request in ("EndTxn", "AddPartitionsToTxn", "Produce")}
+    assert sent["EndTxn"] == {5: len(outcomes)} and sent["AddPartitionsToTxn"] == {}
+    assert min(sent["Produce"]) >= 12
+    # The coordinator's log, read by Kafka's tool: one PREPARE per transaction, each at the
+    # next epoch, stamped with the client's transaction version.
+    prepared = [(r["transactionStatus"], r["producerEpoch"], r.get("clientTransactionVersion"))
+                for r in transaction_log(java, broker, transactional_id) if r["transactionStatus"].startswith("Prepare")]
+    assert prepared == [("PrepareCommit" if o == "commit" else "PrepareAbort", first + i + 1, 2)
+                        for i, o in enumerate(outcomes)]
+    # Each partition's last marker carries the last bumped epoch.
+    for p in (0, 1):
+        [state] = java.call("admin.describeProducers", partitions=[[topic, p]])[f"{topic}-{p}"]
+        assert state["producer_epoch"] == first + len(outcomes) and state["current_transaction_start_offset"] is None
+    committed = read_back(java, broker, [[topic, 0], [topic, 1]], 16, **{"isolation.level": "read_committed"})
+    assert sorted(r["value"] for r in committed) == sorted(
+        f"commit-{i}-{p}" for i, o in enumerate(outcomes) if o == "commit" for p in (0, 1))
+
+
+def test_a_zombie_whose_last_transaction_committed_is_fenced_by_the_new_instance(java, admin, broker):
+    """Transaction version 2: the old instance's epoch has already moved with its commits;
+    the new one's InitProducerId moves it again, and every later write or EndTxn of the old
+    instance is fenced — by the coordinator (EndTxn v5, the leader's add) and the partition."""
+    topic, transactional_id = "java-tv2-zombie", "java-tv2-zombie-id"
+    create_topic(java, topic)
+    transactional(java, broker, "old", transactional_id)
+    for i in range(3):
+        java.call("producer.beginTransaction", name="old")
+        java.call("producer.send", name="old", topic=topic, records=[{"value": f"old-{i}"}])
+        java.call("producer.commitTransaction", name="old")
+    old_epoch = java.call("admin.describeTransactions", ids=[transactional_id])[transactional_id]["producer_epoch"]
+    transactional(java, broker, "new", transactional_id)
+    described = java.call("admin.describeTransactions", ids=[transactional_id])[transactional_id]
+    assert described["producer_epoch"] == old_epoch + 1 and described["state"] == "EMPTY"
+    java.call("producer.beginTransaction", name="old")
+    [late] = java.call("producer.send", name="old", topic=topic, records=[{"value": "late-zombie"}])
+    assert late["error"] == "InvalidProducerEpochException"
+    with pytest.raises(JavaError) as commit:
+        java.call("producer.commitTransaction", name="old")
+    assert commit.value.kind == "InvalidProducerEpochException"
+    with pytest.raises(JavaError) as abort:
+        java.call("producer.abortTransaction", name="old")
+    assert abort.value.kind == "ProducerFencedException"
+    java.call("producer.close", name="old")
+    java.call("producer.beginTransaction", name="new")
+    java.call("producer.send", name="new", topic=topic, records=[{"value": "new-0"}])
+    java.call("producer.commitTransaction", name="new")
+    java.call("producer.close", name="new")
+    got = read_back(java, broker, [[topic, 0]], 4, **{"isolation.level": "read_committed"})
+    assert [r["value"] for r in got] == ["old-0", "old-1", "old-2", "new-0"]
+
+
 def test_a_second_producer_with_the_same_transactional_id_fences_the_zombie(java, admin, broker):
     topic = "java-zombie"
     create_topic(java, topic)
@@ -193,6 +296,7 @@ def test_consume_transform_produce_commits_offsets_with_the_transaction(java, ad
     records = java.call("consumer.poll", name="eos", count=20, timeout_ms=20_000)["records"]
     assert len(records) == 20
     transactional(java, broker, "eos-tx", "java-eos-tx")
+    before = requests_answered(broker)
 
     def transform(batch, commit: bool):
         java.call("producer.beginTransaction", name="eos-tx")
@@ -214,6 +318,11 @@ def test_consume_transform_produce_commits_offsets_with_the_transaction(java, ad
     assert java.call("consumer.committed", name="eos", partitions=partitions) == {f"{source}-0": 10,
                                                                                    f"{source}-1": 10}
     assert java.call("admin.listConsumerGroupOffsets", group=group) == {f"{source}-0": 10, f"{source}-1": 10}
+    # Transaction version 2: TxnOffsetCommit v5, whose offsets partition the group coordinator
+    # adds to the transaction itself; no AddOffsetsToTxn, no AddPartitionsToTxn.
+    after = requests_answered(broker)
+    assert sent_since(before, after, "TxnOffsetCommit") == {5: 2}
+    assert sent_since(before, after, "AddOffsetsToTxn") == {} and sent_since(before, after, "AddPartitionsToTxn") == {}
     java.call("consumer.close", name="eos")
     java.call("producer.close", name="eos-tx")
     out = read_back(java, broker, [[sink, 0], [sink, 1]], 20, **{"isolation.level": "read_committed"})

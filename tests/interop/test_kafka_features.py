@@ -39,8 +39,7 @@ def test_a_new_cluster_finalizes_kafka_4_4_defaults_capped_at_what_tidelog_imple
             "metadata.version": ("3.3-IV3", "4.4-IV2", "4.4-IV2"),
             "share.version": ("0", "0", "0"),
             "streams.version": ("0", "0", "0"),
-            # Not 2: Kafka 4 producers would switch to KIP-890 part 2, which tidelog lacks.
-            "transaction.version": ("0", "1", "1"),
+            "transaction.version": ("0", "2", "2"),            # KIP-890 part 2, as Kafka 4.4
         }
         assert len({f["Epoch"] for f in features.values()}) == 1 and int(features["group.version"]["Epoch"]) > 0
 
@@ -58,10 +57,10 @@ def test_eligible_leader_replicas_can_be_turned_off_and_on_and_unsupported_level
                    "eligible.leader.replicas.version=1").stdout.strip() == \
             "eligible.leader.replicas.version was upgraded to 1."
         assert describe(java, b)["eligible.leader.replicas.version"]["FinalizedVersionLevel"] == "1"
-        refused = run(java, "--bootstrap-server", b, "upgrade", "--feature", "transaction.version=2", expect=1)
-        assert "Invalid update version 2 for feature transaction.version. Local controller 1 only supports " \
-               "versions 0-1" in refused.stdout
-        assert describe(java, b)["transaction.version"]["FinalizedVersionLevel"] == "1"
+        refused = run(java, "--bootstrap-server", b, "upgrade", "--feature", "share.version=1", expect=1)
+        assert "Invalid update version 1 for feature share.version. Local controller 1 only supports " \
+               "versions 0-0" in refused.stdout
+        assert describe(java, b)["share.version"]["FinalizedVersionLevel"] == "0"
 
 
 @pytest.mark.slow

@@ -15,13 +15,15 @@ registers and ApiVersions advertises) and what a new cluster finalizes
     metadata.version                   33 (4.4-IV2)          7-33               33
     kraft.version                      0                     0-0                0 (not a record)
     group.version                      1                     0-1                1
-    transaction.version                2                     0-1                1  (no KIP-890 part 2)
+    transaction.version                2                     0-2                2  (KIP-890 part 2)
     eligible.leader.replicas.version   1                     0-1                1  (KIP-966)
     share.version                      2                     0-0                0  (no share groups)
     streams.version                    1                     0-0                0  (no KIP-1071)
 
-``transaction.version`` 2 must never be finalized here: Kafka 4 Java producers
-switch to KIP-890 part 2 (epoch bumps with every transaction) when they see it.
+``transaction.version`` 2 is what Kafka 4 Java producers look for to switch to
+KIP-890 part 2 (EndTxn v5: an epoch bump with every transaction; the partition
+leaders add partitions for them); clients on older request versions keep the
+old rules, decided per request (docs/transactions.md).
 
 The finalized epoch ApiVersions reports is the metadata offset of the last
 ``FeatureLevelRecord`` (kept by the metadata image). Every accepted update writes
@@ -56,14 +58,14 @@ SUPPORTED_FEATURES: Mapping[str, tuple[int, int]] = {
     METADATA_VERSION: (7, 33),          # 3.3-IV3 .. 4.4-IV2
     "share.version": (0, 0),
     "streams.version": (0, 0),
-    "transaction.version": (0, 1),
+    "transaction.version": (0, 2),
 }
 # What a new cluster finalizes (level 0 = not finalized; kraft.version lives in the Raft log).
 BOOTSTRAP_FEATURES: Mapping[str, int] = {
     ELIGIBLE_LEADER_REPLICAS_VERSION: 1,
     "group.version": 1,
     METADATA_VERSION: 33,
-    "transaction.version": 1,
+    "transaction.version": 2,
 }
 
 

@@ -163,7 +163,8 @@ class KafkaApis:
                 else:
                     records[tp] = data.records if data.records else b""
         return ProduceRequest(int(request.acks), millis(request.timeout), records,
-                              getattr(request, "transactional_id", None), refused), topic_keys
+                              getattr(request, "transactional_id", None), refused,
+                              add_partitions=request.__version__ >= 12), topic_keys
 
     # ------------------------------------------------------------------ fetch
 

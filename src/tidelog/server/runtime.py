@@ -386,6 +386,7 @@ class Server:
                                 kafka_apis.handle_init_producer_id)
         self.txn_apis.channel.security = self.inter_broker_security
         self.txn_apis.register(self.dispatcher)
+        self.txn_apis.register_txn_offset_commit(self.dispatcher, group_apis.handle_txn_offset_commit)
         if self.authorizer is not None:
             group_apis.may_describe = self.authorizer.visible(ResourceType.GROUP)
             group_apis.authorizer = self.authorizer

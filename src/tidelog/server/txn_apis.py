@@ -21,6 +21,7 @@ decodes and encodes, and carries out its effects — ``SendMarkers`` and
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from typing import Awaitable, Callable
 
@@ -38,6 +39,7 @@ from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 from tidelog.protocol.codec import millis
 from tidelog.txn.records import TxnState
+from tidelog.txn.shard import TRANSACTION_VERSION_EPOCH_BUMP
 
 log = logging.getLogger("tidelog.txn")
 
@@ -58,13 +60,41 @@ class TxnApis:
 
     def register(self, dispatcher) -> None:
         dispatcher.register(ApiKey.INIT_PRODUCER_ID, self.handle_init_producer_id, 0, 5)
-        dispatcher.register(ApiKey.ADD_PARTITIONS_TO_TXN, self.handle_add_partitions_to_txn, 0, 4)
+        dispatcher.register(ApiKey.ADD_PARTITIONS_TO_TXN, self.handle_add_partitions_to_txn, 0, 5)
         dispatcher.register(ApiKey.ADD_OFFSETS_TO_TXN, self.handle_add_offsets_to_txn, 0, 4)
-        dispatcher.register(ApiKey.END_TXN, self.handle_end_txn, 0, 4)
+        dispatcher.register(ApiKey.END_TXN, self.handle_end_txn, 0, 5)
         dispatcher.register(ApiKey.WRITE_TXN_MARKERS, self.handle_write_txn_markers, 1, 1)
         dispatcher.register(ApiKey.DESCRIBE_TRANSACTIONS, self.handle_describe_transactions, 0, 0)
         dispatcher.register(ApiKey.LIST_TRANSACTIONS, self.handle_list_transactions, 0, 1)
         dispatcher.register(ApiKey.DESCRIBE_PRODUCERS, self.handle_describe_producers, 0, 0)
+
+    def register_txn_offset_commit(self, dispatcher, group_handler) -> None:
+        """TxnOffsetCommit, served by the group coordinator (``group_handler``); v5 comes
+        from a transaction.version 2 client, whose offsets partition is added to the
+        transaction first (KIP-890 part 2, ``TxnRequests.add_offsets_partition``)."""
+        def handle(header, request):
+            if header.api_version < 5:
+                return group_handler(header, request)
+            return self._txn_offset_commit_v5(header, request, group_handler)
+        dispatcher.register(ApiKey.TXN_OFFSET_COMMIT, handle, 0, 5)
+
+    def _txn_offset_commit_v5(self, header, request, group_handler):
+        offsets_partition = TopicPartition(OFFSETS_TOPIC, self.node.group_coordinator.partition_for(request.group_id))
+        future = asyncio.get_running_loop().create_future()
+        self.requests.add_offsets_partition(request.transactional_id, int(request.producer_id),
+                                            int(request.producer_epoch), offsets_partition,
+                                            lambda error: future.done() or future.set_result(error))
+
+        async def commit():
+            error = await future
+            if error == ErrorCode.NONE:
+                answer = group_handler(header, request)
+                return await answer if inspect.isawaitable(answer) else answer
+            return {"throttle_time": 0, "topics": [
+                {"name": topic.name, "partitions": [{"partition_index": int(p.partition_index),
+                                                     "error_code": int(error)} for p in topic.partitions]}
+                for topic in request.topics]}
+        return commit()
 
     @property
     def coordinator(self):
@@ -147,8 +177,11 @@ class TxnApis:
                     by_topic.setdefault(tp.topic, []).append(
                         {"partition_index": tp.partition, "partition_error_code": int(errors[tp])})
                 slot["topic_results"] = [{"name": n, "results_by_partition": ps} for n, ps in by_topic.items()]
+            # A broker adding partitions (not only verifying) does it for a client that runs
+            # transaction.version 2: it sent Produce v12+ or TxnOffsetCommit v5.
             asked = AddPartitionsToTxn(txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch),
-                                       tuple(tps), bool(txn.verify_only))
+                                       tuple(tps), bool(txn.verify_only),
+                                       0 if txn.verify_only else TRANSACTION_VERSION_EPOCH_BUMP)
             answer = _call(lambda respond, asked=asked: self.requests.add_partitions_to_txn(asked, respond),
                            lambda errors: errors)
             if isinstance(answer, dict):
@@ -185,6 +218,12 @@ class TxnApis:
     # ============================================================ EndTxn
 
     def handle_end_txn(self, header, request):
+        """EndTxn: v5+ is a transaction.version 2 client (an epoch bump with every commit
+        or abort, answered with the producer id and epoch to use next); v0-v4 the old
+        rules. Kafka decides by the request's version too."""
+        if header.api_version >= 5:
+            return self._end_txn_v2(request)
+
         def build(error: ErrorCode) -> dict:
             return {"throttle_time": 0, "error_code": int(_for_old_clients(error, header.api_version, 2))}
         shard = self.coordinator.shard_for(request.transactional_id)
@@ -193,6 +232,34 @@ class TxnApis:
         return _call(lambda respond: shard.end_transaction(
             request.transactional_id, int(request.producer_id), int(request.producer_epoch),
             bool(request.committed), self._now(), respond), build)
+
+    def _end_txn_v2(self, request):
+        def build(error: ErrorCode, producer_id: int = -1, producer_epoch: int = -1) -> dict:
+            return {"throttle_time": 0, "error_code": int(error), "producer_id": producer_id,
+                    "producer_epoch": producer_epoch}
+        transactional_id = request.transactional_id
+
+        async def end():
+            shard = self.coordinator.shard_for(transactional_id)
+            if isinstance(shard, ErrorCode):
+                return build(shard)
+            fresh = -1
+            if shard.epoch_exhausted(transactional_id):
+                # The bump would exhaust the epoch: the commit moves the id to a new producer id.
+                try:
+                    fresh = await self._next_producer_id()
+                except (RuntimeError, OSError, ConnectionError, asyncio.TimeoutError):
+                    return build(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                shard = self.coordinator.shard_for(transactional_id)    # may have moved meanwhile
+                if isinstance(shard, ErrorCode):
+                    return build(shard)
+            future = asyncio.get_running_loop().create_future()
+            shard.end_transaction_v2(transactional_id, int(request.producer_id), int(request.producer_epoch),
+                                     bool(request.committed), fresh, self._now(),
+                                     lambda error, pid, epoch: future.done() or future.set_result(
+                                         build(error, pid, epoch)))
+            return await future
+        return end()
 
     # =================================================== WriteTxnMarkers
 
@@ -339,6 +406,7 @@ class MarkerChannel:
         """AddPartitionsToTxn v4 (KIP-890) to the coordinator; its answer (None: none, or a
         request-level error) to ``on_done``."""
         txn = effect.request
+        # v4 and v5 have one schema; v5 only lets a coordinator answer TRANSACTION_ABORTABLE.
         body = {"transactions": [{"transactional_id": txn.transactional_id, "producer_id": txn.producer_id,
                                   "producer_epoch": txn.producer_epoch, "verify_only": txn.verify_only,
                                   "topics": _topics(txn.partitions, "partitions")}]}

@@ -321,6 +321,14 @@ class Log:
         """Producer id → first offset of its open transaction (DescribeProducers)."""
         return dict(self._producer_state.ongoing)
 
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether the producer has a transaction open here at this epoch (Kafka's
+        ``hasOngoingTransaction``): a TV2 producer's next transaction comes at a bumped
+        epoch, which the partition must not take for the previous, still open one."""
+        entry = self._producer_state.producers.get(producer_id)
+        return (producer_id in self._producer_state.ongoing and entry is not None
+                and entry.producer_epoch == producer_epoch)
+
     @property
     def recovery_point(self) -> int:
         return self._recovery_point

@@ -28,6 +28,29 @@ the log gets its markers; markers that failed are retried after a backoff.
 An ongoing transaction older than its timeout is aborted with the producer's
 epoch bumped, which fences the producer (its next request gets PRODUCER_FENCED).
 
+Transaction versions (KIP-890 part 2). A client on ``transaction.version`` 2
+(Kafka 4's Java producer: EndTxn v5, Produce v12+, TxnOffsetCommit v5) never
+sends AddPartitionsToTxn itself: the partition leader adds each partition on its
+behalf (``add_partitions`` with ``client_transaction_version=2``). Every commit or
+abort bumps its epoch (``end_transaction_v2``): the PREPARE record carries epoch
+e+1, the markers too, and the client is answered the new (producer id, epoch)
+to run its next transaction with — so a zombie's late write at epoch e is fenced
+by the partition (the marker moved it past e) as well as by the coordinator.
+When e+1 would exhaust the epochs, the PREPARE record names a fresh producer id
+(``next_producer_id``) that the COMPLETE record rotates to at epoch 0. A retry
+of an EndTxn already decided comes with the old epoch (e = current - 1, or the
+previous producer id at the last epoch after a rotation) and is answered its
+outcome; any other epoch is PRODUCER_FENCED. Kafka's table for the settled states::
+
+                    abort, retry   abort, current   commit, retry   commit, current
+    Empty           FENCED         bump             FENCED          INVALID_TXN_STATE
+    CompleteAbort   NONE           bump             INVALID_TXN_STATE  INVALID_TXN_STATE
+    CompleteCommit  INVALID_TXN_STATE  bump         NONE            INVALID_TXN_STATE
+
+Clients on versions 0 and 1 (librdkafka, kafka-python, franz-go …: EndTxn v4 and
+below) keep the old rules (``end_transaction``): one epoch for many transactions,
+bumped only by InitProducerId or a timeout.
+
 Two clocks, as in Kafka. ``now_ms``, from the caller, is the coordinator's
 timer clock, a monotonic one: when markers are (re)sent and when the next
 timeout and expiration check runs (Kafka's marker channel and scheduler), so a
@@ -55,6 +78,7 @@ from tidelog.txn.records import TxnLogValue, TxnState, decode_key, decode_value,
 log = logging.getLogger("tidelog.txn")
 
 PRODUCER_EPOCH_MAX = 0x7FFF - 1        # Kafka's Short.MaxValue - 1: then a new producer id
+TRANSACTION_VERSION_EPOCH_BUMP = 2     # the transaction.version from which EndTxn bumps the epoch
 MARKER_RETRY_BACKOFF_MS = 200
 
 _PREPARE_STATES = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
@@ -102,10 +126,22 @@ class TxnMetadata:
     start_ms: int = -1                  # wall time, as stored
     pending: bool = False               # a record for this id is being written
     markers_due_ms: int | None = None   # PREPARE_*: when to (re)send the markers (timer clock)
+    # KIP-890 part 2, stored as tagged fields. previous_producer_id is the producer id
+    # before the last transition (so a retry after a rotation is recognised);
+    # next_producer_id is set only on a TV2 PREPARE record whose epoch is exhausted.
+    previous_producer_id: int = -1
+    next_producer_id: int = -1
+    client_transaction_version: int = 0
 
     def value(self) -> TxnLogValue:
         return TxnLogValue(self.producer_id, self.producer_epoch, self.timeout_ms, self.state,
-                           self.partitions, self.last_update_ms, self.start_ms)
+                           self.partitions, self.last_update_ms, self.start_ms, self.previous_producer_id,
+                           self.next_producer_id, self.client_transaction_version)
+
+    @property
+    def epoch_bumps(self) -> bool:
+        """The client runs transaction.version 2: every EndTxn bumps the epoch."""
+        return self.client_transaction_version >= TRANSACTION_VERSION_EPOCH_BUMP
 
 
 class TxnShard:
@@ -131,7 +167,9 @@ class TxnShard:
         value = decode_value(value_bytes)
         old = self.transactions.get(transactional_id)
         meta = TxnMetadata(transactional_id, value.producer_id, value.producer_epoch, value.timeout_ms,
-                           value.state, value.partitions, value.last_update_ms, value.start_ms)
+                           value.state, value.partitions, value.last_update_ms, value.start_ms,
+                           previous_producer_id=value.previous_producer_id, next_producer_id=value.next_producer_id,
+                           client_transaction_version=value.client_transaction_version)
         # ``pending`` stays False: an id has at most one record not yet replayed (its
         # pending write, kept pending even when the write timed out), and this is it.
         if meta.state in _PREPARE_STATES and not self.loading:
@@ -164,6 +202,8 @@ class TxnShard:
     def _store(self, meta: TxnMetadata, new: TxnMetadata, done: Callable[[ErrorCode], None]) -> None:
         """Write ``new`` as ``meta``'s next state; ``done`` gets the (client-facing) error."""
         meta.pending = True
+        if meta.producer_id >= 0:
+            new = replace(new, previous_producer_id=meta.producer_id)    # Kafka's prevProducerId
 
         def written(error: ErrorCode) -> None:
             current = self.transactions.get(meta.transactional_id)
@@ -232,7 +272,10 @@ class TxnShard:
     # ============================================== AddPartitionsToTxn
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: set[TopicPartition], now_ms: int, respond: Respond) -> None:
+                       partitions: set[TopicPartition], now_ms: int, respond: Respond,
+                       client_transaction_version: int = 0) -> None:
+        """AddPartitionsToTxn / AddOffsetsToTxn from a client (versions 0-1), or a partition
+        leader adding a partition for a TV2 client (``client_transaction_version`` 2)."""
         meta = self.transactions.get(transactional_id)
         error = self._check_producer(meta, producer_id, producer_epoch)
         if error != ErrorCode.NONE:
@@ -242,7 +285,8 @@ class TxnShard:
         ongoing = meta.state == TxnState.ONGOING
         wall_ms = self._wall_ms()
         new = replace(meta, state=TxnState.ONGOING, partitions=(meta.partitions if ongoing else frozenset()) | partitions,
-                      last_update_ms=wall_ms, start_ms=meta.start_ms if ongoing else wall_ms, pending=False)
+                      last_update_ms=wall_ms, start_ms=meta.start_ms if ongoing else wall_ms, pending=False,
+                      client_transaction_version=client_transaction_version)
         self._store(meta, new, respond)
 
     def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -279,10 +323,77 @@ class TxnShard:
             return respond(ErrorCode.CONCURRENT_TRANSACTIONS)
         if meta.state != TxnState.ONGOING:
             return respond(ErrorCode.INVALID_TXN_STATE)
-        self._prepare(meta, prepare_state, meta.producer_epoch, now_ms, respond)
+        self._prepare(meta, replace(meta, state=prepare_state, client_transaction_version=min(
+            meta.client_transaction_version, TRANSACTION_VERSION_EPOCH_BUMP - 1)), now_ms, respond)
 
-    def _prepare(self, meta: TxnMetadata, state: TxnState, epoch: int, now_ms: int, respond: Respond) -> None:
-        new = replace(meta, state=state, producer_epoch=epoch, last_update_ms=self._wall_ms(), pending=False)
+    def epoch_exhausted(self, transactional_id: str) -> bool:
+        """Whether a TV2 EndTxn for this id now would need a fresh producer id (the caller
+        allocates one before ``end_transaction_v2``, which is synchronous)."""
+        meta = self.transactions.get(transactional_id)
+        return meta is not None and meta.producer_epoch >= PRODUCER_EPOCH_MAX
+
+    def end_transaction_v2(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                           fresh_producer_id: int, now_ms: int,
+                           respond: Callable[[ErrorCode, int, int], None]) -> None:
+        """EndTxn v5+ (transaction.version 2): the epoch goes up with every commit or abort,
+        and ``respond(error, producer_id, producer_epoch)`` tells the client what to use
+        next (module docstring). ``fresh_producer_id`` (or -1) is used if the epoch is
+        exhausted."""
+        def refuse(error: ErrorCode) -> None:
+            respond(error, -1, -1)
+        meta = self.transactions.get(transactional_id)
+        if meta is None:
+            return refuse(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        # A retry of an EndTxn this coordinator already decided: the epoch it bumped, or
+        # the producer id it rotated away from at the last epoch.
+        retry_on_bump = meta.producer_id == producer_id and meta.producer_epoch == producer_epoch + 1
+        retry_on_overflow = (meta.previous_producer_id == producer_id and producer_epoch == PRODUCER_EPOCH_MAX
+                             and meta.producer_epoch == 0 and meta.producer_id != producer_id)
+        if meta.producer_id != producer_id and not retry_on_overflow:
+            return refuse(ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        retry = retry_on_bump or retry_on_overflow
+        current = meta.producer_epoch == producer_epoch
+        state = meta.state
+        if state in _PREPARE_STATES:
+            valid = retry_on_bump
+        elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            valid = retry or current
+        else:
+            valid = current
+        if not valid:
+            return refuse(ErrorCode.PRODUCER_FENCED)
+        if meta.pending:
+            return refuse(ErrorCode.CONCURRENT_TRANSACTIONS)
+        prepare_state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        done_state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        if state in _PREPARE_STATES:
+            return refuse(ErrorCode.CONCURRENT_TRANSACTIONS if state == prepare_state else ErrorCode.INVALID_TXN_STATE)
+        if state == done_state and retry:
+            return respond(ErrorCode.NONE, meta.producer_id, meta.producer_epoch)   # decided and written
+        # An abort with nothing open (Empty, or after a completed transaction) still bumps
+        # the epoch: the client may have produced to partitions never added (a refused write).
+        if not (state == TxnState.ONGOING or (not commit and not retry)):
+            return refuse(ErrorCode.INVALID_TXN_STATE)
+        if state not in (TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            return refuse(ErrorCode.INVALID_TXN_STATE)
+        next_producer_id = -1
+        if meta.producer_epoch >= PRODUCER_EPOCH_MAX:
+            if fresh_producer_id < 0:
+                return refuse(ErrorCode.COORDINATOR_NOT_AVAILABLE)      # the caller had none to give
+            next_producer_id = fresh_producer_id
+        wall_ms = self._wall_ms()
+        new = replace(meta, state=prepare_state, producer_epoch=meta.producer_epoch + 1,
+                      next_producer_id=next_producer_id, client_transaction_version=TRANSACTION_VERSION_EPOCH_BUMP,
+                      partitions=meta.partitions if state == TxnState.ONGOING else frozenset(),
+                      start_ms=meta.start_ms if state == TxnState.ONGOING else wall_ms)
+        answer = (next_producer_id, 0) if next_producer_id >= 0 else (meta.producer_id, meta.producer_epoch + 1)
+        self._prepare(meta, new, now_ms, lambda error: respond(error, *(answer if error == ErrorCode.NONE
+                                                                        else (-1, -1))))
+
+    def _prepare(self, meta: TxnMetadata, new: TxnMetadata, now_ms: int, respond: Respond) -> None:
+        """Write the PREPARE record ``new`` (the decision); its markers follow once it committed."""
+        state = new.state
+        new = replace(new, last_update_ms=self._wall_ms(), pending=False)
 
         def prepared(error: ErrorCode) -> None:
             respond(error)
@@ -298,7 +409,8 @@ class TxnShard:
         epoch = meta.producer_epoch + 1 if meta.producer_epoch < PRODUCER_EPOCH_MAX else meta.producer_epoch
         log.info("aborting the transaction of %r (producer %d) and fencing epoch %d",
                  meta.transactional_id, meta.producer_id, meta.producer_epoch)
-        self._prepare(meta, TxnState.PREPARE_ABORT, epoch, now_ms, lambda error: None)
+        self._prepare(meta, replace(meta, state=TxnState.PREPARE_ABORT, producer_epoch=epoch), now_ms,
+                      lambda error: None)
 
     # ========================================================= markers
 
@@ -317,6 +429,10 @@ class TxnShard:
                 return
             done = replace(current, state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
                            partitions=frozenset(), pending=False, last_update_ms=self._wall_ms())
+            if current.next_producer_id >= 0:
+                # A TV2 EndTxn exhausted the epoch: the markers went out at the last epoch
+                # of the old id, the client was told the new id at epoch 0.
+                done = replace(done, producer_id=current.next_producer_id, producer_epoch=0, next_producer_id=-1)
 
             def completed(error: ErrorCode) -> None:
                 if error != ErrorCode.NONE:

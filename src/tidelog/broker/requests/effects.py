@@ -18,13 +18,16 @@ class AddPartitionsToTxn:
     """One transaction of an AddPartitionsToTxn v4+ request (KIP-890), a broker's call
     to a transaction coordinator: with ``verify_only``, whether each partition is in
     the producer's open transaction (part 1); without, add them (part 2, and v3's
-    client request)."""
+    client request). ``client_transaction_version`` is the transaction.version the
+    producer runs: 2 when a partition leader adds a partition for a Produce v12+ or
+    TxnOffsetCommit v5 client, 0 for a client's own AddPartitionsToTxn."""
 
     transactional_id: str
     producer_id: int
     producer_epoch: int
     partitions: tuple[TopicPartition, ...]
     verify_only: bool = True
+    client_transaction_version: int = 0
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,15 @@ Kafka's ``KafkaApis.handleProduceRequest`` and ``ReplicaManager.appendRecords``:
 2. ACLs (WRITE on the topic; on the transactional id too when the request
    carries transactional records), when the driver has an authorizer;
 3. an empty records field is CORRUPT_MESSAGE;
-4. KIP-890: a transactional batch whose producer has no open transaction in a
-   partition this broker leads waits for the coordinator's verdict
+4. KIP-890: a transactional batch whose producer has no open transaction at its
+   epoch in a partition this broker leads waits for the coordinator's verdict
    (``TxnRequests.verify``); a refused partition answers the coordinator's error
    (``produce_error``) and is not appended — a zombie's late batch is refused
-   even by a partition whose history no longer holds the marker that fenced it;
+   even by a partition whose history no longer holds the marker that fenced it.
+   Produce v12+ comes from a transaction.version 2 client, which sends no
+   AddPartitionsToTxn (``add_partitions``): the coordinator is asked to add the
+   partition rather than only to confirm it (part 2), whatever
+   ``transaction.partition.verification.enable`` says;
 5. the rest is appended (``ReplicaManager.append_records``), and ``respond``
    gets one answer per partition: the refusals, then the appends.
 
@@ -52,6 +56,7 @@ class ProduceRequest:
     records: dict[TopicPartition, bytes]                 # per partition, as sent (maybe empty)
     transactional_id: str | None = None
     refused: dict[TopicPartition, ErrorCode] = field(default_factory=dict)   # by the translation
+    add_partitions: bool = False          # Produce v12+ (KIP-890 part 2): the leader adds them
 
 
 def refused_partition(error: ErrorCode) -> dict:
@@ -98,7 +103,7 @@ class ProduceRequests:
             refusals = {tp: refused_partition(error) for tp, error in errors.items()}
             self.replica_manager.append_records(request.acks, request.timeout_ms, entries,
                                                 lambda responses: respond({**refusals, **responses}))
-        unverified = self.unverified(request.transactional_id, entries)
+        unverified = self.unverified(request.transactional_id, entries, request.add_partitions)
         behind = any(not waiting.partitions.isdisjoint(entries) for waiting in self._queued)
         if not unverified and not behind:
             return append({})
@@ -109,7 +114,7 @@ class ProduceRequests:
             waiting.append = lambda: append(verdicts)
             self._append_ready()
         if unverified:
-            self.txn.verify(request.transactional_id, unverified, verdicts_in)
+            self.txn.verify(request.transactional_id, unverified, verdicts_in, verify_only=not request.add_partitions)
         else:
             verdicts_in({})
 
@@ -146,11 +151,13 @@ class ProduceRequests:
             errors.setdefault(tp, ErrorCode.CORRUPT_MESSAGE)
         return entries
 
-    def unverified(self, transactional_id: str | None, entries: dict) -> dict[TopicPartition, tuple[int, int]]:
-        """The transactional batches whose producer has no open transaction in that
-        partition yet: {tp: (producer id, epoch)} the coordinator must confirm first."""
-        if self.txn is None or not transactional_id \
-                or not self.node.config["transaction.partition.verification.enable"]:
+    def unverified(self, transactional_id: str | None, entries: dict,
+                   add_partitions: bool = False) -> dict[TopicPartition, tuple[int, int]]:
+        """The transactional batches whose producer has no open transaction at their epoch
+        in that partition yet: {tp: (producer id, epoch)} the coordinator must confirm
+        (or, ``add_partitions``, add) first."""
+        if self.txn is None or not transactional_id or not (
+                add_partitions or self.node.config["transaction.partition.verification.enable"]):
             return {}
         out = {}
         for tp, records in entries.items():
@@ -166,6 +173,6 @@ class ProduceRequests:
             log_ = getattr(partition, "log", None)
             if log_ is None or not partition.is_leader:
                 continue                        # the append answers NOT_LEADER_OR_FOLLOWER
-            if header.producer_id not in log_.ongoing_transactions():
+            if not log_.has_ongoing_transaction(header.producer_id, header.producer_epoch):
                 out[tp] = (header.producer_id, header.producer_epoch)
         return out

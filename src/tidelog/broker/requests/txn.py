@@ -4,11 +4,15 @@ Theory of operation. A partition leader asked to append a transactional batch
 whose producer has no open transaction in that partition first asks the
 transaction coordinator (``verify``): at once when this broker coordinates the
 transactional id, else through a ``SendAddPartitionsToTxn`` effect
-(AddPartitionsToTxn v4). ``verify_only=True`` is KIP-890 part 1 (the
+(AddPartitionsToTxn v5). ``verify_only=True`` is KIP-890 part 1 (the
 coordinator only checks); ``verify_only=False`` has the coordinator add the
-partitions on the producer's behalf (part 2) — the same path, one parameter.
-Coordinator trouble (not the coordinator, loading, unreachable) is
-NOT_ENOUGH_REPLICAS for the producer, which retries it, as Kafka maps it.
+partitions on the producer's behalf (part 2: a Produce v12+ or TxnOffsetCommit
+v5 from a transaction.version 2 client, which sends no AddPartitionsToTxn) — the
+same path, one parameter. Coordinator trouble (not the coordinator, loading,
+unreachable) is NOT_ENOUGH_REPLICAS for the producer, which retries it, as Kafka
+maps it; so is CONCURRENT_TRANSACTIONS when adding (the coordinator is still
+writing the markers of the producer's previous transaction, which a TV2 client
+did not wait for).
 
 The coordinator's ``write_markers`` hook lands here: markers for partitions
 this broker leads are appended directly (``append_markers``, also what a
@@ -36,6 +40,7 @@ from tidelog.broker.requests.effects import (
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.records.batch import build_marker
+from tidelog.txn.shard import TRANSACTION_VERSION_EPOCH_BUMP
 
 # Time for a leader's answer to travel back after its own request.timeout.ms ran out.
 ANSWER_MARGIN_MS = 500
@@ -70,7 +75,8 @@ class TxnRequests:
             return on_done(shard.verify(request.transactional_id, request.producer_id, request.producer_epoch,
                                         tps))
         shard.add_partitions(request.transactional_id, request.producer_id, request.producer_epoch, set(tps),
-                             self.coordinator.now_ms(), lambda error: on_done({tp: error for tp in tps}))
+                             self.coordinator.now_ms(), lambda error: on_done({tp: error for tp in tps}),
+                             request.client_transaction_version)
 
     # ================================================ the leader's side
 
@@ -82,8 +88,10 @@ class TxnRequests:
         groups: dict[tuple[int, int], list[TopicPartition]] = {}
         for tp, producer in items.items():
             groups.setdefault(producer, []).append(tp)
-        requests = [AddPartitionsToTxn(transactional_id, producer_id, epoch, tuple(tps), verify_only)
+        requests = [AddPartitionsToTxn(transactional_id, producer_id, epoch, tuple(tps), verify_only,
+                                       0 if verify_only else TRANSACTION_VERSION_EPOCH_BUMP)
                     for (producer_id, epoch), tps in groups.items()]
+        retriable = _COORDINATOR_TROUBLE if verify_only else _COORDINATOR_TROUBLE | {ErrorCode.CONCURRENT_TRANSACTIONS}
         out: Errors = {}
         waiting = [len(requests)]
         if not requests:
@@ -92,12 +100,29 @@ class TxnRequests:
         def answered(errors: Answer, request: AddPartitionsToTxn) -> None:
             for tp in request.partitions:
                 error = ErrorCode.NOT_ENOUGH_REPLICAS if errors is None else errors.get(tp, ErrorCode.NONE)
-                out[tp] = ErrorCode.NOT_ENOUGH_REPLICAS if error in _COORDINATOR_TROUBLE else error
+                out[tp] = ErrorCode.NOT_ENOUGH_REPLICAS if error in retriable else error
             waiting[0] -= 1
             if waiting[0] == 0:
                 on_done(out)
         for request in requests:
             self._ask_coordinator(request, lambda errors, request=request: answered(errors, request))
+
+    def add_offsets_partition(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                              offsets_partition: TopicPartition, on_done: Callable[[ErrorCode], None]) -> None:
+        """TxnOffsetCommit v5 (KIP-890 part 2): a transaction.version 2 client sends no
+        AddOffsetsToTxn, so the group coordinator adds the group's ``__consumer_offsets``
+        partition to the transaction before it writes the offsets — the produce path's
+        add, for one partition. ``on_done`` gets the error to answer every offset with:
+        a fenced producer is INVALID_PRODUCER_EPOCH (the client's fatal "fenced"), a busy
+        or unreachable coordinator COORDINATOR_NOT_AVAILABLE, which the client retries
+        (Kafka's group coordinator maps the add's NOT_ENOUGH_REPLICAS so)."""
+        def answered(errors: Errors) -> None:
+            error = errors.get(offsets_partition, ErrorCode.NONE)
+            if error == ErrorCode.NOT_ENOUGH_REPLICAS:
+                error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            on_done(ErrorCode.INVALID_PRODUCER_EPOCH if error == ErrorCode.PRODUCER_FENCED else error)
+        self.verify(transactional_id, {offsets_partition: (producer_id, producer_epoch)}, answered,
+                    verify_only=False)
 
     def _ask_coordinator(self, request: AddPartitionsToTxn, on_done: Callable[[Answer], None]) -> None:
         shard = self.coordinator.shard_for(request.transactional_id)
