@@ -5,6 +5,8 @@ its quota is told (``throttle_time_ms``) and muted, one without a quota is not."
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 import urllib.request
 
@@ -179,3 +181,29 @@ def test_a_consumer_over_its_quota_gets_an_empty_throttled_fetch(broker, admin):
             consumer.close()
     asyncio.run(go())
     assert _metric(broker, "kafka_server_fetch_throttle_time", "slow-consumer") > 0
+
+
+def tidelog(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tidelog.cli.main", "quotas", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_the_quotas_command_alters_and_describes(broker):
+    b = ["-b", broker.bootstrap]
+    done = tidelog("alter", *b, "--user", "cli-user", "--client-default", "--add-config",
+                   "producer_byte_rate=1048576,request_percentage=25")
+    assert (done.returncode, done.stdout) == (0, "user=cli-user client-id=<default>: updated\n"), done.stderr
+    assert tidelog("alter", *b, "--client-id", "cli-app", "--add-config", "consumer_byte_rate=2048").returncode == 0
+    shown = tidelog("describe", *b, "--user", "cli-user")
+    assert shown.stdout == "client-id=<default> user=cli-user: producer_byte_rate=1048576, " \
+                           "request_percentage=25\n", shown.stderr
+    assert tidelog("describe", *b, "--client-id", "cli-app", "--strict").stdout == \
+        "client-id=cli-app: consumer_byte_rate=2048\n"
+    refused = tidelog("alter", *b, "--client-id", "cli-app", "--add-config", "consumer_byte_rate=-1")
+    assert (refused.returncode, refused.stderr) == (
+        1, "error: INVALID_REQUEST: Quota consumer_byte_rate must be greater than 0\n")
+    assert tidelog("alter", *b, "--client-id", "cli-app", "--add-config", "consumer_byte_rate=x").returncode == 2
+    assert tidelog("alter", *b, "--client-id", "cli-app", "--delete-config", "consumer_byte_rate").returncode == 0
+    assert tidelog("alter", *b, "--user", "cli-user", "--client-default",
+                   "--delete-config", "producer_byte_rate,request_percentage").returncode == 0
+    assert tidelog("describe", *b, "--client-id", "cli-app").stdout == ""

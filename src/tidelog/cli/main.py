@@ -14,8 +14,9 @@ import sys
 
 # command -> the module that runs it (``run(args)``; async for the Kafka-protocol tools)
 _MODULES = {"topics": "topics", "groups": "groups", "transactions": "transactions", "acls": "acls",
-            "users": "users", "leader-election": "leader_election", "cluster": "cluster", "ui": "ui"}
-_ASYNC = {"topics", "groups", "transactions", "acls", "users", "leader-election"}
+            "users": "users", "quotas": "quotas", "leader-election": "leader_election", "cluster": "cluster",
+            "ui": "ui"}
+_ASYNC = {"topics", "groups", "transactions", "acls", "users", "quotas", "leader-election"}
 
 
 def _skip_kio_hypothesis_hooks() -> None:

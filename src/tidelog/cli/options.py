@@ -313,6 +313,32 @@ def _users(commands) -> None:
     _verb(verbs, "list", "users, their mechanisms and iterations (never their keys)", [common])
 
 
+def _quotas(commands) -> None:
+    quotas = _command(commands, "quotas", "describe and alter client quotas (kafka-configs --entity-type "
+                                          "users/clients)",
+                      "Client quotas (KIP-13, KIP-124): producer_byte_rate, consumer_byte_rate, request_percentage "
+                      "and controller_mutation_rate per user and/or client id, or their defaults "
+                      "(DescribeClientQuotas / AlterClientQuotas).")
+    _connection(quotas, after_verb=False)
+    common = _connection_parent()
+    verbs = quotas.add_subparsers(dest="verb", required=True, metavar="VERB")
+    describe = _verb(verbs, "describe", "the quotas set, of every entity or of those the options name", [common])
+    alter = _verb(verbs, "alter", "set or remove quotas of one entity", [common])
+    for verb in (describe, alter):
+        user = verb.add_mutually_exclusive_group()
+        user.add_argument("--user", help="a user (its principal's name, e.g. alice)")
+        user.add_argument("--user-default", action="store_true", help="the default user")
+        client = verb.add_mutually_exclusive_group()
+        client.add_argument("--client-id", help="a client id")
+        client.add_argument("--client-default", action="store_true", help="the default client id")
+    describe.add_argument("--strict", action="store_true",
+                          help="only entities with exactly the named parts (not a user's client-id quotas too)")
+    alter.add_argument("--add-config", metavar="K=V,...",
+                       help="quotas to set, e.g. producer_byte_rate=1048576,consumer_byte_rate=2097152")
+    alter.add_argument("--delete-config", metavar="K,...", help="quotas to remove")
+    alter.add_argument("--validate-only", action="store_true", help="check only; change nothing")
+
+
 def _leader_election(commands) -> None:
     election = _command(commands, "leader-election", "elect partition leaders: the preferred replica, or an "
                                                      "out-of-sync one (kafka-leader-election.sh)",
@@ -447,6 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "`tidelog COMMAND --help` shows a command's verbs and options.")
     parser.add_argument("--version", action=_Version, help="print tidelog's version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_serve, _topics, _groups, _transactions, _acls, _users, _leader_election, _cluster, _ui, _bench):
+    for add in (_serve, _topics, _groups, _transactions, _acls, _users, _quotas, _leader_election,
+                _cluster, _ui, _bench):
         add(commands)
     return parser
