@@ -88,7 +88,7 @@ def test_bad_input_is_invalid_request_with_kafkas_message_and_changes_nothing(en
     alter(env, alteration({"user": "a"}, producer_byte_rate=100))
     before, end = env.controller.image, env.log.end_offset
     # A good key next to the bad one is not written either: the entity is refused whole.
-    results, records = alter(env, alteration(entity, **{**ops, "request_percentage": 7}
+    results, records = alter(env, alteration(entity, **{"request_percentage": 7, **ops}
                                              if "ip" not in entity else ops))
     assert results == [(entity, ErrorCode.INVALID_REQUEST, message)]
     assert records == [] and env.log.end_offset == end and env.controller.image == before
