@@ -95,9 +95,16 @@ $(JS_BUILT): $(JS_INTEROP)/package.json $(JS_INTEROP)/package-lock.json
 	  cd $(JS_INTEROP) && npm ci --no-audit --no-fund --loglevel=error; \
 	else echo "node or npm not found: the KafkaJS tests (tests/interop/test_kafkajs.py) will be skipped"; fi
 
-# Sets everything up and runs the whole test suite.
+# Sets everything up and runs the whole test suite in two phases (docs/testing.md): the
+# tests in parallel worker processes (pytest-xdist; the suite mostly waits on process
+# start-ups and timeouts, so more workers than cores), then the few marked `serial`, alone.
+# Both phases run; the target fails if either does (no serial test at all is no failure).
+TEST_WORKERS ?= 4
 test: $(STAMP) kcat browser java-interop go-interop js-interop
-	$(PY) -m pytest -q
+	@status=0; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not serial" || status=$$?; \
+	$(PY) -m pytest -q -p no:xdist -m serial || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
+	exit $$status
 
 # The deterministic simulator over thousands of seeds (beyond the 50 that `make test`
 # runs), then longer fault phases; and the long real-process chaos run. A failing

@@ -21,12 +21,16 @@ first start that finds none, when that node stops, and rebuilt when the class pa
 changes). The ``bench`` profile uses what ``kafka-server-start.sh`` does instead: a
 1 GiB heap, G1 and the full JIT.
 
-For pytest, ``kafka_node`` (tests/conftest.py) is one single-node Kafka per session.
+For pytest, ``kafka_node`` (tests/conftest.py) is one single-node Kafka per test process;
+under pytest-xdist all its users share one worker (one group), so it starts once.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
+import hashlib
 import os
 import shutil
 import signal
@@ -54,7 +58,22 @@ BENCH_JVM = ["-Xms1g", "-Xmx1g", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMilli
 TEST_JVM = ["-Xms256m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
 COMMON_JVM = ["-Djava.awt.headless=true", "-Xlog:cds=off", "-Xlog:class+path=off"]
 
-_BUILD_LOCK = threading.Lock()
+_BUILD_LOCKS: dict[str, threading.Lock] = {}
+
+
+@contextlib.contextmanager
+def build_lock(module: Path):
+    """One build or resolve of ``module`` (Maven, go build, npm ci) at a time, across the
+    threads of this process and across processes (pytest-xdist workers): the thread lock,
+    then an exclusive ``flock`` on a file named after the module in the temp directory."""
+    digest = hashlib.sha1(str(Path(module).resolve()).encode()).hexdigest()[:12]
+    thread_lock = _BUILD_LOCKS.setdefault(digest, threading.Lock())
+    with thread_lock, open(Path(tempfile.gettempdir()) / f"tidelog-build-{digest}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 class KafkaStartError(RuntimeError):
@@ -71,7 +90,7 @@ def ensure_resolved() -> float:
     """Resolve the server jars and write their class path (``mvn -o`` first, online only
     when the local Maven cache lacks something), unless done since the pom last changed.
     Returns the seconds it took (0 when there was nothing to do)."""
-    with _BUILD_LOCK:
+    with build_lock(MODULE):
         if CLASSPATH_FILE.exists() and CLASSPATH_FILE.stat().st_mtime >= POM.stat().st_mtime:
             return 0.0
         started = time.monotonic()
@@ -105,10 +124,39 @@ def random_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
+# Ports for servers that must be named before they start (Kafka's listeners, a quorum's
+# voters). Alone, the kernel picks one (bind to port 0); under pytest-xdist each worker
+# (PYTEST_XDIST_WORKER=gwN) takes them in turn from a block of its own, below the kernel's
+# ephemeral range (32768 and up), so that neither another worker nor an outgoing
+# connection can take a port between the probe and the server's bind.
+PORT_BLOCK_BASE = 20_000
+PORT_BLOCK_SIZE = 1_000
+PORT_BLOCKS = 12                         # gw0..gw11; more workers fall back to the kernel
+_port_lock = threading.Lock()
+_port_next: list[int] = []
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    block = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else -1
+    if not 0 <= block < PORT_BLOCKS:
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            return s.getsockname()[1]
+    low = PORT_BLOCK_BASE + block * PORT_BLOCK_SIZE
+    with _port_lock:
+        if not _port_next:               # start anywhere in the block: runs before ours may linger
+            _port_next.append(low + int.from_bytes(os.urandom(2), "big") % PORT_BLOCK_SIZE)
+        for _ in range(PORT_BLOCK_SIZE):
+            port = low + (_port_next[0] - low) % PORT_BLOCK_SIZE
+            _port_next[0] = port + 1
+            with socket.socket() as s:
+                try:
+                    s.bind((HOST, port))
+                except OSError:
+                    continue             # in use (or lingering): the next one
+                return port
+    raise RuntimeError(f"no free port in {low}..{low + PORT_BLOCK_SIZE - 1} (xdist worker {worker})")
 
 
 def _blocking_request(port: int, api_key: int, version: int, body: dict, timeout_s: float = 2.0):

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -42,9 +41,9 @@ def three_brokers():
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a server named before it starts (per xdist worker: docs/testing.md)."""
+    from tests.kafka_fixture import free_port as worker_free_port
+    return worker_free_port()
 
 
 class JavaApp:

@@ -19,12 +19,12 @@ import os
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.interop.line_driver import DriverError, LineDriver
+from tests.kafka_fixture import build_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = ROOT / "interop" / "java"
@@ -32,8 +32,6 @@ CLASSPATH_FILE = MODULE / "target" / "classpath.txt"
 CLASSES = MODULE / "target" / "classes"
 MAIN_CLASS = "dev.tidelog.interop.Driver"
 TOOLS = "org.apache.kafka.tools."
-
-_BUILD_LOCK = threading.Lock()
 
 
 # A Java exception from the driver: ``kind`` is its simple class name.
@@ -63,7 +61,7 @@ def _sources() -> list[Path]:
 
 def ensure_built() -> None:
     """Compile the driver and write the class path, if anything changed since the last build."""
-    with _BUILD_LOCK:
+    with build_lock(MODULE):                      # one build across xdist workers too
         if CLASSPATH_FILE.exists() and CLASSES.exists():
             built = CLASSPATH_FILE.stat().st_mtime
             if all(source.stat().st_mtime <= built for source in _sources()):

@@ -21,13 +21,13 @@ import tempfile
 import threading
 from pathlib import Path
 
+from tests.kafka_fixture import build_lock
+
 ROOT = Path(__file__).resolve().parents[2]
 GO_MODULE = ROOT / "interop" / "go"
 GO_BINARY = GO_MODULE / "bin" / "driver"
 JS_MODULE = ROOT / "interop" / "js"
 JS_INSTALLED = JS_MODULE / "node_modules" / ".package-lock.json"
-
-_BUILD_LOCK = threading.Lock()
 
 
 class DriverError(Exception):
@@ -62,7 +62,7 @@ def _newer_than(target: Path, sources: list[Path]) -> bool:
 
 
 def build_go() -> None:
-    with _BUILD_LOCK:
+    with build_lock(GO_MODULE):                   # one build across xdist workers too
         sources = [GO_MODULE / "go.mod", GO_MODULE / "go.sum", *sorted(GO_MODULE.glob("*.go"))]
         if _newer_than(GO_BINARY, sources):
             return
@@ -73,7 +73,7 @@ def build_go() -> None:
 
 
 def install_js() -> None:
-    with _BUILD_LOCK:
+    with build_lock(JS_MODULE):
         if _newer_than(JS_INSTALLED, [JS_MODULE / "package.json", JS_MODULE / "package-lock.json"]):
             return
         installed = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=JS_MODULE, capture_output=True,

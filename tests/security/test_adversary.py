@@ -349,10 +349,9 @@ def test_attacks_lose_no_acknowledged_write(secure):
 # ------------------------------------------- one SASL + ACL `tidelog serve`
 
 def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a server named before it starts (per xdist worker: docs/testing.md)."""
+    from tests.kafka_fixture import free_port
+    return free_port()
 
 
 @pytest.fixture(scope="module")

@@ -47,9 +47,9 @@ def java_missing() -> str | None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a server named before it starts (per xdist worker: docs/testing.md)."""
+    from tests.kafka_fixture import free_port as worker_free_port
+    return worker_free_port()
 
 
 def _accepts(port: int) -> bool:
