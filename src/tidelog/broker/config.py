@@ -131,6 +131,8 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("replica.fetch.wait.max.ms", int, 500, _non_negative),
     ConfigDef("replica.fetch.min.bytes", int, 1, _positive),
     ConfigDef("replica.fetch.backoff.ms", int, 1000, _non_negative),
+    ConfigDef("max.incremental.fetch.session.cache.slots", int, 1000, _non_negative,
+              "incremental fetch sessions (KIP-227) a broker keeps; 0: none"),
     ConfigDef("num.replica.fetchers", int, 1, _positive),
     ConfigDef("replica.high.watermark.checkpoint.interval.ms", int, 5000, _positive),
     ConfigDef("broker.session.timeout.ms", int, 9000, _positive),

@@ -36,6 +36,7 @@ from tidelog.core.ids import TopicPartition
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import ZERO_UUID, millis
 from tidelog.replication.delayed import FetchPartitionRequest
+from tidelog.replication.fetch_session import ContextKind, FetchContext, FetchManager, FetchSessionCache
 from tidelog.replication.fetcher import OffsetsForLeaderEpochPartition
 from tidelog.replication.partition import Isolation
 from tidelog.replication.replica_manager import DEBUGGING_REPLICA_ID
@@ -88,6 +89,8 @@ class KafkaApis:
         # The request layer: ``produce.txn`` is set once the transaction APIs exist.
         self.produce = ProduceRequests(context.node, None)
         self.fetch = FetchRequests(context.node)
+        self.fetch_sessions = FetchManager(FetchSessionCache(
+            context.node.config["max.incremental.fetch.session.cache.slots"]))
 
     def register(self, dispatcher) -> None:
         dispatcher.register(ApiKey.PRODUCE, self.handle_produce, 3, 13)
@@ -173,11 +176,14 @@ class KafkaApis:
         error = self._fetch_refused(request)
         if error is not None:
             return {"throttle_time": 0, "error_code": int(error), "session_id": 0, "responses": []}
-        fetch, order, unknown = self._fetch_request(request)
+        fetch, order, unknown, context = self._fetch_request(request, header.api_version)
+        if context.kind == ContextKind.SESSION_ERROR:
+            return {"throttle_time": 0, "error_code": int(context.error), "session_id": 0, "responses": []}
         # The response is built (its records read) the moment the fetch completes —
         # also when a shutdown completes every waiting fetch just before the logs close.
         future, resolve = self._future()
-        self.fetch.handle_fetch(fetch, lambda results: resolve(self._fetch_response(results, order, unknown)))
+        self.fetch.handle_fetch(fetch, lambda results: resolve(
+            self._fetch_response(results, order, unknown, context)))
         if future.done():
             return future.result()
 
@@ -186,19 +192,18 @@ class KafkaApis:
         return later()
 
     def _fetch_refused(self, request) -> ErrorCode | None:
-        """A whole Fetch refused: a session (tidelog keeps none), or a replica without
-        CLUSTER_ACTION."""
-        if int(getattr(request, "session_id", 0)) != 0:
-            return ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+        """A whole Fetch refused: a replica without CLUSTER_ACTION."""
         authorizer = self.context.authorizer
         if authorizer is not None and _replica(request)[0] >= 0 and not authorizer.allowed(
                 AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
             return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         return None
 
-    def _fetch_request(self, request) -> tuple[FetchRequest, list, list]:
+    def _fetch_request(self, request, version: int) -> tuple[FetchRequest, list, list, FetchContext]:
         """The domain request; the partitions in order with their topic ids; the partitions
-        refused here (topic, partition, error): unknown topics, topics not readable."""
+        refused here (topic, partition, error): unknown topics, topics not readable; the
+        fetch session's context (KIP-227, replication/fetch_session.py): an incremental
+        Fetch reads every partition of its session, with the requests it cached."""
         replica_id, broker_epoch = _replica(request)
         fetch = FetchRequest(replica_id, millis(request.max_wait), {}, int(request.min_bytes),
                              int(getattr(request, "max_bytes", 0x7FFFFFFF)),
@@ -225,12 +230,28 @@ class KafkaApis:
                     current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
                     last_fetched_epoch=int(getattr(p, "last_fetched_epoch", -1)),
                     log_start_offset=int(getattr(p, "log_start_offset", -1)))
-        return fetch, order, unknown
+        forgotten = []
+        for topic in getattr(request, "forgotten_topics_data", None) or []:
+            name, _ = self._topic_name(topic)
+            if name is not None:
+                forgotten += [TopicPartition(name, int(index)) for index in topic.partitions]
+        context = self.fetch_sessions.new_context(
+            version, int(getattr(request, "session_id", 0)), int(getattr(request, "session_epoch", -1)),
+            replica_id >= 0, {tp: (topic_id, fetch.partitions[tp]) for tp, topic_id in order}, forgotten,
+            self.replica_manager.clock.monotonic_ms())
+        fetch.partitions = {tp: partition for tp, (_, partition) in context.partitions.items()}
+        order = [(tp, topic_id) for tp, (topic_id, _) in context.partitions.items()]
+        return fetch, order, unknown, context
 
-    def _fetch_response(self, results: dict, order: list, unknown: list) -> dict:
+    def _fetch_response(self, results: dict, order: list, unknown: list, context: FetchContext) -> dict:
+        entries = {tp: self.fetch.partition_response(tp, results[tp]) for tp, _ in order}
+        error, session_id, send = context.respond(entries, self.replica_manager.clock.monotonic_ms())
+        if error != ErrorCode.NONE:
+            return {"throttle_time": 0, "error_code": int(error), "session_id": session_id, "responses": []}
+        topic_ids = dict(order)
         responses: dict[tuple, list] = {}
-        for tp, topic_id in order:
-            responses.setdefault((tp.topic, topic_id), []).append(self.fetch.partition_response(tp, results[tp]))
+        for tp in send:
+            responses.setdefault((tp.topic, topic_ids[tp]), []).append(entries[tp])
         topics = [{"topic": name, "topic_id": topic_id or ZERO_UUID, "partitions": parts}
                   for (name, topic_id), parts in responses.items()]
         for topic, index, error in unknown:
@@ -238,7 +259,7 @@ class KafkaApis:
                            "partitions": [{"partition_index": index, "error_code": int(error),
                                "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
                                "preferred_read_replica": -1, "records": b""}]})
-        return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": topics}
+        return {"throttle_time": 0, "error_code": 0, "session_id": session_id, "responses": topics}
 
     # ----------------------------------------------------------- list offsets
 

@@ -1,0 +1,170 @@
+"""Incremental fetch sessions (KIP-227), the core: contexts, epochs, what an incremental
+response carries, and the cache's eviction rules — with time passed in."""
+
+import random
+
+from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
+from tidelog.replication.delayed import FetchPartitionRequest
+from tidelog.replication.fetch_session import (
+    EPOCH_MAX,
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    SESSION_EVICTION_MS,
+    ContextKind,
+    FetchManager,
+    FetchSessionCache,
+    next_epoch,
+)
+
+T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
+VERSION = 17
+
+
+def data(*tps, offset=0):
+    return {tp: (None, FetchPartitionRequest(offset, 1_048_576)) for tp in tps}
+
+
+def entry(high_watermark=10, log_start_offset=0, records=b"", error=ErrorCode.NONE):
+    return {"high_watermark": high_watermark, "log_start_offset": log_start_offset, "records": records,
+            "error_code": int(error), "preferred_read_replica": -1,
+            "diverging_epoch": {"epoch": -1, "end_offset": -1}}
+
+
+def full_session(manager, tps=(T0, T1, T2), now_ms=0, follower=False):
+    context = manager.new_context(VERSION, INVALID_SESSION_ID, INITIAL_EPOCH, follower, data(*tps), [], now_ms)
+    assert context.kind == ContextKind.FULL
+    error, session_id, send = context.respond({tp: entry() for tp in tps}, now_ms)
+    assert error == ErrorCode.NONE and session_id != INVALID_SESSION_ID and send == list(tps)
+    return session_id
+
+
+def test_next_epoch_wraps_to_one_and_final_stays_final():
+    assert next_epoch(0) == 1 and next_epoch(41) == 42
+    assert next_epoch(EPOCH_MAX) == 1
+    assert next_epoch(FINAL_EPOCH) == FINAL_EPOCH
+
+
+def test_sessionless_fetch_makes_no_session():
+    manager = FetchManager(FetchSessionCache())
+    context = manager.new_context(VERSION, INVALID_SESSION_ID, FINAL_EPOCH, False, data(T0), [], 0)
+    assert context.kind == ContextKind.SESSIONLESS
+    assert context.respond({T0: entry()}, 0) == (ErrorCode.NONE, INVALID_SESSION_ID, [T0])
+    assert not manager.cache.sessions
+
+
+def test_incremental_fetch_reads_the_cached_partitions_and_sends_only_what_changed():
+    manager = FetchManager(FetchSessionCache())
+    session_id = full_session(manager)
+    # Epoch 1 names only T1 (its offset moved); the read covers the whole session.
+    context = manager.new_context(VERSION, session_id, 1, False, data(T1, offset=5), [], 10)
+    assert context.kind == ContextKind.INCREMENTAL
+    assert list(context.partitions) == [T0, T1, T2]
+    assert context.partitions[T1][1].fetch_offset == 5 and context.partitions[T0][1].fetch_offset == 0
+    # T0 unchanged; T1 has records; T2's high watermark moved.
+    error, sid, send = context.respond({T0: entry(), T1: entry(records=b"x"), T2: entry(high_watermark=11)}, 10)
+    assert (error, sid, send) == (ErrorCode.NONE, session_id, [T1, T2])
+    # T1 returned records: it goes to the back of the order.
+    assert list(manager.cache.get(session_id).partitions) == [T0, T2, T1]
+    # Epoch 2: nothing changed, nothing sent.
+    context = manager.new_context(VERSION, session_id, 2, False, {}, [], 20)
+    assert context.respond({T0: entry(), T2: entry(high_watermark=11), T1: entry()}, 20) == (
+        ErrorCode.NONE, session_id, [])
+
+
+def test_an_error_is_always_sent_and_the_partition_again_once_it_clears():
+    manager = FetchManager(FetchSessionCache())
+    session_id = full_session(manager, (T0,))
+    context = manager.new_context(VERSION, session_id, 1, False, {}, [], 0)
+    failed = entry(high_watermark=-1, log_start_offset=-1, error=ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    assert context.respond({T0: failed}, 0)[2] == [T0]
+    context = manager.new_context(VERSION, session_id, 2, False, {}, [], 0)
+    assert context.respond({T0: entry()}, 0)[2] == [T0]
+
+
+def test_forgotten_partitions_leave_the_session_and_an_emptied_session_closes():
+    manager = FetchManager(FetchSessionCache())
+    session_id = full_session(manager, (T0, T1))
+    context = manager.new_context(VERSION, session_id, 1, False, {}, [T0], 0)
+    assert list(context.partitions) == [T1]
+    context.respond({T1: entry()}, 0)
+    context = manager.new_context(VERSION, session_id, 2, False, {}, [T1], 0)
+    assert context.kind == ContextKind.SESSIONLESS
+    assert manager.cache.get(session_id) is None
+
+
+def test_unknown_session_and_wrong_epoch_are_kafkas_errors():
+    manager = FetchManager(FetchSessionCache())
+    assert manager.new_context(VERSION, 12345, 1, False, {}, [], 0).error == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    session_id = full_session(manager)
+    assert manager.new_context(VERSION, session_id, 2, False, {}, [], 0).error == ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    assert manager.new_context(12, session_id, 1, False, {}, [], 0).error == ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR
+    # The failed attempts did not move the epoch: 1 is still the one expected.
+    assert manager.new_context(VERSION, session_id, 1, False, {}, [], 0).kind == ContextKind.INCREMENTAL
+
+
+def test_a_duplicate_incremental_fetch_is_answered_invalid_epoch():
+    """Two Fetches of epoch 1 in flight (a retry): the second is refused at once; the
+    first, answered after the second moved the epoch, would be — each epoch is served once."""
+    manager = FetchManager(FetchSessionCache())
+    session_id = full_session(manager)
+    first = manager.new_context(VERSION, session_id, 1, False, {}, [], 0)
+    assert manager.new_context(VERSION, session_id, 1, False, {}, [], 0).error == ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    second = manager.new_context(VERSION, session_id, 2, False, {}, [], 0)
+    assert first.respond({T0: entry()}, 0)[0] == ErrorCode.INVALID_FETCH_SESSION_EPOCH
+    assert second.respond({T0: entry()}, 0)[0] == ErrorCode.NONE
+
+
+def test_a_full_fetch_closes_the_session_it_names():
+    manager = FetchManager(FetchSessionCache())
+    session_id = full_session(manager)
+    context = manager.new_context(VERSION, session_id, INITIAL_EPOCH, False, data(T0), [], 0)
+    assert manager.cache.get(session_id) is None
+    _, new_id, _ = context.respond({T0: entry()}, 0)
+    assert new_id not in (INVALID_SESSION_ID, session_id)
+    manager.new_context(VERSION, new_id, FINAL_EPOCH, False, data(T0), [], 0)
+    assert not manager.cache.sessions
+
+
+# -- the cache: max.incremental.fetch.session.cache.slots and eviction --------------------
+
+def sessions(cache, now_ms, privileged, size):
+    partitions = {TopicPartition("t", p): None for p in range(size)}
+    return cache.maybe_create_session(now_ms, privileged, partitions, True)
+
+
+def test_zero_slots_means_no_sessions():
+    assert sessions(FetchSessionCache(0), 0, True, 5) == INVALID_SESSION_ID
+
+
+def test_a_full_cache_evicts_a_stale_session_first():
+    cache = FetchSessionCache(2, rng=random.Random(1))
+    stale = sessions(cache, 0, True, 100)
+    fresh = sessions(cache, 1000, True, 100)
+    new = sessions(cache, SESSION_EVICTION_MS + 1, False, 1)
+    assert new != INVALID_SESSION_ID
+    assert cache.get(stale) is None and cache.get(fresh) is not None and cache.evictions == 1
+
+
+def test_young_sessions_are_evicted_only_by_followers_and_only_consumers_ones():
+    cache = FetchSessionCache(2, rng=random.Random(1))
+    consumer = sessions(cache, 0, False, 10)
+    follower = sessions(cache, 0, True, 10)
+    assert sessions(cache, 100, False, 1000) == INVALID_SESSION_ID     # a consumer evicts no young session
+    new = sessions(cache, 100, True, 1)                                 # a follower evicts the consumer's
+    assert new != INVALID_SESSION_ID and cache.get(consumer) is None and cache.get(follower) is not None
+    assert sessions(cache, 200, True, 1000) == INVALID_SESSION_ID      # but no young follower session
+
+
+def test_old_sessions_are_evicted_smallest_first_and_only_by_one_worth_as_much():
+    cache = FetchSessionCache(2, rng=random.Random(1))
+    small = sessions(cache, 0, False, 5)
+    large = sessions(cache, 0, False, 50)
+    later = SESSION_EVICTION_MS + 10
+    for session_id in (small, large):                   # used recently, but created long ago
+        cache.touch(cache.get(session_id), later)
+    assert sessions(cache, later, False, 4) == INVALID_SESSION_ID      # worth less than the smallest
+    assert sessions(cache, later, False, 6) != INVALID_SESSION_ID
+    assert cache.get(small) is None and cache.get(large) is not None
+    assert cache.partitions_cached == 50 + 6
