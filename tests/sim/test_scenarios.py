@@ -38,3 +38,12 @@ def test_a_quorum_leader_that_commits_alone_is_caught(tmp_path):
     outcome = run_scenario("quorum-leader-cut-off", str(tmp_path), defect="raft-commit-without-majority")
     assert outcome.violation is not None, outcome.report()
     assert outcome.violation.split(":")[0] in {"raft-committed-kept", "metadata-only-committed"}, outcome.report()
+
+
+@pytest.mark.parametrize("defect", ["transaction-markers-acks-1", "produce-skips-verification"])
+def test_the_request_layers_transaction_defects_are_caught_by_their_scenarios(tmp_path, defect):
+    """Markers appended with acks=1 leave the new leader with a transaction nobody ends;
+    a produce that skips KIP-890's check appends the never-added partition's write."""
+    from tidelog.sim.defects import CAUGHT_BY_SCENARIO
+    outcome = run_scenario(CAUGHT_BY_SCENARIO[defect], str(tmp_path), defect=defect)
+    assert not outcome.as_expected, outcome.report()

@@ -44,6 +44,18 @@ assert that some seed fails with the invariant named in ``EXPECTED``.
     The request layer picks a read_committed consumer's read bound as
     read_uncommitted's (``fetch_params`` ignores the isolation level): it sees
     records of transactions that are still open, or that will abort.
+``transaction-markers-acks-1``
+    A partition leader appends a coordinator's COMMIT/ABORT markers with acks=1
+    (``TxnRequests.append_markers``): the coordinator hears them written before
+    any follower has them and completes the transaction; a leader that then
+    loses them (power cut, unclean or clean election of a follower that had not
+    fetched them) leaves the partition with a transaction nobody will end
+    (scenario ``txn-markers-acks-all``).
+``produce-skips-verification``
+    A partition leader appends a transactional batch without asking the
+    coordinator whether its producer added the partition (KIP-890 part 1 off in
+    ``ProduceRequests.unverified``): a zombie's or a buggy client's write opens a
+    transaction that nobody will end (scenario ``txn-produce-verified``).
 ``raft-vote-twice``
     A controller that already voted in an epoch — for another candidate, or for
     itself as a candidate — grants a second candidate's vote request too (the
@@ -77,6 +89,9 @@ EXPECTED = {
 }
 # Defects that only a named scenario reaches (tests/sim/test_scenarios.py), not the fixed seeds.
 SCENARIO_ONLY = {"publish-before-registration"}
+# …and those no fixed seed was shown to reach: the scenario that catches each.
+CAUGHT_BY_SCENARIO = {"transaction-markers-acks-1": "txn-markers-acks-all",
+                      "produce-skips-verification": "txn-produce-verified"}
 # The quorum's defects need one: the fixed seeds are run with this many controllers.
 CONTROLLERS = {"raft-vote-twice": 5, "raft-commit-without-majority": 3}
 
@@ -159,6 +174,28 @@ def _read_committed_reads_to_high_watermark():
              else Isolation.HIGH_WATERMARK)]
 
 
+def _transaction_markers_acks_1():
+    from tidelog.broker.requests.txn import TxnRequests
+    from tidelog.core.errors import ErrorCode
+    from tidelog.records.batch import build_marker
+
+    def append_markers(self, request, on_done):
+        entries = {tp: build_marker(request.producer_id, request.producer_epoch, request.commit,
+                                    request.coordinator_epoch, self.clock.now_ms()) for tp in request.partitions}
+        # DEFECT: acks=1, answered once the leader alone has the markers
+        self.node.replica_manager.append_records(
+            1, self.request_timeout_ms, entries,
+            lambda responses: on_done({tp: ErrorCode(r["error_code"]) for tp, r in responses.items()}),
+            internal=True, from_coordinator=True)
+
+    return [(TxnRequests, "append_markers", append_markers)]
+
+
+def _produce_skips_verification():
+    from tidelog.broker.requests.produce import ProduceRequests
+    return [(ProduceRequests, "unverified", lambda self, *args, **kwargs: {})]   # DEFECT: nothing is verified
+
+
 def _raft_vote_twice():
     from tidelog.raft.replica import CANDIDATE, VOTED, RaftReplica, VoteResponse
     original = RaftReplica._on_VoteRequest
@@ -188,6 +225,8 @@ def _raft_commit_without_majority():
 
 
 PATCHES = {
+    "transaction-markers-acks-1": _transaction_markers_acks_1,
+    "produce-skips-verification": _produce_skips_verification,
     "read-committed-reads-to-high-watermark": _read_committed_reads_to_high_watermark,
     "raft-commit-without-majority": _raft_commit_without_majority,
     "raft-vote-twice": _raft_vote_twice,

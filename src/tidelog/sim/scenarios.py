@@ -34,7 +34,7 @@ from typing import Callable
 
 from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.core.ids import TopicPartition
-from tidelog.records.batch import build_batch, iter_batches, iter_records
+from tidelog.records.batch import CONTROL_COMMIT, build_batch, iter_batches, iter_records, read_control
 from tidelog.replication.fetcher import FetcherState, FetchRequestPlan, ListOffsetsPlan, OffsetsForLeaderEpochPlan
 from tidelog.sim.checker import InvariantViolation
 from tidelog.sim.controller import WRITES
@@ -1109,6 +1109,135 @@ def unclean_open_transaction(s: Script) -> tuple[bool, dict]:
     return s.outcome()
 
 
+# ------------------------------------------------------------ transactions through the request layer
+
+def _ask(s: Script, broker: int, kind: str, body: dict, what: str, timeout_ms: int = 5000) -> dict:
+    """One request of the scenario client to ``broker``, waited for; a timeout or a
+    failure is answered as {"error_code": NETWORK_EXCEPTION}."""
+    box: dict = {}
+    s.client.rpc.request(f"b{broker}", kind, body, timeout_ms, box.update,
+                         lambda error: box.update(error_code=int(ErrorCode.NETWORK_EXCEPTION), why=error))
+    s.wait(lambda: "error_code" in box, what, timeout_ms + 1000)
+    return box
+
+
+def _transactional_id_on(s: Script, coordinator: int, other_than: bool = False) -> str:
+    """A transactional id whose coordinator is ``coordinator`` (or, with ``other_than``,
+    any other broker); the first lookup creates __transaction_state."""
+    for i in range(100):
+        transactional_id = f"tx-{i}"
+        while True:
+            found = _ask(s, 1, "FindTxnCoordinator", {"transactional_id": transactional_id},
+                         f"the coordinator of {transactional_id}")
+            if found["error_code"] == ErrorCode.NONE:
+                break
+            s.sim.run_for(200)
+        if (found["node_id"] != coordinator) == other_than:
+            return transactional_id
+    raise AssertionError(f"no transactional id found on broker {coordinator}")
+
+
+class _ScriptedProducer:
+    """A transactional producer written step by step (FindCoordinator, InitProducerId,
+    AddPartitionsToTxn, Produce, EndTxn as a Kafka client sends them)."""
+
+    def __init__(self, s: Script, transactional_id: str):
+        self.s, self.transactional_id = s, transactional_id
+        self.coordinator = _ask(s, 1, "FindTxnCoordinator", {"transactional_id": transactional_id},
+                                "the coordinator")["node_id"]
+        init = _ask(s, self.coordinator, "InitTxnProducer", {"transactional_id": transactional_id,
+                                                             "timeout_ms": 60_000}, "InitProducerId")
+        assert init["error_code"] == ErrorCode.NONE, init
+        self.producer_id, self.producer_epoch = init["producer_id"], init["producer_epoch"]
+
+    def _ids(self) -> dict:
+        return {"transactional_id": self.transactional_id, "producer_id": self.producer_id,
+                "producer_epoch": self.producer_epoch}
+
+    def add(self, tp: TopicPartition) -> ErrorCode:
+        return ErrorCode(_ask(self.s, self.coordinator, "AddPartitionsToTxn", {**self._ids(), "partitions": {tp}},
+                              "AddPartitionsToTxn")["error_code"])
+
+    def produce(self, tp: TopicPartition, value: str, sequence: int) -> ErrorCode:
+        batch = build_batch([value.encode()], timestamp_ms=self.s.now, producer_id=self.producer_id,
+                            producer_epoch=self.producer_epoch, base_sequence=sequence, is_transactional=True)
+        body = {"tp": tp, "acks": -1, "timeout_ms": 2000, "values": [value.encode()], "batch": batch,
+                "transactional_id": self.transactional_id}
+        return ErrorCode(_ask(self.s, self.s.leader(tp), "Produce", body, f"producing {value}")["error_code"])
+
+    def end(self, commit: bool) -> ErrorCode:
+        return ErrorCode(_ask(self.s, self.coordinator, "EndTxn", {**self._ids(), "commit": commit},
+                              "EndTxn")["error_code"])
+
+
+def _markers(s: Script, broker: int) -> list[str]:
+    data = s.sim.log_bytes(broker, TP)
+    return ["COMMIT" if read_control(data, position)[0] == CONTROL_COMMIT else "ABORT"
+            for position, header in iter_batches(data) if header.is_control]
+
+
+def txn_markers_acks_all(s: Script) -> tuple[bool, dict]:
+    """A transaction marker is a replicated write: the leader appends it acks=all, and the
+    coordinator completes the transaction only once every ISR member has it. t0 lives on
+    brokers 1 (leader) and 2, min ISR 2; the transaction's coordinator is broker 3. The
+    producer's record reaches both replicas; 1 and 2 are cut apart; EndTxn(commit): the
+    COMMIT marker is on the leader only, waiting for 2, when the leader loses power (the
+    marker was never fsynced). 2 is elected; the coordinator, which never heard the marker
+    acknowledged, writes it again to 2 once 1 is back in the ISR: the record is committed
+    on the new leader. (Written with acks=1, the marker would be acknowledged at once, the
+    transaction completed, and the new leader would hold an open transaction for good.)"""
+    producer = _ScriptedProducer(s, _transactional_id_on(s, 3))
+    s.expect("the coordinator", producer.coordinator, 3)
+    s.expect("AddPartitionsToTxn t0-0", producer.add(TP).name, "NONE")
+    s.expect("the transaction's record", producer.produce(TP, "tx-record", 0).name, "NONE")
+    s.wait(lambda: s.leo(2) == 1 and s.hw(1) == 1, "the record on both replicas")
+    s.sim.network.partition("b1", "b2")
+    s.expect("EndTxn(commit)", producer.end(commit=True).name, "NONE")
+    s.wait(lambda: s.leo(1) == 2, "the COMMIT marker on the leader")
+    s.sim.run_for(50)                                # time for an acks=1 answer to reach the coordinator
+    s.expect("the leader's ISR when it loses power", s.isr(), (1, 2))
+    s.sim.power_cut(1)
+    s.sim.network.heal()
+    s.wait(lambda: s.leads(2), "2 is elected")
+    s.expect("2's log when elected: the record, no marker", (s.leo(2), _markers(s, 2)), (1, []))
+    s.sim.start(1)
+
+    def committed() -> bool:
+        log = s.partition(2).log
+        return _markers(s, 2) == ["COMMIT"] and log.last_stable_offset == log.high_watermark == log.log_end_offset
+    try:
+        s.wait(committed, "the coordinator's COMMIT marker committed on the new leader", 30_000)
+    except TimeoutError:
+        pass
+    log = s.partition(2).log
+    s.expect("markers on the new leader", _markers(s, 2), ["COMMIT"])
+    s.expect("its last stable offset, high watermark, log end", (log.last_stable_offset, log.high_watermark,
+                                                                   log.log_end_offset), (2, 2, 2))
+    return s.outcome()
+
+
+def txn_produce_verified(s: Script) -> tuple[bool, dict]:
+    """KIP-890 part 1 through the request layer of a simulated broker: a transactional
+    Produce to a partition the producer never added to its transaction is refused with
+    INVALID_TXN_STATE and not appended — when the leader is the coordinator (it checks
+    itself) and when another broker is (asked with AddPartitionsToTxn v4); once the
+    partition is added, the same batch is appended."""
+    for where, other in (("on the leader", False), ("on another broker", True)):
+        producer = _ScriptedProducer(s, _transactional_id_on(s, 1, other_than=other))
+        s.expect(f"the coordinator is the leader, broker 1 ({where})", producer.coordinator == 1, not other)
+        s.expect(f"a write to t0-0 never added (coordinator {where})",
+                 producer.produce(TP, f"zombie-{other}", 0).name, "INVALID_TXN_STATE")
+        s.expect(f"AddPartitionsToTxn t0-0 (coordinator {where})", producer.add(TP).name, "NONE")
+        s.expect(f"the same write once added (coordinator {where})",
+                 producer.produce(TP, f"added-{other}", 0).name, "NONE")
+        s.expect(f"EndTxn(abort) (coordinator {where})", producer.end(commit=False).name, "NONE")
+    s.wait(lambda: _markers(s, 1) == ["ABORT", "ABORT"], "both transactions aborted")
+    data = s.sim.log_bytes(1, TP)
+    s.expect("t0-0's records", [r.value for position, header in iter_batches(data) if not header.is_control
+                                for r in iter_records(data, position)], [b"added-False", b"added-True"])
+    return s.outcome()
+
+
 SCENARIOS = {scenario.name: scenario for scenario in [
     Scenario("kip-101-1", "KIP-101 scenario 1", "m2 survives: A asks where epoch 0 ends instead of truncating to its HW",
              _config(2, (2, 1), 1, True), kip_101_1),
@@ -1174,6 +1303,14 @@ SCENARIOS = {scenario.name: scenario for scenario in [
     Scenario("quorum-leader-killed", "KIP-595 elections, KIP-996 pre-vote", "kill -9 of the active controller: a "
              "new one within seconds, brokers move to it unfenced; restarted, the old one follows",
              _config(3, (1, 2, 3), 2, False, controllers=3), quorum_leader_killed),
+    Scenario("txn-markers-acks-all", "KIP-98 transaction markers (WriteTxnMarkers acks=all)", "the COMMIT marker "
+             "only on the leader (cut from its follower) when it loses power: the coordinator, never told it was "
+             "written, writes it again to the new leader; the record is committed there",
+             _config(3, (1, 2), 2, False, flush_messages=None, txn_partitions=3), txn_markers_acks_all),
+    Scenario("txn-produce-verified", "KIP-890 part 1 (transaction verification)", "a transactional write to a "
+             "partition never added is refused INVALID_TXN_STATE and not appended, whether the leader is the "
+             "coordinator or asks it; accepted once added", _config(3, (1, 2), 1, False, txn_partitions=3),
+             txn_produce_verified),
 ]}
 
 
