@@ -666,12 +666,116 @@ async def unauthorized(side: Side, mode: str) -> dict:
     return answers
 
 
+# -- config resources and authorized operations under ACLs (issue 32's surfaces attacked) ---
+
+_CONFIG_TARGETS = {"broker": (4, "1"), "default_broker": (4, ""), "group": (32, "<group>"), "topic": (2, "<topic>"),
+                   "broker_logger": (8, "1"), "client_metrics": (16, "m"), "other_broker": (4, "2"),
+                   "not_a_broker_id": (4, "abc"), "empty_topic": (2, ""), "empty_group": (32, "")}
+_CONFIG_VALUES = {2: ("retention.ms", "1000"), 4: ("message.max.bytes", "2000000"), 8: ("root", "DEBUG"),
+                  16: ("interval.ms", "1000"), 32: ("consumer.session.timeout.ms", "50000")}
+
+
+def _config_resources(api: int, targets: list[tuple[int, str]]) -> dict:
+    if api == ApiKey.DESCRIBE_CONFIGS:
+        return {"resources": [{"resource_type": t, "resource_name": n, "configuration_keys": None}
+                              for t, n in targets], "include_synonyms": True, "include_documentation": False}
+    op = {"config_operation": 0} if api == ApiKey.INCREMENTAL_ALTER_CONFIGS else {}
+    return {"validate_only": False, "resources": [{"resource_type": t, "resource_name": n, "configs": [
+        {"name": _CONFIG_VALUES.get(t, ("a", "b"))[0], "value": _CONFIG_VALUES.get(t, ("a", "b"))[1], **op}]}
+        for t, n in targets]}
+
+
+def _codes(answer: dict) -> dict:
+    """``{resource: error code}`` of a config answer (messages differ where Kafka's are generic)."""
+    items = answer.get("results") or answer.get("responses") or []
+    return {f"{r['resource_type']}:{r['resource_name']}": r["error_code"] for r in items} | {
+        "count": len(items)}
+
+
+async def unauthorized_configs(side: Side, mode: str) -> dict:
+    """DescribeConfigs, AlterConfigs and IncrementalAlterConfigs on every config resource
+    type (broker by id and "", group, topic, broker logger, client metrics, an unknown
+    type, a resource named twice, a broker id that is not a number) by "alice" without any
+    ACL; then with READ on one topic and one group and DESCRIBE_CONFIGS on the cluster,
+    the authorized operations Metadata, DescribeCluster, DescribeGroups and
+    ConsumerGroupDescribe give her (KIP-430). The error codes are compared; the ACLs are
+    removed at the end."""
+    topic, group, secret = f"conformance-cfg-{mode}", f"conformance-cfg-group-{mode}", f"conformance-cfg-secret-{mode}"
+    for name in (topic, secret):
+        await create_topic(side, name)
+    await coordinator_ready(side, group, 0)
+    commit = await side.raw(ApiKey.OFFSET_COMMIT, {
+        "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
+        "retention_time": -1, "topics": [{"name": topic, "partitions": [{
+            "partition_index": 0, "committed_offset": 0, "committed_leader_epoch": -1,
+            "committed_metadata": ""}]}]}, side.version(ApiKey.OFFSET_COMMIT, "low"))
+    assert commit.topics[0].partitions[0].error_code.name.upper() == "NONE", commit
+    alice = await side.login("alice")
+    names = {"<group>": group, "<topic>": secret}
+    targets = {label: (t, names.get(n, n)) for label, (t, n) in _CONFIG_TARGETS.items()}
+    answers = {}
+    for api in (ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS):
+        label = ApiKey(api).name.lower()
+        for target, resource in targets.items():
+            answers[f"{label}_{target}"] = _codes(await alice.call(api, _config_resources(api, [resource]), mode))
+        for odd, resources in {"unknown_type": [(99, "x")], "negative_type": [(-1, "x")],
+                               "unknown_and_topic": [(99, "x"), (2, secret)],
+                               "twice": [(2, secret), (2, secret)]}.items():
+            if odd == "twice" and api == ApiKey.ALTER_CONFIGS:
+                continue    # Kafka 4.4 never answers it (an IllegalStateException merging the two refusals)
+            answers[f"{label}_{odd}"] = _codes(await alice.call(api, _config_resources(api, resources), mode))
+
+    acl = {"resource_pattern_type": 3, "principal": "User:alice", "host": "*", "permission_type": 3}
+    granted = [{**acl, "resource_type": 2, "resource_name": topic, "operation": 3},        # READ topic
+               {**acl, "resource_type": 3, "resource_name": group, "operation": 3},        # READ group
+               {**acl, "resource_type": 4, "resource_name": "kafka-cluster", "operation": 10}]  # DESCRIBE_CONFIGS
+    created = await side.call(ApiKey.CREATE_ACLS, {"creations": granted}, "high")
+    assert all(r["error_code"] == "NONE" for r in created["results"]), created
+
+    async def sees_topic():
+        listed = await alice.raw(ApiKey.METADATA, {"topics": None, "allow_auto_topic_creation": False}, 12)
+        return any(t.name == topic for t in listed.topics)
+    await wait_for(sees_topic, f"{side.name}: alice's ACLs in effect")
+    try:
+        version = side.version(ApiKey.METADATA, mode)
+        asked = {"allow_auto_topic_creation": False, "include_topic_authorized_operations": True,
+                 "include_cluster_authorized_operations": True}
+        answers["metadata_named"] = await alice.call(ApiKey.METADATA, {**asked, "topics": [
+            {"name": topic, "topic_id": None}, {"name": secret, "topic_id": None}]}, mode)
+        if version >= 8:
+            listed = await alice.call(ApiKey.METADATA, {**asked, "topics": None}, mode)
+            answers["metadata_listed_operations"] = {t["name"]: t.get("topic_authorized_operations")
+                                                     for t in listed["topics"] if t["name"].startswith("conformance-cfg")}
+        answers["describe_cluster"] = await alice.call(ApiKey.DESCRIBE_CLUSTER,
+                                                       {"include_cluster_authorized_operations": True}, mode)
+        answers["describe_groups"] = await alice.call(ApiKey.DESCRIBE_GROUPS, {
+            "groups": [group, f"conformance-cfg-other-{mode}"], "include_authorized_operations": True}, mode)
+        answers["describe_configs_cluster"] = _codes(await alice.call(
+            ApiKey.DESCRIBE_CONFIGS, _config_resources(ApiKey.DESCRIBE_CONFIGS, [(4, "1"), (4, "")]), mode))
+        answers["alter_still_refused"] = _codes(await alice.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, _config_resources(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS, [(4, "1"), (32, group), (2, topic)]), mode))
+    finally:
+        deleted = await side.call(ApiKey.DELETE_ACLS, {"filters": [
+            {"resource_type_filter": g["resource_type"], "resource_name_filter": g["resource_name"],
+             "pattern_type_filter": 3, "principal_filter": "User:alice", "host_filter": "*",
+             "operation": g["operation"], "permission_type": 3} for g in granted]}, "high")
+        assert all(r["error_code"] == "NONE" for r in deleted["filter_results"]), deleted
+    answers["describe_cluster"].pop("brokers", None)            # the nodes' addresses and ids differ by side
+    answers["describe_cluster"].pop("controller_id", None)
+    for label in ("metadata_named",):
+        answers[label].pop("brokers", None)
+        answers[label].pop("controller_id", None)
+        for t in answers[label]["topics"]:
+            t.pop("partitions", None)
+    return answers
+
+
 SCENARIOS = {f.__name__: f for f in (api_versions, metadata, create_topics_invalid, produce_refused, list_offsets,
                                      fetch_refused, describe_configs_topic, describe_configs_broker, group_stale,
                                      producer_fencing, delete_records, delete_topics_invalid, describe_states,
-                                     unauthorized, leader_change)}
+                                     unauthorized, unauthorized_configs, leader_change)}
 # Scenarios run against the secure pair (SASL/PLAIN with an authorizer), logged in as "admin".
-SECURE_SCENARIOS = {"unauthorized"}
+SECURE_SCENARIOS = {"unauthorized", "unauthorized_configs"}
 # Scenarios run against three brokers on each side.
 CLUSTER_SCENARIOS = {"leader_change"}
 
@@ -683,4 +787,5 @@ MAIN_API = {"api_versions": ApiKey.API_VERSIONS, "metadata": ApiKey.METADATA,
             "group_stale": ApiKey.JOIN_GROUP, "producer_fencing": ApiKey.INIT_PRODUCER_ID,
             "delete_records": ApiKey.DELETE_RECORDS, "describe_states": ApiKey.DESCRIBE_GROUPS,
             "delete_topics_invalid": ApiKey.DELETE_TOPICS,
-            "unauthorized": ApiKey.METADATA, "leader_change": ApiKey.OFFSET_FOR_LEADER_EPOCH}
+            "unauthorized": ApiKey.METADATA, "unauthorized_configs": ApiKey.INCREMENTAL_ALTER_CONFIGS,
+            "leader_change": ApiKey.OFFSET_FOR_LEADER_EPOCH}

@@ -106,3 +106,17 @@ def test_idle_clients_are_forgotten():
     assert manager.sensors
     manager.expire_sensors(3_600_000)
     assert not manager.sensors
+
+
+def test_controller_mutations_take_tokens_from_a_bucket_that_refills_at_the_quota():
+    """controller_mutation_rate 2/s over 11 x 1 s: a 22-token bucket. 30 partitions at once
+    leave it 8 short (4 s of refill); it refills at 2 per second, up to 22 again."""
+    manager = ClientQuotas().controller_mutation
+    manager.update_quotas({(("client-id", "admin"),): {"controller_mutation_rate": 2.0}})
+    assert manager.throttle_time_ms("u", "admin", 0) == 0
+    assert manager.record("u", "admin", 30, 0) == 4000
+    assert manager.throttle_time_ms("u", "admin", 1000) == 3000
+    assert manager.throttle_time_ms("u", "admin", 4000) == 0
+    assert manager.record("u", "admin", 22, 100_000) == 0           # full again, not more
+    assert manager.record("u", "admin", 1, 100_000) == 500
+    assert manager.record("u", "other", 10 ** 6, 0) == 0            # no quota for this client id

@@ -207,3 +207,34 @@ def test_the_quotas_command_alters_and_describes(broker):
     assert tidelog("alter", *b, "--user", "cli-user", "--client-default",
                    "--delete-config", "producer_byte_rate,request_percentage").returncode == 0
     assert tidelog("describe", *b, "--client-id", "cli-app").stdout == ""
+
+
+async def _create_topics(port: int, client_id: str, topics: dict[str, int], version: int):
+    connection = await KafkaConnection.connect("127.0.0.1", port, client_id=client_id)
+    try:
+        response = await connection.request(ApiKey.CREATE_TOPICS, {
+            "topics": [{"name": name, "num_partitions": n, "replication_factor": 1, "assignments": [], "configs": []}
+                       for name, n in topics.items()], "timeout": 10_000, "validate_only": False}, version=version)
+        return millis(response.throttle_time), {t.name: (t.error_code.value, t.error_message) for t in response.topics}
+    finally:
+        connection.close()
+
+
+def test_controller_mutation_rate_refuses_topics_over_quota_from_the_strict_versions_on(broker, admin):
+    """controller_mutation_rate 1/s: 11 partitions' worth of tokens (1 × 11 × 1 s). 13 partitions
+    are taken (the bucket was not empty yet) and leave it 2 short; then CreateTopics v7 is
+    refused THROTTLING_QUOTA_EXCEEDED with a throttle time, v5 (before KIP-599's strict
+    versions) is served and throttled; another client id is not affected."""
+    assert alter(admin, [({"client-id": "mutator"}, {"controller_mutation_rate": 1})])[0][1] == 0
+
+    async def go():
+        port = broker.port
+        assert await _create_topics(port, "mutator", {"mutation-a": 13}, 7) == (0, {"mutation-a": (0, None)})
+        throttle_ms, refused = await _create_topics(port, "mutator", {"mutation-b": 1, "mutation-c": 1}, 7)
+        assert throttle_ms > 0 and refused == {
+            name: (ErrorCode.THROTTLING_QUOTA_EXCEEDED, "The throttling quota has been exceeded.")
+            for name in ("mutation-b", "mutation-c")}
+        throttle_ms, served = await _create_topics(port, "mutator", {"mutation-d": 1}, 5)
+        assert throttle_ms > 0 and served == {"mutation-d": (0, None)}
+        assert await _create_topics(port, "other", {"mutation-e": 1}, 7) == (0, {"mutation-e": (0, None)})
+    asyncio.run(go())

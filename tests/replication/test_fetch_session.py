@@ -168,3 +168,59 @@ def test_old_sessions_are_evicted_smallest_first_and_only_by_one_worth_as_much()
     assert sessions(cache, later, False, 6) != INVALID_SESSION_ID
     assert cache.get(small) is None and cache.get(large) is not None
     assert cache.partitions_cached == 50 + 6
+
+
+# -- the fetcher's side: FetchSessionHandler ------------------------------------------------
+
+def plan(*offsets):
+    return {TopicPartition("t", p): FetchPartitionRequest(offset, 100) for p, offset in enumerate(offsets)}
+
+
+def test_handler_sends_everything_first_then_only_what_changed_and_forgets_what_left():
+    from tidelog.replication.fetch_session import FetchSessionHandler
+    handler = FetchSessionHandler()
+    assert handler.build(plan(0, 0, 0)) == (0, INITIAL_EPOCH, plan(0, 0, 0), [])
+    assert handler.on_response(plan(0, 0, 0), ErrorCode.NONE, 77)
+    # Partition 1 moved on, partition 2 is no longer fetched (delayed, removed).
+    partitions = {**plan(0, 5), }
+    session_id, epoch, send, forgotten = handler.build(partitions)
+    assert (session_id, epoch, list(send), forgotten) == (77, 1, [T1], [T2])
+    assert handler.on_response(partitions, ErrorCode.NONE, 77)
+    assert handler.build(partitions) == (77, 2, {}, [])
+
+
+def test_handler_goes_back_to_a_full_fetch_after_a_session_error_or_a_failure():
+    from tidelog.replication.fetch_session import FetchSessionHandler
+    handler = FetchSessionHandler()
+    handler.on_response(plan(0, 0), ErrorCode.NONE, 77)
+    assert not handler.on_response(plan(0, 0), ErrorCode.FETCH_SESSION_ID_NOT_FOUND, 0)
+    assert handler.build(plan(0, 0)) == (0, INITIAL_EPOCH, plan(0, 0), [])        # a new session
+    handler.on_response(plan(0, 0), ErrorCode.NONE, 78)
+    assert not handler.on_response(plan(0, 0), ErrorCode.INVALID_FETCH_SESSION_EPOCH, 0)
+    assert handler.build(plan(0, 0)) == (78, INITIAL_EPOCH, plan(0, 0), [])       # closes 78, opens one
+    handler.on_response(plan(0, 0), ErrorCode.NONE, 79)
+    handler.reset()                                                                # the connection failed
+    assert handler.build(plan(0, 0))[:2] == (79, INITIAL_EPOCH)
+    handler.on_response(plan(0, 0), ErrorCode.NONE, 0)                             # no room for a session
+    assert handler.build(plan(0, 0))[:2] == (0, INITIAL_EPOCH)
+
+
+def test_handler_and_broker_agree_over_a_run_of_fetches():
+    """The follower's handler against the broker's FetchManager: whatever partitions come and
+    go and whatever offsets move, the broker reads exactly the follower's current plan."""
+    from tidelog.replication.fetch_session import FetchSessionHandler
+    rng = random.Random(7)
+    manager, handler = FetchManager(FetchSessionCache()), FetchSessionHandler()
+    offsets = {TopicPartition("t", p): 0 for p in range(8)}
+    for step in range(200):
+        ready = {tp: FetchPartitionRequest(o, 100) for tp, o in offsets.items() if rng.random() < 0.8}
+        session_id, epoch, send, forgotten = handler.build(ready)
+        context = manager.new_context(VERSION, session_id, epoch, True, {tp: (None, p) for tp, p in send.items()},
+                                      forgotten, step)
+        if ready:
+            assert {tp: p for tp, (_, p) in context.partitions.items()} == ready, step
+        responses = {tp: entry(high_watermark=step) for tp in context.partitions}
+        error, response_session_id, _ = context.respond(responses, step)
+        handler.on_response(ready, error, response_session_id)
+        for tp in ready:
+            offsets[tp] += rng.choice((0, 0, 1))

@@ -81,12 +81,17 @@ EXPECTED: dict[int, tuple[ErrorCode, tuple[tuple[str, str], ...]]] = {
                                              "responses[resource_type,resource_name]"),)),
     K.ELECT_LEADERS: (CLUSTER, (("topic_partitions[topic]/partitions[]",
                                  "replica_election_results[topic]/partition_result[partition_id]"),)),
+    K.ALTER_PARTITION_REASSIGNMENTS: (CLUSTER, (("topics[name]/partitions[partition_index]",
+                                                 "responses[name]/partitions[partition_index]"),)),
+    K.LIST_PARTITION_REASSIGNMENTS: (CLUSTER, ()),     # its partitions carry no error code
     K.DESCRIBE_CLUSTER: (CLUSTER, ()),
     K.DESCRIBE_LOG_DIRS: (CLUSTER, ()),
     K.DESCRIBE_QUORUM: (CLUSTER, (_RAFT,)),
     K.DESCRIBE_ACLS: (CLUSTER, ()),
     K.DESCRIBE_USER_SCRAM_CREDENTIALS: (CLUSTER, (("users[name]", "results[user]"),)),
     K.ALTER_USER_SCRAM_CREDENTIALS: (CLUSTER, (("deletions[name]+upsertions[name]", "results[user]"),)),
+    K.DESCRIBE_CLIENT_QUOTAS: (CLUSTER, ()),
+    K.ALTER_CLIENT_QUOTAS: (CLUSTER, (("entries[]", "entries[]"),)),       # one answer per entry, its entity kept
     K.CREATE_TOPICS: (TOPIC, (("topics[name]",) * 2,)),
     K.DELETE_TOPICS: (TOPIC, (("topic_names[]", "responses[name]"),
                               ("topics[name,topic_id]", "responses[name,topic_id]"))),

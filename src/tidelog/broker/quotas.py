@@ -8,7 +8,10 @@ driver (server/quotas.py) records what the client used —
 * ``produce``: a Produce request's size in bytes, against ``producer_byte_rate``;
 * ``fetch``: a consumer's Fetch response size in bytes, against ``consumer_byte_rate``;
 * ``request``: the time spent handling the request, as a percentage of one
-  thread for one second (1 ms = 0.1), against ``request_percentage`` —
+  thread for one second (1 ms = 0.1), against ``request_percentage``;
+* ``controller_mutation``: partitions created or deleted (CreateTopics,
+  CreatePartitions, DeleteTopics), against ``controller_mutation_rate`` — a token
+  bucket rather than a rate (KIP-599, ``ControllerMutationQuotaManager``) —
 
 and gets back the *throttle time*: how long the client must pause so that its
 rate falls back to the quota. The driver puts it in the response's
@@ -115,6 +118,8 @@ class ClientSensors:
     rate: Rate
     throttle_time_ms_total: int = 0     # Kafka's throttle-time is an average; tidelog keeps sum and count
     throttled: int = 0
+    tokens: float | None = None         # controller_mutation_rate's token bucket (None: not started)
+    tokens_at_ms: int = 0
 
 
 @dataclass
@@ -217,6 +222,43 @@ class ClientQuotaManager:
             del self.sensors[tags]
 
 
+class ControllerMutationQuotaManager(ClientQuotaManager):
+    """``controller_mutation_rate`` (KIP-599): partitions created or deleted per second,
+    kept as a token bucket (Kafka's TokenBucket). A client has ``quota × window.num ×
+    window.size`` tokens at most; each partition it creates or deletes takes one, and
+    tokens come back at ``quota`` per second. While its tokens are below zero the client
+    is over its quota: the throttle time is the time the deficit takes to refill."""
+
+    def _bucket(self, user: str, client_id: str, now_ms: int) -> tuple[ClientSensors, float | None]:
+        sensors = self._sensors(user, client_id, now_ms)
+        quota = self.quota_limit(sensors.user, sensors.client_id)
+        if quota is None:
+            return sensors, None
+        burst = quota * self.window_num * self.window_size_ms / 1000
+        if sensors.tokens is None:
+            sensors.tokens, sensors.tokens_at_ms = burst, now_ms
+        elapsed_s = max(0, now_ms - sensors.tokens_at_ms) / 1000
+        sensors.tokens = min(burst, sensors.tokens + quota * elapsed_s)
+        sensors.tokens_at_ms = now_ms
+        return sensors, quota
+
+    def throttle_time_ms(self, user: str, client_id: str, now_ms: int) -> int:
+        """How long until the client's tokens are back to zero; 0 if it is not over its quota."""
+        sensors, quota = self._bucket(user, client_id, now_ms)
+        if quota is None or sensors.tokens >= 0:
+            return 0
+        return round(-sensors.tokens / quota * 1000)
+
+    def record(self, user: str, client_id: str, value: float, now_ms: int) -> int:
+        """Take ``value`` tokens (partitions); the throttle time the client is left with."""
+        sensors, quota = self._bucket(user, client_id, now_ms)
+        sensors.rate.record(value, now_ms)          # the mutation rate, for the metrics
+        if quota is None:
+            return 0
+        sensors.tokens -= value
+        return self.throttle_time_ms(user, client_id, now_ms)
+
+
 _NO = ""        # in ``quotas`` keys: this part is not in the entity (None is the default entity)
 
 
@@ -233,7 +275,7 @@ class ClientQuotas:
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, window_num, window_ms)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, window_num, window_ms)
         self.request = ClientQuotaManager(REQUEST_PERCENTAGE, window_num, window_ms)
-        self.controller_mutation = ClientQuotaManager(CONTROLLER_MUTATION_RATE, window_num, window_ms)
+        self.controller_mutation = ControllerMutationQuotaManager(CONTROLLER_MUTATION_RATE, window_num, window_ms)
         self._image_quotas: Mapping | None = None
 
     @property

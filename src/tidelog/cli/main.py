@@ -14,9 +14,9 @@ import sys
 
 # command -> the module that runs it (``run(args)``; async for the Kafka-protocol tools)
 _MODULES = {"topics": "topics", "groups": "groups", "transactions": "transactions", "acls": "acls",
-            "users": "users", "quotas": "quotas", "leader-election": "leader_election", "cluster": "cluster",
-            "ui": "ui"}
-_ASYNC = {"topics", "groups", "transactions", "acls", "users", "quotas", "leader-election"}
+            "users": "users", "quotas": "quotas", "leader-election": "leader_election", "reassign": "reassign",
+            "cluster": "cluster", "ui": "ui"}
+_ASYNC = {"topics", "groups", "transactions", "acls", "users", "quotas", "leader-election", "reassign"}
 
 
 def _skip_kio_hypothesis_hooks() -> None:

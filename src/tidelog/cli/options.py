@@ -362,6 +362,29 @@ def _leader_election(commands) -> None:
                           help="how long the controller may take")
 
 
+def _reassign(commands) -> None:
+    reassign = _command(commands, "reassign", "move partitions between brokers (kafka-reassign-partitions.sh)",
+                        "Move partition replicas between brokers (KIP-455), with kafka-reassign-partitions.sh's "
+                        "JSON files: generate a plan, execute it, verify it, cancel it, list the moves under way.")
+    _connection(reassign, after_verb=False)
+    common = _connection_parent()
+    verbs = reassign.add_subparsers(dest="verb", required=True, metavar="VERB")
+    generate = _verb(verbs, "generate", "propose a plan spreading topics over brokers (changes nothing)", [common])
+    generate.add_argument("--topics-to-move-json-file", required=True, metavar="FILE",
+                          help='{"version": 1, "topics": [{"topic": "name"}, ...]}')
+    generate.add_argument("--broker-list", required=True, metavar="IDS", help="the brokers to use, e.g. 2,3,4")
+    plan_help = ('{"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [2, 3]}, ...]}')
+    execute = _verb(verbs, "execute", "start the moves of a plan (prints the assignment that undoes it)", [common])
+    execute.add_argument("--reassignment-json-file", required=True, metavar="FILE", help=plan_help)
+    execute.add_argument("--disallow-replication-factor-change", action="store_true",
+                         help="refuse moves that change a partition's number of replicas")
+    for name, text in (("verify", "say whether each move of a plan completed (exit 1 if not all did)"),
+                       ("cancel", "revert the moves of a plan that are still running")):
+        _verb(verbs, name, text, [common]).add_argument("--reassignment-json-file", required=True, metavar="FILE",
+                                                        help=plan_help)
+    _verb(verbs, "list", "the moves under way", [common])
+
+
 def _cluster(commands) -> None:
     cluster = _command(commands, "cluster", "run a local multi-broker cluster (separate processes) and drill its "
                                             "faults")
@@ -474,6 +497,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version, help="print tidelog's version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_serve, _topics, _groups, _transactions, _acls, _users, _quotas, _leader_election,
-                _cluster, _ui, _bench):
+                _reassign, _cluster, _ui, _bench):
         add(commands)
     return parser

@@ -32,7 +32,11 @@ partition → ``UNKNOWN_TOPIC_OR_PARTITION``; an empty replica list, a broker gi
 twice, an unregistered broker → ``INVALID_REPLICA_ASSIGNMENT``; a changed
 replication factor when the request disallows it (v1's
 ``allow_replication_factor_change`` false) → ``INVALID_REPLICATION_FACTOR``;
-cancelling where nothing runs → ``NO_REASSIGNMENT_IN_PROGRESS``. A request of more
+cancelling where nothing runs → ``NO_REASSIGNMENT_IN_PROGRESS``.
+
+The operations take the ``ReplicationControlManager`` (``replication``) whose
+``_builder``/``_acceptor``/``_current`` every partition change goes through; it
+calls them, so this module does not import it back. A request of more
 than ``REASSIGNMENTS_PER_REQUEST_MAX`` partitions is refused whole
 (``INVALID_REQUEST``): one request's records are bounded.
 """
@@ -40,16 +44,13 @@ than ``REASSIGNMENTS_PER_REQUEST_MAX`` partitions is refused whole
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from tidelog.core.errors import ErrorCode
 from tidelog.metadata.records import MetadataRecord
 from tidelog.metadata.registrations import PartitionRegistration
 from tidelog.controller.partition_change import Election
 from tidelog.controller.result import NO_ERROR, ApiError, ControllerResult
-
-if TYPE_CHECKING:
-    from tidelog.controller.replication_control import ReplicationControlManager
 
 REASSIGNMENTS_PER_REQUEST_MAX = 10_000   # partitions in one AlterPartitionReassignments
 
@@ -129,7 +130,7 @@ def _bad_assignment(message: str) -> ApiError:
 
 # ---------------------------------------------------------------- operations
 
-def alter_partition_reassignments(replication: ReplicationControlManager,
+def alter_partition_reassignments(replication,
                                   targets: Sequence[ReassignmentTarget],
                                   allow_replication_factor_change: bool = True
                                   ) -> ControllerResult[list[ReassignmentResult]]:
@@ -151,7 +152,7 @@ def alter_partition_reassignments(replication: ReplicationControlManager,
     return ControllerResult(records, results)
 
 
-def _alter_one(replication: ReplicationControlManager, target: ReassignmentTarget,
+def _alter_one(replication, target: ReassignmentTarget,
                allow_replication_factor_change: bool, overlay: dict):
     topic_id = replication.topic_ids.get(target.topic)
     if topic_id is None:
@@ -204,7 +205,7 @@ def _cancel(replication, key, target, partition):
     return NO_ERROR, builder
 
 
-def list_partition_reassignments(replication: ReplicationControlManager,
+def list_partition_reassignments(replication,
                                  topics: Mapping[str, Sequence[int]] | None = None
                                  ) -> list[OngoingReassignment]:
     """The ongoing reassignments: of every partition (``topics`` None), or of the given

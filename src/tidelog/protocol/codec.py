@@ -226,6 +226,9 @@ def _layout(cls) -> tuple[bool, tuple, int | None]:
     return flexible, tuple(steps), total
 
 
+STRING_BYTES_MAX = 0x7FFF      # Kafka's strings: an int16 length, also in the compact (varint) form
+
+
 def _check_lengths(cls, buf, pos: int) -> int:
     """Walk the body of ``cls`` at ``pos`` checking that every declared length and
     array count fits in the bytes that remain; returns the position after it.
@@ -249,6 +252,15 @@ def _check_lengths(cls, buf, pos: int) -> int:
             raise ProtocolError(f"{name}: length past the end of the request")
         return int.from_bytes(buf[p:p + size], "big", signed=True), p + size
 
+    def string_length(n: int) -> int:
+        """A Kafka string holds at most 32767 bytes (Kafka's parser refuses a compact string
+        declaring more: "string field value had invalid length"), so no request carries a
+        10 MB config value, topic or group name into the metadata log."""
+        if n > STRING_BYTES_MAX:
+            raise ProtocolError(f"{name}: a string declares {n} bytes; a Kafka string has at most "
+                                f"{STRING_BYTES_MAX}")
+        return n
+
     def skip(p: int, n: int) -> int:
         if n < -1 or p + n > end:
             raise ProtocolError(f"{name}: a field declares {n} bytes; {end - p} remain")
@@ -262,7 +274,7 @@ def _check_lengths(cls, buf, pos: int) -> int:
                 p = skip(p, step[1])
             elif kind == _STRING:
                 n, p = length(p, flexible, 2)
-                p = skip(p, n)
+                p = skip(p, string_length(n))
             elif kind == _BYTES:
                 n, p = length(p, flexible, 4)
                 p = skip(p, n)
@@ -290,7 +302,7 @@ def _check_lengths(cls, buf, pos: int) -> int:
                     width = 2 if step[1] == "string" else 4
                     for _ in range(count):
                         n, p = length(p, flexible, width)
-                        p = skip(p, n)
+                        p = skip(p, string_length(n) if width == 2 else n)
         if flexible:
             count, p = uvarint(p)
             if count > end - p:

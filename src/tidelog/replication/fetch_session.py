@@ -289,3 +289,54 @@ class FetchManager:
         return FetchContext(ContextKind.INCREMENTAL, partitions, session=session, request_epoch=epoch,
                             cache=self.cache)
 
+
+
+class FetchSessionHandler:
+    """The fetcher's side of a session (Kafka's ``FetchSessionHandler``), for one leader.
+
+    ``build`` turns the partitions a Fetch should carry into what goes on the wire: all of
+    them in a full Fetch (epoch 0 asks for a session), else only those whose request
+    changed since the leader cached it, and the ones to forget (no longer fetched here:
+    removed, delayed, truncating). ``on_response`` moves the session on; a session error
+    or a failed request makes the next Fetch full again (closing the session named)."""
+
+    def __init__(self):
+        self.session_id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        self.sent: dict = {}                 # what the leader's session holds: tp -> partition request
+
+    def build(self, partitions: dict) -> tuple[int, int, dict, list]:
+        """(session id, epoch, the partitions to send, the partitions to forget)."""
+        if self.epoch == INITIAL_EPOCH:
+            return self.session_id, INITIAL_EPOCH, dict(partitions), []
+        changed = {tp: p for tp, p in partitions.items() if self.sent.get(tp) != p}
+        forgotten = [tp for tp in self.sent if tp not in partitions]
+        return self.session_id, self.epoch, changed, forgotten
+
+    def on_response(self, partitions: dict, error: ErrorCode, session_id: int) -> bool:
+        """After a Fetch built from ``partitions`` was answered: whether its partitions'
+        answers are to be used (False on a session error: fetch again, in full)."""
+        if error in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+                     ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR):
+            self.reset(close=error != ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+            return False
+        if error != ErrorCode.NONE:
+            self.reset(close=True)
+            return True
+        if self.epoch == INITIAL_EPOCH:
+            # A full Fetch: a session if the leader made one, else full again next time.
+            self.session_id = session_id
+            self.epoch = next_epoch(INITIAL_EPOCH) if session_id != INVALID_SESSION_ID else INITIAL_EPOCH
+        elif session_id == INVALID_SESSION_ID:
+            self.reset(close=False)            # the leader closed the session (nothing left in it)
+            return True
+        else:
+            self.epoch = next_epoch(self.epoch)
+        self.sent = dict(partitions) if self.session_id != INVALID_SESSION_ID else {}
+        return True
+
+    def reset(self, close: bool = True) -> None:
+        """The next Fetch is full; with ``close`` it names the old session, which the leader then closes."""
+        self.session_id = self.session_id if close else INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        self.sent = {}

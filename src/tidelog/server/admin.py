@@ -32,6 +32,7 @@ from tidelog.controller.messages import (
     ElectionType,
 )
 from tidelog.controller.acl_control import AclBinding, AclFilter
+from tidelog.controller.reassignment import ReassignmentTarget
 from tidelog.controller.feature_control import UpgradeType
 from tidelog.controller.result import ApiError
 from tidelog.controller.scram_control import ScramUpsertion
@@ -117,6 +118,46 @@ def _incremental_refusal(configs) -> str | None:
     return None
 
 
+# The config resource types (Kafka's ConfigResource.Type: topic 2, broker 4, broker logger 8,
+# client metrics 16, group 32) each config API knows; Kafka's AlterConfigs never knew loggers.
+_KNOWN_CONFIG_RESOURCES = {ApiKey.DESCRIBE_CONFIGS: {2, 4, 8, 16, 32},
+                           ApiKey.INCREMENTAL_ALTER_CONFIGS: {2, 4, 8, 16, 32},
+                           ApiKey.ALTER_CONFIGS: {2, 4, 16, 32}}
+_INT32_MAX = (1 << 31) - 1
+_UNSUPPORTED_CONFIG_RESOURCES = {8: "BROKER_LOGGER", 16: "CLIENT_METRICS"}   # known to Kafka, not served
+
+
+def invalid_config_resources(api_key: int, resources) -> dict[int, str]:
+    """``{index: message}`` of the resources of a config request that Kafka refuses
+    INVALID_REQUEST before it asks any ACL (so a caller without rights learns the same as
+    one with them): an unknown resource type ("Unknown resource type 99"), and in
+    AlterConfigs / IncrementalAlterConfigs a resource named twice ("Each resource must
+    appear at most once.", every copy refused). DescribeConfigs with an unknown type is
+    refused whole, as Kafka's."""
+    known = _KNOWN_CONFIG_RESOURCES[api_key]
+    unknown = {i: f"Unknown resource type {int(r.resource_type)}" for i, r in enumerate(resources)
+               if int(r.resource_type) not in known}
+    if api_key == ApiKey.DESCRIBE_CONFIGS:
+        if not unknown:
+            return {}
+        message = next(iter(unknown.values()))
+        return {i: unknown.get(i, message) for i in range(len(resources))}
+    counts: dict[tuple[int, str], int] = {}
+    for r in resources:
+        key = (int(r.resource_type), r.resource_name)
+        counts[key] = counts.get(key, 0) + 1
+    return {**{i: "Each resource must appear at most once." for i, r in enumerate(resources)
+               if counts[(int(r.resource_type), r.resource_name)] > 1}, **unknown}
+
+
+def _node_id(name: str) -> int | None:
+    """A broker resource's name as Kafka's Integer.parseInt reads it (None: not an int)."""
+    digits = name[1:] if name[:1] in ("+", "-") else name
+    if not digits.isascii() or not digits.isdigit() or not -_INT32_MAX - 1 <= int(name) <= _INT32_MAX:
+        return None
+    return int(name)
+
+
 class NodeConfig(Protocol):
     """The node's settings (a ``BrokerConfig``): typed values by Kafka's names."""
 
@@ -173,6 +214,10 @@ class AdminApis:
         dispatcher.register(ApiKey.DESCRIBE_ACLS, self.handle_describe_acls, 1, 3)
         dispatcher.register(ApiKey.CREATE_PARTITIONS, self.handle_create_partitions, 0, 3)
         dispatcher.register(ApiKey.ELECT_LEADERS, self.handle_elect_leaders, 0, 2)
+        dispatcher.register(ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+                            self.handle_alter_partition_reassignments, 0, 1)
+        dispatcher.register(ApiKey.LIST_PARTITION_REASSIGNMENTS,
+                            self.handle_list_partition_reassignments, 0, 0)
         dispatcher.register(ApiKey.UPDATE_FEATURES, self.handle_update_features, 0, 2)
         dispatcher.register(ApiKey.DESCRIBE_CONFIGS, self.handle_describe_configs, 1, 4)
         dispatcher.register(ApiKey.INCREMENTAL_ALTER_CONFIGS, self.handle_incremental_alter_configs, 0, 1)
@@ -271,6 +316,38 @@ class AdminApis:
         return {"throttle_time": 0, "error_code": 0, "replica_election_results": [
             {"topic": topic, "partition_result": parts} for topic, parts in by_topic.items()]}
 
+    # ---------------------------------------------------------------- reassignment (KIP-455)
+
+    def handle_alter_partition_reassignments(self, header, request):
+        """Start, change or cancel (null replicas) partition moves (controller/reassignment.py)."""
+        targets = [ReassignmentTarget(t.name, int(p.partition_index),
+                                      None if p.replicas is None else tuple(int(b) for b in p.replicas))
+                   for t in request.topics for p in t.partitions]
+        allow = bool(getattr(request, "allow_replication_factor_change", True))
+        results = self.controller.alter_partition_reassignments(targets, allow)
+        self.broker.publish()
+        by_topic: dict[str, list] = {}
+        for result in results:
+            by_topic.setdefault(result.topic, []).append(
+                {"partition_index": result.partition_id, "error_code": int(result.error_code),
+                 "error_message": result.error_message})
+        return {"throttle_time": 0, "allow_replication_factor_change": allow, "error_code": 0,
+                "error_message": None, "responses": [
+                    {"name": topic, "partitions": parts} for topic, parts in by_topic.items()]}
+
+    def handle_list_partition_reassignments(self, header, request):
+        """The ongoing reassignments, of every partition (null topics) or of those asked."""
+        topics = None if request.topics is None else {
+            t.name: [int(p) for p in t.partition_indexes] for t in request.topics}
+        by_topic: dict[str, list] = {}
+        for ongoing in self.controller.list_partition_reassignments(topics):
+            by_topic.setdefault(ongoing.topic, []).append(
+                {"partition_index": ongoing.partition_id, "replicas": list(ongoing.replicas),
+                 "adding_replicas": list(ongoing.adding_replicas),
+                 "removing_replicas": list(ongoing.removing_replicas)})
+        return {"throttle_time": 0, "error_code": 0, "error_message": None, "topics": [
+            {"name": topic, "partitions": parts} for topic, parts in by_topic.items()]}
+
     # ---------------------------------------------------------------- features (KIP-584)
 
     def handle_update_features(self, header, request):
@@ -289,6 +366,12 @@ class AdminApis:
     # ---------------------------------------------------------------- configs
 
     def handle_describe_configs(self, header, request):
+        invalid = invalid_config_resources(ApiKey.DESCRIBE_CONFIGS, request.resources)
+        if invalid:                 # an unknown resource type: the whole request, as Kafka
+            return {"throttle_time": 0, "results": [
+                {"error_code": int(ErrorCode.INVALID_REQUEST), "error_message": invalid[i],
+                 "resource_type": int(r.resource_type), "resource_name": r.resource_name, "configs": []}
+                for i, r in enumerate(request.resources)]}
         results = []
         for resource in request.resources:
             rtype, name = int(resource.resource_type), resource.resource_name
@@ -296,7 +379,10 @@ class AdminApis:
             # Kafka's error message is empty, not null, when it has none to give.
             entry = {"error_code": 0, "error_message": "", "resource_type": rtype,
                      "resource_name": name, "configs": []}
-            if rtype == TOPIC_RESOURCE:
+            if rtype == TOPIC_RESOURCE and name == "":
+                entry.update(error_code=int(ErrorCode.INVALID_TOPIC_EXCEPTION),
+                             error_message="Topic name is invalid: the empty string is not allowed")
+            elif rtype == TOPIC_RESOURCE:
                 if not self.broker.image.contains_topic(name):
                     entry.update(error_code=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 else:
@@ -327,9 +413,13 @@ class AdminApis:
                                         for k, (v, s, synonyms) in self._group_values(name).items()
                                         if keys is None or k in keys]
             elif rtype == BROKER_RESOURCE:
-                if name != str(self.broker.node_id):
+                if _node_id(name) is None:
                     entry.update(error_code=int(ErrorCode.INVALID_REQUEST),
-                                 error_message=f"broker {name} is not this broker")
+                                 error_message=f"Broker id must be an integer, but it is: {name}")
+                elif name != str(self.broker.node_id):
+                    entry.update(error_code=int(ErrorCode.INVALID_REQUEST),
+                                 error_message=f"Unexpected broker id, expected {self.broker.node_id} or empty "
+                                               f"string, but received {name}")
                 else:
                     entry["configs"] = [self._config_entry(k, v, s, request, broker_synonyms(
                                             self.broker.image, self.broker.config, self.broker.node_id, [k]),
@@ -440,7 +530,11 @@ class AdminApis:
         own, refused = str(self.broker.node_id), {}
         listener = self.broker.config.listener_endpoints()[0][0]
         for r in request.resources:
-            if int(r.resource_type) != BROKER_RESOURCE or not r.resource_name.isdigit():
+            if int(r.resource_type) != BROKER_RESOURCE or r.resource_name == "":
+                continue
+            if _node_id(r.resource_name) is None:
+                refused[(BROKER_RESOURCE, r.resource_name)] = (
+                    ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {r.resource_name}")
                 continue
             if r.resource_name != own:
                 refused[(BROKER_RESOURCE, r.resource_name)] = (
@@ -453,21 +547,44 @@ class AdminApis:
                 refused[(BROKER_RESOURCE, r.resource_name)] = (ErrorCode.INVALID_REQUEST, message)
         return refused
 
-    def _alter(self, request, incremental: bool):
-        resources, errors = [], dict(self._local_refusals(request))
+    def _refused_before_the_controller(self, header, request) -> tuple[Any, list[dict]]:
+        """The request without the resources refused before the controller sees them, and
+        their answers, one per resource given (a duplicate's every copy): those Kafka
+        refuses as invalid whoever asks (``invalid_config_resources``), then what the
+        receiving broker refuses itself (``_local_refusals``)."""
+        invalid = invalid_config_resources(header.api_key, request.resources)
+        denied = [{"error_code": int(ErrorCode.INVALID_REQUEST), "error_message": invalid[i],
+                   "resource_type": int(r.resource_type), "resource_name": r.resource_name}
+                  for i, r in enumerate(request.resources) if i in invalid]
+        request = dataclasses.replace(request, resources=tuple(
+            r for i, r in enumerate(request.resources) if i not in invalid))
+        refused = self._local_refusals(request)
+        denied += [{"error_code": int(code), "error_message": message, "resource_type": rtype, "resource_name": name}
+                   for (rtype, name), (code, message) in refused.items()]
+        return dataclasses.replace(request, resources=tuple(
+            r for r in request.resources if (int(r.resource_type), r.resource_name) not in refused)), denied
+
+    def _alter(self, header, request, incremental: bool):
+        request, denied = self._refused_before_the_controller(header, request)
+        resources, errors = [], {}
         for resource in request.resources:
             rtype, name = int(resource.resource_type), resource.resource_name
-            if (rtype, name) in errors:
+            if rtype == TOPIC_RESOURCE and name == "":
+                errors[(rtype, name)] = (ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
                 continue
             if rtype == TOPIC_RESOURCE:
                 ctype = int(ConfigResourceType.TOPIC)
-            elif rtype == BROKER_RESOURCE and (name == "" or name.isdigit()):
+            elif rtype == BROKER_RESOURCE and name != "" and _node_id(name) is None:
+                errors[(rtype, name)] = (ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}")
+                continue
+            elif rtype == BROKER_RESOURCE:
                 ctype = int(ConfigResourceType.BROKER)        # KIP-226: a broker id, or "" (cluster default)
             elif rtype == GROUP_RESOURCE:
                 ctype = int(ConfigResourceType.GROUP)
             else:
-                errors[(rtype, name)] = (ErrorCode.INVALID_REQUEST,
-                                         "only topic, broker and group configs can be altered")
+                errors[(rtype, name)] = (ErrorCode.INVALID_REQUEST, f"resource type {rtype} "
+                                         f"({_UNSUPPORTED_CONFIG_RESOURCES.get(rtype)}) cannot be altered: "
+                                         "tidelog alters topic, broker and group configs")
                 continue
             changes: dict[str, str | None] = {}
             list_changes: dict[str, tuple[str, str]] = {}    # APPEND / SUBTRACT: the controller resolves them
@@ -500,8 +617,8 @@ class AdminApis:
         else:
             results = self.controller.incremental_alter_configs(resources)
             self.broker.publish()
-        out = [{"error_code": int(code), "error_message": message, "resource_type": rtype,
-                "resource_name": name} for (rtype, name), (code, message) in errors.items()]
+        out = denied + [{"error_code": int(code), "error_message": message, "resource_type": rtype,
+                         "resource_name": name} for (rtype, name), (code, message) in errors.items()]
         for r in results:
             rtype = int(r.resource_type)                # ConfigResourceType: Kafka's wire numbers
             out.append({"error_code": int(r.error_code), "error_message": r.error_message,
@@ -509,10 +626,10 @@ class AdminApis:
         return {"throttle_time": 0, "responses": out}
 
     def handle_incremental_alter_configs(self, header, request):
-        return self._alter(request, incremental=True)
+        return self._alter(header, request, incremental=True)
 
     def handle_alter_configs(self, header, request):
-        return self._alter(request, incremental=False)
+        return self._alter(header, request, incremental=False)
 
     # ----------------------------------------------------------------- ACLs
 
@@ -768,22 +885,26 @@ class ForwardingAdminApis(AdminApis):
     def handle_elect_leaders(self, header, request):
         return self._forward(header, request)
 
+    def handle_alter_partition_reassignments(self, header, request):
+        return self._forward(header, request)
+
+    def handle_list_partition_reassignments(self, header, request):
+        return self._forward(header, request)
+
     def handle_incremental_alter_configs(self, header, request):
         return self._forward_alter(header, request)
 
     def _forward_alter(self, header, request):
-        """Forward what this broker does not refuse itself (``_local_refusals``); answer both."""
-        refused = self._local_refusals(request)
-        denied = [{"error_code": int(code), "error_message": message, "resource_type": rtype,
-                   "resource_name": name} for (rtype, name), (code, message) in refused.items()]
+        """Forward what this broker does not refuse itself (``_refused_before_the_controller``);
+        answer both."""
+        kept, denied = self._refused_before_the_controller(header, request)
         if not denied:
             return self._forward(header, request)
-        kept = tuple(r for r in request.resources if (int(r.resource_type), r.resource_name) not in refused)
-        if not kept:
+        if not kept.resources:
             return {"throttle_time": 0, "responses": denied}
 
         async def forward():
-            response = await self._forward(header, dataclasses.replace(request, resources=kept))
+            response = await self._forward(header, kept)
             return dataclasses.replace(response, responses=tuple(response.responses) + tuple(
                 _entity_like(response.responses, d) for d in denied))
         return forward()

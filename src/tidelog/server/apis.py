@@ -367,8 +367,8 @@ class KafkaApis:
             created_errors[n] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         topics = [self._topic_metadata(name, created_errors, name in denied) for name in names]
         if getattr(request, "include_topic_authorized_operations", False):     # KIP-430
-            for topic in topics:
-                if topic["name"] is not None:
+            for topic in topics:        # a refused topic keeps "not provided", as Kafka's
+                if topic["name"] is not None and topic["error_code"] != ErrorCode.TOPIC_AUTHORIZATION_FAILED:
                     topic["topic_authorized_operations"] = authorized_operations(
                         authorizer, ResourceType.TOPIC, topic["name"])
         return {"throttle_time": 0, "brokers": self._broker_list(), "cluster_id": self.context.cluster_id,

@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-from typing import Callable, NamedTuple
+from typing import Callable, Collection, NamedTuple
 
 from kio.serial._introspect import classify_field
 
@@ -44,6 +44,7 @@ from tidelog.metadata.authorizer import (
     ResourceType,
 )
 from tidelog.protocol.api_keys import ApiKey
+from tidelog.server.admin import invalid_config_resources
 from tidelog.server.dispatch import current_connection
 from tidelog.protocol.codec import to_entity
 from tidelog.server.refusals import refusal, response_array
@@ -106,18 +107,20 @@ def _offset_for_leader_epoch(request) -> list[Need]:
     return [(AclOperation.DESCRIBE, ResourceType.TOPIC, str(t.topic)) for t in request.topics]
 
 
+# The ACL resource a config resource (Kafka's ConfigResource.Type) is authorized on, as
+# Kafka's ConfigHelper and ConfigAdminManager ask: a topic's and a group's own; the
+# cluster for a broker (by id or ""), its loggers and client metrics.
+_CONFIG_ACL_RESOURCES = {2: ResourceType.TOPIC, 32: ResourceType.GROUP}
+
+
+def _config_need(operation: AclOperation, resource) -> Need:
+    kind = _CONFIG_ACL_RESOURCES.get(int(resource.resource_type), ResourceType.CLUSTER)
+    return operation, kind, CLUSTER_NAME if kind == ResourceType.CLUSTER else str(resource.resource_name)
+
+
 def _configs(describe: bool) -> Callable[[object], list[Need]]:
     operation = AclOperation.DESCRIBE_CONFIGS if describe else AclOperation.ALTER_CONFIGS
-
-    def needs(request) -> list[Need]:
-        out = []
-        for r in request.resources:
-            if int(r.resource_type) == 2:
-                out.append((operation, ResourceType.TOPIC, str(r.resource_name)))
-            else:
-                out.append((operation, *CLUSTER))
-        return out
-    return needs
+    return lambda request: [_config_need(operation, r) for r in request.resources]
 
 
 WHOLE_REQUEST: dict[int, Callable[[object], list[Need]]] = {
@@ -152,6 +155,8 @@ WHOLE_REQUEST: dict[int, Callable[[object], list[Need]]] = {
     ApiKey.ALTER_CONFIGS: _configs(describe=False),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: _configs(describe=False),
     ApiKey.ELECT_LEADERS: _cluster(AclOperation.ALTER),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _cluster(AclOperation.ALTER),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: _cluster(AclOperation.DESCRIBE),
     ApiKey.UPDATE_FEATURES: _cluster(AclOperation.ALTER),
     ApiKey.DESCRIBE_LOG_DIRS: _cluster(AclOperation.DESCRIBE),
     ApiKey.DESCRIBE_QUORUM: _cluster(AclOperation.DESCRIBE),
@@ -191,14 +196,17 @@ class Item(NamedTuple):
     array: str
     need: Callable[[object, object], Need]
     whole: Callable[[object], list[Need]] = lambda request: []
+    # Indexes of the items Kafka refuses as invalid before it asks any ACL: they go to the
+    # handler unchecked, and it refuses them (INVALID_REQUEST) whoever asks.
+    unchecked: Callable[[int, object], Collection[int]] = lambda api_key, request: ()
 
 
 def _config_item(operation: AclOperation) -> Callable[[object, object], Need]:
-    def need(request, resource) -> Need:
-        if int(resource.resource_type) == 2:
-            return operation, ResourceType.TOPIC, str(resource.resource_name)
-        return operation, *CLUSTER
-    return need
+    return lambda request, resource: _config_need(operation, resource)
+
+
+def _invalid_config_resources(api_key: int, request) -> Collection[int]:
+    return invalid_config_resources(api_key, request.resources)
 
 
 def _named(operation: AclOperation, resource_type: ResourceType, field: str | None = None):
@@ -212,9 +220,12 @@ def _coordinator_key(request, key) -> Need:
 
 # Kafka answers these per item; an array a version lacks falls back to WHOLE_REQUEST.
 PER_ITEM: dict[int, Item] = {
-    ApiKey.DESCRIBE_CONFIGS: Item("resources", _config_item(AclOperation.DESCRIBE_CONFIGS)),
-    ApiKey.ALTER_CONFIGS: Item("resources", _config_item(AclOperation.ALTER_CONFIGS)),
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: Item("resources", _config_item(AclOperation.ALTER_CONFIGS)),
+    ApiKey.DESCRIBE_CONFIGS: Item("resources", _config_item(AclOperation.DESCRIBE_CONFIGS),
+                                  unchecked=_invalid_config_resources),
+    ApiKey.ALTER_CONFIGS: Item("resources", _config_item(AclOperation.ALTER_CONFIGS),
+                               unchecked=_invalid_config_resources),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: Item("resources", _config_item(AclOperation.ALTER_CONFIGS),
+                                           unchecked=_invalid_config_resources),
     ApiKey.DELETE_RECORDS: Item("topics", _named(AclOperation.DELETE, ResourceType.TOPIC, "name")),
     ApiKey.CREATE_PARTITIONS: Item("topics", _named(AclOperation.ALTER, ResourceType.TOPIC, "name")),
     ApiKey.DESCRIBE_PRODUCERS: Item("topics", _named(AclOperation.READ, ResourceType.TOPIC, "name")),
@@ -335,7 +346,11 @@ class RequestAuthorizer:
             if not self.allowed(operation, resource_type, name):
                 return _refusal(header, request, _FAILED.get(resource_type, ErrorCode.CLUSTER_AUTHORIZATION_FAILED))
         allowed, refused = [], {}
-        for entry in getattr(request, item.array):
+        unchecked = item.unchecked(header.api_key, request)
+        for index, entry in enumerate(getattr(request, item.array)):
+            if index in unchecked:
+                allowed.append(entry)
+                continue
             operation, resource_type, name = item.need(request, entry)
             if self.allowed(operation, resource_type, name):
                 allowed.append(entry)

@@ -44,5 +44,12 @@ def authorized_operations(authorizer, resource_type: ResourceType, name: str = C
 
 
 def requested(asked: bool, authorizer, resource_type: ResourceType, name: str = CLUSTER_NAME) -> int:
-    """``authorized_operations`` if the client asked for them, else NOT_PROVIDED."""
-    return authorized_operations(authorizer, resource_type, name) if asked else NOT_PROVIDED
+    """``authorized_operations`` if the client asked for them, else NOT_PROVIDED. The
+    cluster's are told only to a caller who may DESCRIBE it, 0 to anyone else (Kafka's
+    Metadata and DescribeCluster: DESCRIBE_CONFIGS alone does not reveal them)."""
+    if not asked:
+        return NOT_PROVIDED
+    if resource_type == ResourceType.CLUSTER and authorizer is not None and not authorizer.allowed(
+            AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=False):
+        return 0
+    return authorized_operations(authorizer, resource_type, name)

@@ -102,6 +102,7 @@ class Dispatcher:
         quotas = self.quotas
         if quotas is not None:
             request = quotas.before(header, request, connection)
+            handler = quotas.wrap(header, request, handler, connection)
             handling = perf_counter()
         token = client_host.set(getattr(connection, "host", ""))
         # Only SASL handlers and ACL checks ask for the connection: a plain listener's hot

@@ -11,6 +11,15 @@ connection error or timeout), and sleep until ``next_wakeup_ms`` — or until
 fetcher; connections are per source broker, found through the metadata image's
 endpoints for this broker's listener.
 
+Each fetcher keeps an incremental fetch session with its leader (KIP-227,
+``FetchSessionHandler`` in replication/fetch_session.py): the plan names every partition
+ready to fetch; on the wire a Fetch carries only the partitions whose request changed
+and the ones to forget, and the leader answers only the partitions with something new
+(an omitted partition has nothing: the fetcher leaves it as it is). A session error
+(the leader restarted, evicted the session, or saw a duplicate epoch) is answered with
+no partitions and the next Fetch is full, at once, without a backoff, as Kafka's
+fetcher does; a failed request closes the session too.
+
 A connection error, a timeout or a malformed answer is an expected condition:
 the fetcher backs off and asks again. A failure while truncating or appending one
 partition is handled inside the fetcher (that partition is marked failed, the
@@ -31,6 +40,7 @@ from tidelog.core.ids import TopicPartition
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 from tidelog.protocol.codec import ZERO_UUID, ProtocolError
+from tidelog.replication.fetch_session import FetchSessionHandler
 from tidelog.replication.fetcher import (
     EpochEndOffset,
     FetchPartitionResult,
@@ -49,6 +59,18 @@ def _code(value) -> ErrorCode:
     return ErrorCode(int(getattr(value, "value", value)))
 
 
+def _topic_id(image, name: str):
+    topic = image.topic(name)
+    return topic.topic_id if topic else ZERO_UUID
+
+
+def _by_topic(topic_partitions) -> dict[str, list[int]]:
+    topics: dict[str, list[int]] = {}
+    for tp in topic_partitions:
+        topics.setdefault(tp.topic, []).append(tp.partition)
+    return topics
+
+
 class FetcherDriver:
     def __init__(self, node: BrokerNode, listener_name: str, fault_handler: Callable[[BaseException], None],
                  security=None):
@@ -59,6 +81,7 @@ class FetcherDriver:
         self.tasks: dict[tuple[int, int], asyncio.Task] = {}
         self.wakeups: dict[tuple[int, int], asyncio.Event] = {}
         self.connections: dict[int, KafkaConnection] = {}
+        self.sessions: dict[tuple[int, int], FetchSessionHandler] = {}
 
     # ------------------------------------------------------------ tasks
 
@@ -66,12 +89,14 @@ class FetcherDriver:
         key = (fetcher.source_broker_id, fetcher.fetcher_id)
         wakeup = self.wakeups[key] = asyncio.Event()
         fetcher.wakeup = wakeup.set
+        self.sessions[key] = FetchSessionHandler()
         self.tasks[key] = asyncio.get_running_loop().create_task(self._run(fetcher, key))
 
     def stop(self, fetcher) -> None:
         key = (fetcher.source_broker_id, fetcher.fetcher_id)
         task = self.tasks.pop(key, None)
         self.wakeups.pop(key, None)
+        self.sessions.pop(key, None)
         if task is not None:
             task.cancel()
 
@@ -115,6 +140,9 @@ class FetcherDriver:
             except (OSError, ConnectionError, asyncio.TimeoutError, ProtocolError, KafkaError) as e:
                 log.debug("fetcher %s: request to broker %d failed: %s", key, fetcher.source_broker_id, e)
                 self._drop_connection(fetcher.source_broker_id)
+                session = self.sessions.get(key)
+                if session is not None:
+                    session.reset()
                 fetcher.on_request_failed(plan, clock.monotonic_ms())
                 continue
             fetcher.on_response(plan, results, clock.monotonic_ms())
@@ -147,17 +175,19 @@ class FetcherDriver:
     async def _send(self, broker_id: int, plan):
         connection = await self._connection(broker_id)
         if isinstance(plan, FetchRequestPlan):
-            return await self._fetch(connection, plan)
+            session = self.sessions.setdefault((plan.source_broker_id, plan.fetcher_id), FetchSessionHandler())
+            return await self._fetch(connection, plan, session)
         if isinstance(plan, OffsetsForLeaderEpochPlan):
             return await self._offsets_for_leader_epoch(connection, plan)
         if isinstance(plan, ListOffsetsPlan):
             return await self._list_offsets(connection, plan)
         raise AssertionError(f"unknown plan {plan!r}")
 
-    async def _fetch(self, connection: KafkaConnection, plan: FetchRequestPlan) -> dict:
+    async def _fetch(self, connection: KafkaConnection, plan: FetchRequestPlan, session: FetchSessionHandler) -> dict:
         image = self.node.image
+        session_id, session_epoch, send, forgotten = session.build(plan.partitions)
         topics: dict[str, list] = {}
-        for tp, p in plan.partitions.items():
+        for tp, p in send.items():
             topics.setdefault(tp.topic, []).append({
                 "partition": tp.partition, "current_leader_epoch": p.current_leader_epoch,
                 "fetch_offset": p.fetch_offset, "last_fetched_epoch": p.last_fetched_epoch,
@@ -166,13 +196,20 @@ class FetcherDriver:
             "replica_id": plan.replica_id,
             "replica_state": {"replica_id": plan.replica_id, "replica_epoch": plan.broker_epoch},
             "max_wait": plan.max_wait_ms, "min_bytes": plan.min_bytes, "max_bytes": plan.max_bytes,
-            "isolation_level": plan.isolation_level, "session_id": plan.session_id,
-            "session_epoch": plan.session_epoch, "forgotten_topics_data": [], "rack_id": "",
-            "topics": [{"topic": name, "topic_id": (image.topic(name).topic_id if image.topic(name) else ZERO_UUID),
-                        "partitions": parts} for name, parts in topics.items()]}
+            "isolation_level": plan.isolation_level, "session_id": session_id,
+            "session_epoch": session_epoch, "rack_id": "",
+            "forgotten_topics_data": [{"topic": name, "topic_id": _topic_id(image, name), "partitions": parts}
+                                      for name, parts in _by_topic(forgotten).items()],
+            "topics": [{"topic": name, "topic_id": _topic_id(image, name), "partitions": parts}
+                       for name, parts in topics.items()]}
         response = await connection.request(ApiKey.FETCH, body, timeout_s=plan.max_wait_ms / 1000 + REPLICA_SOCKET_TIMEOUT_S)
-        if _code(response.error_code) != ErrorCode.NONE:
-            raise KafkaError(f"fetch failed: {_code(response.error_code).name}", _code(response.error_code))
+        error = _code(response.error_code)
+        if not session.on_response(plan.partitions, error, int(getattr(response, "session_id", 0))):
+            log.debug("fetch session %d with broker %d: %s; fetching in full", session_id,
+                      plan.source_broker_id, error.name)
+            return {}
+        if error != ErrorCode.NONE:
+            raise KafkaError(f"fetch failed: {error.name}", error)
         results = {}
         for topic in response.responses:
             name = getattr(topic, "topic", None) or image.topic_name(topic.topic_id)

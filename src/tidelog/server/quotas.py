@@ -26,11 +26,18 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Callable
+import functools
+import inspect
+from typing import Callable, NamedTuple
+
+from kio.serial._introspect import classify_field
 
 from tidelog.broker.quotas import ClientQuotaManager, ClientQuotas
 from tidelog.core.clock import Clock
+from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.codec import millis, to_entity
+from tidelog.server.refusals import refusal, response_array
 
 PERCENT_PER_MS = 0.1        # request_percentage: 1 ms of handling is 0.1% of one thread for a second
 
@@ -65,11 +72,16 @@ def _get(item, name):
 
 
 class QuotaEnforcer:
-    def __init__(self, quotas: ClientQuotas, clock: Clock, client_quotas: Callable[[], object]):
+    def __init__(self, quotas: ClientQuotas, clock: Clock, image: Callable[[], object],
+                 default_num_partitions: int = 1):
         self.quotas = quotas
         self.clock = clock
-        self._client_quotas = client_quotas     # the node's current image's client_quotas
+        self._image = image                     # the node's current metadata image
+        self.default_num_partitions = default_num_partitions     # num.partitions, for CreateTopics' -1
         self.throttled_channels = 0             # connections muted right now (Kafka's queue-size)
+
+    def _client_quotas(self):
+        return self._image().client_quotas
 
     def before(self, header, request, connection):
         if header.api_key != ApiKey.FETCH or replica_id(request) >= 0:
@@ -81,6 +93,45 @@ class QuotaEnforcer:
         if limit is None or max_bytes is None or max_bytes <= limit:
             return request
         return dataclasses.replace(request, max_bytes=max(int(limit), 1))
+
+    def wrap(self, header, request, handler, connection):
+        """The handler of a CreateTopics, CreatePartitions or DeleteTopics that counts each
+        topic's partitions against ``controller_mutation_rate`` (KIP-599); other requests'
+        handler unchanged. From the strict versions on (CreateTopics v6, CreatePartitions v3,
+        DeleteTopics v5) a topic asked for while the client is over its quota is refused
+        THROTTLING_QUOTA_EXCEEDED; before them every topic is served and only throttled."""
+        rule = _MUTATIONS.get(header.api_key)
+        if rule is None or getattr(request, "validate_only", False):
+            return handler
+        self.quotas.on_image(self._client_quotas())
+        manager = self.quotas.controller_mutation
+        user, client_id = quota_user(getattr(connection, "principal", None)), header.client_id or ""
+        if not manager.quotas:
+            return handler
+        strict = header.api_version >= rule.strict_since
+
+        def counted(header, request):
+            image, now_ms = self._image(), self.clock.monotonic_ms()
+            arrays = [a for a in rule.arrays if getattr(request, a, None)]
+            kept: dict[str, list] = {a: [] for a in arrays}
+            refused: dict[str, list] = {a: [] for a in arrays}
+            throttle_ms = 0
+            for array in arrays:
+                for topic in getattr(request, array):
+                    if strict and (exceeded := manager.throttle_time_ms(user, client_id, now_ms)):
+                        refused[array].append(topic)
+                        throttle_ms = max(throttle_ms, exceeded)
+                        continue
+                    kept[array].append(topic)
+                    left = manager.record(user, client_id, rule.permits(self, image, topic), now_ms)
+                    if not strict:
+                        throttle_ms = max(throttle_ms, left)
+            served = handler(header, dataclasses.replace(request, **{a: tuple(t) for a, t in kept.items()}))
+            merge = functools.partial(_merge_refused, header, request, refused, throttle_ms)
+            if inspect.isawaitable(served):
+                return _merge_later(served, merge)
+            return merge(served)
+        return counted
 
     def after(self, header, request, request_bytes: int, body, handled_ms: float, connection):
         """Record the request's usage; the answer with its throttle time (muting the connection)."""
@@ -103,7 +154,7 @@ class QuotaEnforcer:
             bandwidth_ms = quotas.fetch.record(user, client_id, fetched, now_ms)
             if bandwidth_ms > throttle_ms:
                 manager = quotas.fetch
-        throttle_ms = max(throttle_ms, bandwidth_ms)
+        throttle_ms = max(throttle_ms, bandwidth_ms, _throttle_of(body))
         if throttle_ms <= 0:
             return body
         manager.record_throttle(user, client_id, throttle_ms, now_ms)
@@ -116,6 +167,66 @@ class QuotaEnforcer:
             quotas.fetch.unrecord(user, client_id, fetched, now_ms)
             body = _with(body, responses=())
         return _with(body, throttle_time=throttle_ms)
+
+
+class _Mutation(NamedTuple):
+    arrays: tuple[str, ...]             # the request arrays of topics
+    strict_since: int                   # the first version answering THROTTLING_QUOTA_EXCEEDED
+    permits: Callable                   # (enforcer, image, topic) → partitions created or deleted
+
+
+def _partitions(image, name) -> int:
+    topic = image.topic(name) if name else None
+    return 0 if topic is None else len(topic.partitions)
+
+
+def _created(enforcer, image, topic) -> int:
+    if topic.assignments:
+        return len(topic.assignments)
+    return topic.num_partitions if topic.num_partitions > 0 else enforcer.default_num_partitions
+
+
+def _deleted(enforcer, image, topic) -> int:
+    name = topic if isinstance(topic, str) else (topic.name or image.topic_name(topic.topic_id))
+    return _partitions(image, name)
+
+
+_MUTATIONS = {
+    ApiKey.CREATE_TOPICS: _Mutation(("topics",), 6, _created),
+    ApiKey.CREATE_PARTITIONS: _Mutation(("topics",), 3, lambda e, image, t: max(0, t.count - _partitions(image, t.name))),
+    ApiKey.DELETE_TOPICS: _Mutation(("topic_names", "topics"), 5, _deleted),
+}
+THROTTLING_QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."
+
+
+def _merge_refused(header, request, refused: dict, throttle_ms: int, served):
+    """``served`` (a dict or a forwarded entity) with the refused topics' answers added."""
+    for array, topics in refused.items():
+        if not topics:
+            continue
+        field = response_array(header.api_key, array)
+        entries = refusal(header, dataclasses.replace(request, **{array: tuple(topics)}),
+                          ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLING_QUOTA_EXCEEDED_MESSAGE).get(field, [])
+        if isinstance(served, dict):
+            served = {**served, field: list(served.get(field) or []) + entries}
+        else:
+            element = next(classify_field(f).type_ for f in dataclasses.fields(served) if f.name == field)
+            served = dataclasses.replace(served, **{field: tuple(getattr(served, field)) + tuple(
+                to_entity(element, entry) for entry in entries)})
+    if throttle_ms > _throttle_of(served):
+        served = _with(served, throttle_time=throttle_ms)
+    return served
+
+
+async def _merge_later(served, merge):
+    return merge(await served)
+
+
+def _throttle_of(body) -> int:
+    if body is None:
+        return 0
+    value = _get(body, "throttle_time")
+    return 0 if value is None else millis(value)
 
 
 def _with(body, **fields):

@@ -396,7 +396,7 @@ class Server:
         # Client quotas (KIP-13/124; server/quotas.py): from the metadata image, on the client listener.
         self.dispatcher.quotas = QuotaEnforcer(
             ClientQuotas(config["quota.window.num"], config["quota.window.size.seconds"]), self.clock,
-            lambda: self.image.client_quotas)
+            lambda: self.image, config["num.partitions"])
         if self.metrics is not None:
             self.metrics.registry.register(QuotaCollector(self.dispatcher.quotas))
         # DescribeQuorum on the client listener, as Kafka's brokers forward it

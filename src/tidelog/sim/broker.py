@@ -30,7 +30,7 @@ requests from brokers and clients      the request layer
                                        WriteTxnMarkers, AddPartitionsToTxn
 ``SendMarkers`` /                      an RPC to that broker; the answer (None on
 ``SendAddPartitionsToTxn``             failure) goes to the effect's ``on_done``
-group requests from members            the shard ``group_coordinator.shard_for`` names
+group requests from members            the request layer (``GroupRequests``)
 =====================================  =========================================
 
 Requests from other nodes arrive as network messages whose bodies are the
@@ -50,6 +50,7 @@ import itertools
 import logging
 import os
 import uuid
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tidelog.broker.config import BrokerConfig
@@ -66,7 +67,7 @@ from tidelog.broker.requests import (
     TxnRequests,
 )
 from tidelog.broker.requests.fetch import READ_COMMITTED
-from tidelog.broker.requests.group import GROUP_KEY, TRANSACTION_KEY
+from tidelog.broker.requests.group import GROUP_KEY, TRANSACTION_KEY, OffsetCommit, SyncGroup
 from tidelog.broker.node import (
     BrokerNode,
     FetcherAdded,
@@ -81,7 +82,6 @@ from tidelog.broker.node import (
 from tidelog.controller.messages import CreatableTopic
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
-from tidelog.group.shard import JoinRequest, OffsetToCommit
 from tidelog.metadata.records import Endpoint
 from tidelog.replication.fetcher import (
     FetchPartitionResult,
@@ -108,7 +108,6 @@ METADATA_MAX_WAIT_MS = 500
 BACKGROUND_FLUSH_MAX_MS = 50                             # a rolled segment reaches the disk within this
 CLUSTER_ID = "tidelog-sim"
 LISTENER = "PLAINTEXT"
-JOIN_GROUP_VERSION = 5                                   # >= 4: MEMBER_ID_REQUIRED first (KIP-394)
 
 
 class SimBroker(NetworkNode):
@@ -477,70 +476,45 @@ class SimBroker(NetworkNode):
         found = self.groups.find_coordinator(message.body["group_id"], GROUP_KEY)
         self.reply(message, {"error_code": found["error_code"], "node_id": found["node_id"]})
 
+    # Group requests arrive as the request layer's domain requests (tidelog.broker.requests.group);
+    # the answers are its results. Only the checker's hooks are the simulator's own.
+
     def _handle_JoinGroup(self, message) -> None:
-        body, respond = message.body, self._answer(message)
-        shard = self.node.group_coordinator.shard_for(body["group_id"])
-        if isinstance(shard, ErrorCode):
-            return respond({"error_code": int(shard), "member_id": body["member_id"]})
-        shard.join_group(JoinRequest(body["group_id"], body["member_id"], None, body["session_timeout_ms"],
-                                     body["rebalance_timeout_ms"], "consumer", body["protocols"], message.src,
-                                     message.src, JOIN_GROUP_VERSION), self.node.group_coordinator.now_ms(), respond)
+        # The member's address is the connection's, as the server's translation takes it.
+        self.groups.join_group(replace(message.body, client_host=message.src), self._answer(message))
 
     def _handle_SyncGroup(self, message) -> None:
-        body, respond = message.body, self._answer(message)
-        shard = self.node.group_coordinator.shard_for(body["group_id"])
-        if isinstance(shard, ErrorCode):
-            return respond({"error_code": int(shard), "assignment": b""})
+        request: SyncGroup = message.body
+        respond, shard = self._answer(message), self.node.group_coordinator.shard_for(request.group_id)
 
         def answered(response: dict) -> None:
             if response["error_code"] == ErrorCode.NONE:
-                self.sim.checker.on_assignment(self.broker_id, shard, body["group_id"], body["generation_id"],
-                                               body["member_id"], response["assignment"])
+                self.sim.checker.on_assignment(self.broker_id, shard, request.group_id, request.generation_id,
+                                               request.member_id, response["assignment"])
             respond(response)
-        shard.sync_group(body["group_id"], body["generation_id"], body["member_id"], None, "consumer",
-                         body["protocol_name"], body["assignments"], self.node.group_coordinator.now_ms(),
-                         answered)
+        self.groups.sync_group(request, answered)
 
     def _handle_Heartbeat(self, message) -> None:
-        body = message.body
-        shard = self.node.group_coordinator.shard_for(body["group_id"])
-        error = shard if isinstance(shard, ErrorCode) else shard.heartbeat(
-            body["group_id"], body["generation_id"], body["member_id"], None, self.node.group_coordinator.now_ms())
-        self.reply(message, {"error_code": int(error)})
+        self.reply(message, self.groups.heartbeat(message.body))
 
     def _handle_LeaveGroup(self, message) -> None:
-        body = message.body
-        shard = self.node.group_coordinator.shard_for(body["group_id"])
-        if isinstance(shard, ErrorCode):
-            return self.reply(message, {"error_code": int(shard)})
-        error, members = shard.leave_group(body["group_id"], [(body["member_id"], None)],
-                                           self.node.group_coordinator.now_ms())
-        self.reply(message, {"error_code": int(members[0][2] if error == ErrorCode.NONE and members else error)})
+        self.reply(message, self.groups.leave_group(message.body))
 
     def _handle_OffsetCommit(self, message) -> None:
-        body, respond = message.body, self._answer(message)
-        shard = self.node.group_coordinator.shard_for(body["group_id"])
-        if isinstance(shard, ErrorCode):
-            return respond({"errors": {tp: int(shard) for tp in body["offsets"]}})
+        request: OffsetCommit = message.body
+        respond, shard = self._answer(message), self.node.group_coordinator.shard_for(request.group_id)
         # The checker knows a commit by its record's timestamp: wall time, as the shard writes it.
-        taken = self.sim.checker.on_commit_taken(self.broker_id, shard, body, self.clock.now_ms())
+        taken = None if isinstance(shard, ErrorCode) else \
+            self.sim.checker.on_commit_taken(self.broker_id, shard, request, self.clock.now_ms())
 
         def answered(errors: dict) -> None:
-            self.sim.checker.on_commit_answered(taken, errors)
-            respond({"errors": {tp: int(error) for tp, error in errors.items()}})
-        shard.commit_offsets(body["group_id"], body["member_id"], None, body["generation_id"],
-                             [OffsetToCommit(tp, offset, -1, body["metadata"])
-                              for tp, offset in sorted(body["offsets"].items())],
-                             self.node.group_coordinator.now_ms(), answered)
+            if taken is not None:
+                self.sim.checker.on_commit_answered(taken, errors)
+            respond(errors)
+        self.groups.offset_commit(request, answered)
 
     def _handle_OffsetFetch(self, message) -> None:
-        body = message.body
-        shard = self.node.group_coordinator.shard_for(body["group_id"])
-        if isinstance(shard, ErrorCode):
-            return self.reply(message, {"error_code": int(shard)})
-        committed = shard.fetch_offsets(body["group_id"], body["partitions"])
-        self.reply(message, {"error_code": int(ErrorCode.NONE), "offsets": {
-            tp: -1 if value is None else value.offset for tp, value in committed.items()}})
+        self.reply(message, self.groups.offset_fetch(message.body))
 
     # ================================================================ transaction coordinator
 

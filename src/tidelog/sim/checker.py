@@ -685,14 +685,17 @@ class Checker:
             self.sim.loop.trace.add(self.sim.loop.now_ms, "check", f"{group_id} deleted {where} "
                                     f"at generation {group.generation_id}: generations start again")
 
-    def on_commit_taken(self, broker_id: int, shard, body: dict, now_ms: int) -> CommitTaken:
-        """A coordinator takes an OffsetCommit (and appends its record, if it accepts it)."""
-        group_id, member_id, generation = body["group_id"], body["member_id"], body["generation_id"]
+    def on_commit_taken(self, broker_id: int, shard, request, now_ms: int) -> CommitTaken:
+        """A coordinator takes an OffsetCommit (and appends its record, if it accepts it);
+        ``request`` is the request layer's ``OffsetCommit``, one metadata string for all."""
+        group_id, member_id, generation = request.group_id, request.member_id, request.generation_id
+        offsets = {o.topic_partition: o.offset for o in request.offsets}
+        metadata = request.offsets[0].metadata
         self.commit_seq += 1
-        for tp in body["offsets"]:
-            self.commits[(group_id, tp, body["metadata"], now_ms)] = self.commit_seq
-        return CommitTaken(self.commit_seq, broker_id, group_id, member_id, generation, dict(body["offsets"]),
-                           body["metadata"], self._era(shard.partition),
+        for tp in offsets:
+            self.commits[(group_id, tp, metadata, now_ms)] = self.commit_seq
+        return CommitTaken(self.commit_seq, broker_id, group_id, member_id, generation, offsets,
+                           metadata, self._era(shard.partition),
                            self._fenced(shard, group_id, member_id, generation))
 
     def _fenced(self, shard, group_id: str, member_id: str, generation: int) -> str | None:

@@ -35,6 +35,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tidelog.broker.requests.group import (
+    Heartbeat,
+    JoinRequest,
+    LeaveGroup,
+    OffsetCommit,
+    OffsetFetch,
+    OffsetToCommit,
+    SyncGroup,
+)
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.group.classic import GroupState
@@ -52,6 +61,7 @@ COMMIT_INTERVAL_MS = 300          # auto.commit.interval.ms
 MISHAP_MEAN_MS = 10_000           # per member, during the fault phase
 MISHAPS = ("leave", "crash", "pause", "rejoin")
 LATE_COMMITS = 0.3                # of new generations: an old commit arrives again (fenced)
+JOIN_GROUP_VERSION = 5            # >= 4: MEMBER_ID_REQUIRED first (KIP-394)
 COORDINATOR_ERRORS = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                       ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 JOINING, SYNCING, STABLE, AWAY = "joining", "syncing", "stable", "away"
@@ -106,9 +116,9 @@ def serving_coordinator(sim: "World", group_id: str) -> tuple[int, "GroupShard"]
 
 
 def _error(answer: dict) -> ErrorCode:
-    """The error of an answer (OffsetCommit: the first partition error)."""
-    if "errors" in answer:
-        return next((ErrorCode(code) for code in answer["errors"].values() if code), ErrorCode.NONE)
+    """The error of an answer (OffsetCommit's {partition: error}: the first partition error)."""
+    if "error_code" not in answer:
+        return next((ErrorCode(code) for code in answer.values() if code), ErrorCode.NONE)
     return ErrorCode(answer["error_code"])
 
 
@@ -136,7 +146,7 @@ class SimGroupMember(SimConsumer):
         self.fetching: set[TopicPartition] = set()     # partitions with a live fetch loop
         self.committed: dict[TopicPartition, int] = {}  # acknowledged to this member in this round
         self.commits = 0
-        self.last_commit: dict | None = None            # the last OffsetCommit sent
+        self.last_commit: OffsetCommit | None = None    # the last OffsetCommit sent
 
     def start(self) -> None:
         self.process_started()
@@ -147,7 +157,7 @@ class SimGroupMember(SimConsumer):
 
     # ================================================================ requests
 
-    def _call(self, kind: str, body: dict, on_answer, retry: bool, timeout_ms: int | None = None) -> None:
+    def _call(self, kind: str, body, on_answer, retry: bool, timeout_ms: int | None = None) -> None:
         """Send to the coordinator (found first when unknown). A coordinator error or
         a timeout forgets it; then the call is retried, or ``on_answer(None)``."""
         round_ = self.round
@@ -211,9 +221,8 @@ class SimGroupMember(SimConsumer):
         self.round += 1
         self.phase = JOINING
         self.assigned, self.fetched = [], set()
-        body = {"group_id": self.group_id, "member_id": self.member_id,
-                "session_timeout_ms": self.session_timeout_ms, "rebalance_timeout_ms": self.rebalance_timeout_ms,
-                "protocols": self.protocols}
+        body = JoinRequest(self.group_id, self.member_id, None, self.session_timeout_ms, self.rebalance_timeout_ms,
+                           "consumer", self.protocols, self.name, self.name, JOIN_GROUP_VERSION)
         self._call("JoinGroup", body, self._on_join, retry=True,
                    timeout_ms=self.rebalance_timeout_ms + self.sim.config.request_timeout_ms)
 
@@ -238,9 +247,8 @@ class SimGroupMember(SimConsumer):
             assignments = {member: encode_assignment(partitions) for member, partitions in owned.items()}
         self.phase = SYNCING
         self._heartbeat_later(self.round)
-        self._call("SyncGroup", {"group_id": self.group_id, "generation_id": self.generation,
-                                 "member_id": self.member_id, "protocol_name": answer["protocol_name"],
-                                 "assignments": assignments}, self._on_sync, retry=True)
+        self._call("SyncGroup", SyncGroup(self.group_id, self.generation, self.member_id, None, "consumer",
+                                          answer["protocol_name"], assignments), self._on_sync, retry=True)
 
     def _on_sync(self, answer: dict) -> None:
         error = ErrorCode(answer["error_code"])
@@ -253,14 +261,15 @@ class SimGroupMember(SimConsumer):
         self.committed = {}
         self.loop.trace.add(self.loop.now_ms, self.name, f"{self.group_id} generation {self.generation}: owns "
                             f"[{' '.join(str(tp) for tp in self.assigned)}]")
-        self._call("OffsetFetch", {"group_id": self.group_id, "partitions": self.assigned}, self._on_offsets,
-                   retry=True)
+        self._call("OffsetFetch", OffsetFetch(self.group_id, tuple(self.assigned)), self._on_offsets, retry=True)
         self._commit_later(self.round)
         self._late_commit()
 
     def _on_offsets(self, answer: dict) -> None:
+        offsets = {TopicPartition(t["name"], p["partition_index"]): p["committed_offset"]
+                   for t in answer["topics"] for p in t["partitions"]}
         for tp in self.assigned:
-            offset = answer["offsets"][tp]
+            offset = offsets[tp]
             self.positions[tp] = max(0, offset)
             if offset >= 0:
                 self.committed[tp] = offset
@@ -286,8 +295,8 @@ class SimGroupMember(SimConsumer):
     def _heartbeat(self, round_: int) -> None:
         if self.round != round_ or not self.active:
             return
-        self._call("Heartbeat", {"group_id": self.group_id, "generation_id": self.generation,
-                                 "member_id": self.member_id}, self._on_heartbeat, retry=False)
+        self._call("Heartbeat", Heartbeat(self.group_id, self.generation, self.member_id), self._on_heartbeat,
+                   retry=False)
         self._heartbeat_later(round_)
 
     def _on_heartbeat(self, answer: dict | None) -> None:
@@ -323,7 +332,7 @@ class SimGroupMember(SimConsumer):
 
         def answered(answer: dict | None) -> None:
             if answer is not None:
-                for tp, code in answer["errors"].items():
+                for tp, code in answer.items():
                     if code == ErrorCode.NONE:
                         self.committed[tp] = offsets[tp]
                 error = _error(answer)
@@ -333,19 +342,20 @@ class SimGroupMember(SimConsumer):
                     return self._join()
             then()
 
-        self.last_commit = {"group_id": self.group_id, "generation_id": self.generation, "member_id": self.member_id,
-                            "offsets": offsets, "metadata": f"{self.name}#{self.commits}"}
+        metadata = f"{self.name}#{self.commits}"
+        self.last_commit = OffsetCommit(self.group_id, self.member_id, None, self.generation, tuple(
+            OffsetToCommit(tp, offset, -1, metadata) for tp, offset in sorted(offsets.items())))
         self._call("OffsetCommit", self.last_commit, answered, retry=False)
 
     def _late_commit(self) -> None:
         """Now and then, once a new generation is stable, the last commit of an earlier one
         arrives again (an async commit the network delayed): the coordinator must fence it."""
         late = self.last_commit
-        if late is None or late["generation_id"] == self.generation or self.coordinator is None \
+        if late is None or late.generation_id == self.generation or self.coordinator is None \
                 or self.sim.rng.random() >= LATE_COMMITS:
             return
-        self.loop.trace.add(self.loop.now_ms, self.name, f"late commit {late['metadata']} of generation "
-                            f"{late['generation_id']} (now {self.generation})")
+        self.loop.trace.add(self.loop.now_ms, self.name, f"late commit {late.offsets[0].metadata} of generation "
+                            f"{late.generation_id} (now {self.generation})")
         self.rpc.request(f"b{self.coordinator}", "OffsetCommit", late, self.sim.config.request_timeout_ms,
                          lambda answer: None, lambda error: None)
 
@@ -393,7 +403,7 @@ class SimGroupMember(SimConsumer):
 
         def leave() -> None:
             if self.member_id:
-                self._call("LeaveGroup", {"group_id": self.group_id, "member_id": self.member_id},
+                self._call("LeaveGroup", LeaveGroup(self.group_id, ((self.member_id, None),)),
                            lambda answer: None, retry=False)
             self.member_id, self.generation = "", -1
             round_ = self.round

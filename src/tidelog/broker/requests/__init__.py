@@ -6,7 +6,8 @@ domain requests carried as message bodies) and the broker's core
 (``BrokerNode``: its image, replica manager and coordinators). It takes domain
 requests (``ProduceRequest``, ``FetchRequest``, ``AddPartitionsToTxn``,
 ``WriteTxnMarkers`` …), decides what they mean — KIP-890 verification,
-transaction markers, client fetch parameters, FindCoordinator — and answers
+transaction markers, client fetch parameters, FindCoordinator and the
+consumer-group requests (``group.py``) — and answers
 through a callback, at once or later (an acks=all append, a long-poll fetch).
 
 It does no I/O and reads no clock: work that needs another broker comes out as

@@ -1,0 +1,256 @@
+"""``tidelog reassign`` — Kafka's ``kafka-reassign-partitions.sh``: move partitions between
+brokers (KIP-455) on any Kafka-compatible cluster, with the tool's JSON files::
+
+    tidelog reassign generate --topics-to-move-json-file topics.json --broker-list 2,3,4
+    tidelog reassign execute --reassignment-json-file plan.json
+    tidelog reassign verify --reassignment-json-file plan.json
+    tidelog reassign cancel --reassignment-json-file plan.json
+    tidelog reassign list
+
+The files are Kafka's: ``{"version": 1, "topics": [{"topic": "orders"}]}`` names the
+topics to move; a plan is ``{"version": 1, "partitions": [{"topic": "orders",
+"partition": 0, "replicas": [2, 3], "log_dirs": ["any", "any"]}]}`` (``log_dirs``
+optional; a directory other than ``any`` is refused: moving a replica between one
+broker's directories, AlterReplicaLogDirs, is not served). ``generate`` prints the
+current assignment (keep it: it is the plan that undoes the move) and a proposal
+that stripes each topic's partitions over the given brokers at its present
+replication factor, leaders spread round-robin; it changes nothing. ``execute``
+prints the current assignment, then starts the moves (AlterPartitionReassignments);
+``verify`` says per partition whether its move completed; ``cancel`` reverts the
+moves still running (null replicas); ``list`` shows the moves under way
+(ListPartitionReassignments). Output lines are Kafka's; a refused partition is one
+line on standard error with its error code, and the exit status is 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from tidelog.cli.client_config import connect
+from tidelog.core.errors import ErrorCode, KafkaError
+from tidelog.protocol.api_keys import ApiKey
+
+
+class PlanError(ValueError):
+    """A JSON file that is not what the tool reads; the message names the problem."""
+
+
+def _load(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise PlanError(f"{path}: not JSON: {e}") from None
+
+
+def read_topics(path: str) -> list[str]:
+    document = _load(path)
+    entries = document.get("topics") if isinstance(document, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise PlanError(f'{path}: expected {{"version": 1, "topics": [{{"topic": "name"}}, ...]}}')
+    names = []
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("topic"), str):
+            raise PlanError(f"{path}: each entry needs a topic (string): {entry!r}")
+        names.append(entry["topic"])
+    if len(set(names)) != len(names):
+        raise PlanError(f"{path}: a topic is named twice")
+    return names
+
+
+def read_plan(path: str) -> list[tuple[str, int, list[int]]]:
+    """``(topic, partition, replicas)`` of a reassignment JSON file, checked as Kafka's tool does."""
+    document = _load(path)
+    entries = document.get("partitions") if isinstance(document, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise PlanError(f'{path}: expected {{"version": 1, "partitions": [{{"topic": ..., "partition": ..., '
+                        '"replicas": [...]}}, ...]}}')
+    plan, seen = [], set()
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("topic"), str) \
+                or not isinstance(entry.get("partition"), int) or not isinstance(entry.get("replicas"), list) \
+                or not all(isinstance(r, int) for r in entry["replicas"]):
+            raise PlanError(f"{path}: each partition needs a topic, a partition and replicas (broker ids): "
+                            f"{entry!r}")
+        key = (entry["topic"], entry["partition"])
+        if key in seen:
+            raise PlanError(f"{path}: partition {key[0]}-{key[1]} appears more than once")
+        seen.add(key)
+        if not entry["replicas"]:
+            raise PlanError(f"{path}: partition {key[0]}-{key[1]} has an empty replica list")
+        if len(set(entry["replicas"])) != len(entry["replicas"]):
+            raise PlanError(f"{path}: partition {key[0]}-{key[1]} has duplicate replicas {entry['replicas']}")
+        log_dirs = entry.get("log_dirs", ["any"] * len(entry["replicas"]))
+        if not isinstance(log_dirs, list) or len(log_dirs) != len(entry["replicas"]):
+            raise PlanError(f"{path}: partition {key[0]}-{key[1]}: log_dirs must name one directory per replica")
+        if any(d != "any" for d in log_dirs):
+            raise PlanError(f"{path}: partition {key[0]}-{key[1]}: only \"any\" log directories are supported "
+                            "(AlterReplicaLogDirs is not served)")
+        plan.append((key[0], key[1], list(entry["replicas"])))
+    return plan
+
+
+def plan_json(assignment: list[tuple[str, int, list[int]]]) -> str:
+    """Kafka's compact plan JSON, partitions in (topic, partition) order."""
+    return json.dumps({"version": 1, "partitions": [
+        {"topic": t, "partition": p, "replicas": r, "log_dirs": ["any"] * len(r)}
+        for t, p, r in sorted(assignment)]}, separators=(",", ":"))
+
+
+def propose(current: list[tuple[str, int, list[int]]], brokers: list[int]) -> list[tuple[str, int, list[int]]]:
+    """Each topic's partitions striped over ``brokers`` at their replication factor:
+    partition p gets brokers[(p + i) % n] for i < RF, so leaders go round-robin."""
+    out = []
+    for topic, partition, replicas in sorted(current):
+        if len(replicas) > len(brokers):
+            raise PlanError(f"{topic}-{partition} has {len(replicas)} replicas but only {len(brokers)} "
+                            "brokers were given")
+        out.append((topic, partition, [brokers[(partition + i) % len(brokers)] for i in range(len(replicas))]))
+    return out
+
+
+async def _current(connection, topics) -> list[tuple[str, int, list[int]]]:
+    answer = await connection.request(ApiKey.METADATA, {
+        "topics": [{"name": t} for t in sorted(set(topics))], "allow_auto_topic_creation": False})
+    out = []
+    for topic in answer.topics:
+        error = ErrorCode(int(topic.error_code.value))
+        if error != ErrorCode.NONE:
+            raise PlanError(f"topic {topic.name}: {error.name}")
+        out += [(topic.name, int(p.partition_index), [int(b) for b in p.replica_nodes]) for p in topic.partitions]
+    return sorted(out)
+
+
+async def _ongoing(connection, partitions=None) -> dict[tuple[str, int], Any]:
+    topics = None
+    if partitions is not None:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        topics = [{"name": t, "partition_indexes": sorted(ps)} for t, ps in sorted(by_topic.items())]
+    answer = await connection.request(ApiKey.LIST_PARTITION_REASSIGNMENTS, {"topics": topics, "timeout": 30_000})
+    _check_top(answer)
+    return {(t.name, int(p.partition_index)): p for t in answer.topics for p in t.partitions}
+
+
+def _check_top(answer) -> None:
+    error = ErrorCode(int(answer.error_code.value))
+    if error != ErrorCode.NONE:
+        raise KafkaError(answer.error_message or error.name, error)
+
+
+async def _alter(connection, moves: list[tuple[str, int, list[int] | None]], allow_rf_change: bool = True):
+    by_topic: dict[str, list[dict]] = {}
+    for topic, partition, replicas in moves:
+        by_topic.setdefault(topic, []).append({"partition_index": partition, "replicas": replicas})
+    answer = await connection.request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, {
+        "timeout": 30_000, "allow_replication_factor_change": allow_rf_change,
+        "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]})
+    _check_top(answer)
+    failed = [(f"{t.name}-{int(p.partition_index)}", ErrorCode(int(p.error_code.value)), p.error_message)
+              for t in answer.responses for p in t.partitions if int(p.error_code.value) != 0]
+    done = [f"{t.name}-{int(p.partition_index)}" for t in answer.responses for p in t.partitions
+            if int(p.error_code.value) == 0]
+    return done, failed
+
+
+def _report_failures(what: str, failed) -> int:
+    if not failed:
+        return 0
+    print(f"Error {what} partition(s):", file=sys.stderr)
+    for name, code, message in failed:
+        print(f"{name}: {code.name}" + (f": {message}" if message else ""), file=sys.stderr)
+    return 1
+
+
+async def _generate(connection, args) -> int:
+    brokers = [int(b) for b in args.broker_list.split(",") if b.strip()]
+    if not brokers or len(set(brokers)) != len(brokers):
+        raise PlanError(f"--broker-list {args.broker_list!r}: name each broker once")
+    current = await _current(connection, read_topics(args.topics_to_move_json_file))
+    print("Current partition replica assignment")
+    print(plan_json(current))
+    print()
+    print("Proposed partition reassignment configuration")
+    print(plan_json(propose(current, brokers)))
+    return 0
+
+
+async def _execute(connection, args) -> int:
+    plan = read_plan(args.reassignment_json_file)
+    current = await _current(connection, [t for t, _, _ in plan])
+    known = {(t, p) for t, p, _ in current}
+    print("Current partition replica assignment")
+    print()
+    print(plan_json([c for c in current if (c[0], c[1]) in {(t, p) for t, p, _ in plan}]))
+    print()
+    print("Save this to use as the --reassignment-json-file option during rollback")
+    missing = [f"{t}-{p}" for t, p, _ in plan if (t, p) not in known]
+    if missing:
+        raise PlanError(f"partitions not found: {', '.join(missing)}")
+    done, failed = await _alter(connection, plan, not args.disallow_replication_factor_change)
+    if done:
+        print(f"Successfully started partition reassignment{'s' if len(done) > 1 else ''} for {','.join(done)}")
+    return _report_failures("reassigning", failed)
+
+
+async def _verify(connection, args) -> int:
+    plan = read_plan(args.reassignment_json_file)
+    ongoing = await _ongoing(connection, [(t, p) for t, p, _ in plan])
+    current = {(t, p): r for t, p, r in await _current(connection, [t for t, _, _ in plan])}
+    print("Status of partition reassignment:")
+    unfinished = 0
+    for topic, partition, replicas in plan:
+        name = f"{topic}-{partition}"
+        if (topic, partition) in ongoing:
+            print(f"Reassignment of partition {name} is still in progress.")
+            unfinished += 1
+        elif current.get((topic, partition)) == replicas:
+            print(f"Reassignment of partition {name} is completed.")
+        else:
+            print(f"There is no active reassignment of partition {name}, but replica set is "
+                  f"{current.get((topic, partition))} rather than {replicas}.")
+            unfinished += 1
+    return 1 if unfinished else 0
+
+
+async def _cancel(connection, args) -> int:
+    plan = read_plan(args.reassignment_json_file)
+    ongoing = await _ongoing(connection, [(t, p) for t, p, _ in plan])
+    running = [(t, p, None) for t, p, _ in plan if (t, p) in ongoing]
+    done, failed = await _alter(connection, running) if running else ([], [])
+    if done:
+        print(f"Successfully cancelled partition reassignment{'s' if len(done) > 1 else ''} for: {','.join(done)}")
+    else:
+        print("None of the specified partition reassignments are active.")
+    return _report_failures("cancelling", failed)
+
+
+async def _list(connection, args) -> int:
+    ongoing = await _ongoing(connection)
+    if not ongoing:
+        print("No partition reassignments found.")
+        return 0
+    print("Current partition reassignments:")
+    for (topic, partition), p in sorted(ongoing.items()):
+        print(f"{topic}-{partition}: replicas: {','.join(map(str, p.replicas))}. "
+              f"adding: {','.join(map(str, p.adding_replicas))}. removing: {','.join(map(str, p.removing_replicas))}.")
+    return 0
+
+
+_VERBS = {"generate": _generate, "execute": _execute, "verify": _verify, "cancel": _cancel, "list": _list}
+
+
+async def run(args) -> int:
+    connection = await connect(args, "tidelog-reassign")
+    if connection is None:
+        return 1
+    try:
+        return await _VERBS[args.verb](connection, args)
+    except (OSError, PlanError, KafkaError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        connection.close()

@@ -1,0 +1,172 @@
+"""Partition reassignment (KIP-455) with real processes and real clients: three
+controllers (a Raft quorum) and three brokers.
+
+A move under an acks=all producer and a consumer, with the new replica's broker
+paused (so the reassignment is certainly under way) and the active controller
+killed meanwhile: the next controller, replaying the metadata log, finishes it; no
+acknowledged record is lost and the consumer sees only retriable errors. The APIs
+through kafka-python's admin client and Kafka's own kafka-reassign-partitions
+(confluent-kafka's AdminClient has no reassignment call: librdkafka implements
+neither API). Bad input: Kafka's error codes, nothing changed."""
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition as ConfluentPartition
+from confluent_kafka.admin import AdminClient
+from kafka import KafkaAdminClient, TopicPartition
+from kafka.admin import NewTopic
+from kafka.errors import InvalidReplicationAssignmentError, NoReassignmentInProgressError, UnknownTopicOrPartitionError
+
+from tests.integration.test_controller_quorum import FAST, _create, _quorum
+from tidelog.testing import Cluster, wait_until
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with Cluster(brokers=3, controllers=3, overrides=FAST) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def admin(cluster):
+    # Every broker names itself as the controller (it forwards to the real one), so the
+    # client's requests go to broker 2, which the test never pauses or kills.
+    client = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{cluster.port(2)}", request_timeout_ms=20_000)
+    yield client
+    client.close()
+
+
+def _partitions(cluster, topic) -> dict[int, tuple[tuple[int, ...], tuple[int, ...], int]]:
+    """{partition: (replicas, isr, leader)} from the brokers' metadata (confluent-kafka)."""
+    metadata = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(topic, timeout=10)
+    return {p.id: (tuple(p.replicas), tuple(sorted(p.isrs)), p.leader)
+            for p in metadata.topics[topic].partitions.values()}
+
+
+def _create_assigned(cluster, admin, topic, assignment):
+    admin.create_topics([NewTopic(topic, num_partitions=-1, replication_factor=-1,
+                                  replica_assignments=dict(enumerate(assignment)))])
+    wait_until(lambda: topic in admin.list_topics(), 20, f"{topic} in the metadata")
+
+
+def test_kafka_python_moves_lists_and_refuses_bad_input(cluster, admin):
+    _create_assigned(cluster, admin, "moves", [[1, 2], [2, 3]])
+    foo0, foo1 = TopicPartition("moves", 0), TopicPartition("moves", 1)
+    # Bad input: Kafka's codes per partition, and nothing changes.
+    results = admin.alter_partition_reassignments({foo0: [1, 9], foo1: [3, 3]})
+    assert results == {foo0: InvalidReplicationAssignmentError, foo1: InvalidReplicationAssignmentError}
+    assert admin.alter_partition_reassignments({TopicPartition("nope", 0): [1]}) == {
+        TopicPartition("nope", 0): UnknownTopicOrPartitionError}
+    assert admin.alter_partition_reassignments({foo0: None}) == {foo0: NoReassignmentInProgressError}
+    assert _partitions(cluster, "moves") == {0: ((1, 2), (1, 2), 1), 1: ((2, 3), (2, 3), 2)}
+    assert admin.list_partition_reassignments() == {}
+
+    assert admin.alter_partition_reassignments({foo0: [3, 2], foo1: [1, 2]}) == {foo0: None, foo1: None}
+    wait_until(lambda: admin.list_partition_reassignments() == {}, 30, "the moves to finish")
+    wait_until(lambda: _partitions(cluster, "moves") == {0: ((3, 2), (2, 3), 3), 1: ((1, 2), (1, 2), 2)}, 30,
+               "the new replica sets in the brokers' metadata")
+
+
+def _tidelog(cluster, verb, *args):
+    """``tidelog reassign VERB ...`` through broker 2: (exit status, stdout, stderr)."""
+    result = subprocess.run([sys.executable, "-m", "tidelog.cli.main", "reassign", verb, "-b",
+                             f"127.0.0.1:{cluster.port(2)}", *args], capture_output=True, text=True, timeout=60)
+    return result.returncode, result.stdout, result.stderr
+
+
+def test_a_move_under_load_survives_the_controller_being_killed_midway(cluster, admin, tmp_path):
+    _create_assigned(cluster, admin, "moving", [[1, 2], [1, 2], [2, 1]])
+    acked: list[bytes] = []
+    failed: list[str] = []
+    consumed: set[bytes] = set()
+    consumer_errors: list[str] = []
+    stop, flushed = threading.Event(), threading.Event()    # stop producing; every ack is in
+
+    def produce():
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                             "linger.ms": 5, "message.timeout.ms": 120_000})
+
+        def delivered(error, message):
+            (acked.append(message.value()) if error is None else failed.append(str(error)))
+        i = 0
+        while not stop.is_set():
+            try:
+                producer.produce("moving", b"%08d" % i, partition=i % 3, on_delivery=delivered)
+                i += 1
+            except BufferError:
+                pass
+            producer.poll(0.001 if i % 50 else 0.01)
+        producer.flush(120)
+        flushed.set()
+
+    def consume():
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "moving-reader",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.assign([ConfluentPartition("moving", p, 0) for p in range(3)])
+        while not flushed.is_set() or not set(acked) <= consumed:
+            for message in consumer.consume(1000, 0.2):
+                error = message.error()
+                if error is None:
+                    consumed.add(message.value())
+                    last = positions.get(message.partition(), -1)
+                    if message.offset() > last + 1:
+                        gaps.append((message.partition(), last, message.offset()))
+                    positions[message.partition()] = message.offset()
+                elif not error.retriable() and error.code() != KafkaError._PARTITION_EOF:
+                    consumer_errors.append(str(error))
+            if flushed.is_set() and time.monotonic() > give_up[0]:
+                break
+        consumer.close()
+
+    positions, gaps = {}, []
+    give_up = [float("inf")]
+    writer, reader = threading.Thread(target=produce), threading.Thread(target=consume)
+    writer.start()
+    reader.start()
+    old_leader = None
+    try:
+        wait_until(lambda: len(acked) > 300, 30, "records acknowledged before the move")
+        # Broker 3 is paused: the reassignment onto it cannot finish before the kill. (The
+        # moves go through `tidelog reassign` on broker 2: an admin client could pick the
+        # paused broker 3 as the one it sends controller requests to.)
+        cluster.pause(3)
+        plan = tmp_path / "plan.json"
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": "moving", "partition": p, "replicas": [3, 2]} for p in range(3)]}))
+        code, out, err = _tidelog(cluster, "execute", "--reassignment-json-file", str(plan))
+        assert code == 0 and "Successfully started partition reassignments for moving-0,moving-1,moving-2" in out, err
+        running = [f"moving-{p}: replicas: 3,2,1. adding: 3. removing: 1." for p in range(3)]
+        assert _tidelog(cluster, "list")[1].splitlines() == ["Current partition reassignments:"] + running
+        old_leader = _quorum(cluster)[0]
+        cluster.kill(old_leader)
+        wait_until(lambda: (q := _quorum(cluster)) is not None and q[0] not in (old_leader, -1), 30,
+                   "a new quorum leader")
+        acked_at_kill = len(acked)
+        # The new controller has the reassignment from the metadata log.
+        assert _tidelog(cluster, "list")[1].splitlines() == ["Current partition reassignments:"] + running
+        cluster.resume(3)
+        wait_until(lambda: admin.list_partition_reassignments() == {}, 60, "the moves to finish")
+        wait_until(lambda: all(replicas == (3, 2) and isr == (2, 3) and leader in (2, 3)
+                               for replicas, isr, leader in _partitions(cluster, "moving").values()), 30,
+                   "replicas [3, 2] everywhere, broker 1 out")
+        wait_until(lambda: len(acked) > acked_at_kill + 300, 60, "writes acknowledged after the move")
+    finally:
+        if cluster.processes.layout.node(3).process_state() == "paused":
+            cluster.resume(3)
+        give_up[0] = time.monotonic() + 120
+        stop.set()
+        writer.join(150)
+        reader.join(150)
+        if old_leader is not None and not cluster.processes.layout.node(old_leader).alive():
+            cluster.start_node(old_leader)
+    assert not failed, failed[:5]
+    assert not consumer_errors, consumer_errors[:5]
+    assert not gaps, f"the consumer skipped offsets (partition, last, next): {gaps[:5]}"
+    lost = set(acked) - consumed
+    assert not lost, f"{len(lost)} of {len(acked)} acknowledged records not consumed"
+    print(f"{len(acked)} acknowledged and consumed across the move and the controller kill")
