@@ -621,6 +621,92 @@ async def leader_change(side: Side, mode: str) -> dict:
     return answers
 
 
+async def follower_truncation(side: Side, mode: str) -> dict:
+    """Two logs that diverge, and the one that must give way: a partition on two of the
+    three brokers (the first listed, A, leads; B follows), min ISR 1. Two records both
+    have; B stopped; three records only A has; A stopped; B started and elected UNCLEAN
+    (ElectLeaders v1+, asked at the third broker); two records in B's new epoch; A
+    started: it must truncate its three records away (OffsetsForLeaderEpoch to B) and
+    rejoin the ISR. Then A is made leader again (a PREFERRED election) and its log is read
+    (Fetch), listed (ListOffsets latest, earliest and max timestamp) and asked for each
+    epoch's end (OffsetsForLeaderEpoch), as B's was before."""
+    import asyncio
+    cluster = side.cluster
+    a, b, third = cluster.broker_ids[:3]
+    topic = f"conformance-truncation-{mode}"
+    control = await side.on(cluster.port(third))
+    answers = {"create": await control.call(ApiKey.CREATE_TOPICS, {
+        "topics": [{"name": topic, "num_partitions": -1, "replication_factor": -1,
+                    "assignments": [{"partition_index": 0, "broker_ids": [a, b]}],
+                    "configs": [{"name": "min.insync.replicas", "value": "1"}]}],
+        "timeout": 30_000, "validate_only": False}, mode)}
+
+    async def state(leader: int, isr: int | None):
+        async def probe():
+            response = await control.raw(ApiKey.METADATA, {"topics": [{"name": topic}],
+                                                           "allow_auto_topic_creation": False}, 12)
+            partitions = [p for t in response.topics if t.name == topic for p in t.partitions]
+            p = partitions[0] if partitions else None     # LEADER_NOT_AVAILABLE while leaderless
+            return p is not None and p.leader_id == leader and (isr is None or len(p.isr_nodes) == isr) and p
+        return await wait_for(probe, f"{side.name}: {topic} led by {leader} with {isr} in sync", timeout_s=90)
+
+    def described(p) -> dict:
+        named = {a: "A", b: "B"}
+        return {"error_code": p.error_code.name.upper(), "leader": named.get(p.leader_id, p.leader_id),
+                "leader_epoch": p.leader_epoch,
+                "isr": sorted(named[n] for n in p.isr_nodes),
+                "offline": sorted(named[n] for n in p.offline_replicas)}
+    answers["created"] = described(await state(a, 2))
+    answers["produce_both"] = await produce(await control.on(cluster.port(a)), topic, batch([b"both-0", b"both-1"]),
+                                            mode)
+    await asyncio.to_thread(cluster.stop, b)
+    answers["b_stopped"] = described(await state(a, 1))
+    answers["produce_a_only"] = await produce(await control.on(cluster.port(a)), topic,
+                                              batch([b"a-only-0", b"a-only-1", b"a-only-2"]), mode)
+    await asyncio.to_thread(cluster.stop, a)
+    answers["a_stopped"] = described(await state(-1, None))
+    await asyncio.to_thread(cluster.start, b)
+
+    async def elected():
+        version = max(1, control.version(ApiKey.ELECT_LEADERS, mode))
+        answer = await control.call(ApiKey.ELECT_LEADERS, {
+            "election_type": 1, "topic_partitions": [{"topic": topic, "partitions": [0]}], "timeout_ms": 30_000},
+            version=version)
+        codes = [p["error_code"] for r in answer.get("replica_election_results", [])
+                 for p in r.get("partition_result", [])]
+        # Until B has registered again, nothing is eligible (ELIGIBLE_LEADERS_NOT_AVAILABLE).
+        return answer if codes and all(str(c).upper() == "NONE" for c in codes) else None
+    answers["unclean_election"] = await wait_for(elected, f"{side.name}: {topic} elected unclean", timeout_s=90)
+    answers["b_elected"] = described(await state(b, 1))
+    leader_b = await control.on(cluster.port(b))
+    answers["produce_b_epoch"] = await produce(leader_b, topic, batch([b"b-0", b"b-1"]), mode)
+    await asyncio.to_thread(cluster.start, a)
+    rejoined = await state(b, 2)
+    answers["a_rejoined"] = described(rejoined)
+
+    async def ask(at: Side, label: str, epoch_now: int) -> None:
+        for e in sorted({0, epoch_now} | {rejoined.leader_epoch}):
+            answers[f"{label}_end_of_epoch_{e}"] = await at.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, {
+                "replica_id": -1, "topics": [{"topic": topic, "partitions": [
+                    {"partition": 0, "current_leader_epoch": -1, "leader_epoch": e}]}]}, mode)
+        version = at.version(ApiKey.LIST_OFFSETS, mode)
+        for name, timestamp in (("latest", -1), ("earliest", -2), ("max_timestamp", -3)):
+            if timestamp == -3 and version < 7:
+                continue
+            answers[f"{label}_list_{name}"] = await at.call(ApiKey.LIST_OFFSETS, _list_offsets_body(topic, timestamp),
+                                                            version=version)
+        answers[f"{label}_fetch"] = await fetch(at, mode, topic, 0)
+    await ask(leader_b, "b_leading", rejoined.leader_epoch)
+    version = control.version(ApiKey.ELECT_LEADERS, mode)
+    answers["preferred_election"] = await control.call(ApiKey.ELECT_LEADERS, {
+        "election_type": 0, "topic_partitions": [{"topic": topic, "partitions": [0]}], "timeout_ms": 30_000},
+        version=version)
+    back = await state(a, 2)
+    answers["a_leading_again"] = described(back)
+    await ask(await control.on(cluster.port(a)), "a_leading", back.leader_epoch)
+    return answers
+
+
 # -- on the secure nodes (SASL/PLAIN, Kafka's StandardAuthorizer; the side logs in as the
 # super user "admin"; "alice" has no ACL) -------------------------------------------------
 
@@ -773,11 +859,11 @@ async def unauthorized_configs(side: Side, mode: str) -> dict:
 SCENARIOS = {f.__name__: f for f in (api_versions, metadata, create_topics_invalid, produce_refused, list_offsets,
                                      fetch_refused, describe_configs_topic, describe_configs_broker, group_stale,
                                      producer_fencing, delete_records, delete_topics_invalid, describe_states,
-                                     unauthorized, unauthorized_configs, leader_change)}
+                                     unauthorized, unauthorized_configs, leader_change, follower_truncation)}
 # Scenarios run against the secure pair (SASL/PLAIN with an authorizer), logged in as "admin".
 SECURE_SCENARIOS = {"unauthorized", "unauthorized_configs"}
 # Scenarios run against three brokers on each side.
-CLUSTER_SCENARIOS = {"leader_change"}
+CLUSTER_SCENARIOS = {"leader_change", "follower_truncation"}
 
 # The main API of each scenario: its versions are what "low" and "high" mean in the report.
 MAIN_API = {"api_versions": ApiKey.API_VERSIONS, "metadata": ApiKey.METADATA,
@@ -788,4 +874,6 @@ MAIN_API = {"api_versions": ApiKey.API_VERSIONS, "metadata": ApiKey.METADATA,
             "delete_records": ApiKey.DELETE_RECORDS, "describe_states": ApiKey.DESCRIBE_GROUPS,
             "delete_topics_invalid": ApiKey.DELETE_TOPICS,
             "unauthorized": ApiKey.METADATA, "unauthorized_configs": ApiKey.INCREMENTAL_ALTER_CONFIGS,
-            "leader_change": ApiKey.OFFSET_FOR_LEADER_EPOCH}
+            "leader_change": ApiKey.OFFSET_FOR_LEADER_EPOCH,
+            "follower_truncation": ApiKey.OFFSET_FOR_LEADER_EPOCH}
+

@@ -6,7 +6,7 @@ at the lowest and at the highest version of each API that both serve
 (scenarios.py). Every field of every answer is compared (differential.py), except what
 must differ between two servers: ids they make up, timestamps, host names and ports.
 ``unauthorized`` runs on a pair with authorizers and SASL/PLAIN users (``secure_nodes``),
-``leader_change`` on three brokers a side (``cluster_pair``); each pair starts once, when
+``leader_change`` and ``follower_truncation`` on three brokers a side (``cluster_pair``); each pair starts once, when
 its first scenario runs.
 
 Every difference is written to docs/conformance.md when the whole module runs. A test
@@ -339,7 +339,10 @@ def render_report(h: Harness) -> str:
         "compared); `leader_change` on three Kafka brokers beside one KRaft controller and a three-broker "
         "tidelog cluster, where a partition's leader is stopped and later restarted "
         "(OffsetsForLeaderEpoch and ListOffsets at the new leader, at a follower and at the restarted "
-        "broker).",
+        "broker); and `follower_truncation` on the same clusters, where two replicas' logs diverge (the "
+        "leader alone takes records, is stopped, the other replica is elected UNCLEAN and takes records of "
+        "its own) and the old leader must truncate when it comes back (Fetch, ListOffsets and "
+        "OffsetsForLeaderEpoch at each replica as leader).",
         "",
         f"**{total} differences** in {len(outcomes)} runs ({len(SCENARIOS)} scenarios × low/high version); "
         f"{total - unexplained} allowed (reason given), {unexplained} not allowed (the test fails on those).",
