@@ -292,6 +292,48 @@ def test_each_caller_gets_kafkas_code_for_each_config_resource(attack, who):
     assert "message.max.bytes" not in described(attack, (BROKER, "1"))
 
 
+def test_a_real_admin_client_meets_the_same_refusals(attack):
+    """confluent-kafka's AdminClient (librdkafka) as tom and as mallory: tom alters his
+    topic and his group, and is refused another group, a broker and a topic, each with
+    its own code; mallory may not even describe a group."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    def client(user: str) -> AdminClient:
+        return AdminClient(attack.confluent(user, password=USERS[user]))
+
+    def outcome(future) -> str:
+        try:
+            future.result(30)
+            return "NONE"
+        except KafkaException as e:
+            return e.args[0].name()
+
+    def setting(kind, name: str, key: str, value: str) -> ConfigResource:
+        return ConfigResource(kind, name, incremental_configs=[
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)])
+    tom = client("tom")
+    altered = tom.incremental_alter_configs([
+        setting(ResourceType.TOPIC, "toms-topic", "retention.ms", "3600000"),
+        setting(ResourceType.GROUP, "toms-group", "consumer.session.timeout.ms", "50000"),
+        setting(ResourceType.GROUP, "others-group", "consumer.session.timeout.ms", "50000"),
+        setting(ResourceType.TOPIC, "secret", "retention.ms", "1")])
+    assert {r.name: outcome(f) for r, f in altered.items()} == {
+        "toms-topic": "NONE", "toms-group": "NONE", "others-group": "GROUP_AUTHORIZATION_FAILED",
+        "secret": "TOPIC_AUTHORIZATION_FAILED"}
+    broker = setting(ResourceType.BROKER, "1", "message.max.bytes", "2000000")
+    assert outcome(tom.incremental_alter_configs([broker])[broker]) == "CLUSTER_AUTHORIZATION_FAILED"
+    described_group = ConfigResource(ResourceType.GROUP, "toms-group")
+    configs = tom.describe_configs([described_group])[described_group].result(30)
+    assert configs["consumer.session.timeout.ms"].value == "50000"
+    mallory = client("mallory")
+    for resource, code in ((ConfigResource(ResourceType.GROUP, "toms-group"), "GROUP_AUTHORIZATION_FAILED"),
+                           (ConfigResource(ResourceType.BROKER, "1"), "CLUSTER_AUTHORIZATION_FAILED"),
+                           (ConfigResource(ResourceType.TOPIC, "toms-topic"), "TOPIC_AUTHORIZATION_FAILED")):
+        assert outcome(mallory.describe_configs([resource])[resource]) == code
+    assert described(attack, (TOPIC, "secret")) == {} and described(attack, (GROUP, "others-group")) == {}
+
+
 def test_the_controller_listener_refuses_config_calls_from_another_certificate(attack):
     """A certificate the cluster's CA signed for someone else reaches the controller
     listener (ssl.client.auth=required) but is refused every config call with the code of
