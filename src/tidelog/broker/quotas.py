@@ -23,7 +23,8 @@ user+client-id, user+default client-id, user, default user+client-id, default
 user+default client-id, default user, client-id, default client-id. The entity
 found also says who shares the usage: a quota on ``user=alice`` is shared by all
 of alice's clients, one on ``<default> user`` is each user's own. No quota: no
-throttling (the usage is still measured for the metrics).
+throttling; a quota type with no quota set anywhere measures nothing (Kafka's
+``quotasEnabled``), so a broker without quotas pays nothing per request.
 
 The rate (Kafka's ``Rate`` over a ``SampledStat``): ``quota.window.num`` samples
 of ``quota.window.size.seconds`` each (11 × 1 s by default, one extra slot kept
@@ -277,6 +278,7 @@ class ClientQuotas:
         self.request = ClientQuotaManager(REQUEST_PERCENTAGE, window_num, window_ms)
         self.controller_mutation = ControllerMutationQuotaManager(CONTROLLER_MUTATION_RATE, window_num, window_ms)
         self._image_quotas: Mapping | None = None
+        self.enabled = False            # any quota of any type set (Kafka measures nothing otherwise)
 
     @property
     def managers(self) -> tuple[ClientQuotaManager, ...]:
@@ -289,3 +291,4 @@ class ClientQuotas:
         self._image_quotas = client_quotas
         for manager in self.managers:
             manager.update_quotas(client_quotas)
+        self.enabled = any(manager.quotas for manager in self.managers)

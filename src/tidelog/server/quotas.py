@@ -87,6 +87,8 @@ class QuotaEnforcer:
         if header.api_key != ApiKey.FETCH or replica_id(request) >= 0:
             return request
         self.quotas.on_image(self._client_quotas())
+        if not self.quotas.fetch.quotas:
+            return request
         limit = self.quotas.fetch.max_value_in_window(quota_user(getattr(connection, "principal", None)),
                                                       header.client_id or "")
         max_bytes = getattr(request, "max_bytes", None)
@@ -135,26 +137,33 @@ class QuotaEnforcer:
 
     def after(self, header, request, request_bytes: int, body, handled_ms: float, connection):
         """Record the request's usage; the answer with its throttle time (muting the connection)."""
+        quotas = self.quotas
+        quotas.on_image(self._client_quotas())
+        if not quotas.enabled:
+            return body
         api_key = header.api_key
         if api_key in _EXEMPT or (api_key == ApiKey.FETCH and replica_id(request) >= 0):
             return body
-        self.quotas.on_image(self._client_quotas())
         user, client_id = quota_user(getattr(connection, "principal", None)), header.client_id or ""
         now_ms = self.clock.monotonic_ms()
-        quotas = self.quotas
-        throttle_ms = quotas.request.record(user, client_id, handled_ms * PERCENT_PER_MS, now_ms)
+        throttle_ms = 0
         manager: ClientQuotaManager = quotas.request
+        if quotas.request.quotas:
+            throttle_ms = quotas.request.record(user, client_id, handled_ms * PERCENT_PER_MS, now_ms)
         bandwidth_ms, fetched = 0, 0
-        if api_key == ApiKey.PRODUCE:
+        if api_key == ApiKey.PRODUCE and quotas.produce.quotas:
             bandwidth_ms = quotas.produce.record(user, client_id, request_bytes, now_ms)
             if bandwidth_ms > throttle_ms:
                 manager = quotas.produce
-        elif api_key == ApiKey.FETCH and body is not None:
+        elif api_key == ApiKey.FETCH and body is not None and quotas.fetch.quotas:
             fetched = fetch_bytes(body)
             bandwidth_ms = quotas.fetch.record(user, client_id, fetched, now_ms)
             if bandwidth_ms > throttle_ms:
                 manager = quotas.fetch
-        throttle_ms = max(throttle_ms, bandwidth_ms, _throttle_of(body))
+        throttle_ms = max(throttle_ms, bandwidth_ms)
+        mutation_ms = _throttle_of(body)            # set by wrap(): controller_mutation_rate
+        if mutation_ms > throttle_ms:
+            throttle_ms, manager = mutation_ms, quotas.controller_mutation
         if throttle_ms <= 0:
             return body
         manager.record_throttle(user, client_id, throttle_ms, now_ms)
@@ -163,7 +172,7 @@ class QuotaEnforcer:
             mute(throttle_ms, self)
         if body is None:                    # acks=0: no answer, but the connection is muted all the same
             return None
-        if api_key == ApiKey.FETCH:
+        if api_key == ApiKey.FETCH and quotas.fetch.quotas:
             quotas.fetch.unrecord(user, client_id, fetched, now_ms)
             body = _with(body, responses=())
         return _with(body, throttle_time=throttle_ms)
