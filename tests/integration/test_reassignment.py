@@ -170,3 +170,90 @@ def test_a_move_under_load_survives_the_controller_being_killed_midway(cluster, 
     lost = set(acked) - consumed
     assert not lost, f"{len(lost)} of {len(acked)} acknowledged records not consumed"
     print(f"{len(acked)} acknowledged and consumed across the move and the controller kill")
+
+
+KAFKA_REASSIGN = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+
+
+@pytest.fixture(scope="module")
+def java():
+    from tests.interop.java_driver import JavaDriver
+    driver = JavaDriver()
+    try:
+        yield driver
+    finally:
+        driver.close()
+        driver.remove_log()
+
+
+def test_kafkas_kafka_reassign_partitions_generates_executes_verifies_lists_and_cancels(cluster, admin, java,
+                                                                                        tmp_path):
+    b = f"127.0.0.1:{cluster.port(2)}"
+    _create_assigned(cluster, admin, "tooled", [[1, 2], [2, 3], [3, 1]])
+    topics = tmp_path / "topics.json"
+    topics.write_text(json.dumps({"version": 1, "topics": [{"topic": "tooled"}]}))
+    generated = java.tool(KAFKA_REASSIGN, "--bootstrap-server", b, "--generate", "--topics-to-move-json-file",
+                          str(topics), "--broker-list", "2,3")
+    assert generated.exit_code == 0, generated.stdout + generated.stderr
+    lines = generated.stdout.splitlines()
+    assert lines[0] == "Current partition replica assignment"
+    current = json.loads(lines[1])["partitions"]      # log_dirs: the directories DescribeLogDirs names
+    assert [(c["topic"], c["partition"], c["replicas"], len(c["log_dirs"])) for c in current] == [
+        ("tooled", p, r, 2) for p, r in enumerate([[1, 2], [2, 3], [3, 1]])]
+    proposed = json.loads(lines[lines.index("Proposed partition reassignment configuration") + 1])
+    assert all(set(p["replicas"]) == {2, 3} for p in proposed["partitions"])
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(proposed))
+    executed = java.tool(KAFKA_REASSIGN, "--bootstrap-server", b, "--execute", "--reassignment-json-file", str(plan))
+    assert executed.exit_code == 0, executed.stdout + executed.stderr
+    assert "Successfully started partition reassignments for tooled-0,tooled-1,tooled-2" in executed.stdout
+
+    def verified():
+        result = java.tool(KAFKA_REASSIGN, "--bootstrap-server", b, "--verify", "--reassignment-json-file",
+                           str(plan))
+        return result.exit_code == 0 and all(f"Reassignment of partition tooled-{p} is completed." in result.stdout
+                                             for p in range(3))
+    wait_until(verified, 60, "kafka-reassign-partitions --verify to say every move completed")
+    assert {p: r for p, (r, _, _) in _partitions(cluster, "tooled").items()} == {
+        p["partition"]: tuple(p["replicas"]) for p in proposed["partitions"]}
+    listed = java.tool(KAFKA_REASSIGN, "--bootstrap-server", b, "--list")
+    assert listed.exit_code == 0 and "No partition reassignments found." in listed.stdout, listed.stdout
+
+    # A move onto a paused broker stays in progress: the tool lists it, then cancels it.
+    cluster.pause(1)
+    try:
+        stuck = tmp_path / "stuck.json"
+        stuck.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": "tooled", "partition": 0, "replicas": [1, 2], "log_dirs": ["any", "any"]}]}))
+        before = _partitions(cluster, "tooled")[0][0]
+        executed = java.tool(KAFKA_REASSIGN, "--bootstrap-server", b, "--execute", "--reassignment-json-file",
+                             str(stuck))
+        assert executed.exit_code == 0, executed.stdout + executed.stderr
+        listed = java.tool(KAFKA_REASSIGN, "--bootstrap-server", b, "--list")
+        assert "Current partition reassignments:" in listed.stdout and "tooled-0: replicas:" in listed.stdout, \
+            listed.stdout
+        # (--preserve-throttles: clearing throttles would ask the paused broker too)
+        cancelled = java.tool(KAFKA_REASSIGN, "--bootstrap-server", b, "--cancel", "--reassignment-json-file",
+                              str(stuck), "--preserve-throttles")
+        assert cancelled.exit_code == 0, cancelled.stdout + cancelled.stderr
+        assert "Successfully cancelled partition reassignment" in cancelled.stdout and "tooled-0" in cancelled.stdout
+        # The revert keeps the original replicas in the order the move left them (as Kafka).
+        wait_until(lambda: sorted(_partitions(cluster, "tooled")[0][0]) == sorted(before), 30,
+                   "tooled-0 back to its replicas")
+    finally:
+        cluster.resume(1)
+    # Bad input, nothing changes: an unknown broker (the tool checks DescribeCluster), and a
+    # replication factor change the tool was told to disallow (the controller refuses it).
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "tooled", "partition": 1, "replicas": [2, 9], "log_dirs": ["any", "any"]}]}))
+    refused = java.tool(KAFKA_REASSIGN, "--bootstrap-server", b, "--execute", "--reassignment-json-file", str(bad))
+    assert refused.exit_code == 1 and "Unknown broker id 9" in refused.stdout, refused.stdout + refused.stderr
+    bad.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "tooled", "partition": 1, "replicas": [2], "log_dirs": ["any"]}]}))
+    refused = java.tool(KAFKA_REASSIGN, "--bootstrap-server", b, "--execute", "--reassignment-json-file", str(bad),
+                        "--disallow-replication-factor-change")
+    assert refused.exit_code == 1, refused.stdout + refused.stderr
+    assert "tooled-1: The replication factor is changed from 2 to 1" in refused.stdout, refused.stdout
+    assert _partitions(cluster, "tooled")[1][0] == tuple(proposed["partitions"][1]["replicas"])
