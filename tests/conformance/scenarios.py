@@ -830,8 +830,9 @@ async def unauthorized_configs(side: Side, mode: str) -> dict:
             {"name": topic, "topic_id": None}, {"name": secret, "topic_id": None}]}, mode)
         if version >= 8:
             listed = await alice.call(ApiKey.METADATA, {**asked, "topics": None}, mode)
-            answers["metadata_listed_operations"] = {t["name"]: t.get("topic_authorized_operations")
-                                                     for t in listed["topics"] if t["name"].startswith("conformance-cfg")}
+            answers["metadata_listed_operations"] = {
+                t["name"]: t.get("topic_authorized_operations") for t in listed["topics"]
+                if t["name"].startswith("conformance-cfg")}
         answers["describe_cluster"] = await alice.call(ApiKey.DESCRIBE_CLUSTER,
                                                        {"include_cluster_authorized_operations": True}, mode)
         answers["describe_groups"] = await alice.call(ApiKey.DESCRIBE_GROUPS, {
