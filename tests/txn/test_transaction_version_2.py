@@ -9,7 +9,7 @@ import struct
 
 from tidelog.core.errors import ErrorCode
 from tidelog.txn.records import TxnLogValue, TxnState, decode_value, encode_key, encode_value
-from tidelog.txn.shard import PRODUCER_EPOCH_MAX
+from tidelog.txn.shard import MARKER_RETRY_BACKOFF_MS, PRODUCER_EPOCH_MAX
 
 from tests.txn.test_shard import T0, TP0, TP1, Harness
 
@@ -74,8 +74,35 @@ def test_a_retry_while_the_markers_are_being_written_is_told_to_wait():
     assert h.shard.describe("app").state == TxnState.PREPARE_COMMIT
     assert end(h, 0, True) == (ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1)
     assert end(h, 0, False) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
-    # The next transaction's first write waits for the markers too.
-    assert add(h, 1) == ErrorCode.CONCURRENT_TRANSACTIONS
+    # The next transaction's first write waits for the markers: its add is parked, and
+    # done once the COMPLETE record is written.
+    answers = []
+    h.shard.add_partitions("app", 100, 1, {TP1}, T0, answers.append, TV2)
+    assert answers == [] and h.shard.next_deadline_ms() <= T0 + 5_000
+    h.marker_ok = True
+    h.shard.on_tick(T0 + MARKER_RETRY_BACKOFF_MS)
+    assert answers == [ErrorCode.NONE]
+    assert (h.shard.describe("app").state, h.shard.describe("app").partitions) == (TxnState.ONGOING, frozenset({TP1}))
+
+
+def test_a_parked_add_answers_concurrent_transactions_when_the_markers_take_too_long():
+    h = Harness()
+    h.init()
+    add(h, 0)
+    h.marker_ok = False
+    assert end(h, 0, True) == (ErrorCode.NONE, 100, 1)
+    answers = []
+    h.shard.add_partitions("app", 100, 1, {TP1}, T0, answers.append, TV2)
+    h.shard.on_tick(T0 + 4_999)
+    assert answers == []
+    h.shard.on_tick(T0 + 5_000)
+    assert answers == [ErrorCode.CONCURRENT_TRANSACTIONS]
+    # A client's own AddPartitionsToTxn (version 0-1 protocol) is answered at once.
+    assert h.call("add_partitions", "app", 100, 1, {TP1}, T0) == ErrorCode.CONCURRENT_TRANSACTIONS
+    # A coordinator that loses the partition answers what it parked.
+    h.shard.add_partitions("app", 100, 1, {TP1}, T0, answers.append, TV2)
+    h.shard.unload()
+    assert answers[-1] == ErrorCode.NOT_COORDINATOR
 
 
 def test_an_abort_with_nothing_open_bumps_the_epoch_a_commit_is_refused():

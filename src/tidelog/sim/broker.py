@@ -404,7 +404,7 @@ class SimBroker(NetworkNode):
         body, respond = message.body, self._answer(message)
         self.sim.checker.on_produce_received(body["values"])
         request = ProduceRequest(body["acks"], body["timeout_ms"], {body["tp"]: body["batch"]},
-                                 body.get("transactional_id"))
+                                 body.get("transactional_id"), add_partitions=body.get("add_partitions", False))
 
         def on_done(responses) -> None:
             if request.acks != 0:
@@ -546,7 +546,14 @@ class SimBroker(NetworkNode):
 
     def _handle_EndTxn(self, message) -> None:
         body, shard, respond = message.body, self._txn_shard(message), self._answer(message)
-        if shard is not None:
+        if shard is not None and body.get("transaction_version", 1) >= 2:       # EndTxn v5
+            transactional_id = body["transactional_id"]
+            fresh = self.sim.next_producer_id() if shard.epoch_exhausted(transactional_id) else -1
+            shard.end_transaction_v2(transactional_id, body["producer_id"], body["producer_epoch"], body["commit"],
+                                     fresh, self.node.txn_coordinator.now_ms(),
+                                     lambda error, pid, epoch: respond({"error_code": int(error), "producer_id": pid,
+                                                                        "producer_epoch": epoch}))
+        elif shard is not None:
             shard.end_transaction(body["transactional_id"], body["producer_id"], body["producer_epoch"],
                                   body["commit"], self.node.txn_coordinator.now_ms(),
                                   lambda error: respond({"error_code": int(error)}))

@@ -6,7 +6,10 @@ topic ``tx``, as a Kafka client does: it finds the coordinator of its
 transactional id, InitProducerId, then per transaction AddPartitionsToTxn (one or
 two partitions), one idempotent transactional batch of 1–3 records per partition
 (retried with the same sequence until acknowledged), and EndTxn — commit three
-times in four, else abort. Coordinator errors and timeouts are retried (finding
+times in four, else abort. With ``transaction_version`` 2 (KIP-890 part 2) it sends
+no AddPartitionsToTxn: its Produce asks the leader to add the partition, and each
+EndTxn answers the epoch (or producer id) its next transaction runs at, its
+sequences starting again at 0. Coordinator errors and timeouts are retried (finding
 the coordinator again); a fencing or sequence error, or a batch that cannot be
 delivered, abandons the transaction: the producer initializes again (a new
 epoch), which makes the coordinator abort what was open.
@@ -130,6 +133,7 @@ class SimTxnProducer(_Client):
         self.number = 0
         self.busy = False                  # a transaction or an init in progress
         self.committed_since_heal = 0
+        self.transaction_version = sim.config.transaction_version
 
     @property
     def in_flight(self) -> bool:
@@ -214,6 +218,10 @@ class SimTxnProducer(_Client):
         self._add(chosen)
 
     def _add(self, chosen: list[TopicPartition]) -> None:
+        if self.transaction_version >= 2:
+            self._produce(chosen, 0, None)          # the leaders add the partitions
+            return
+
         def answered(error: ErrorCode, answer) -> None:
             if error != ErrorCode.NONE:
                 self._abandon(f"AddPartitionsToTxn: {error.name}")
@@ -243,7 +251,8 @@ class SimTxnProducer(_Client):
             batch = build_batch(values, timestamp_ms=self.clock.now_ms(), producer_id=self.producer_id,
                                 producer_epoch=self.producer_epoch, base_sequence=sequence, is_transactional=True)
             body = {"tp": tp, "acks": -1, "timeout_ms": self.sim.config.request_timeout_ms, "values": values,
-                    "batch": batch, "transactional_id": TRANSACTIONAL_ID}
+                    "batch": batch, "transactional_id": TRANSACTIONAL_ID,
+                    "add_partitions": self.transaction_version >= 2}
 
             def on_reply(response) -> None:
                 if self.txn is not txn:
@@ -282,12 +291,18 @@ class SimTxnProducer(_Client):
                 return
             txn.outcome = "commit" if commit else "abort"
             self._count("committed" if commit else "aborted")
+            if self.transaction_version >= 2:
+                if (answer["producer_id"], answer["producer_epoch"]) != (self.producer_id, self.producer_epoch):
+                    self._count("epoch bumps")
+                self.producer_id, self.producer_epoch = answer["producer_id"], answer["producer_epoch"]
+                self.sequences = {}
             if commit and self.sim.healed:
                 self.committed_since_heal += 1
             self.txn = None
             self.after(self.sim.rng.randint(1, 2 * self.sim.config.produce_interval_ms), self._begin)
         self._call("EndTxn", {"transactional_id": TRANSACTIONAL_ID, "producer_id": self.producer_id,
-                              "producer_epoch": self.producer_epoch, "commit": commit},
+                              "producer_epoch": self.producer_epoch, "commit": commit,
+                              "transaction_version": self.transaction_version},
                    answered, lambda: self._end(commit))
 
 

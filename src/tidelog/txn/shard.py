@@ -47,6 +47,17 @@ outcome; any other epoch is PRODUCER_FENCED. Kafka's table for the settled state
     CompleteAbort   NONE           bump             INVALID_TXN_STATE  INVALID_TXN_STATE
     CompleteCommit  INVALID_TXN_STATE  bump         NONE            INVALID_TXN_STATE
 
+A leader's add for a TV2 client that finds the id busy — a record being written,
+or the previous transaction's markers still going out (the client did not wait
+for them) — is parked rather than answered CONCURRENT_TRANSACTIONS, and tried
+again when the id's write completes (``_parked``, at most
+``ADD_PARTITIONS_PARKED_MAX`` per id, each for ``ADD_PARTITIONS_PARKED_MS_MAX``
+on the timer clock). Kafka's leaders retry that answer for 100 ms instead
+(``add.partitions.to.txn.retry.backoff.max.ms``) and read no further request of
+the connection meanwhile; a leader that answered its producer
+NOT_ENOUGH_REPLICAS at once would let the producer's next, pipelined batches
+through the add first, out of order (Kafka Streams' five requests in flight).
+
 Clients on versions 0 and 1 (librdkafka, kafka-python, franz-go …: EndTxn v4 and
 below) keep the old rules (``end_transaction``): one epoch for many transactions,
 bumped only by InitProducerId or a timeout.
@@ -79,6 +90,8 @@ log = logging.getLogger("tidelog.txn")
 
 PRODUCER_EPOCH_MAX = 0x7FFF - 1        # Kafka's Short.MaxValue - 1: then a new producer id
 TRANSACTION_VERSION_EPOCH_BUMP = 2     # the transaction.version from which EndTxn bumps the epoch
+ADD_PARTITIONS_PARKED_MS_MAX = 5_000    # a busy id's TV2 add waits this long (timer clock), then
+ADD_PARTITIONS_PARKED_MAX = 100         # CONCURRENT_TRANSACTIONS; and at most this many per id
 MARKER_RETRY_BACKOFF_MS = 200
 
 _PREPARE_STATES = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
@@ -156,6 +169,8 @@ class TxnShard:
         self.transactions: dict[str, TxnMetadata] = {}
         self.loading = True
         self._next_timeout_check_ms = 0                # on the timer clock
+        # TV2 adds that found their id busy: id -> [(deadline on the timer clock, retry(error))]
+        self._parked: dict[str, list[tuple[int, Callable[[], None], Respond]]] = {}
 
     # ================================================================ replay
 
@@ -196,6 +211,10 @@ class TxnShard:
 
     def unload(self) -> None:
         self.transactions.clear()
+        parked, self._parked = self._parked, {}
+        for waiting in parked.values():
+            for _, _, respond in waiting:
+                respond(ErrorCode.NOT_COORDINATOR)
 
     # ============================================================ writes
 
@@ -212,6 +231,7 @@ class TxnShard:
             # else the record may still commit: the id stays pending until it is replayed
             # (or the shard is unloaded, when a new leader replays whatever committed).
             done(append_error(error))
+            self._unpark(meta.transactional_id)
         self._write([(encode_key(new.transactional_id), encode_value(new.value()))], written)
 
     def _check_producer(self, meta: TxnMetadata | None, producer_id: int, producer_epoch: int) -> ErrorCode:
@@ -278,6 +298,13 @@ class TxnShard:
         leader adding a partition for a TV2 client (``client_transaction_version`` 2)."""
         meta = self.transactions.get(transactional_id)
         error = self._check_producer(meta, producer_id, producer_epoch)
+        if error == ErrorCode.CONCURRENT_TRANSACTIONS and client_transaction_version >= TRANSACTION_VERSION_EPOCH_BUMP:
+            parked = self._parked.setdefault(transactional_id, [])
+            if len(parked) < ADD_PARTITIONS_PARKED_MAX:
+                parked.append((now_ms + ADD_PARTITIONS_PARKED_MS_MAX, lambda: self.add_partitions(
+                    transactional_id, producer_id, producer_epoch, partitions, now_ms, respond,
+                    client_transaction_version), respond))
+                return None
         if error != ErrorCode.NONE:
             return respond(error)
         if meta.state == TxnState.ONGOING and partitions <= meta.partitions:
@@ -446,12 +473,29 @@ class TxnShard:
         self._send_markers(meta.producer_id, meta.producer_epoch, commit, meta.partitions,
                            self.coordinator_epoch, complete)
 
+    def _unpark(self, transactional_id: str) -> None:
+        """The id's write completed: its parked adds try again (a PREPARE's, whose
+        markers are still due, parks them once more, keeping their deadlines)."""
+        parked = self._parked.pop(transactional_id, None)
+        for deadline_ms, retry, _ in parked or ():
+            before = len(self._parked.get(transactional_id, ()))
+            retry()
+            again = self._parked.get(transactional_id)
+            if again is not None and len(again) > before:
+                again[-1] = (deadline_ms, *again[-1][1:])      # parked again: the first deadline holds
+
     # ============================================================ time
 
     def on_tick(self, now_ms: int) -> None:
         """``now_ms`` on the timer clock: markers due, and whether the periodic timeout and
         expiration check is due; the check itself compares wall time with the stored
         timestamps, as Kafka's ``abortTimedOutTransactions`` and id expiration do."""
+        for transactional_id, parked in list(self._parked.items()):
+            expired = [entry for entry in parked if entry[0] <= now_ms]
+            if expired:
+                self._parked[transactional_id] = [entry for entry in parked if entry[0] > now_ms]
+                for _, _, respond in expired:
+                    respond(ErrorCode.CONCURRENT_TRANSACTIONS)
         check = now_ms >= self._next_timeout_check_ms
         wall_ms = self._wall_ms() if check else 0
         for meta in list(self.transactions.values()):
@@ -487,6 +531,7 @@ class TxnShard:
         due = [meta.markers_due_ms for meta in self.transactions.values()
                if meta.markers_due_ms is not None and not meta.pending]    # on_tick skips pending ids
         due.append(self._next_timeout_check_ms)
+        due.extend(deadline_ms for parked in self._parked.values() for deadline_ms, _, _ in parked)
         return min(due)
 
     # ======================================================= describe
