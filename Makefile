@@ -130,6 +130,7 @@ bench: $(STAMP) java-interop
 	$(PY) benchmarks/cli_bench.py
 	$(PY) benchmarks/spark_read_bench.py
 	$(PY) benchmarks/kafka_side_by_side.py
+	$(PY) benchmarks/kafka_failover_bench.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis
