@@ -25,12 +25,23 @@ from tidelog.broker.requests.effects import (
     WriteTxnMarkers,
 )
 from tidelog.broker.requests.fetch import FetchRequest, FetchRequests, fetch_params
-from tidelog.broker.requests.group import GroupRequests
+from tidelog.broker.requests.group import (
+    DescribeGroups,
+    GroupRequests,
+    Heartbeat,
+    LeaveGroup,
+    ListGroups,
+    OffsetCommit,
+    OffsetDelete,
+    OffsetFetch,
+    SyncGroup,
+)
 from tidelog.broker.requests.produce import ProduceRequest, ProduceRequests
 from tidelog.broker.requests.txn import TxnRequests
 
 __all__ = [
-    "AddPartitionsToTxn", "FetchRequest", "FetchRequests", "GroupRequests", "ProduceRequest",
-    "ProduceRequests", "SendAddPartitionsToTxn", "SendMarkers", "TxnRequests", "WriteTxnMarkers",
+    "AddPartitionsToTxn", "DescribeGroups", "FetchRequest", "FetchRequests", "GroupRequests", "Heartbeat",
+    "LeaveGroup", "ListGroups", "OffsetCommit", "OffsetDelete", "OffsetFetch", "ProduceRequest",
+    "ProduceRequests", "SendAddPartitionsToTxn", "SendMarkers", "SyncGroup", "TxnRequests", "WriteTxnMarkers",
     "fetch_params",
 ]
