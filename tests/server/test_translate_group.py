@@ -1,5 +1,6 @@
-"""protocol/translate/group.py, h11-style: every group request the broker serves goes
-to bytes and back to the same domain request at every served version (the fields a
+"""protocol/translate/group.py, h11-style: each group request it translates (all but
+TxnOffsetCommit, DeleteGroups and ConsumerGroupDescribe, whose handlers read one list
+field) goes to bytes and back to the same domain request at every served version (the fields a
 version lacks read as Kafka reads their absence); every shorter frame is a protocol
 error (the connection closes, as Kafka's parser throws); bytes after the last field
 are ignored, as Kafka ignores them; and the version-dependent shapes of the responses
@@ -13,12 +14,16 @@ import uuid
 import pytest
 
 from tidelog.broker.requests.group import (
+    GROUP_KEY,
+    TRANSACTION_KEY,
     ConsumerHeartbeat,
+    DescribeGroups,
     Heartbeat,
     JoinRequest,
     LeaveGroup,
     ListGroups,
     OffsetCommit,
+    OffsetDelete,
     OffsetFetch,
     OffsetToCommit,
     SyncGroup,
@@ -114,7 +119,25 @@ def _consumer_heartbeat(v):
         lambda entity: translate.consumer_group_heartbeat_request(v, entity, "client-1", "10.0.0.1")
 
 
-CASES = [(ApiKey.JOIN_GROUP, _join), (ApiKey.SYNC_GROUP, _sync), (ApiKey.HEARTBEAT, _heartbeat),
+def _find(v):
+    key_type, keys = (TRANSACTION_KEY if v >= 1 else GROUP_KEY), (["g", "h"] if v >= 4 else ["g"])
+    return translate.find_coordinator_body(key_type, keys, v), (key_type, keys), \
+        lambda entity: translate.find_coordinator_keys(v, entity)
+
+
+def _offset_delete(v):
+    delete = OffsetDelete("g", (T0, T1, U0))
+    return translate.offset_delete_body(delete), delete, lambda entity: translate.offset_delete_request(v, entity)
+
+
+def _describe(v):
+    describe = DescribeGroups(("g", "h"))
+    return translate.describe_groups_body(describe, True), (describe, v >= 3), \
+        lambda entity: translate.describe_groups_request(v, entity)
+
+
+CASES = [(ApiKey.FIND_COORDINATOR, _find), (ApiKey.OFFSET_DELETE, _offset_delete),
+         (ApiKey.DESCRIBE_GROUPS, _describe), (ApiKey.JOIN_GROUP, _join), (ApiKey.SYNC_GROUP, _sync), (ApiKey.HEARTBEAT, _heartbeat),
          (ApiKey.LEAVE_GROUP, _leave), (ApiKey.OFFSET_COMMIT, _commit), (ApiKey.OFFSET_FETCH, _fetch),
          (ApiKey.LIST_GROUPS, _list), (ApiKey.CONSUMER_GROUP_HEARTBEAT, _consumer_heartbeat)]
 EVERY_VERSION = [pytest.param(api_key, v, case, id=f"{api_key.name}-v{v}")

@@ -65,6 +65,13 @@ def find_coordinator_keys(version: int, entity) -> tuple[int, list[str]]:
     return key_type, [entity.key]
 
 
+def find_coordinator_body(key_type: int, keys: list[str], version: int) -> dict:
+    if version >= 4:
+        return {"key_type": key_type, "coordinator_keys": keys}
+    (key,) = keys
+    return {"key": key, "key_type": key_type}
+
+
 def find_coordinator_response(version: int, found: list[dict]) -> dict:
     """``found``: one {key, node_id, host, port, error_code, error_message} per key."""
     if version >= 4:
@@ -219,6 +226,12 @@ def offset_delete_request(version: int, entity) -> OffsetDelete:
                                                for t in entity.topics for p in t.partitions))
 
 
+def offset_delete_body(delete: OffsetDelete) -> dict:
+    return {"group_id": delete.group_id, "topics": [
+        {"name": name, "partitions": [{"partition_index": p} for p in indexes]}
+        for name, indexes in _by_topic(delete.partitions).items()]}
+
+
 def offset_delete_response(request: OffsetDelete, error: ErrorCode, errors: dict) -> dict:
     topics: dict[str, list] = {}
     for tp, code in errors.items():
@@ -241,6 +254,10 @@ def list_groups_body(request: ListGroups) -> dict:
 def describe_groups_request(version: int, entity) -> tuple[DescribeGroups, bool]:
     """The groups, and whether their authorized operations are asked for (v3+, KIP-430)."""
     return DescribeGroups(tuple(entity.groups)), bool(getattr(entity, "include_authorized_operations", False))
+
+
+def describe_groups_body(describe: DescribeGroups, include_authorized_operations: bool) -> dict:
+    return {"groups": list(describe.group_ids), "include_authorized_operations": include_authorized_operations}
 
 
 def delete_groups_response(group_ids, results: dict[str, ErrorCode]) -> dict:
