@@ -362,6 +362,34 @@ class ProcessCluster:
             from tidelog.cluster_security import write_client_settings
             write_client_settings(self.layout.directory, self.layout.bootstrap)
 
+    def add_broker(self, port: int | None = None, timeout_s: float = 60.0) -> Node:
+        """Start one more broker in the running cluster: the next broker id, ``port`` or a
+        free one, /metrics on a free port if the others serve it. It registers with the
+        controllers like any broker and holds nothing until partitions are created or
+        moved onto it (``tidelog reassign``). Kept in the layout, so ``down`` stops it and
+        ``up`` starts it again."""
+        from tidelog.chaos.proxyd import LINKS_FILE
+        layout = self.layout
+        if layout.secure:
+            raise ClusterError("add-broker does not support a --secure cluster yet: its certificates and SASL "
+                               "users are made for the nodes that existed at `up`")
+        if os.path.exists(os.path.join(layout.directory, LINKS_FILE)):
+            raise ClusterError("add-broker does not support a cluster behind the link proxy (up --link-proxy)")
+        if not any(n.alive() for n in layout.controllers):
+            raise ClusterError(f"the cluster at {layout.directory} is not running (`tidelog cluster up` first)")
+        node = Node(max((b.node_id for b in layout.brokers), default=0) + 1, "broker",
+                    _free_port(layout.host) if port is None else port)
+        if any(n.metrics_port is not None for n in layout.brokers):
+            node.metrics_port = 0
+        layout.nodes.append(node)
+        try:
+            self.start_node(node, timeout_s)
+        except ClusterError:
+            layout.nodes.remove(node)
+            self.save()
+            raise
+        return node
+
     def _start_parallel(self, brokers: list[Node], on_ready=None) -> None:
         import threading
         errors: list[Exception] = []

@@ -257,3 +257,27 @@ def test_kafkas_kafka_reassign_partitions_generates_executes_verifies_lists_and_
     assert refused.exit_code == 1, refused.stdout + refused.stderr
     assert "tooled-1: The replication factor is changed from 2 to 1" in refused.stdout, refused.stdout
     assert _partitions(cluster, "tooled")[1][0] == tuple(proposed["partitions"][1]["replicas"])
+
+
+def test_a_broker_added_to_the_running_cluster_takes_partitions_moved_onto_it(cluster, admin):
+    """``cluster add-broker`` (ProcessCluster.add_broker): broker 4 starts, registers, and a
+    partition moved onto it replicates there (it joins the ISR), while broker 1 drops it."""
+    _create_assigned(cluster, admin, "growing", [[1, 2]])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(100):
+        producer.produce("growing", b"%03d" % i, partition=0)
+    assert producer.flush(30) == 0
+    node = cluster.processes.add_broker()
+    assert node.node_id == 4 and node.alive()
+    assert admin.alter_partition_reassignments({TopicPartition("growing", 0): [4, 2]}) == {
+        TopicPartition("growing", 0): None}
+    wait_until(lambda: admin.list_partition_reassignments() == {}, 60, "the move onto broker 4")
+    wait_until(lambda: _partitions(cluster, "growing")[0][:2] == ((4, 2), (2, 4)), 30, "broker 4 in the ISR")
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "growing-check"})
+    consumer.assign([ConfluentPartition("growing", 0, 0)])
+    values = []
+    deadline = time.monotonic() + 30
+    while len(values) < 100 and time.monotonic() < deadline:
+        values += [m.value() for m in consumer.consume(100, 0.5) if m.error() is None]
+    consumer.close()
+    assert values == [b"%03d" % i for i in range(100)]

@@ -111,6 +111,10 @@ def _run(args) -> int:
         print(f"node {args.node_id} restarted")
     elif args.verb == "status":
         return asyncio.run(_status(cluster))
+    elif args.verb == "add-broker":
+        node = cluster.add_broker(args.port)
+        print(f"broker {node.node_id} up on {cluster.layout.host}:{node.port}; it holds no partition until one is "
+              f"created or moved onto it (tidelog reassign)")
     return 0
 
 

@@ -426,6 +426,9 @@ def _cluster(commands) -> None:
                            "next `up` there starts a new cluster of any shape")
     _verb(verbs, "status", "each node's process and registration, the controller quorum, and partitions that are "
                            "under-replicated, under min ISR or leaderless", [common])
+    add = _verb(verbs, "add-broker", "start one more broker (the next id) in the running cluster; move partitions "
+                                     "onto it with `tidelog reassign`", [common])
+    add.add_argument("--port", type=int, default=None, metavar="PORT", help="its port (default: a free one)")
     node_help = f"broker id, or a controller's ({CONTROLLER_ID}, {CONTROLLER_ID + 1}, ...)"
     for name, text in (("kill", "SIGKILL a node: it dies at once"),
                        ("pause", "SIGSTOP a node: it stops answering, its sessions expire"),
