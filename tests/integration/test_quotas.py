@@ -238,3 +238,21 @@ def test_controller_mutation_rate_refuses_topics_over_quota_from_the_strict_vers
         assert throttle_ms > 0 and served == {"mutation-d": (0, None)}
         assert await _create_topics(port, "other", {"mutation-e": 1}, 7) == (0, {"mutation-e": (0, None)})
     asyncio.run(go())
+
+
+def test_request_percentage_throttles_by_handling_time(broker, admin):
+    """request_percentage 0.00001 of one thread: 1 µs of handling per 10 s window (1 ms of
+    handling counts 0.1 %·s); any Metadata request costs more, so its answer carries a
+    throttle time, while another client id's does not."""
+    assert alter(admin, [({"client-id": "busy"}, {"request_percentage": 0.00001})])[0][1] == 0
+
+    async def metadata(client_id):
+        connection = await KafkaConnection.connect("127.0.0.1", broker.port, client_id=client_id)
+        try:
+            response = await connection.request(ApiKey.METADATA, {"topics": None, "allow_auto_topic_creation": False})
+            return millis(response.throttle_time)
+        finally:
+            connection.close()
+    assert asyncio.run(metadata("busy")) > 0
+    assert asyncio.run(metadata("idle")) == 0
+    assert _metric(broker, "kafka_server_request_throttle_time", "busy") > 0
