@@ -474,15 +474,11 @@ class TxnShard:
                            self.coordinator_epoch, complete)
 
     def _unpark(self, transactional_id: str) -> None:
-        """The id's write completed: its parked adds try again (a PREPARE's, whose
-        markers are still due, parks them once more, keeping their deadlines)."""
-        parked = self._parked.pop(transactional_id, None)
-        for deadline_ms, retry, _ in parked or ():
-            before = len(self._parked.get(transactional_id, ()))
+        """The id's write completed: its parked adds try again. One that finds the id
+        busy still (a PREPARE, whose markers are due next) parks once more with the same
+        deadline: the retry repeats the call with its first ``now_ms``."""
+        for _, retry, _ in self._parked.pop(transactional_id, ()):
             retry()
-            again = self._parked.get(transactional_id)
-            if again is not None and len(again) > before:
-                again[-1] = (deadline_ms, *again[-1][1:])      # parked again: the first deadline holds
 
     # ============================================================ time
 
