@@ -419,7 +419,7 @@ LONG_FUNCTIONS = {
     "controller/testing.py:random_operation", "protocol/codec.py:_check_lengths",
     "records/validator.py:walk_records", "replication/replica_manager.py:ReplicaManager.apply_partition_states",
     "server/metrics.py:BrokerCollector.collect", "server/runtime.py:Server.start", "sim/__main__.py:main",
-    "sim/scenarios.py:replication_steps", "sim/scenarios.py:unclean_open_transaction",
+    "sim/scenarios.py:replication_steps",
 }
 
 

@@ -1033,6 +1033,27 @@ def quorum_leader_killed(s: Script) -> tuple[bool, dict]:
     return s.outcome()
 
 
+def _read_committed(s: Script, broker: int) -> list[bytes]:
+    """The values a read_committed consumer reads from ``broker``'s replica of t0-0, as
+    it reads them: up to the last stable offset, aborted transactions dropped."""
+    from tidelog.records.batch import CONTROL_ABORT
+    from tidelog.replication.partition import Isolation
+    partition = s.partition(broker)
+    result = partition.read_records(0, 1 << 20, Isolation.TXN_COMMITTED, partition.leader_epoch)
+    data = b"" if result.records is None else result.records.read_bytes()
+    aborted = sorted((t.first_offset, t.producer_id) for t in result.aborted_transactions or ())
+    aborting, seen = set(), []
+    for position, header in iter_batches(data):
+        while aborted and aborted[0][0] <= header.last_offset:
+            aborting.add(aborted.pop(0)[1])
+        if header.is_control:
+            if read_control(data, position)[0] == CONTROL_ABORT:
+                aborting.discard(header.producer_id)
+        elif not (header.is_transactional and header.producer_id in aborting):
+            seen += [r.value for r in iter_records(data, position)]
+    return seen
+
+
 def unclean_open_transaction(s: Script) -> tuple[bool, dict]:
     """Issue 28 item 3 (seeds 20091 and 10570 of an earlier build). Producer 7's
     transaction T1 reaches both replicas; the follower B is cut off and leaves the
@@ -1045,8 +1066,7 @@ def unclean_open_transaction(s: Script) -> tuple[bool, dict]:
     RECOVERED. (The transaction's
     batches and markers are appended as the produce path and WriteTxnMarkers do,
     without the coordinator.)"""
-    from tidelog.records.batch import CONTROL_ABORT, build_marker, read_control
-    from tidelog.replication.partition import Isolation
+    from tidelog.records.batch import build_marker
     a = s.leader()
     b = next(r for r in s.sim.controller.image.partition(TP).replicas if r != a)
 
@@ -1061,22 +1081,6 @@ def unclean_open_transaction(s: Script) -> tuple[bool, dict]:
             return "NONE"
         except KafkaError as e:
             return e.error_code.name
-
-    def read_committed(broker: int) -> list[bytes]:
-        partition = s.partition(broker)
-        result = partition.read_records(0, 1 << 20, Isolation.TXN_COMMITTED, partition.leader_epoch)
-        data = b"" if result.records is None else result.records.read_bytes()
-        aborted = sorted((t.first_offset, t.producer_id) for t in result.aborted_transactions or ())
-        aborting, seen = set(), []
-        for position, header in iter_batches(data):
-            while aborted and aborted[0][0] <= header.last_offset:
-                aborting.add(aborted.pop(0)[1])
-            if header.is_control:
-                if read_control(data, position)[0] == CONTROL_ABORT:
-                    aborting.discard(header.producer_id)
-            elif not (header.is_transactional and header.producer_id in aborting):
-                seen += [r.value for r in iter_records(data, position)]
-        return seen
 
     s.partition(a).append_records_to_leader(txn_batch(0, "tx-1-0"), 1)
     s.wait(lambda: s.leo(b) == 1 and s.hw(a) == 1, "T1's record on both replicas")
@@ -1098,14 +1102,14 @@ def unclean_open_transaction(s: Script) -> tuple[bool, dict]:
         next_txn = e.error_code.name
     s.expect("producer 7's next transaction at the same epoch on B", next_txn, "INVALID_PRODUCER_EPOCH")
     s.expect("the coordinator's COMMIT at that epoch on B", marker(b, commit=True), "INVALID_PRODUCER_EPOCH")
-    s.expect("T1's record read with read_committed on B", b"tx-1-0" in read_committed(b), False)
+    s.expect("T1's record read with read_committed on B", b"tx-1-0" in _read_committed(s, b), False)
     s.sim.network.heal()
     s.sim.start(a)
     s.converge([a, b])
     s.wait(lambda: s.sim.controller.image.partition(TP).leader_recovery_state == 0,
            "B says RECOVERED with A's return to the ISR (KIP-704)")
     s.expect("A's open transactions after following B", s.partition(a).log.ongoing_transactions(), {})
-    s.expect("T1's record read with read_committed on A's copy", b"tx-1-0" in read_committed(a), False)
+    s.expect("T1's record read with read_committed on A's copy", b"tx-1-0" in _read_committed(s, a), False)
     return s.outcome()
 
 
@@ -1213,6 +1217,7 @@ def txn_markers_acks_all(s: Script) -> tuple[bool, dict]:
     s.expect("markers on the new leader", _markers(s, 2), ["COMMIT"])
     s.expect("its last stable offset, high watermark, log end", (log.last_stable_offset, log.high_watermark,
                                                                    log.log_end_offset), (2, 2, 2))
+    s.expect("read with read_committed on the new leader", _read_committed(s, 2), [b"tx-record"])
     return s.outcome()
 
 
