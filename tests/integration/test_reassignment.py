@@ -281,3 +281,26 @@ def test_a_broker_added_to_the_running_cluster_takes_partitions_moved_onto_it(cl
         values += [m.value() for m in consumer.consume(100, 0.5) if m.error() is None]
     consumer.close()
     assert values == [b"%03d" % i for i in range(100)]
+
+
+def test_draining_a_broker_then_unregistering_it_with_kafkas_kafka_cluster(cluster, admin, java):
+    """Retire a broker: move its partitions away, stop it, unregister it (UnregisterBroker,
+    Kafka's ``kafka-cluster unregister``); unknown ids are refused by name."""
+    if len(cluster.brokers) < 4:
+        cluster.processes.add_broker()
+    retired = max(b.node_id for b in cluster.brokers)
+    _create_assigned(cluster, admin, "retiring", [[retired, 2]])
+    assert admin.alter_partition_reassignments({TopicPartition("retiring", 0): [1, 2]}) == {
+        TopicPartition("retiring", 0): None}
+    wait_until(lambda: _partitions(cluster, "retiring")[0][0] == (1, 2), 60, f"broker {retired} drained")
+    cluster.kill(retired)
+    b = f"127.0.0.1:{cluster.port(2)}"
+    tool = "org.apache.kafka.tools.ClusterTool"
+    result = java.tool(tool, "unregister", "--bootstrap-server", b, "--id", str(retired))
+    assert result.exit_code == 0 and f"Broker {retired} is no longer registered." in result.stdout, \
+        result.stdout + result.stderr
+    brokers = lambda: set(AdminClient({"bootstrap.servers": b}).list_topics(timeout=10).brokers)
+    wait_until(lambda: brokers() == {1, 2, 3}, 20, f"broker {retired} gone from the metadata")
+    refused = java.tool(tool, "unregister", "--bootstrap-server", b, "--id", "9")
+    assert refused.exit_code == 1 and "Broker ID 9 is not registered." in refused.stdout + refused.stderr, \
+        refused.stdout + refused.stderr

@@ -554,7 +554,7 @@ def test_admin_scram_credentials(java, admin, broker):
     assert "java-bob" not in java.call("admin.describeUserScramCredentials")
 
 
-@pytest.mark.parametrize("call", ["listPartitionReassignments", "describeDelegationToken",
+@pytest.mark.parametrize("call", ["describeDelegationToken",
                                   "createDelegationToken", "describeShareGroups", "listConfigResources"])
 def test_admin_calls_tidelog_does_not_serve_fail_at_once_with_unsupported_version(java, admin, call):
     answer = java.request("admin.unsupported", call=call, timeout_s=15)

@@ -84,6 +84,7 @@ EXPECTED: dict[int, tuple[ErrorCode, tuple[tuple[str, str], ...]]] = {
     K.ALTER_PARTITION_REASSIGNMENTS: (CLUSTER, (("topics[name]/partitions[partition_index]",
                                                  "responses[name]/partitions[partition_index]"),)),
     K.LIST_PARTITION_REASSIGNMENTS: (CLUSTER, ()),     # its partitions carry no error code
+    K.UNREGISTER_BROKER: (CLUSTER, ()),
     K.DESCRIBE_CLUSTER: (CLUSTER, ()),
     K.DESCRIBE_LOG_DIRS: (CLUSTER, ()),
     K.DESCRIBE_QUORUM: (CLUSTER, (_RAFT,)),

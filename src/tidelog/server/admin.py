@@ -218,6 +218,7 @@ class AdminApis:
                             self.handle_alter_partition_reassignments, 0, 1)
         dispatcher.register(ApiKey.LIST_PARTITION_REASSIGNMENTS,
                             self.handle_list_partition_reassignments, 0, 0)
+        dispatcher.register(ApiKey.UNREGISTER_BROKER, self.handle_unregister_broker, 0, 0)
         dispatcher.register(ApiKey.UPDATE_FEATURES, self.handle_update_features, 0, 2)
         dispatcher.register(ApiKey.DESCRIBE_CONFIGS, self.handle_describe_configs, 1, 4)
         dispatcher.register(ApiKey.INCREMENTAL_ALTER_CONFIGS, self.handle_incremental_alter_configs, 0, 1)
@@ -347,6 +348,13 @@ class AdminApis:
                  "removing_replicas": list(ongoing.removing_replicas)})
         return {"throttle_time": 0, "error_code": 0, "error_message": None, "topics": [
             {"name": topic, "partitions": parts} for topic, parts in by_topic.items()]}
+
+    def handle_unregister_broker(self, header, request):
+        """UnregisterBroker (kafka-cluster unregister): a retired broker's registration goes,
+        and with it its ISR memberships and leaderships (controller/broker_lifecycle.py)."""
+        error = self.controller.unregister_broker(int(request.broker_id))
+        self.broker.publish()
+        return {"throttle_time": 0, "error_code": int(error.error_code), "error_message": error.message}
 
     # ---------------------------------------------------------------- features (KIP-584)
 
@@ -890,6 +898,10 @@ class ForwardingAdminApis(AdminApis):
 
     def handle_list_partition_reassignments(self, header, request):
         return self._forward(header, request)
+
+    def handle_unregister_broker(self, header, request):
+        broker_id = int(request.broker_id)
+        return self._forward(header, request, lambda image: broker_id not in image.brokers)
 
     def handle_incremental_alter_configs(self, header, request):
         return self._forward_alter(header, request)

@@ -157,6 +157,7 @@ WHOLE_REQUEST: dict[int, Callable[[object], list[Need]]] = {
     ApiKey.ELECT_LEADERS: _cluster(AclOperation.ALTER),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: _cluster(AclOperation.ALTER),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: _cluster(AclOperation.DESCRIBE),
+    ApiKey.UNREGISTER_BROKER: _cluster(AclOperation.ALTER),
     ApiKey.UPDATE_FEATURES: _cluster(AclOperation.ALTER),
     ApiKey.DESCRIBE_LOG_DIRS: _cluster(AclOperation.DESCRIBE),
     ApiKey.DESCRIBE_QUORUM: _cluster(AclOperation.DESCRIBE),
