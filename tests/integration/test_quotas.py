@@ -121,14 +121,17 @@ async def _produce(connection, topic: str, payload: bytes):
     return millis(response.throttle_time)
 
 
-async def _fetch(connection, topic: str, offset: int):
+async def _fetch(connection, topic: str, offset: int, session_epoch: int = -1):
     response = await connection.request(ApiKey.FETCH, {
         "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 50_000_000, "isolation_level": 0,
+        "session_id": 0, "session_epoch": session_epoch,
         "topics": [{"topic": topic, "partitions": [{"partition": 0, "fetch_offset": offset,
                                                     "partition_max_bytes": 50_000_000, "current_leader_epoch": -1,
                                                     "last_fetched_epoch": -1, "log_start_offset": -1}]}]},
         version=12)
     records = b"".join(p.records or b"" for t in response.responses for p in t.partitions)
+    if session_epoch >= 0:
+        return millis(response.throttle_time), records, response.session_id
     return millis(response.throttle_time), records
 
 
@@ -163,7 +166,8 @@ def test_a_producer_over_its_quota_is_throttled_and_muted_and_another_is_not(bro
 
 def test_a_consumer_over_its_quota_gets_an_empty_throttled_fetch(broker, admin):
     """consumer_byte_rate 50 kB/s: one fetch may take at most 50 kB/s × 10 s = 500 kB (Kafka's cap);
-    the next, over the quota, is answered without records and with a throttle time."""
+    the next, over the quota, is answered without records and with a throttle time. One that
+    opens a fetch session keeps its records (the session counts them as sent) and is throttled."""
     assert alter(admin, [({"client-id": "slow-consumer"}, {"consumer_byte_rate": 50_000})])[0][1] == 0
 
     async def go():
@@ -176,6 +180,11 @@ def test_a_consumer_over_its_quota_gets_an_empty_throttled_fetch(broker, admin):
             assert throttle_ms == 0 and 0 < len(first) <= 500_000 + 110_000    # capped (a batch may cross it)
             throttle_ms, second = await _fetch(consumer, "quota-fetch", 1)
             assert throttle_ms > 0 and second == b""
+            # Another connection (the first is muted now), same client id: still over the quota.
+            consumer.close()
+            consumer = await KafkaConnection.connect("127.0.0.1", broker.port, client_id="slow-consumer")
+            throttle_ms, third, session_id = await _fetch(consumer, "quota-fetch", 1, session_epoch=0)
+            assert throttle_ms > 0 and third and session_id != 0
         finally:
             producer.close()
             consumer.close()

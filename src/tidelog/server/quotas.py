@@ -13,7 +13,9 @@ Theory of operation. The dispatcher calls ``QuotaEnforcer`` twice per request:
   listener reads nothing more from it, network.Connection.mute), so a client
   that ignores the field is slowed all the same. A throttled Fetch is answered
   with no records and its bytes are taken back from the usage (Kafka's
-  ``getThrottledResponse``): they will be fetched again.
+  ``getThrottledResponse``): they will be fetched again — unless it belongs to a
+  fetch session (KIP-227), whose cache already counts the data as sent: that one
+  keeps its records and is held back by the mute alone.
 
 The node's own traffic is exempt: a follower's Fetch and the broker-to-controller
 APIs. Quotas are taken from the node's current metadata image on each request
@@ -172,8 +174,13 @@ class QuotaEnforcer:
             mute(throttle_ms, self)
         if body is None:                    # acks=0: no answer, but the connection is muted all the same
             return None
-        if api_key == ApiKey.FETCH and quotas.fetch.quotas:
-            quotas.fetch.unrecord(user, client_id, fetched, now_ms)
+        if api_key == ApiKey.FETCH and not _get(body, "session_id"):
+            # A sessionless Fetch over its quota is answered empty and its bytes taken back
+            # (Kafka's getThrottledResponse). One in a fetch session keeps its data: the
+            # session already counts those partitions as sent (its cached high watermarks),
+            # so an empty answer would hide updates; the mute holds the client back instead.
+            if fetched:
+                quotas.fetch.unrecord(user, client_id, fetched, now_ms)
             body = _with(body, responses=())
         return _with(body, throttle_time=throttle_ms)
 
