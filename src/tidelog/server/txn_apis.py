@@ -38,6 +38,7 @@ from tidelog.group.coordinator import OFFSETS_TOPIC
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 from tidelog.protocol.codec import millis
+from tidelog.protocol.translate.group import SERVED as GROUP_SERVED
 from tidelog.txn.records import TxnState
 from tidelog.txn.shard import TRANSACTION_VERSION_EPOCH_BUMP
 
@@ -76,7 +77,7 @@ class TxnApis:
             if header.api_version < 5:
                 return group_handler(header, request)
             return self._txn_offset_commit_v5(header, request, group_handler)
-        dispatcher.register(ApiKey.TXN_OFFSET_COMMIT, handle, 0, 5)
+        dispatcher.register(ApiKey.TXN_OFFSET_COMMIT, handle, *GROUP_SERVED[ApiKey.TXN_OFFSET_COMMIT])
 
     def _txn_offset_commit_v5(self, header, request, group_handler):
         offsets_partition = TopicPartition(OFFSETS_TOPIC, self.node.group_coordinator.partition_for(request.group_id))

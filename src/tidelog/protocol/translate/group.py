@@ -38,11 +38,13 @@ from tidelog.core.ids import TopicPartition
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import millis
 
-# The versions the broker serves, by API (what ApiVersions advertises).
+# The versions the broker serves, by API (what ApiVersions advertises). TxnOffsetCommit v5
+# (transaction.version 2) goes through TxnApis.register_txn_offset_commit first, which adds
+# the offsets partition to the transaction and then calls the group handler.
 SERVED = {
     ApiKey.FIND_COORDINATOR: (0, 6), ApiKey.JOIN_GROUP: (0, 9), ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.HEARTBEAT: (0, 4), ApiKey.LEAVE_GROUP: (0, 5), ApiKey.OFFSET_COMMIT: (2, 9),
-    ApiKey.TXN_OFFSET_COMMIT: (0, 4), ApiKey.OFFSET_FETCH: (1, 9), ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 5), ApiKey.OFFSET_FETCH: (1, 9), ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.LIST_GROUPS: (0, 5), ApiKey.DESCRIBE_GROUPS: (0, 5), ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1), ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
