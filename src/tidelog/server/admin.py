@@ -809,7 +809,8 @@ class AdminApis:
             matched = describe_client_quotas(self.broker.image.client_quotas, components, bool(request.strict))
         except QuotaFilterError as e:
             return {"throttle_time": 0, "error_code": int(e.error_code), "error_message": e.message, "entries": None}
-        return {"throttle_time": 0, "error_code": 0, "error_message": None, "entries": [
+        # Kafka answers a success with an empty message, not a null one.
+        return {"throttle_time": 0, "error_code": 0, "error_message": "", "entries": [
             {"entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
              "values": [{"key": k, "value": v} for k, v in sorted(values.items())]} for entity, values in matched]}
 
