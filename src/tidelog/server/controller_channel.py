@@ -64,6 +64,11 @@ def parse_quorum_voters(voters: list[str]) -> list[tuple[int, str, int]]:
     return out
 
 
+# The connection each request to a controller goes on (others: "requests").
+_LANES = {ApiKey.FETCH: "metadata", ApiKey.FETCH_SNAPSHOT: "metadata",
+          ApiKey.BROKER_REGISTRATION: "lifecycle", ApiKey.BROKER_HEARTBEAT: "lifecycle"}
+
+
 class RemoteController:
     """The active controller among ``controller.quorum.voters``.
 
@@ -71,6 +76,12 @@ class RemoteController:
     NOT_LEADER_OR_FOLLOWER to a metadata fetch) or a lost connection moves on — to the
     leader the answer names, else to the next voter — and the request is sent again,
     until its deadline. With a single voter a lost connection is the caller's at once.
+
+    Each voter gets one connection per lane (``_LANES``), as Kafka's broker has separate
+    channels for the metadata fetch (the Raft client), its lifecycle (registration and
+    heartbeats) and everything else (AlterPartition, forwarding): a connection answers
+    its requests in order, so a metadata fetch long-polling for up to its ``max_wait``
+    would otherwise hold a forwarded admin request or a heartbeat behind it.
     """
 
     ATTEMPT_TIMEOUT_S = 5.0      # per voter, beyond a request's own long-poll wait
@@ -80,25 +91,25 @@ class RemoteController:
         self.client_id = client_id
         self.security = security          # TLS / SASL towards the controller listener
         self._index = 0
-        self._connections: dict[int, KafkaConnection] = {}
+        self._connections: dict[tuple[str, int], KafkaConnection] = {}
         self._lock = asyncio.Lock()
 
     @property
     def leader_guess(self) -> int:
         return self.voters[self._index][0]
 
-    async def _conn(self, index: int) -> KafkaConnection:
+    async def _conn(self, lane: str, index: int) -> KafkaConnection:
         async with self._lock:
-            connection = self._connections.get(index)
+            connection = self._connections.get((lane, index))
             if connection is None or connection.closed:
                 _, host, port = self.voters[index]
                 connection = await KafkaConnection.connect(host, port, self.client_id, timeout_s=5,
                                                            security=self.security)
-                self._connections[index] = connection
+                self._connections[(lane, index)] = connection
             return connection
 
-    def _drop(self, index: int) -> None:
-        connection = self._connections.pop(index, None)
+    def _drop(self, lane: str, index: int) -> None:
+        connection = self._connections.pop((lane, index), None)
         if connection is not None:
             connection.close()
 
@@ -114,16 +125,17 @@ class RemoteController:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         backoff_s = 0.05
+        lane = _LANES.get(api_key, "requests")
         while True:
             index = self._index
             remaining = deadline - loop.time()
             attempt_s = remaining if len(self.voters) == 1 else \
                 min(remaining, self.ATTEMPT_TIMEOUT_S + wait_ms / 1000)
             try:
-                connection = await self._conn(index)
+                connection = await self._conn(lane, index)
                 response = await connection.request(api_key, body, version=version, timeout_s=max(0.01, attempt_s))
             except (ConnectionError, OSError, asyncio.TimeoutError):
-                self._drop(index)
+                self._drop(lane, index)
                 if len(self.voters) == 1 or loop.time() + backoff_s >= deadline:
                     raise
                 self._move_on(index, -1)
@@ -230,8 +242,8 @@ class RemoteController:
         return await self.request(api_key, request, version=version)
 
     def close(self) -> None:
-        for index in list(self._connections):
-            self._drop(index)
+        for lane, index in list(self._connections):
+            self._drop(lane, index)
 
 
 def not_active_hint(api_key: int, response) -> int | None:
