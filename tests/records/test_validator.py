@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tidelog.core.errors import CorruptRecordError, ErrorCode, InvalidRecordError, KafkaError, RecordValidationError
 from tidelog.records.batch import SimpleRecord, TimestampType, build_batch, iter_records, read_header
 from tidelog.records.compression import Compression
-from tidelog.records.validator import validate_records, walk_records
+from tidelog.records.validator import accept_records, validate_records, walk_records
 
 NOW = 1_800_000_000_000
 HOUR = 3_600_000
@@ -131,3 +131,67 @@ def test_whatever_is_accepted_decodes_whole(seed, flips):
         return
     decoded = list(iter_records(batch))
     assert len(decoded) == read_header(batch).record_count
+
+
+@settings(max_examples=400, derandomize=True, deadline=None)
+@given(st.integers(min_value=0, max_value=2**32 - 1), st.integers(min_value=0, max_value=4), st.booleans())
+def test_the_fast_walk_accepts_exactly_what_the_exact_walk_accepts(seed, flips, keys_required):
+    """accept_records (the produce path's walk) answers (low, high) exactly when
+    walk_records finds nothing wrong and refuses no record, with the same timestamp
+    range: varints of one, two and three bytes (records past 63 and 8191 bytes, offset
+    deltas past 63, timestamp deltas either way), null keys and values, headers, and
+    bytes changed, inserted and dropped at random."""
+    rng = random.Random(seed)
+    sizes = [0, 1, 30, 100, 1024, 9000]
+    count = rng.choice([1, 3, 70, 140])
+    records = [SimpleRecord(None if rng.random() < 0.05 else os.urandom(rng.choice(sizes)),
+                            rng.choice([None, b"k", b"key-%d" % i]) if rng.random() < 0.3 else b"key",
+                            headers=tuple(("h%d" % j, rng.choice([None, b"x" * rng.choice([0, 70])]))
+                                          for j in range(rng.choice([0, 0, 1, 2]))),
+                            timestamp_ms=NOW + rng.choice([0, 1, -1, 5_000, -70_000_000, 2**40]))
+               for i in range(count)]
+    body = bytearray(build_batch(records, timestamp_ms=NOW)[61:])
+    for _ in range(flips):          # a byte changed, inserted or dropped
+        at, change = rng.randrange(len(body)), rng.randrange(3)
+        if change == 0:
+            body[at] = rng.randrange(256)
+        elif change == 1:
+            body.insert(at, rng.randrange(256))
+        elif len(body) > 1:
+            del body[at]
+    for candidate in (body, body + b"\x00"):       # and with a trailing byte
+        try:
+            low, high, refused = walk_records(bytes(candidate), count, keys_required)
+            exact = None if refused else (low, high)
+        except CorruptRecordError:
+            exact = None
+        assert accept_records(memoryview(candidate), count, keys_required) == exact
+
+
+def test_the_fast_walk_takes_varints_of_every_length():
+    """Records long enough for a three-byte length, 200 records (two-byte offset
+    deltas), a timestamp delta of nine bytes and 70 headers: accepted with the
+    right range; a varint of eleven bytes is refused by both walks."""
+    records = [SimpleRecord(b"v" * (10_000 if i == 5 else 10), b"k", timestamp_ms=NOW + (2**60 if i == 7 else -i),
+                            headers=tuple(("h", b"x") for _ in range(70 if i == 9 else 0))) for i in range(200)]
+    body = build_batch(records, timestamp_ms=NOW)[61:]
+    assert accept_records(body, 200) == walk_records(body, 200)[:2] == (-199, 2**60)
+    eleven = b"\xff" * 10 + b"\x01"
+    assert accept_records(eleven, 1) is None
+    with pytest.raises(CorruptRecordError, match="longer than 10 bytes"):
+        walk_records(eleven, 1)
+
+
+@pytest.mark.parametrize("headers", [(), (("h", b"x"),)])
+@pytest.mark.parametrize("extra", [b"\x00", b"\x00\x00\x00"])
+def test_a_record_longer_than_its_fields_is_refused_by_both_walks(headers, extra):
+    """The second record's length covers bytes its fields do not explain."""
+    first, second = (build_batch([SimpleRecord(b"v" * 20, b"k", headers=headers)], timestamp_ms=NOW)[61:]
+                     for _ in range(2))
+    assert second[0] < 0x80                       # a one-byte length varint: 2 * length
+    second = bytes([second[0] + 2 * len(extra)]) + second[1:] + extra
+    second = second[:3] + b"\x02" + second[4:]    # offset delta 1 (after attributes, timestamp delta)
+    body = first + second
+    assert accept_records(body, 2) is None
+    with pytest.raises(CorruptRecordError, match="record 1 is"):
+        walk_records(body, 2)
