@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tidelog.testing import Cluster
 from tidelog.testing import wait_until as _wait
 
-SESSION_TIMEOUT_MS = 3000
+SESSION_TIMEOUT_MS = 10_000     # long enough that a loaded machine still moves the leadership well before it
 FAST = {"broker.session.timeout.ms": str(SESSION_TIMEOUT_MS), "broker.heartbeat.interval.ms": "500"}
 TOPIC_CONFIGS = {"min.insync.replicas": "2", "segment.bytes": "65536"}
 VALUE = b"." * 100
