@@ -102,7 +102,7 @@ $(JS_BUILT): $(JS_INTEROP)/package.json $(JS_INTEROP)/package-lock.json
 TEST_WORKERS ?= 4
 test: $(STAMP) kcat browser java-interop go-interop js-interop
 	@status=0; \
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not serial" || status=$$?; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" || status=$$?; \
 	$(PY) -m pytest -q -p no:xdist -m serial || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
 	exit $$status
 

@@ -21,8 +21,8 @@ first start that finds none, when that node stops, and rebuilt when the class pa
 changes). The ``bench`` profile uses what ``kafka-server-start.sh`` does instead: a
 1 GiB heap, G1 and the full JIT.
 
-For pytest, ``kafka_node`` (tests/conftest.py) is one single-node Kafka per test process;
-under pytest-xdist all its users share one worker (one group), so it starts once.
+For pytest, ``kafka_node`` (tests/conftest.py) is one single-node Kafka per test process
+(under pytest-xdist, per worker that runs a module using it).
 """
 
 from __future__ import annotations

@@ -517,10 +517,16 @@ class Checker:
                 # empties the ISR may elect it at once. With ISR and ELR empty the last known
                 # leader may be elected (Kafka 4.4, RECOVERING; the ELR may have emptied in a
                 # record between the two images): checked when it leads.
+                # A reassignment (KIP-455) completed by the leader's AlterPartition adds
+                # the caught-up new replica to the ISR and, the old leader being removed,
+                # elects it in the same record: clean (10.3 holds it to the committed
+                # records as an ISR member, 10.4 checks it as it leads).
+                completed_onto = (before.is_reassigning and not partition.is_reassigning
+                                  and partition.leader in before.adding_replicas and partition.leader in partition.isr)
                 if not before.isr and partition.leader in before.last_known_elr \
                         and partition.leader_recovery_state == 1:
                     self.last_known_leader_elections.add((tp, partition.leader_epoch))
-                elif partition.leader not in before.isr and partition.leader not in before.elr:
+                elif partition.leader not in before.isr and partition.leader not in before.elr and not completed_onto:
                     if not self._unclean(tp.topic):
                         raise InvariantViolation("10.4-acknowledged-write-kept", (
                             f"{tp}: broker {partition.leader} elected outside the ISR {list(before.isr)} "

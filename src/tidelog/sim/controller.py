@@ -58,6 +58,7 @@ from tidelog.controller.messages import (
 )
 from tidelog.controller.feature_control import BOOTSTRAP_FEATURES, ELIGIBLE_LEADER_REPLICAS_VERSION
 from tidelog.controller.quorum_controller import QuorumController
+from tidelog.controller.reassignment import ReassignmentTarget
 from tidelog.controller.quorum_member import ACTIVATED, DEACTIVATED, QuorumMember
 from tidelog.core.errors import ErrorCode
 from tidelog.raft import replica as raft
@@ -441,6 +442,14 @@ class SimController(NetworkNode):
                                                                assignments, configs=configs)])[0]
         assert result.error_code == ErrorCode.NONE, result
         self._input(lambda now: None)
+
+    def reassign(self, topic: str, partition: int, replicas: tuple[int, ...] | None) -> ErrorCode:
+        """AlterPartitionReassignments for one partition (None cancels); its error code."""
+        assert self.active, f"{self.name} is not the active controller"
+        result = self.controller.alter_partition_reassignments(
+            [ReassignmentTarget(topic, partition, replicas)])[0]
+        self._input(lambda now: None)
+        return result.error_code
 
 
 # ==================================================================== the broker's side

@@ -25,6 +25,11 @@ controller     kill -9 and restart of a controller, or a pause; with a quorum al
 disk-full      a broker's log directory fills up (ENOSPC), drains, broker restarts
 disk-fail      a broker's log directory fails (EIO); the disk is replaced by an empty one
 clock          a broker's wall clock jumps (forward or back)
+reassign       a partition moved (KIP-455) to a random replica set (its replication
+               factor ±1, at least min.insync.replicas) through the active
+               controller; cancelled later if still running.
+               Opt-in (``OPT_IN_FAULT_KINDS``): no seed draws it, so the fixed
+               seeds replay as before; tests/sim/test_reassignment_sim.py runs it
 =============  ===============================================================
 
 At most ``faults_at_once`` faults (a swarm option, 1–4) are active at a time and
@@ -274,6 +279,30 @@ class Nemesis:
 
     def _disk_fail(self) -> bool:
         return self._disk("fail")
+
+    def _reassign(self) -> bool:
+        active = [c for c in self.sim.controllers.values() if c.active]
+        if not active:
+            return False
+        topic = self.rng.choice(self.sim.config.topics)
+        partition = self.rng.randrange(topic.partitions)
+        # One replica fewer or more than the topic's factor, or as many: the simulated
+        # clusters are small, and a move must add replicas to make them catch up. Never
+        # below min.insync.replicas, so acks=all keeps its meaning (invariant 4).
+        low = max(topic.min_insync_replicas, topic.replication_factor - 1, 1)
+        high = min(len(self.sim.broker_ids), topic.replication_factor + 1)
+        replicas = tuple(self.rng.sample(self.sim.broker_ids, self.rng.randint(min(low, high), high)))
+        where = f"{topic.name}-{partition}"
+        self.sim.fault(f"reassign {where} to {list(replicas)}",
+                       lambda: active[0].reassign(topic.name, partition, replicas))
+
+        def cancel() -> None:
+            now_active = [c for c in self.sim.controllers.values() if c.active]
+            if now_active:
+                code = now_active[0].reassign(topic.name, partition, None)
+                self.sim.loop.trace.add(self.sim.loop.now_ms, "nemesis", f"cancel {where}: {code.name}")
+        self._later(f"reassign {where}", cancel)
+        return True
 
     def _clock(self) -> bool:
         b = self.rng.choice(self.sim.broker_ids)
