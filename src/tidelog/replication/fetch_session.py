@@ -132,7 +132,9 @@ class FetchSessionCache:
                  eviction_ms: int = SESSION_EVICTION_MS, rng: random.Random | None = None):
         self.max_entries = max_entries
         self.eviction_ms = eviction_ms
-        self.rng = rng or random.Random()
+        # Session ids are drawn from ``rng``: the server seeds it from the OS, so that a
+        # restarted broker does not hand out the ids of its last life; tests seed it.
+        self.rng = rng if rng is not None else random.Random(0)
         self.sessions: dict[int, FetchSession] = {}
         self.evictions = 0               # Kafka's IncrementalFetchSessionEvictionsPerSec, as a count
         self.partitions_cached = 0       # Kafka's NumIncrementalFetchPartitionsCached

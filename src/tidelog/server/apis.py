@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import uuid
 from dataclasses import dataclass
 from typing import Awaitable, Callable
@@ -90,7 +91,8 @@ class KafkaApis:
         self.produce = ProduceRequests(context.node, None)
         self.fetch = FetchRequests(context.node)
         self.fetch_sessions = FetchManager(FetchSessionCache(
-            context.node.config["max.incremental.fetch.session.cache.slots"]))
+            context.node.config["max.incremental.fetch.session.cache.slots"],
+            rng=random.Random(int.from_bytes(os.urandom(8), "big"))))
 
     def register(self, dispatcher) -> None:
         dispatcher.register(ApiKey.PRODUCE, self.handle_produce, 3, 13)
