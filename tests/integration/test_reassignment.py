@@ -304,3 +304,48 @@ def test_draining_a_broker_then_unregistering_it_with_kafkas_kafka_cluster(clust
     refused = java.tool(tool, "unregister", "--bootstrap-server", b, "--id", "9")
     assert refused.exit_code == 1 and "Broker ID 9 is not registered." in refused.stdout + refused.stderr, \
         refused.stdout + refused.stderr
+
+
+def test_tidelog_reassign_generates_verifies_cancels_and_refuses_bad_files(cluster, admin, tmp_path):
+    _create_assigned(cluster, admin, "clitool", [[1, 2], [2, 3]])
+    topics = tmp_path / "topics.json"
+    topics.write_text(json.dumps({"version": 1, "topics": [{"topic": "clitool"}]}))
+    code, out, err = _tidelog(cluster, "generate", "--topics-to-move-json-file", str(topics), "--broker-list", "3,1")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "Current partition replica assignment"
+    assert json.loads(lines[1])["partitions"] == [
+        {"topic": "clitool", "partition": 0, "replicas": [1, 2], "log_dirs": ["any", "any"]},
+        {"topic": "clitool", "partition": 1, "replicas": [2, 3], "log_dirs": ["any", "any"]}]
+    assert json.loads(lines[4])["partitions"] == [
+        {"topic": "clitool", "partition": 0, "replicas": [3, 1], "log_dirs": ["any", "any"]},
+        {"topic": "clitool", "partition": 1, "replicas": [1, 3], "log_dirs": ["any", "any"]}]
+    plan = tmp_path / "plan.json"
+    plan.write_text(lines[4])
+    assert _tidelog(cluster, "execute", "--reassignment-json-file", str(plan))[0] == 0
+    wait_until(lambda: _tidelog(cluster, "verify", "--reassignment-json-file", str(plan))[0] == 0, 60,
+               "tidelog reassign verify to report every move completed")
+    assert _tidelog(cluster, "verify", "--reassignment-json-file", str(plan))[1].splitlines() == [
+        "Status of partition reassignment:", "Reassignment of partition clitool-0 is completed.",
+        "Reassignment of partition clitool-1 is completed."]
+    assert _tidelog(cluster, "cancel", "--reassignment-json-file", str(plan))[1] == \
+        "None of the specified partition reassignments are active.\n"
+    # Files the tool refuses before asking anything, naming the problem.
+    for document, problem in (
+            ({"version": 1, "partitions": [{"topic": "clitool", "partition": 0, "replicas": [1]},
+                                           {"topic": "clitool", "partition": 0, "replicas": [2]}]},
+             "partition clitool-0 appears more than once"),
+            ({"version": 1, "partitions": [{"topic": "clitool", "partition": 0, "replicas": [1, 1]}]},
+             "partition clitool-0 has duplicate replicas [1, 1]"),
+            ({"version": 1, "partitions": [{"topic": "clitool", "partition": 0, "replicas": [1],
+                                            "log_dirs": ["/data"]}]},
+             'only "any" log directories are supported'),
+            ({"partitions": "all"}, '"partitions": [{"topic": ..., "partition": ..., "replicas": [...]}')):
+        plan.write_text(json.dumps(document))
+        code, out, err = _tidelog(cluster, "execute", "--reassignment-json-file", str(plan))
+        assert code == 1 and problem in err, (document, err)
+    # The controller's refusal, one line per partition on standard error.
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "clitool", "partition": 0, "replicas": [7]}]}))
+    code, out, err = _tidelog(cluster, "execute", "--reassignment-json-file", str(plan))
+    assert code == 1 and "clitool-0: INVALID_REPLICA_ASSIGNMENT: The manual partition assignment includes " \
+        "broker 7, but no such broker is registered." in err, err
