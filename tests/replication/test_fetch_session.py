@@ -224,3 +224,53 @@ def test_handler_and_broker_agree_over_a_run_of_fetches():
         handler.on_response(ready, error, response_session_id)
         for tp in ready:
             offsets[tp] += rng.choice((0, 0, 1))
+
+
+def test_the_follower_driver_opens_a_session_and_then_sends_only_changes():
+    """server/fetcher_driver.py on a recording connection: the first Fetch is full (epoch 0),
+    the next ones carry the session id, the next epoch, only the changed partitions and the
+    forgotten ones; a session error returns no partitions and makes the next Fetch full."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from tidelog.replication.fetch_session import FetchSessionHandler
+    from tidelog.replication.fetcher import FetchPartitionPlan, FetchRequestPlan
+    from tidelog.server.fetcher_driver import FetcherDriver
+
+    class Connection:
+        def __init__(self):
+            self.sent, self.answers = [], []
+
+        async def request(self, api_key, body, timeout_s=None):
+            self.sent.append(body)
+            error, session_id = self.answers.pop(0)
+            return SimpleNamespace(error_code=error, session_id=session_id, responses=[])
+
+    node = SimpleNamespace(image=SimpleNamespace(topic=lambda name: None))
+    driver = FetcherDriver(node, "PLAINTEXT", fault_handler=None)
+    connection = Connection()
+
+    def fetch_plan(**offsets):
+        return FetchRequestPlan(1, 0, 2, 5, 500, 1, 1 << 20, {
+            TopicPartition("t", int(p[1:])): FetchPartitionPlan(o, 0, 1 << 20, 0) for p, o in offsets.items()})
+
+    def sent(index):
+        body = connection.sent[index]
+        return (body["session_id"], body["session_epoch"],
+                sorted(p["partition"] for t in body["topics"] for p in t["partitions"]),
+                sorted(p for t in body["forgotten_topics_data"] for p in t["partitions"]))
+
+    async def run():
+        for error, session_id, plan in ((0, 77, fetch_plan(p0=0, p1=0, p2=0)), (0, 77, fetch_plan(p0=0, p1=4)),
+                                        (0, 77, fetch_plan(p0=0, p1=4)),
+                                        (int(ErrorCode.FETCH_SESSION_ID_NOT_FOUND), 0, fetch_plan(p0=1, p1=4)),
+                                        (0, 80, fetch_plan(p0=1, p1=4))):
+            connection.answers.append((error, session_id))
+            session = driver.sessions.setdefault((plan.source_broker_id, plan.fetcher_id), FetchSessionHandler())
+            assert await driver._fetch(connection, plan, session) == {}
+    asyncio.run(run())
+    assert sent(0) == (0, 0, [0, 1, 2], [])
+    assert sent(1) == (77, 1, [1], [2])
+    assert sent(2) == (77, 2, [], [])
+    assert sent(3) == (77, 3, [0], [])                      # answered FETCH_SESSION_ID_NOT_FOUND
+    assert sent(4) == (0, 0, [0, 1], [])                    # full again, at once
