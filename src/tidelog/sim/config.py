@@ -103,7 +103,7 @@ class SimConfig:
     txn_partitions: int = 2                 # transaction.state.log.num.partitions
     # The transactional producer's protocol: 1 (AddPartitionsToTxn, one epoch for many
     # transactions) or 2 (KIP-890 part 2: partitions added by their leaders, an epoch bump
-    # with every EndTxn, as Kafka 4's Java producer). Not drawn from the seed.
+    # with every EndTxn, as Kafka 4's Java producer). Drawn per seed, from a stream of its own.
     transaction_version: int = 1
     defect: str | None = None
 
@@ -167,6 +167,11 @@ class SimConfig:
                 transactions=True, txn_partitions=rng.choice([1, 2, 3]),
                 topics=config.topics + (TopicSpec("tx", rng.choice([1, 2, 3]), rf, min(2, rf),
                                                   rng.random() < 0.1, None, rng.choice([2000, 1 << 20])),))
+        # The transaction version too comes from a generator of its own (every option
+        # above and the controller quorum below are what they were before it was drawn);
+        # it matters only on seeds with transactions.
+        config = config.with_options(
+            transaction_version=random.Random(f"tidelog-sim-transaction-version-{seed}").choice([1, 2]))
         # The controller quorum comes from a generator of its own, so every option
         # above — and the run's random stream — is what it was with one controller.
         quorum = random.Random(f"tidelog-sim-controllers-{seed}")
@@ -197,7 +202,7 @@ class SimConfig:
             parts.append(f"groups={'+'.join(f'{g.name}:{g.topic}x{g.members}' for g in self.groups)}"
                          f"/session{self.group_session_timeout_ms}/offsets{self.offsets_partitions}p")
         if self.transactions:
-            parts.append(f"txn=tx/state{self.txn_partitions}p")
+            parts.append(f"txn=tx/state{self.txn_partitions}p/tv{self.transaction_version}")
         if not self.eligible_leader_replicas:
             parts.append("elr=off")
         if self.defect:

@@ -25,6 +25,11 @@ producer asked and was told. Checked on every read_committed answer:
   asked to commit its transaction, and never if an abort was acknowledged;
 * ``txn-exactly-once``: no value is read twice.
 
+And on every acknowledged EndTxn of a ``transaction_version`` 2 producer
+(KIP-890 part 2), ``txn-epoch-bump``: the answer is the transaction's producer
+id at its epoch + 1, or — the epoch exhausted (32766) — a fresh producer id at
+epoch 0. A retry answered from the log after a coordinator move gives the same.
+
 And at the end (skipped for a partition that lost acknowledged data, as the
 other invariants do): every record of a transaction whose commit was
 acknowledged has been read.
@@ -41,6 +46,7 @@ from tidelog.core.ids import TopicPartition
 from tidelog.records.batch import CONTROL_ABORT, build_batch, iter_batches, iter_records, read_control
 from tidelog.replication.delayed import FetchPartitionRequest
 from tidelog.sim.checker import InvariantViolation
+from tidelog.txn.shard import PRODUCER_EPOCH_MAX
 from tidelog.sim.clients import (
     CONSUMER_REPLICA_ID,
     DELIVERY_TIMEOUT_MS,
@@ -76,6 +82,8 @@ class Txn:
     commit_requested: bool = False
     abort_requested: bool = False
     outcome: str | None = None          # "commit" / "abort" once EndTxn was acknowledged
+    producer_id: int = -1               # what its batches were written with
+    producer_epoch: int = -1
 
 
 class TxnBook:
@@ -107,6 +115,19 @@ class TxnBook:
             if earlier is not None and earlier != (tp, offset):
                 raise InvariantViolation("txn-exactly-once", f"{value!r} read at {earlier} and at {tp} {offset}")
             self.read[value] = (tp, offset)
+
+    def on_ended_v2(self, txn: Txn, producer_id: int, producer_epoch: int) -> None:
+        """A TV2 EndTxn was acknowledged: it must answer the next epoch (module docstring)."""
+        if txn.producer_epoch >= PRODUCER_EPOCH_MAX:
+            ok = producer_id not in (-1, txn.producer_id) and producer_epoch == 0
+            expected = "a fresh producer id at epoch 0"
+        else:
+            ok = (producer_id, producer_epoch) == (txn.producer_id, txn.producer_epoch + 1)
+            expected = f"producer {txn.producer_id} epoch {txn.producer_epoch + 1}"
+        if not ok:
+            raise InvariantViolation("txn-epoch-bump", f"transaction {txn.number} (producer {txn.producer_id} epoch "
+                                     f"{txn.producer_epoch}) ended with producer {producer_id} epoch "
+                                     f"{producer_epoch}, expected {expected}")
 
     def final_check(self) -> None:
         histories = self.sim.checker.histories
@@ -212,7 +233,7 @@ class SimTxnProducer(_Client):
             self.busy = False
             return
         self.number += 1
-        self.txn = Txn(self.number)
+        self.txn = Txn(self.number, producer_id=self.producer_id, producer_epoch=self.producer_epoch)
         rng = self.sim.rng
         chosen = sorted(rng.sample(self.partitions, min(len(self.partitions), rng.randint(1, 2))))
         self._add(chosen)
@@ -292,7 +313,10 @@ class SimTxnProducer(_Client):
             txn.outcome = "commit" if commit else "abort"
             self._count("committed" if commit else "aborted")
             if self.transaction_version >= 2:
-                if (answer["producer_id"], answer["producer_epoch"]) != (self.producer_id, self.producer_epoch):
+                self.sim.txn_book.on_ended_v2(txn, answer["producer_id"], answer["producer_epoch"])
+                if answer["producer_id"] != self.producer_id:
+                    self._count("producer id rotations")
+                elif answer["producer_epoch"] != self.producer_epoch:
                     self._count("epoch bumps")
                 self.producer_id, self.producer_epoch = answer["producer_id"], answer["producer_epoch"]
                 self.sequences = {}
