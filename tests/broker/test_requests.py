@@ -109,6 +109,17 @@ def test_a_refused_verification_is_not_appended_and_a_fenced_producer_hears_inva
     assert n.replica_manager.appended == [(-1, 1000, {}, {})]
 
 
+def test_a_partition_outside_the_transaction_is_transaction_abortable_from_produce_v11():
+    # The coordinator's TRANSACTION_ABORTABLE reaches clients that know it (Produce v11+,
+    # which abort the transaction and go on); older ones hear INVALID_TXN_STATE, as Kafka.
+    for knows, expected in ((True, ErrorCode.TRANSACTION_ABORTABLE), (False, ErrorCode.INVALID_TXN_STATE)):
+        n, layer, _, _ = layers(Shard(ErrorCode.TRANSACTION_ABORTABLE))
+        answers = []
+        layer.handle_produce(ProduceRequest(-1, 1000, {TP: txn_batch()}, "app", transaction_abortable=knows),
+                             answers.append)
+        assert answers[0][TP]["error_code"] == int(expected) and n.replica_manager.appended == [(-1, 1000, {}, {})]
+
+
 def test_short_or_unreadable_batches_are_left_to_the_append_not_verified():
     shard = Shard(ErrorCode.INVALID_TXN_STATE)
     n, layer, _, _ = layers(shard)

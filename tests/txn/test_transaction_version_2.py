@@ -9,7 +9,7 @@ import struct
 
 from tidelog.core.errors import ErrorCode
 from tidelog.txn.records import TxnLogValue, TxnState, decode_value, encode_key, encode_value
-from tidelog.txn.shard import MARKER_RETRY_BACKOFF_MS, PRODUCER_EPOCH_MAX
+from tidelog.txn.shard import MARKER_RETRY_BACKOFF_MS, PRODUCER_EPOCH_MAX, TxnShard
 
 from tests.txn.test_shard import T0, TP0, TP1, Harness
 
@@ -185,3 +185,57 @@ def test_the_tagged_fields_in_kafkas_version_1_layout_and_version_0_still_read()
     v0 = struct.pack(">hqhib", 0, 5, 1, 60_000, 1) + struct.pack(">i", 1) + struct.pack(">h", 3) + b"out" \
         + struct.pack(">ii", 1, 0) + struct.pack(">qq", T0, T0)
     assert decode_value(v0) == TxnLogValue(5, 1, 60_000, TxnState.ONGOING, frozenset({TP0}), T0, T0)
+
+
+def test_verification_of_a_partition_outside_the_transaction_is_transaction_abortable():
+    """KIP-890's verify_only (a partition leader before appending a transactional batch):
+    Kafka's coordinator answers TRANSACTION_ABORTABLE for a partition the open transaction
+    lacks; the leader tells older clients INVALID_TXN_STATE (produce_error)."""
+    h = Harness()
+    h.init()
+    assert h.call("add_partitions", "app", 100, 0, {TP0}, T0) == ErrorCode.NONE
+    assert h.shard.verify("app", 100, 0, [TP0, TP1]) == {TP0: ErrorCode.NONE, TP1: ErrorCode.TRANSACTION_ABORTABLE}
+    assert h.shard.verify("app", 100, 1, [TP1]) == {TP1: ErrorCode.PRODUCER_FENCED}
+
+
+def test_a_transaction_timed_out_at_the_last_epoch_moves_to_a_fresh_producer_id():
+    """Kafka's timeout abort at the last epoch (KAFKA-20090): PREPARE_ABORT and its markers
+    at the int16's last value, naming a fresh producer id that the COMPLETE record moves
+    the id to. The zombie at the last epoch is fenced; a TV2 client's abort learns the id.
+    With no fresh id at hand (the driver's block being refilled) the abort waits for the
+    next check."""
+    fresh: list[int] = []
+    h = Harness()
+    h.shard = TxnShard(0, 3, h.shard.config, h.write, h.send_markers, lambda: h.wall_ms,
+                       lambda: fresh.pop(0) if fresh else -1)
+    h.shard.loaded(T0)
+    h.shard.replay(encode_key("app"), encode_value(TxnLogValue(
+        100, PRODUCER_EPOCH_MAX, 10_000, TxnState.ONGOING, frozenset({TP0}), T0, T0, client_transaction_version=TV2)),
+        T0)
+    h.wall_ms = T0 + 20_000                           # past the 10 s timeout
+    h.shard.on_tick(T0 + 20_000)
+    assert h.shard.describe("app").state == TxnState.ONGOING and h.markers == []
+    fresh.append(200)
+    h.wall_ms += 1_000                                # the next check (1 s interval)
+    h.shard.on_tick(T0 + 21_000)
+    prepare, complete = decode_value(h.records[-2][1]), last_value(h)
+    assert (prepare.state, prepare.producer_id, prepare.producer_epoch, prepare.next_producer_id) == \
+        (TxnState.PREPARE_ABORT, 100, 0x7FFF, 200)
+    assert h.markers == [(100, 0x7FFF, False, frozenset({TP0}), 3)]
+    assert (complete.state, complete.producer_id, complete.producer_epoch, complete.previous_producer_id) == \
+        (TxnState.COMPLETE_ABORT, 200, 0, 100)
+    assert add(h, PRODUCER_EPOCH_MAX) == ErrorCode.INVALID_PRODUCER_ID_MAPPING    # the zombie
+    assert end(h, PRODUCER_EPOCH_MAX, True) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+    assert end(h, PRODUCER_EPOCH_MAX, False) == (ErrorCode.NONE, 200, 0)
+    assert add(h, 0, producer_id=200) == ErrorCode.NONE
+
+
+def test_a_new_instance_at_the_last_epoch_aborts_the_open_transaction_onto_its_fresh_producer_id():
+    h = Harness()
+    h.shard.replay(encode_key("app"), encode_value(TxnLogValue(
+        100, PRODUCER_EPOCH_MAX, 10_000, TxnState.ONGOING, frozenset({TP0}), T0, T0, client_transaction_version=TV2)),
+        T0)
+    assert h.init(fresh=300) == (ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1)   # aborting the open one first
+    assert h.markers == [(100, 0x7FFF, False, frozenset({TP0}), 3)]
+    assert (last_value(h).producer_id, last_value(h).producer_epoch) == (300, 0)
+    assert h.init(fresh=301) == (ErrorCode.NONE, 300, 1)

@@ -169,7 +169,8 @@ class KafkaApis:
                     records[tp] = data.records if data.records else b""
         return ProduceRequest(int(request.acks), millis(request.timeout), records,
                               getattr(request, "transactional_id", None), refused,
-                              add_partitions=request.__version__ >= 12), topic_keys
+                              add_partitions=request.__version__ >= 12,
+                              transaction_abortable=request.__version__ >= 11), topic_keys
 
     # ------------------------------------------------------------------ fetch
 

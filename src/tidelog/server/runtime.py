@@ -385,6 +385,7 @@ class Server:
         self.txn_apis = TxnApis(self.node, self.listener_name, self.clock, self.next_producer_id,
                                 kafka_apis.handle_init_producer_id)
         self.txn_apis.channel.security = self.inter_broker_security
+        self.node.txn_coordinator.take_producer_id = self.take_producer_id
         self.txn_apis.register(self.dispatcher)
         self.txn_apis.register_txn_offset_commit(self.dispatcher, group_apis.handle_txn_offset_commit)
         if self.authorizer is not None:
@@ -592,6 +593,17 @@ class Server:
             block = [reply.producer_id_start, reply.producer_id_start + reply.producer_id_len]
         self._producer_ids = [block[0] + 1, block[1]]
         return block[0]
+
+    def take_producer_id(self) -> int:
+        """A producer id from the block at hand, or -1 while a block is fetched: for the
+        transaction coordinator's timer, which cannot wait (a timeout abort at the last
+        epoch, TxnShard._abort_fenced, tries again at its next check)."""
+        block = self._producer_ids
+        if block is not None and block[0] < block[1]:
+            self._producer_ids = [block[0] + 1, block[1]]
+            return block[0]
+        self._spawn(self.next_producer_id())          # fetches a block (and spends one id of it)
+        return -1
 
     def _in_background(self, work: Callable[[], None], done: Callable[[BaseException | None], None]) -> None:
         """The logs' background runner: ``work`` (a rolled segment's fsync) on the worker

@@ -209,6 +209,7 @@ class SimBroker(NetworkNode):
             new_member_id=lambda prefix: f"{prefix}-{self.broker_id}.{self.starts}.{next(member_ids)}",
             background=self._background, new_directory_id=self._new_directory_id)
         self.txn = TxnRequests(self.node, self.clock, self._send)
+        self.node.txn_coordinator.take_producer_id = self.sim.next_producer_id
         self.produce = ProduceRequests(self.node, self.txn)
         self.fetch = FetchRequests(self.node)
         self.groups = GroupRequests(self.node, LISTENER, self._create_topic)
@@ -404,7 +405,8 @@ class SimBroker(NetworkNode):
         body, respond = message.body, self._answer(message)
         self.sim.checker.on_produce_received(body["values"])
         request = ProduceRequest(body["acks"], body["timeout_ms"], {body["tp"]: body["batch"]},
-                                 body.get("transactional_id"), add_partitions=body.get("add_partitions", False))
+                                 body.get("transactional_id"), add_partitions=body.get("add_partitions", False),
+                                 transaction_abortable=body.get("add_partitions", False))
 
         def on_done(responses) -> None:
             if request.acks != 0:

@@ -85,10 +85,13 @@ class TransactionCoordinator(CoordinatorRuntime):
         self._leader_of = leader_of
         self._partition_exists = partition_exists
         self.write_markers: WriteMarkers | None = None     # set by the server layer
+        # A fresh producer id at hand, or -1 (set by the driver): a timeout abort at the
+        # last epoch moves the transactional id to it (TxnShard._abort_fenced).
+        self.take_producer_id: Callable[[], int] = lambda: -1
 
     def _new_shard(self, index: int, leader_epoch: int) -> TxnShard:
         return TxnShard(index, leader_epoch, self.config, self._writer(index), self._send_markers,
-                        self.clock.now_ms)
+                        self.clock.now_ms, lambda: self.take_producer_id())
 
     def _send_markers(self, producer_id: int, producer_epoch: int, commit: bool, partitions: frozenset,
                       coordinator_epoch: int, on_done: Callable[[bool], None]) -> None:

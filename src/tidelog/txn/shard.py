@@ -26,7 +26,9 @@ write that timed out and committed later, or a coordinator loading the
 partition — schedules its markers (``markers_due_ms``), so every decision in
 the log gets its markers; markers that failed are retried after a backoff.
 An ongoing transaction older than its timeout is aborted with the producer's
-epoch bumped, which fences the producer (its next request gets PRODUCER_FENCED).
+epoch bumped, which fences the producer (its next request gets PRODUCER_FENCED);
+at the last epoch the abort moves the id to a fresh producer id (``_abort_fenced``,
+the id from the injected ``producer_ids``).
 
 Transaction versions (KIP-890 part 2). A client on ``transaction.version`` 2
 (Kafka 4's Java producer: EndTxn v5, Produce v12+, TxnOffsetCommit v5) never
@@ -97,13 +99,21 @@ MARKER_RETRY_BACKOFF_MS = 200
 _PREPARE_STATES = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 
 
-def produce_error(verification_error: ErrorCode) -> ErrorCode:
+def produce_error(verification_error: ErrorCode, transaction_abortable: bool = False) -> ErrorCode:
     """What a Produce answers for a partition the KIP-890 verification (``verify``) refused:
     the coordinator's verdict, except that a fenced producer (PRODUCER_FENCED) is told
     INVALID_PRODUCER_EPOCH, as Kafka's partition leaders answer — the partition's own epoch
     check gives the same, and clients (librdkafka) take 47 on a transactional Produce for
-    "fenced by a newer instance", a fatal error, where PRODUCER_FENCED is only abortable."""
-    return ErrorCode.INVALID_PRODUCER_EPOCH if verification_error == ErrorCode.PRODUCER_FENCED else verification_error
+    "fenced by a newer instance", a fatal error, where PRODUCER_FENCED is only abortable.
+    A partition outside the open transaction is TRANSACTION_ABORTABLE (KIP-890) for a
+    client that knows that error (``transaction_abortable``: Produce v11+), which aborts
+    the transaction and goes on; older ones hear INVALID_TXN_STATE, as Kafka's
+    AddPartitionsToTxnManager maps it for them."""
+    if verification_error == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if verification_error == ErrorCode.TRANSACTION_ABORTABLE and not transaction_abortable:
+        return ErrorCode.INVALID_TXN_STATE
+    return verification_error
 # Append errors after which the record is in the leader's log and may still commit:
 # the delayed produce expired, or the ISR shrank below min.insync.replicas after the append.
 _OUTCOME_UNKNOWN = {ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND}
@@ -159,13 +169,16 @@ class TxnMetadata:
 
 class TxnShard:
     def __init__(self, partition: int, coordinator_epoch: int, config: TxnConfig, write, send_markers: SendMarkers,
-                 wall_ms: Callable[[], int]):
+                 wall_ms: Callable[[], int], producer_ids: Callable[[], int] = lambda: -1):
         self.partition = partition
         self.coordinator_epoch = coordinator_epoch     # the leader epoch of the partition
         self.config = config
         self._write = write
         self._send_markers = send_markers
         self._wall_ms = wall_ms                        # wall time, for the records; timers use now_ms
+        # A fresh producer id at hand, or -1 (the driver's block of ids is being refilled):
+        # what a timeout abort at the last epoch moves the id to.
+        self._producer_ids = producer_ids
         self.transactions: dict[str, TxnMetadata] = {}
         self.loading = True
         self._next_timeout_check_ms = 0                # on the timer clock
@@ -277,7 +290,7 @@ class TxnShard:
         if meta.state == TxnState.ONGOING:
             # The previous instance left a transaction open: abort it with the epoch bumped
             # (fencing that instance); the new one retries and gets its epoch after.
-            self._abort_fenced(meta, now_ms)
+            self._abort_fenced(meta, now_ms, fresh_producer_id)
             return respond(ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1)
         if meta.producer_epoch >= PRODUCER_EPOCH_MAX:
             new_id, new_epoch = fresh_producer_id, 0
@@ -320,15 +333,17 @@ class TxnShard:
                partitions) -> dict[TopicPartition, ErrorCode]:
         """KIP-890 part 1 (AddPartitionsToTxn with verify_only, asked by a partition
         leader before it appends a transactional batch): NONE for each partition the
-        producer's open transaction has, INVALID_TXN_STATE for the others (a late
-        or zombie write that would otherwise open a transaction nobody ends)."""
+        producer's open transaction has, TRANSACTION_ABORTABLE for the others (a late
+        or zombie write that would otherwise open a transaction nobody ends), as Kafka's
+        coordinator answers; the leader tells older clients INVALID_TXN_STATE
+        (``produce_error``)."""
         meta = self.transactions.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             return {tp: ErrorCode.INVALID_PRODUCER_ID_MAPPING for tp in partitions}
         if producer_epoch != meta.producer_epoch:
             return {tp: ErrorCode.PRODUCER_FENCED for tp in partitions}
         ongoing = meta.state == TxnState.ONGOING
-        return {tp: ErrorCode.NONE if ongoing and tp in meta.partitions else ErrorCode.INVALID_TXN_STATE
+        return {tp: ErrorCode.NONE if ongoing and tp in meta.partitions else ErrorCode.TRANSACTION_ABORTABLE
                 for tp in partitions}
 
     # ========================================================== EndTxn
@@ -430,14 +445,28 @@ class TxnShard:
                 self._send(current, now_ms)
         self._store(meta, new, prepared)
 
-    def _abort_fenced(self, meta: TxnMetadata, now_ms: int) -> None:
+    def _abort_fenced(self, meta: TxnMetadata, now_ms: int, fresh_producer_id: int) -> bool:
         """Abort an open transaction with the producer's epoch bumped (a timeout, or a
-        new instance of the producer): the old instance is fenced."""
-        epoch = meta.producer_epoch + 1 if meta.producer_epoch < PRODUCER_EPOCH_MAX else meta.producer_epoch
+        new instance of the producer): the old instance is fenced. At the last epoch
+        (``PRODUCER_EPOCH_MAX``) the PREPARE_ABORT record and its markers take the int16's
+        last value, and name ``fresh_producer_id``, which the COMPLETE record moves the id
+        to at epoch 0 (Kafka's KAFKA-20090): a zombie at the last epoch is fenced, and a
+        TV2 client's retried EndTxn learns the new id. Without a fresh id at hand it waits
+        (False): the next check tries again, as Kafka's timeout abort does when its
+        producer id manager has none."""
+        next_producer_id = -1
+        if meta.producer_epoch >= PRODUCER_EPOCH_MAX:
+            if fresh_producer_id < 0:
+                log.info("the transaction of %r (producer %d) waits for a fresh producer id to be aborted "
+                         "at the last epoch", meta.transactional_id, meta.producer_id)
+                return False
+            next_producer_id = fresh_producer_id
         log.info("aborting the transaction of %r (producer %d) and fencing epoch %d",
                  meta.transactional_id, meta.producer_id, meta.producer_epoch)
-        self._prepare(meta, replace(meta, state=TxnState.PREPARE_ABORT, producer_epoch=epoch), now_ms,
-                      lambda error: None)
+        epoch = min(meta.producer_epoch + 1, 0x7FFF)      # an int16: never past its last value
+        self._prepare(meta, replace(meta, state=TxnState.PREPARE_ABORT, producer_epoch=epoch,
+                                    next_producer_id=next_producer_id), now_ms, lambda error: None)
+        return True
 
     # ========================================================= markers
 
@@ -501,7 +530,8 @@ class TxnShard:
                 self._send(meta, now_ms)
             elif (check and meta.state == TxnState.ONGOING
                   and meta.start_ms >= 0 and wall_ms - meta.start_ms > meta.timeout_ms):
-                self._abort_fenced(meta, now_ms)
+                self._abort_fenced(meta, now_ms, self._producer_ids()
+                                   if meta.producer_epoch >= PRODUCER_EPOCH_MAX else -1)
         if check:
             self._next_timeout_check_ms = now_ms + self.config.abort_timed_out_interval_ms
             self._expire_ids(wall_ms)

@@ -12,7 +12,8 @@ Kafka's ``KafkaApis.handleProduceRequest`` and ``ReplicaManager.appendRecords``:
 4. KIP-890: a transactional batch whose producer has no open transaction at its
    epoch in a partition this broker leads waits for the coordinator's verdict
    (``TxnRequests.verify``); a refused partition answers the coordinator's error
-   (``produce_error``) and is not appended — a zombie's late batch is refused
+   (``produce_error``: TRANSACTION_ABORTABLE for a partition outside the open
+   transaction, INVALID_TXN_STATE to clients older than Produce v11) and is not appended — a zombie's late batch is refused
    even by a partition whose history no longer holds the marker that fenced it.
    Produce v12+ comes from a transaction.version 2 client, which sends no
    AddPartitionsToTxn (``add_partitions``): the coordinator is asked to add the
@@ -57,6 +58,7 @@ class ProduceRequest:
     transactional_id: str | None = None
     refused: dict[TopicPartition, ErrorCode] = field(default_factory=dict)   # by the translation
     add_partitions: bool = False          # Produce v12+ (KIP-890 part 2): the leader adds them
+    transaction_abortable: bool = False   # Produce v11+: the client knows TRANSACTION_ABORTABLE
 
 
 def refused_partition(error: ErrorCode) -> dict:
@@ -99,7 +101,7 @@ class ProduceRequests:
             for tp, error in verdicts.items():
                 if error != ErrorCode.NONE:
                     entries.pop(tp, None)
-                    errors[tp] = produce_error(error)
+                    errors[tp] = produce_error(error, request.transaction_abortable)
             refusals = {tp: refused_partition(error) for tp, error in errors.items()}
             self.replica_manager.append_records(request.acks, request.timeout_ms, entries,
                                                 lambda responses: respond({**refusals, **responses}))
