@@ -181,7 +181,12 @@ def accept_records(body, count: int, keys_required: bool = False) -> tuple[int, 
             if z < 0x80:
                 p = pos + 2
             else:
-                z, p = _varint_raw(body, pos + 1)
+                c = body[pos + 2]
+                if c < 0x80:
+                    z = (z & 0x7F) | (c << 7)
+                    p = pos + 3
+                else:
+                    z, p = _varint_raw(body, pos + 1)
             if z:
                 delta = (z >> 1) ^ -(z & 1)
                 if delta < low:
@@ -192,7 +197,12 @@ def accept_records(body, count: int, keys_required: bool = False) -> tuple[int, 
             if z < 0x80:
                 p += 1
             else:
-                z, p = _varint_raw(body, p)
+                c = body[p + 1]
+                if c < 0x80:
+                    z = (z & 0x7F) | (c << 7)
+                    p += 2
+                else:
+                    z, p = _varint_raw(body, p)
             if z != n << 1:
                 return None
             z = body[p]                             # key length
