@@ -2,6 +2,7 @@
 replay, assert the state (controller/reassignment.py)."""
 
 import random
+import uuid
 
 import pytest
 
@@ -17,7 +18,7 @@ from tidelog.controller.testing import ControllerTestEnv, check_invariants, rand
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.metadata.delta import MetadataDelta, replay_all
-from tidelog.metadata.records import PartitionChangeRecord
+from tidelog.metadata.records import PartitionChangeRecord, decode, encode
 
 
 def five_brokers_and_foo(**topic_configs) -> ControllerTestEnv:
@@ -225,3 +226,20 @@ def test_random_workloads_with_reassignments_keep_the_invariants_and_replay_equa
             for tp, p in image.all_partitions():
                 assert set(p.adding_replicas) | set(p.removing_replicas) <= set(p.replicas), (seed, tp, p)
         env.check_consistent()
+
+
+def test_the_records_carry_a_reassignment_from_version_3_and_snapshots_keep_it():
+    topic_id = uuid.UUID(int=7)
+    change = PartitionChangeRecord(topic_id, 0, replicas=(3, 2, 1), adding_replicas=(3,), removing_replicas=(1,))
+    assert decode(encode(change)) == change
+    # frame version 1, api key 5, then the record's version: 3 only when a reassignment is set
+    assert encode(change)[:3] == bytes([1, 5, 3])
+    assert encode(PartitionChangeRecord(topic_id, 0, isr=(1, 2)))[:3] == bytes([1, 5, 0])
+    env = five_brokers_and_foo()
+    reassign(env, ("foo", 0, [2, 3, 4]))
+    env.controller.write_snapshot()
+    successor = ControllerTestEnv(log=env.log, clock=env.clock)        # loads the snapshot
+    assert env.log.latest_snapshot() is not None
+    assert successor.controller.list_partition_reassignments() == [
+        OngoingReassignment("foo", 0, (2, 3, 4, 0, 1), (3, 4), (0, 1))]
+    assert successor.partition("foo", 0) == env.partition("foo", 0)
