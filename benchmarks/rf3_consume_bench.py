@@ -198,7 +198,8 @@ def main(argv=None) -> int:
                         help="a broker setting for every tidelog node")
     parser.add_argument("--consumer", action="append", default=[], metavar="KEY=VALUE",
                         help="also read the records again with this consumer setting (e.g. "
-                             "fetch.queue.backoff.ms=10)")
+                             "fetch.queue.backoff.ms=10); that second read finds __consumer_offsets "
+                             "made and the cache warm, so compare it with care")
     parser.add_argument("--count-backoffs", action="store_true",
                         help="count librdkafka's queue-full fetch backoffs in the issue's read")
     parser.add_argument("--kafka", action="store_true",
