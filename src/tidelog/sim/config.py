@@ -167,11 +167,8 @@ class SimConfig:
                 transactions=True, txn_partitions=rng.choice([1, 2, 3]),
                 topics=config.topics + (TopicSpec("tx", rng.choice([1, 2, 3]), rf, min(2, rf),
                                                   rng.random() < 0.1, None, rng.choice([2000, 1 << 20])),))
-        # The transaction version too comes from a generator of its own (every option
-        # above and the controller quorum below are what they were before it was drawn);
-        # it matters only on seeds with transactions.
-        config = config.with_options(
-            transaction_version=random.Random(f"tidelog-sim-transaction-version-{seed}").choice([1, 2]))
+        # Only seeds with transactions use it; drawn apart, so nothing else changes.
+        config = config.with_options(transaction_version=_transaction_version(seed))
         # The controller quorum comes from a generator of its own, so every option
         # above — and the run's random stream — is what it was with one controller.
         quorum = random.Random(f"tidelog-sim-controllers-{seed}")
@@ -208,6 +205,12 @@ class SimConfig:
         if self.defect:
             parts.append(f"defect={self.defect}")
         return " ".join(parts)
+
+
+def _transaction_version(seed: int) -> int:
+    """1 or 2, from a generator of its own: every other option of the seed (and the
+    controller quorum, drawn after it) is what it was before the version was drawn."""
+    return random.Random(f"tidelog-sim-transaction-version-{seed}").choice([1, 2])
 
 
 @dataclass
