@@ -14,6 +14,9 @@ Theory of operation. In one run, on one machine, with the same tools and setting
    cluster`` with 3 brokers and 3 controllers — a topic with replication factor 3 and
    ``min.insync.replicas=2``, the producer with ``acks=all``, then the consumer.
 
+Each round then does the same with confluent-kafka (librdkafka) as the producer (latency
+from ``produce()`` to its delivery report) and as the consumer (assigned partitions).
+
 Before the measured rounds half as many records go to another topic, unmeasured, so that
 the JVMs' JIT has compiled the hot paths; then ``--rounds`` (2) produce + consume rounds,
 the best of each kept. Each figure is what Kafka's tools print (records/s, MB/s where MB is 2^20 bytes, the
@@ -136,6 +139,63 @@ def consumer_perf(bootstrap: str, topic: str, records: int) -> dict:
             "with_join_mb_s": float(values["MB.sec"])}
 
 
+def ck_produce(bootstrap: str, topic: str, records: int, acks: str) -> dict:
+    """confluent-kafka (librdkafka) as the producer: 1 KiB records as fast as its queue
+    takes them (linger 5 ms, its defaults otherwise); latency from produce() to the
+    delivery report, as kafka-producer-perf-test measures it."""
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "log_level": 3,
+                         "queue.buffering.max.messages": 200_000})
+    value = os.urandom(RECORD_BYTES)
+    latencies: list[float] = []
+    failed = []
+
+    def delivered(err, _msg, sent=None):
+        if err is not None:
+            failed.append(err)
+        latencies.append(time.perf_counter() - sent)
+    start = time.perf_counter()
+    for i in range(records):
+        sent = time.perf_counter()
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % PARTITIONS,
+                                 on_delivery=lambda err, msg, sent=sent: delivered(err, msg, sent))
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(600)
+    elapsed = time.perf_counter() - start
+    if failed or len(latencies) != records:
+        raise RuntimeError(f"confluent-kafka: {len(failed)} failed deliveries, {len(latencies)} of {records} reports")
+    latencies.sort()
+    return {"records": records, "records_s": records / elapsed, "mb_s": records * RECORD_BYTES / elapsed / 2**20,
+            "p50_ms": latencies[len(latencies) // 2] * 1000, "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000}
+
+
+def ck_consume(bootstrap: str, topic: str, records: int) -> dict:
+    """confluent-kafka as the consumer: the partitions assigned from offset 0, read until
+    every record has come (timed from the first record, as ConsumerPerformance's fetch rate)."""
+    from confluent_kafka import Consumer, TopicPartition
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ck-{time.time_ns()}",
+                         "enable.auto.commit": False, "log_level": 3})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    got, first, deadline = 0, None, time.monotonic() + 600
+    try:
+        while got < records and time.monotonic() < deadline:
+            for message in consumer.consume(1000, 1.0):
+                if message.error() is None:
+                    first = first or time.perf_counter()
+                    got += 1
+    finally:
+        consumer.close()
+    if got < records:
+        raise RuntimeError(f"confluent-kafka read {got} of {records} records")
+    elapsed = time.perf_counter() - first
+    return {"records": got, "records_s": got / elapsed, "mb_s": got * RECORD_BYTES / elapsed / 2**20}
+
+
 async def create_topic(bootstrap: str, topic: str, replication: int, configs: dict[str, str]) -> None:
     host, port = bootstrap.split(",")[0].rsplit(":", 1)
     connection = await KafkaConnection.connect(host, int(port), client_id="bench")
@@ -170,6 +230,8 @@ class Run:
     start_s: float = 0.0
     produce: dict = field(default_factory=dict)
     consume: dict = field(default_factory=dict)
+    ck_produce: dict = field(default_factory=dict)      # the same with confluent-kafka as the client
+    ck_consume: dict = field(default_factory=dict)
     load: list[float] = field(default_factory=list)     # the 1-minute load average at each round
 
 
@@ -198,10 +260,24 @@ def measure(run: Run, bootstrap: str, broker_pids, replication: int, acks: str, 
               f"{produced['cpu_s_per_gb']:.1f} CPU s/GB; consume {consumed['records_s']:>9,.0f} rec/s "
               f"{consumed['mb_s']:6.1f} MB/s {consumed['cpu_s_per_gb']:.1f} CPU s/GB "
               f"(load {run.load[-1]:.1f})", flush=True)
-        if not run.produce or produced["records_s"] > run.produce["records_s"]:
-            run.produce = produced
-        if not run.consume or consumed["records_s"] > run.consume["records_s"]:
-            run.consume = consumed
+        # The same with confluent-kafka (librdkafka), the client most non-Java applications use.
+        topic = f"ck-{round_}"
+        asyncio.run(create_topic(bootstrap, topic, replication, configs))
+        before = process_cpu_seconds(broker_pids())
+        ck_produced = ck_produce(bootstrap, topic, records, acks)
+        middle = process_cpu_seconds(broker_pids())
+        ck_consumed = ck_consume(bootstrap, topic, records)
+        after = process_cpu_seconds(broker_pids())
+        ck_produced["cpu_s_per_gb"] = (middle - before) / gigabytes
+        ck_consumed["cpu_s_per_gb"] = (after - middle) / gigabytes
+        print(f"  {run.system:8} {run.setup} round {round_ + 1}, confluent-kafka: produce "
+              f"{ck_produced['records_s']:>9,.0f} rec/s p50 {ck_produced['p50_ms']:.0f} ms p99 "
+              f"{ck_produced['p99_ms']:.0f} ms {ck_produced['cpu_s_per_gb']:.1f} CPU s/GB; consume "
+              f"{ck_consumed['records_s']:>9,.0f} rec/s {ck_consumed['cpu_s_per_gb']:.1f} CPU s/GB", flush=True)
+        for name, figures in (("produce", produced), ("consume", consumed), ("ck_produce", ck_produced),
+                              ("ck_consume", ck_consumed)):
+            if not getattr(run, name) or figures["records_s"] > getattr(run, name)["records_s"]:
+                setattr(run, name, figures)
     return run
 
 
@@ -256,7 +332,13 @@ def table(runs: list[Run], disk: tuple[float, float]) -> str:
                 ("broker CPU s per GB produced", "produce", "cpu_s_per_gb", "{:.1f}"),
                 ("consume records/s", "consume", "records_s", "{:,.0f}"),
                 ("consume MB/s", "consume", "mb_s", "{:.1f}"),
-                ("broker CPU s per GB consumed", "consume", "cpu_s_per_gb", "{:.1f}")):
+                ("broker CPU s per GB consumed", "consume", "cpu_s_per_gb", "{:.1f}"),
+                ("confluent-kafka produce records/s", "ck_produce", "records_s", "{:,.0f}"),
+                ("confluent-kafka produce p50 latency (ms)", "ck_produce", "p50_ms", "{:.0f}"),
+                ("confluent-kafka produce p99 latency (ms)", "ck_produce", "p99_ms", "{:.0f}"),
+                ("confluent-kafka broker CPU s per GB produced", "ck_produce", "cpu_s_per_gb", "{:.1f}"),
+                ("confluent-kafka consume records/s", "ck_consume", "records_s", "{:,.0f}"),
+                ("confluent-kafka broker CPU s per GB consumed", "ck_consume", "cpu_s_per_gb", "{:.1f}")):
             k, t = getattr(kafka, side)[key], getattr(ours, side)[key]
             rows.append(f"| {label} | {name} | {fmt.format(k)} | {fmt.format(t)} | {_ratio(t, k)} |")
     rows.append(f"| machine | raw sequential write, 1 MiB blocks (+ fsync) | "
