@@ -166,102 +166,43 @@ def accept_records(body, count: int, keys_required: bool = False) -> tuple[int, 
     pos = n = low = high = 0
     try:
         while pos < end:
-            z = body[pos]
+            z = body[pos]                           # record length
             if z < 0x80:
                 pos += 1
+            elif body[pos + 1] < 0x80:
+                z = (z & 0x7F) | (body[pos + 1] << 7)
+                pos += 2
             else:
-                c = body[pos + 1]
-                if c < 0x80:
-                    z = (z & 0x7F) | (c << 7)
-                    pos += 2
-                else:
-                    z, pos = _varint_raw(body, pos)
-            if z & 1 or z < 12:
-                return None
+                z, pos = _varint_raw(body, pos)
             record_end = pos + (z >> 1)
-            if record_end > end:
+            if z & 1 or z < 12 or record_end > end:
                 return None
-            z = body[pos + 1]                       # after the attributes byte: timestamp delta
-            if z < 0x80:
-                p = pos + 2
-            else:
-                c = body[pos + 2]
-                if c < 0x80:
-                    z = (z & 0x7F) | (c << 7)
-                    p = pos + 3
-                else:
-                    z, p = _varint_raw(body, pos + 1)
-            if z:
-                delta = (z >> 1) ^ -(z & 1)
-                if delta < low:
-                    low = delta
-                elif delta > high:
-                    high = delta
-            z = body[p]                             # offset delta: must be n, zig-zag 2n
-            if z < 0x80:
-                p += 1
-            else:
-                c = body[p + 1]
-                if c < 0x80:
-                    z = (z & 0x7F) | (c << 7)
-                    p += 2
-                else:
-                    z, p = _varint_raw(body, p)
-            if z != n << 1:
-                return None
-            z = body[p]                             # key length
-            if z < 0x80:
-                p += 1
-            else:
-                c = body[p + 1]
-                if c < 0x80:
-                    z = (z & 0x7F) | (c << 7)
-                    p += 2
-                else:
-                    z, p = _varint_raw(body, p)
-            if z & 1:
-                if z != 1 or keys_required:
-                    return None
-            else:
-                p += z >> 1
-            z = body[p]                             # value length
-            if z < 0x80:
-                p += 1
-            else:
-                c = body[p + 1]
-                if c < 0x80:
-                    z = (z & 0x7F) | (c << 7)
-                    p += 2
-                else:
-                    z, p = _varint_raw(body, p)
-            if z & 1:
-                if z != 1:
-                    return None
-            else:
-                p += z >> 1
-            z = body[p]                             # header count
-            if z:
-                if z & 1:
-                    return None
-                if z >= 0x80:
-                    z, p = _varint_raw(body, p)
-                else:
+            p = pos + 1                             # after the attributes byte
+            for field in (0, 1, 2, 3):              # timestamp delta, offset delta, key, value
+                z = body[p]
+                if z < 0x80:
                     p += 1
-                for _ in range(z >> 1):
+                elif body[p + 1] < 0x80:
+                    z = (z & 0x7F) | (body[p + 1] << 7)
+                    p += 2
+                else:
                     z, p = _varint_raw(body, p)
-                    if z & 1:
+                if field == 0:
+                    delta = (z >> 1) ^ -(z & 1)
+                    if delta < low:
+                        low = delta
+                    elif delta > high:
+                        high = delta
+                elif field == 1:
+                    if z != n << 1:                 # offset delta n is zig-zag 2n
                         return None
-                    str(body[p:p + (z >> 1)], "utf-8")
+                elif z & 1:
+                    if z != 1 or (field == 2 and keys_required):
+                        return None
+                else:
                     p += z >> 1
-                    z, p = _varint_raw(body, p)
-                    if z & 1:
-                        if z != 1:
-                            return None
-                    else:
-                        p += z >> 1
-                    if p > record_end:
-                        return None
-                if p != record_end:
+            if body[p]:                             # header count
+                if not _accept_headers(body, p, record_end):
                     return None
             elif p + 1 != record_end:
                 return None
@@ -272,6 +213,29 @@ def accept_records(body, count: int, keys_required: bool = False) -> tuple[int, 
     if n != count:
         return None
     return low, high
+
+
+def _accept_headers(body, p: int, record_end: int) -> bool:
+    """Whether the headers at ``p`` (a count, then key and value of each) are well
+    formed, keys UTF-8 and not null, and end exactly at ``record_end``."""
+    z, p = _varint_raw(body, p)
+    if z & 1:
+        return False
+    for _ in range(z >> 1):
+        z, p = _varint_raw(body, p)
+        if z & 1:
+            return False
+        str(body[p:p + (z >> 1)], "utf-8")
+        p += z >> 1
+        z, p = _varint_raw(body, p)
+        if z & 1:
+            if z != 1:
+                return False
+        else:
+            p += z >> 1
+        if p > record_end:
+            return False
+    return p == record_end
 
 
 def _decode_each(numpy, data, positions):
