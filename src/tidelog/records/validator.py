@@ -39,10 +39,11 @@ answer only "every record is fine, and these are the smallest and largest
 timestamp deltas" or "not so" (``None``). Only then does ``walk_records``, the
 exact walk, run again over the same bytes to find what is wrong and say it in
 Kafka's words, so a refused batch is answered exactly as before, index by
-index. All accept exactly the same bodies (tests/records/test_validator.py
-checks it on random and damaged batches). The
-per-record timestamps are read again only when the batch's smallest or largest
-is out of range.
+index. ``accept_records`` accepts exactly the bodies ``walk_records`` finds
+nothing wrong with, and the vectorized walk accepts none other
+(tests/records/test_validator.py checks both on random and damaged batches).
+The per-record timestamps are read again only when the batch's smallest or
+largest is out of range.
 """
 
 from __future__ import annotations
