@@ -206,3 +206,21 @@ def test_a_record_longer_than_its_fields_is_refused_by_both_walks(headers, extra
     assert accept_records_vectorized(first + first, 2) is None               # offset deltas 0, 0
     with pytest.raises(CorruptRecordError, match="record 1 is"):
         walk_records(body, 2)
+
+
+def test_more_headers_than_a_reader_takes_are_refused_by_both_walks():
+    """iter_records (the broker's own reader: compaction, coordinators, tools) takes at
+    most RECORD_HEADER_COUNT_MAX headers a record: the leader refuses what it could not
+    read back, and takes exactly that many."""
+    from tidelog.core.limits import RECORD_HEADER_COUNT_MAX
+    for count, accepted in ((RECORD_HEADER_COUNT_MAX, True), (RECORD_HEADER_COUNT_MAX + 1, False)):
+        body = build_batch([SimpleRecord(b"v", b"k", headers=tuple(("", b"") for _ in range(count)))],
+                           timestamp_ms=NOW)[61:]
+        assert (accept_records(body, 1) is not None) == accepted
+        if accepted:
+            walk_records(body, 1)
+            assert len(next(iter_records(build_batch([SimpleRecord(b"v", b"k", headers=tuple(
+                ("", b"") for _ in range(count)))], timestamp_ms=NOW))).headers) == count
+        else:
+            with pytest.raises(CorruptRecordError, match="headers"):
+                walk_records(body, 1)

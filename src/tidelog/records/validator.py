@@ -49,6 +49,7 @@ largest is out of range.
 from __future__ import annotations
 
 from tidelog.core.errors import CorruptRecordError, RecordValidationError
+from tidelog.core.limits import RECORD_HEADER_COUNT_MAX
 from tidelog.records.batch import TimestampType, iter_records
 from tidelog.records.compression import Compression, decompress
 from tidelog.records.varint import decode_varint
@@ -112,8 +113,8 @@ def walk_records(body, count: int, keys_required: bool = False) -> tuple[int, in
         if p > record_end:
             raise CorruptRecordError(f"record {n}'s key and value run past its length")
         header_count, p = varint(p)
-        if header_count < 0:
-            raise CorruptRecordError(f"record {n} has {header_count} headers")
+        if not 0 <= header_count <= RECORD_HEADER_COUNT_MAX:       # what iter_records can read back
+            raise CorruptRecordError(f"record {n} has {header_count} headers (at most {RECORD_HEADER_COUNT_MAX})")
         for _ in range(header_count):
             name_length, p = varint(p)
             if name_length < 0:
@@ -220,7 +221,7 @@ def _accept_headers(body, p: int, record_end: int) -> bool:
     """Whether the headers at ``p`` (a count, then key and value of each) are well
     formed, keys UTF-8 and not null, and end exactly at ``record_end``."""
     z, p = _varint_raw(body, p)
-    if z & 1:
+    if z & 1 or z >> 1 > RECORD_HEADER_COUNT_MAX:
         return False
     for _ in range(z >> 1):
         z, p = _varint_raw(body, p)
