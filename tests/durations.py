@@ -2,10 +2,11 @@
 report, for the longest-first order of the parallel run (tests/conftest.py)::
 
     .venv/bin/python -m pytest -p no:xdist --junitxml=/tmp/suite.xml
-    .venv/bin/python -m tests.durations /tmp/suite.xml
+    .venv/bin/python -m tests.durations /tmp/suite.xml [/tmp/other.xml ...]
 
 A test's time there includes its set-up and tear-down, so a module's sum includes its
-fixtures' start and stop.
+fixtures' start and stop. With several reports (runs stopped early, a part run alone), a
+module's time is the first report's that has the module.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from collections import defaultdict
 from pathlib import Path
 
 OUT = Path(__file__).with_name("durations.txt")
-HEADER = ("# Seconds each test module took in one serial run (python -m tests.durations REPORT.xml\n"
-          "# rewrites it); the parallel run starts the longest groups first (tests/conftest.py).\n")
+HEADER = ("# Seconds each test module took (python -m tests.durations REPORT.xml rewrites it from a\n"
+          "# JUnit report); the parallel run starts the longest modules first (tests/conftest.py).\n")
 
 
 def module_seconds(report: str) -> dict[str, float]:
@@ -34,10 +35,13 @@ def module_seconds(report: str) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m tests.durations REPORT.xml", file=sys.stderr)
+    if not argv:
+        print("usage: python -m tests.durations REPORT.xml [REPORT.xml ...]", file=sys.stderr)
         return 2
-    seconds = module_seconds(argv[0])
+    seconds: dict[str, float] = {}
+    for report in argv:
+        for module, value in module_seconds(report).items():
+            seconds.setdefault(module, value)
     lines = [f"{value:8.1f} {path}\n" for path, value in sorted(seconds.items(), key=lambda kv: -kv[1])]
     OUT.write_text(HEADER + "".join(lines))
     print(f"{OUT}: {len(lines)} modules, {sum(seconds.values()):.0f} s in all")
