@@ -13,7 +13,8 @@ same broker settings and the same client:
    every ``--interval-ms`` from a thread, the send and acknowledgement times of each kept;
 3. **leader kill**: SIGKILL of the partition's leader; the figure is the time from the
    kill to the first acknowledgement of a record *sent after the kill* (how long a
-   producer cannot write), and the longest gap between two acknowledgements around it;
+   producer cannot write), the longest gap between two acknowledgements around it, and
+   when Metadata first names another leader (the controller's share of it);
    the broker is started again and the run waits for three in sync;
 4. **controller kill**: SIGKILL of the active controller (DescribeQuorum, asked at a
    broker); the figures are the time to the next successful CreateTopics (the new
@@ -180,7 +181,8 @@ def measure(side: Side, rounds: int, interval_s: float) -> dict[str, list[float]
     create_topic(admin, TOPIC, configs={"min.insync.replicas": "2"})
     in_sync(side, 3)
     writer = Writer(side.bootstrap, interval_s).start()
-    figures: dict[str, list[float]] = {"leader kill: first write": [], "leader kill: longest ack gap": [],
+    figures: dict[str, list[float]] = {"leader kill: leadership moved": [], "leader kill: first write": [],
+                                       "leader kill: longest ack gap": [],
                                        "controller kill: next CreateTopics": [],
                                        "controller kill: longest ack gap": []}
     try:
@@ -189,6 +191,10 @@ def measure(side: Side, rounds: int, interval_s: float) -> dict[str, list[float]
             leader = in_sync(side, 3).leader_id
             killed_at = time.monotonic()
             side.kill(leader)
+            # When Metadata (at a live broker) names another leader: the controller's part.
+            until(lambda: (p := side.partition()) is not None and p.leader_id not in (-1, leader), 120,
+                  f"{side.name}: a new leader")
+            figures["leader kill: leadership moved"].append(time.monotonic() - killed_at)
             figures["leader kill: first write"].append(writer.first_ack_of_sent_after(killed_at))
             time.sleep(1)
             figures["leader kill: longest ack gap"].append(writer.longest_gap(killed_at, time.monotonic()))
