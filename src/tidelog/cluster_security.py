@@ -135,7 +135,7 @@ def paths(cluster_directory: str) -> dict[str, str]:
 
 
 def admin_security(cluster_directory: str) -> ClientSecurity:
-    from tidelog.cli.client_config import load_command_config
+    from tidelog.protocol.client_config import load_command_config
     return load_command_config(paths(cluster_directory)["admin"])
 
 

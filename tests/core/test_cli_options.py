@@ -141,7 +141,7 @@ def test_the_bootstrap_server_defaults_to_the_command_configs(tmp_path):
 def test_client_settings_in_librdkafka_or_java_spelling():
     import ssl
 
-    from tidelog.cli.client_config import client_security
+    from tidelog.protocol.client_config import client_security
     from tidelog.core.errors import InvalidConfigError
     librdkafka = client_security({"security.protocol": "SASL_SSL", "sasl.mechanisms": "SCRAM-SHA-256",
                                   "sasl.username": "u", "sasl.password": "p",

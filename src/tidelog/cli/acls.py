@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from tidelog.cli.client_config import connect
+from tidelog.cli.options import connect
 from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.metadata.authorizer import (
     CLUSTER_NAME,

@@ -42,7 +42,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Iterable
 
-from tidelog.cli.client_config import load_command_config
+from tidelog.protocol.client_config import load_command_config
 from tidelog.cli.progress import Progress
 from tidelog.cli.topics import CONSUMER_REPLICA_ID, EARLIEST, LATEST, _error, _metadata, _offsets
 from tidelog.core.errors import ErrorCode, KafkaError

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tidelog.cli.client_config import connect
+from tidelog.cli.options import connect
 from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.protocol.api_keys import ApiKey
 

@@ -503,3 +503,19 @@ def build_parser() -> argparse.ArgumentParser:
                 _reassign, _cluster, _ui, _bench):
         add(commands)
     return parser
+
+
+async def connect(args, client_id: str):
+    """The connection of a CLI tool: ``--bootstrap-server`` (the first) with
+    ``--command-config``; None, with the reason on standard error, if it fails."""
+    import sys
+    from tidelog.core.errors import KafkaError
+    from tidelog.protocol.client import KafkaConnection
+    from tidelog.protocol.client_config import load_command_config
+    host, _, port = args.bootstrap_server.split(",")[0].rpartition(":")
+    try:
+        return await KafkaConnection.connect(host or "127.0.0.1", int(port), client_id=client_id,
+                                             security=load_command_config(args.command_config))
+    except (OSError, ValueError, KafkaError) as e:
+        print(f"cannot connect to {args.bootstrap_server}: {e}", file=sys.stderr)
+        return None

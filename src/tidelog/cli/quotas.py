@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from tidelog.cli.client_config import connect
+from tidelog.cli.options import connect
 from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.protocol.api_keys import ApiKey
 

@@ -28,7 +28,7 @@ import json
 import sys
 from typing import Any
 
-from tidelog.cli.client_config import connect
+from tidelog.cli.options import connect
 from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.protocol.api_keys import ApiKey
 

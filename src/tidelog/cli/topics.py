@@ -19,7 +19,7 @@ import sys
 from tidelog.cli.progress import Progress
 from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.cli.client_config import load_command_config
+from tidelog.protocol.client_config import load_command_config
 from tidelog.protocol.client import KafkaConnection
 
 EARLIEST, LATEST = -2, -1

@@ -13,7 +13,7 @@ import sys
 
 
 def run(args) -> int:
-    from tidelog.cli.client_config import load_command_config
+    from tidelog.protocol.client_config import load_command_config
     from tidelog.core.errors import KafkaError
     from tidelog.ui import UiServer, parse_address, serve
     try:

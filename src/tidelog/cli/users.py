@@ -13,7 +13,7 @@ import getpass
 import os
 import sys
 
-from tidelog.cli.client_config import connect
+from tidelog.cli.options import connect
 from tidelog.controller.scram_control import MECHANISM_NAMES, salted_password
 from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.metadata.records import ScramMechanism

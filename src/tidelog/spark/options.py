@@ -21,7 +21,7 @@ from typing import Mapping
 
 import ssl
 
-from tidelog.cli.client_config import client_security
+from tidelog.protocol.client_config import client_security
 from tidelog.core.errors import InvalidConfigError
 from tidelog.protocol.client import ClientSecurity
 from tidelog.spark.wire import READ_COMMITTED, READ_UNCOMMITTED, ClientConfig, parse_bootstrap
@@ -191,7 +191,7 @@ def _check_kafka_options(options: dict) -> None:
 
 def _security(options: dict) -> ClientSecurity | None:
     """``kafka.security.protocol``, ``kafka.ssl.*`` and ``kafka.sasl.*``, as Spark's
-    Kafka connector passes them to the client (cli/client_config.py reads them)."""
+    Kafka connector passes them to the client (protocol/client_config.py reads them)."""
     return client_security({name[len("kafka."):]: value for name, value in options.items()
                             if name.startswith("kafka.")})
 

@@ -268,7 +268,7 @@ class Cluster:
 
     def __init__(self, config: ClientConfig):
         self.config = config
-        from tidelog.cli.client_config import client_security
+        from tidelog.protocol.client_config import client_security
         self._security = client_security(dict(config.security_settings)) if config.security_settings else None
         self._bootstrap = parse_bootstrap(config.bootstrap_servers)
         self.brokers: dict[int, tuple[str, int]] = {}

@@ -1,4 +1,5 @@
-"""``--command-config FILE``: how the CLI tools reach a secured cluster, as Kafka's tools do.
+"""Client settings files (``--command-config FILE``): how tidelog's tools, the Spark connector and the
+cluster's own helpers reach a secured cluster, as Kafka's tools do.
 
 The file holds client properties, in the Java client's names or in librdkafka's (the
 ones confluent-kafka and ``kcat -F`` read), so one file serves tidelog's tools and
@@ -23,21 +24,6 @@ from __future__ import annotations
 
 from tidelog.core.errors import InvalidConfigError
 from tidelog.protocol.client import ClientSecurity
-
-
-async def connect(args, client_id: str):
-    """The connection of a CLI tool: ``--bootstrap-server`` (the first) with
-    ``--command-config``; None, with the reason on standard error, if it fails."""
-    import sys
-    from tidelog.core.errors import KafkaError
-    from tidelog.protocol.client import KafkaConnection
-    host, _, port = args.bootstrap_server.split(",")[0].rpartition(":")
-    try:
-        return await KafkaConnection.connect(host or "127.0.0.1", int(port), client_id=client_id,
-                                             security=load_command_config(args.command_config))
-    except (OSError, ValueError, KafkaError) as e:
-        print(f"cannot connect to {args.bootstrap_server}: {e}", file=sys.stderr)
-        return None
 
 
 def load_command_config(path: str | None) -> ClientSecurity | None:
