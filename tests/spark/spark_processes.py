@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import signal
 import socket
@@ -30,6 +29,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+from tidelog.spark.session import worker_python
 
 SPARK_HOME = os.path.dirname(__import__("pyspark").__file__)
 SPARK_CLASS = os.path.join(SPARK_HOME, "bin", "spark-class")
@@ -58,26 +59,6 @@ def _accepts(port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def worker_python(directory: str) -> str:
-    """This interpreter, for Spark's Python workers, without ``pyspark.zip`` on its path.
-
-    Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's
-    PYTHONPATH. Imported from the zip (which holds no bytecode) pyspark is compiled
-    afresh by each worker, about 1.3 s of CPU against 0.4 s from site-packages,
-    and Spark gives a new worker 10 s (fixed) to connect back; on a loaded
-    two-core machine that is not enough. The same pyspark is installed here, so
-    this wrapper drops the zip and runs ``sys.executable``: the executors and the
-    Connect server still run tidelog from this interpreter's site-packages.
-    """
-    path = os.path.join(directory, "python")
-    with open(path, "w") as f:
-        f.write("#!/bin/sh\n"
-                "PYTHONPATH=$(printf %s \"$PYTHONPATH\" | tr ':' '\\n' | grep -v '/pyspark.zip$' | paste -sd: -)\n"
-                f"export PYTHONPATH\nexec {shlex.quote(sys.executable)} \"$@\"\n")
-    os.chmod(path, 0o755)
-    return path
 
 
 def spark_env(directory: str) -> dict[str, str]:
