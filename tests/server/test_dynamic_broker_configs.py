@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigResource
 from tests.admin_calls import incremental_alter
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
-from tidelog.testing import Broker
+from tidelog.testing import Broker, wait_until
 
 
 SET, DELETE = AlterConfigOpType.SET, AlterConfigOpType.DELETE
@@ -221,7 +221,10 @@ def test_in_a_cluster_each_broker_takes_its_own_through_the_controller():
     with Cluster(brokers=2) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         assert alter(admin, (SET, "message.max.bytes", "3000"), name="2") is None
-        assert described(admin, name="2")["message.max.bytes"].value == "3000"
+        # The controller answers once the change is committed; each broker describes it
+        # once its own metadata has it (Kafka's brokers alike): a moment later.
+        wait_until(lambda: described(admin, name="2")["message.max.bytes"].value == "3000", 15,
+                   "broker 2 describing its own setting")
         assert described(admin, name="1")["message.max.bytes"].value == "1048588"
 
         class One:                                 # broker 1's client listener, on the wire
@@ -231,6 +234,6 @@ def test_in_a_cluster_each_broker_takes_its_own_through_the_controller():
         assert raw_alter(One, "", [{"name": "log.retention.ms", "config_operation": 0, "value": "3600000"}]) == (
             0, None)
         for broker_id in ("1", "2"):
-            entry = described(admin, name=broker_id)["log.retention.ms"]
-            assert (entry.value, entry.source) == ("3600000", DYNAMIC_DEFAULT), broker_id
+            wait_until(lambda: (lambda e: (e.value, e.source))(described(admin, name=broker_id)["log.retention.ms"])
+                       == ("3600000", DYNAMIC_DEFAULT), 15, f"broker {broker_id} describing the cluster default")
         assert described(admin, name="2")["message.max.bytes"].value == "3000"
