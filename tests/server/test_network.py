@@ -235,10 +235,10 @@ def test_a_listeners_connections_share_its_memory_pool():
     """Two connections each sending part of a request larger than the pool: the
     second waits for memory (it reads nothing) until the first is done."""
     async def go():
-        pool = MemoryPool(300 * 1024)
+        pool = MemoryPool(90 * 1024)
         listener = await _listener(limits=ServerLimits(pool, ConnectionQuotas()))
-        frame = encode_request(ApiKey.API_VERSIONS, 3, 5, "c", {   # a ~200 KB request
-            "client_software_name": "x" * 200_000, "client_software_version": "1"})
+        frame = encode_request(ApiKey.API_VERSIONS, 3, 5, "c", {   # a ~60 KB request (strings stay
+            "client_software_name": "x" * 30_000, "client_software_version": "1" * 30_000})  # under 32,767 bytes)
         first = await asyncio.open_connection("127.0.0.1", listener.port)
         second = await asyncio.open_connection("127.0.0.1", listener.port)
         for _, writer in (first, second):
