@@ -5,6 +5,7 @@
 import pytest
 
 from tests.interop.java_driver import JavaDriver, missing_tools
+from tests.interop.line_driver import open_driver
 from tidelog.testing import Broker
 
 pytestmark = pytest.mark.skipif(missing_tools() is not None, reason=f"Java tools unavailable: {missing_tools()}")
@@ -12,12 +13,8 @@ pytestmark = pytest.mark.skipif(missing_tools() is not None, reason=f"Java tools
 
 @pytest.fixture(scope="module")
 def java():
-    driver = JavaDriver()
-    try:
+    with open_driver(JavaDriver()) as driver:
         yield driver
-    finally:
-        driver.close()
-        driver.remove_log()
 
 
 @pytest.fixture(scope="module")

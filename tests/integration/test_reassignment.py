@@ -23,6 +23,7 @@ from kafka.admin import NewTopic
 from kafka.errors import InvalidReplicationAssignmentError, NoReassignmentInProgressError, UnknownTopicOrPartitionError
 
 from tests.integration.test_controller_quorum import FAST, _create, _quorum
+from tests.interop.line_driver import open_driver
 from tidelog.testing import Cluster, wait_until
 
 
@@ -178,12 +179,8 @@ KAFKA_REASSIGN = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 @pytest.fixture(scope="module")
 def java():
     from tests.interop.java_driver import JavaDriver
-    driver = JavaDriver()
-    try:
+    with open_driver(JavaDriver()) as driver:
         yield driver
-    finally:
-        driver.close()
-        driver.remove_log()
 
 
 def test_kafkas_kafka_reassign_partitions_generates_executes_verifies_lists_and_cancels(cluster, admin, java,

@@ -7,6 +7,7 @@ Kafka's classes costs about a second, a command on a warm one milliseconds.
 import pytest
 
 from tests.interop.java_driver import JavaDriver, missing_tools
+from tests.interop.line_driver import open_driver
 
 SKIP_REASON = missing_tools()
 
@@ -26,10 +27,6 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="module")
 def java():
-    driver = JavaDriver()
-    try:
+    with open_driver(JavaDriver()) as driver:
         yield driver
-    finally:
-        driver.close()
-        driver.remove_log()
 

@@ -11,6 +11,7 @@ than its sources (``go build``, modules from the Go module proxy the first time,
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -37,6 +38,16 @@ class DriverError(Exception):
         super().__init__(f"{kind}: {message}")
         self.kind = kind
         self.message = message
+
+
+@contextlib.contextmanager
+def open_driver(driver):
+    """A driver for a test module: closed, and its log removed, on the way out."""
+    try:
+        yield driver
+    finally:
+        driver.close()
+        driver.remove_log()
 
 
 def file_tail(path, lines: int = 40) -> str:

@@ -7,7 +7,7 @@ idempotent with acks=all.
 
 import pytest
 
-from tests.interop.line_driver import DriverError, go_driver, missing_go
+from tests.interop.line_driver import DriverError, go_driver, missing_go, open_driver
 from tests.interop.test_java_cluster import UpCluster, tidelog_cluster
 from tidelog.broker.config import parse_properties
 from tidelog.testing import wait_until
@@ -20,12 +20,8 @@ CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 @pytest.fixture(scope="module")
 def go():
-    driver = go_driver()
-    try:
+    with open_driver(go_driver()) as driver:
         yield driver
-    finally:
-        driver.close()
-        driver.remove_log()
 
 
 @pytest.fixture(scope="module")

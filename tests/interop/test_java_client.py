@@ -241,21 +241,27 @@ def test_a_zombie_whose_last_transaction_committed_is_fenced_by_the_new_instance
     described = java.call("admin.describeTransactions", ids=[transactional_id])[transactional_id]
     assert described["producer_epoch"] == old_epoch + 1 and described["state"] == "EMPTY"
     java.call("producer.beginTransaction", name="old")
-    [late] = java.call("producer.send", name="old", topic=topic, records=[{"value": "late-zombie"}])
-    assert late["error"] == "InvalidProducerEpochException"
-    with pytest.raises(JavaError) as commit:
-        java.call("producer.commitTransaction", name="old")
-    assert commit.value.kind == "InvalidProducerEpochException"
-    with pytest.raises(JavaError) as abort:
-        java.call("producer.abortTransaction", name="old")
-    assert abort.value.kind == "ProducerFencedException"
-    java.call("producer.close", name="old")
+    assert_fenced(java, "old", topic)
     java.call("producer.beginTransaction", name="new")
     java.call("producer.send", name="new", topic=topic, records=[{"value": "new-0"}])
     java.call("producer.commitTransaction", name="new")
     java.call("producer.close", name="new")
     got = read_back(java, broker, [[topic, 0]], 4, **{"isolation.level": "read_committed"})
     assert [r["value"] for r in got] == ["old-0", "old-1", "old-2", "new-0"]
+
+
+def assert_fenced(java, name: str, topic: str) -> None:
+    """The zombie producer ``name``: its send and commit refused with InvalidProducerEpoch,
+    its abort with ProducerFenced (Kafka 4's client); then closed."""
+    [late] = java.call("producer.send", name=name, topic=topic, records=[{"value": "late-zombie"}])
+    assert late["error"] == "InvalidProducerEpochException"
+    with pytest.raises(JavaError) as commit:
+        java.call("producer.commitTransaction", name=name)
+    assert commit.value.kind == "InvalidProducerEpochException"
+    with pytest.raises(JavaError) as abort:
+        java.call("producer.abortTransaction", name=name)
+    assert abort.value.kind == "ProducerFencedException"
+    java.call("producer.close", name=name)
 
 
 def test_a_second_producer_with_the_same_transactional_id_fences_the_zombie(java, admin, broker):
@@ -265,15 +271,7 @@ def test_a_second_producer_with_the_same_transactional_id_fences_the_zombie(java
     java.call("producer.beginTransaction", name="old")
     java.call("producer.send", name="old", topic=topic, records=[{"value": "from-the-zombie"}])
     transactional(java, broker, "new", "java-zombie-id")      # bumps the epoch, aborts the open transaction
-    [late] = java.call("producer.send", name="old", topic=topic, records=[{"value": "late-zombie"}])
-    assert late["error"] == "InvalidProducerEpochException"
-    with pytest.raises(JavaError) as commit:
-        java.call("producer.commitTransaction", name="old")
-    assert commit.value.kind == "InvalidProducerEpochException"
-    with pytest.raises(JavaError) as abort:
-        java.call("producer.abortTransaction", name="old")
-    assert abort.value.kind == "ProducerFencedException"
-    java.call("producer.close", name="old")
+    assert_fenced(java, "old", topic)
     java.call("producer.beginTransaction", name="new")
     java.call("producer.send", name="new", topic=topic, records=[{"value": "from-the-new-one"}])
     java.call("producer.commitTransaction", name="new")

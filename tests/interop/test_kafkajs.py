@@ -7,7 +7,7 @@ idempotent with acks=all (KafkaJS's ``idempotent: true``, one request in flight)
 
 import pytest
 
-from tests.interop.line_driver import js_driver, missing_node
+from tests.interop.line_driver import js_driver, missing_node, open_driver
 from tests.interop.test_java_cluster import UpCluster, tidelog_cluster
 from tidelog.broker.config import parse_properties
 from tidelog.testing import wait_until
@@ -18,12 +18,8 @@ pytestmark = pytest.mark.skipif(missing_node() is not None, reason=f"KafkaJS tes
 
 @pytest.fixture(scope="module")
 def js():
-    driver = js_driver()
-    try:
+    with open_driver(js_driver()) as driver:
         yield driver
-    finally:
-        driver.close()
-        driver.remove_log()
 
 
 @pytest.fixture(scope="module")
