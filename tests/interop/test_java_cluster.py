@@ -97,8 +97,11 @@ def test_acks_all_and_a_group_survive_a_broker_restart_and_preferred_election(ja
     prefix = "Successfully completed leader election (PREFERRED) for partitions "
     assert election.stdout.startswith(prefix), election.stdout
     assert "java-rf3-0" in election.stdout.strip()[len(prefix):].split(", ")
-    assert java.call("admin.describeTopics", admin="plain-admin", topics=["java-rf3"]
-                     )["java-rf3"]["partitions"][0]["leader"] == stopped
+    # The election is answered once the controller committed it; a broker's Metadata shows it
+    # once that broker's metadata has it (on Kafka as well): a moment later.
+    wait_until(lambda: java.call("admin.describeTopics", admin="plain-admin", topics=["java-rf3"]
+                                 )["java-rf3"]["partitions"][0]["leader"] == stopped, 30,
+               "the preferred leader back in front")
     for name in ("g1", "g2"):
         java.call("consumer.close", name=name)
     java.call("producer.close", name="acks-all")
