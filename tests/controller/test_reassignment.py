@@ -82,7 +82,7 @@ def test_a_move_adds_replicas_waits_for_the_isr_then_drops_the_old_ones_and_thei
     end = env.log.end_offset
     result = alter_isr(env, "foo", 0, [0, 1, 2, 3, 4])
     # The ISR change completed the move and moved leadership off broker 0, which is
-    # being removed: written, and answered NEW_LEADER_ELECTED (KAFKA_RULES 2.14).
+    # being removed: written, and answered NEW_LEADER_ELECTED (Kafka's ReplicationControlManager, as KIP-455 describes).
     assert result.error_code == ErrorCode.NEW_LEADER_ELECTED
     assert env.records_from(end) == [PartitionChangeRecord(
         foo, 0, isr=(2, 3, 4), leader=2, replicas=(2, 3, 4), adding_replicas=(), removing_replicas=())]
