@@ -97,6 +97,15 @@ class TxnApis:
                 for topic in request.topics]}
         return commit()
 
+    async def _fresh_producer_id(self, transactional_id: str):
+        """``(shard, producer id)``: a fresh producer id, and the id's shard looked up again
+        after the wait (it may have moved meanwhile); ``(error, -1)`` when either failed."""
+        try:
+            fresh = await self._next_producer_id()
+        except (RuntimeError, OSError, ConnectionError, asyncio.TimeoutError):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1
+        return self.coordinator.shard_for(transactional_id), fresh
+
     @property
     def coordinator(self):
         return self.node.txn_coordinator
@@ -120,11 +129,7 @@ class TxnApis:
             shard = self.coordinator.shard_for(transactional_id)
             if isinstance(shard, ErrorCode):
                 return answer(shard)
-            try:
-                fresh = await self._next_producer_id()
-            except (RuntimeError, OSError, ConnectionError, asyncio.TimeoutError):
-                return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            shard = self.coordinator.shard_for(transactional_id)    # may have moved meanwhile
+            shard, fresh = await self._fresh_producer_id(transactional_id)
             if isinstance(shard, ErrorCode):
                 return answer(shard)
             future = asyncio.get_running_loop().create_future()
@@ -247,11 +252,7 @@ class TxnApis:
             fresh = -1
             if shard.epoch_exhausted(transactional_id):
                 # The bump would exhaust the epoch: the commit moves the id to a new producer id.
-                try:
-                    fresh = await self._next_producer_id()
-                except (RuntimeError, OSError, ConnectionError, asyncio.TimeoutError):
-                    return build(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-                shard = self.coordinator.shard_for(transactional_id)    # may have moved meanwhile
+                shard, fresh = await self._fresh_producer_id(transactional_id)
                 if isinstance(shard, ErrorCode):
                     return build(shard)
             future = asyncio.get_running_loop().create_future()
