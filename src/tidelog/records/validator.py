@@ -258,8 +258,17 @@ def accept_records_vectorized(body, count: int, keys_required: bool = False) -> 
     every record is then decoded and checked at once with numpy (C loops over arrays).
     ``None`` (then ``accept_records`` decides) for what it does not accept, and for
     headers or a varint of three bytes or more, which it leaves to the scalar walk."""
-    import numpy                    # here, not at import: tidelog's commands start without it
     end = len(body)
+    # A batch whose first record carries headers (its last byte, the header count or a
+    # header's value, is not 0) goes to the scalar walk at once, before any decoding here.
+    try:
+        z = body[0]
+        first_end = 1 + (z >> 1) if z < 0x80 else 2 + (((z & 0x7F) | (body[1] << 7)) >> 1)
+        if body[first_end - 1] != 0:
+            return None
+    except IndexError:
+        return None
+    import numpy                    # here, not at import: tidelog's commands start without it
     starts = []
     append = starts.append
     pos = 0
