@@ -130,3 +130,21 @@ def test_seed_2070_a_failed_directory_is_reported_before_it_can_lead_again(run):
     result = run(2070)
     assert result.passed, failure_report(result)
     assert result.stats.acked_all_lost == 0
+
+
+def test_seed_5009_the_last_known_leader_is_the_one_the_partition_loses(run):
+    """Seed 5009: __consumer_offsets-1 (replicas 1, 2, 3, min ISR 1) lost its leader 2
+    (its directory went offline) while broker 3, whose directory was offline too,
+    was still in the ISR: leader -1, ISR [3]. The controller recorded the last known
+    leader only in the write that emptied the ISR, and by then there was no leader
+    to record; broker 3 was fenced (ELR [3]), came back on a replaced disk (out of
+    the ELR), and the partition had no ISR, ELR or last known leader: no coordinator
+    for group g0, ever (10.5). Kafka 4.4 records the leader as it goes (broker 2),
+    and elects it (RECOVERING) once it is back; broker 2 held every committed
+    record, so no commit is lost."""
+    from tests.sim.conftest import failure_report
+
+    result = run(5009)
+    assert result.passed, failure_report(result)
+    assert result.stats.acked_all_lost == 0 and result.stats.group_commits_excused == 0
+    assert not any(reason.startswith("__consumer_offsets") for reason in result.excused), result.excused

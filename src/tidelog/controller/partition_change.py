@@ -35,10 +35,14 @@ The ISR may then become empty. When it is, an acceptable ELR member is a valid
 leader (clean: it has every committed record); electing it sets ISR := [it] and
 takes it out of the ELR.
 
-The last known leader (Kafka's ``lastKnownElr`` in its default mode): the write
-that empties the ISR records the leader it had; any later leader clears it. When
-ISR and ELR are both empty — every replica that held all committed records shut
-down uncleanly — that broker, if acceptable, is elected as Kafka 4.4 does, as an
+The last known leader (Kafka 4.4's ``lastKnownElr`` in its default mode): the
+write that leaves the partition leaderless (``leader`` := -1) records the leader it
+had, unless one is recorded already; the write that elects a leader clears it.
+It is recorded when the *leader* goes, not when the ISR empties: the ISR can
+outlive the leader (its members' directories offline), and by the time it
+empties there is no leader left to record (seed 5009). When ISR and ELR are both
+empty — every replica that held all committed records shut down uncleanly or
+lost its disk — that broker, if acceptable, is elected as Kafka 4.4 does, as an
 unclean election (ISR := [it], RECOVERING), on any topic: it was the last to hold
 every committed record, and without it a cluster whose brokers all crashed (a
 lone node after ``kill -9``) would never lead again. On a topic that allows
@@ -191,17 +195,16 @@ class PartitionChangeBuilder:
         self.target_elr = tuple(r for r in self.target_replicas if r in candidates and r not in self.target_isr
                                 and r not in self.unclean_shutdown_replicas)
 
-    def _last_known_elr(self, isr: tuple[int, ...], leader: int) -> tuple[int, ...] | None:
-        """The new last known leader, or None if unchanged (Kafka's ``maybeUpdateLastKnownLeader``)."""
+    def _last_known_elr(self, leader: int) -> tuple[int, ...] | None:
+        """The new last known leader, or None if unchanged (Kafka 4.4's
+        ``maybeUpdateLastKnownLeader``; ``leader`` is the record's)."""
         current = self.partition
         if not self.elr_enabled:
             return () if current.last_known_elr else None
-        if not isr and current.isr and current.leader != NO_LEADER \
-                and current.last_known_elr != (current.leader,):
+        if leader == NO_LEADER and current.leader != NO_LEADER and not current.last_known_elr:
             return (current.leader,)                 # the write that leaves the partition leaderless
-        new_leader = current.leader if leader == NO_LEADER_CHANGE else leader
-        if new_leader != NO_LEADER and current.last_known_elr:
-            return ()
+        if leader >= 0 and current.last_known_elr:
+            return ()                                # a leader is elected
         return None
 
     # ------------------------------------------------------------ reassignment
@@ -266,7 +269,7 @@ class PartitionChangeBuilder:
             directories=(self.target_directories if self.target_directories != current.directories
                          else None),
             eligible_leader_replicas=self.target_elr if self.target_elr != current.elr else None,
-            last_known_elr=self._last_known_elr(isr, leader),
+            last_known_elr=self._last_known_elr(leader),
             adding_replicas=self.target_adding if self.target_adding != current.adding_replicas else None,
             removing_replicas=(self.target_removing if self.target_removing != current.removing_replicas
                                else None),
