@@ -227,9 +227,10 @@ class Log:
                  segments: list[LogSegment], leader_epoch_cache: LeaderEpochCache, *,
                  log_start_offset: int, log_end_offset: int, high_watermark: int, recovery_point: int,
                  cleaner_checkpoint: int = 0, on_io_error: Callable[[str, OSError], None] | None = None,
-                 background: Background | None = None):
+                 background: Background | None = None, topic_partition: TopicPartition | None = None):
         self.directory = directory
-        self.topic_partition = TopicPartition.parse(os.path.basename(directory))
+        # A future log's directory is <tp>.<unique>-future (log_manager.py): its partition is given.
+        self.topic_partition = topic_partition or TopicPartition.parse(os.path.basename(directory))
         self.config = config
         self.clock = clock
         self.fs = fs
@@ -257,7 +258,7 @@ class Log:
              recovery_point: int = 0, log_start_offset: int = 0, high_watermark: int = 0, *,
              cleaner_checkpoint: int = 0, had_clean_shutdown: bool = False,
              on_io_error: Callable[[str, OSError], None] | None = None,
-             background: Background | None = None) -> "Log":
+             background: Background | None = None, topic_partition: TopicPartition | None = None) -> "Log":
         """Load (or create) the log in ``directory``, recovering what needs it.
 
         ``high_watermark`` is clamped to ``[log_start_offset, log_end_offset]`` (as in
@@ -265,7 +266,8 @@ class Log:
         ``cleaner_checkpoint`` (from ``cleaner-offset-checkpoint``) to the log end offset.
         """
         fs = fs or RealFileSystem()
-        TopicPartition.parse(os.path.basename(directory))  # fail before touching the disk
+        if topic_partition is None:
+            TopicPartition.parse(os.path.basename(directory))  # fail before touching the disk
         loaded = load_log(fs, directory, config, clock.now_ms(), recovery_point=recovery_point,
                           log_start_offset=log_start_offset, had_clean_shutdown=had_clean_shutdown)
         epoch_file = LeaderEpochCheckpointFile(fs, os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
@@ -275,7 +277,8 @@ class Log:
         return cls(directory, config, clock, fs, loaded.segments, cache,
                    log_start_offset=loaded.log_start_offset, log_end_offset=loaded.log_end_offset,
                    high_watermark=high_watermark, recovery_point=loaded.recovery_point,
-                   cleaner_checkpoint=cleaner_checkpoint, on_io_error=on_io_error, background=background)
+                   cleaner_checkpoint=cleaner_checkpoint, on_io_error=on_io_error, background=background,
+                   topic_partition=topic_partition)
 
     # -- state ----------------------------------------------------------------------
 

@@ -44,6 +44,26 @@ directories with the controller and reports those that go offline
 (``directory_ids``, ``offline_directory_ids``), so the controller can move the
 partitions of a failed directory; ``placements`` says where each log is, for the
 broker's AssignReplicasToDirs.
+
+Moving a replica between directories (AlterReplicaLogDirs, KIP-113; docs/storage.md).
+``alter_log_dir`` checks the request as Kafka's ``ReplicaManager.alterReplicaLogDirs``
+does and creates a *future log* ``<tp>.<unique>-future`` in the target directory
+(``future_log.py``); ``copy_to_future_logs``, called by the broker's loop, copies a
+bounded chunk into each and swaps a future that has caught up with its current log:
+
+    1. flush both logs (everything the current holds is durable in the future);
+    2. rename the current ``<tp>`` to ``<tp>.<unique>-delete`` (same ``unique``);
+    3. rename the future to ``<tp>`` in its directory;
+    4. delete the ``-delete`` directory.
+
+A crash after 2 and before 3 leaves a future with no current log but with the
+``-delete`` directory of the same ``unique``: the load promotes that future (it held
+everything at step 1) before it removes any ``-delete`` directory. A future found
+beside its current log resumes; one in the same directory as its current log, or a
+second one, is deleted; one with neither a current log nor that evidence (its
+current's directory is missing) is left on disk untouched and logged. The broker then
+reports the new directory to the controller with AssignReplicasToDirs
+(``placements``), so the partition record's ``directories`` follow the move.
 """
 
 from __future__ import annotations
@@ -56,7 +76,7 @@ import uuid
 from typing import Callable, Mapping
 
 from tidelog.core.clock import Clock
-from tidelog.core.errors import StorageError
+from tidelog.core.errors import ErrorCode, StorageError
 from tidelog.core.ids import TopicPartition
 from tidelog.storage.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -68,6 +88,7 @@ from tidelog.storage.cleaner import CLEANER_OFFSET_CHECKPOINT, CleanerConfig, Lo
 from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import DuplicateLogError, LogDirLockedError, OfflineLogDirError
 from tidelog.storage.files import FileLock, FileSystem, RealFileSystem, read_whole_file, write_file_atomically
+from tidelog.storage.future_log import FutureLog
 from tidelog.storage.log import Background, Log
 
 logger = logging.getLogger(__name__)
@@ -79,8 +100,11 @@ PARTITION_METADATA_FILE = "partition.metadata"
 _PARTITION_METADATA_SIZE_MAX_BYTES = 4096
 LOCK_FILE = ".lock"
 DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
 METADATA_TOPIC = "__cluster_metadata"  # the metadata log is the Raft layer's, not ours
-_SKIPPED_DIR_SUFFIXES = ("-future", "-stray")
+_SKIPPED_DIR_SUFFIXES = ("-stray",)
+FILE_NAME_LENGTH_MAX = 255        # a future log's directory name must fit (Kafka's KAFKA-4893 check)
+PREFERRED_LOG_DIRS_MAX = 100_000  # directories asked for partitions not hosted yet, remembered at most
 
 
 class LogManager:
@@ -110,12 +134,20 @@ class LogManager:
         self._locks: dict[str, FileLock] = {}
         self._deletions = 0
         self._cleaner = LogCleaner(self._on_io_error)
+        # Replicas being moved to another directory (tp → its future log), and the
+        # directory AlterReplicaLogDirs asked for a partition not hosted yet.
+        self._futures: dict[TopicPartition, FutureLog] = {}
+        self._preferred_dirs: dict[TopicPartition, str] = {}
+        found = _Found()
         for log_dir in self.log_dirs:
-            self._load_dir(log_dir)
+            self._load_dir(log_dir, found)
+        self._resolve_futures(found)
+        for log_dir, name in found.deleted:
+            self._remove_deleted_dir(log_dir, name)
 
     # -- loading ------------------------------------------------------------------------
 
-    def _load_dir(self, log_dir: str) -> None:
+    def _load_dir(self, log_dir: str, found: "_Found") -> None:
         fs = self.fs
         try:
             if not fs.exists(log_dir):
@@ -140,8 +172,9 @@ class LogManager:
             log_start_offsets = self._checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT).read()
             high_watermarks = self._checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT).read()
             cleaner_checkpoints = self._checkpoint(log_dir, CLEANER_OFFSET_CHECKPOINT).read()
+            found.checkpoints[log_dir] = (recovery_points, log_start_offsets, had_clean_shutdown)
             for name in fs.listdir(log_dir):
-                tp = self._partition_dir(log_dir, name)
+                tp = self._partition_dir(log_dir, name, found)
                 if tp is None:
                     continue
                 if tp in self._logs:
@@ -190,14 +223,21 @@ class LogManager:
         logger.debug("%s: new directory id %s", log_dir, format_directory_id(directory_id))
         return directory_id
 
-    def _partition_dir(self, log_dir: str, name: str) -> TopicPartition | None:
+    def _partition_dir(self, log_dir: str, name: str, found: "_Found") -> TopicPartition | None:
+        """The partition of a current log's directory; None for anything else (a
+        ``-delete`` or ``-future`` directory is noted in ``found`` for after the listing)."""
         path = os.path.join(log_dir, name)
         if not self.fs.is_dir(path):
             return None
         if name.endswith(DELETE_DIR_SUFFIX):
-            logger.info("%s: removing %s, deleted before the restart", log_dir, name)
-            self.fs.rmtree(path)
-            self.fs.fsync_dir(log_dir)
+            found.deleted.append((log_dir, name))      # removed once every future is resolved
+            return None
+        if name.endswith(FUTURE_DIR_SUFFIX):
+            parsed = _parse_unique_dir_name(name, FUTURE_DIR_SUFFIX)
+            if parsed is None:
+                logger.warning("%s: ignoring directory %s, not <topic>-<partition>.<id>-future", log_dir, name)
+            else:
+                found.futures.append((log_dir, name, *parsed))
             return None
         if name.endswith(_SKIPPED_DIR_SUFFIXES):
             logger.warning("%s: skipping %s (future/stray logs are not supported)", log_dir, name)
@@ -208,6 +248,55 @@ class LogManager:
             logger.warning("%s: ignoring directory %s, not <topic>-<partition>", log_dir, name)
             return None
         return None if tp.topic == METADATA_TOPIC else tp
+
+    def _resolve_futures(self, found: "_Found") -> None:
+        """After every directory is listed: resume, promote, delete or leave each future
+        log found (module docstring)."""
+        evidence = {(tp, unique) for _, name in found.deleted
+                    for tp, unique in [_parse_unique_dir_name(name, DELETE_DIR_SUFFIX) or (None, None)]}
+        for log_dir, name, tp, unique in found.futures:
+            if log_dir in self._offline_dirs:
+                continue
+            path = os.path.join(log_dir, name)
+            try:
+                if tp in self._logs and self._dir_of[tp] != log_dir and tp not in self._futures:
+                    self._futures[tp] = FutureLog(self._open_found(log_dir, path, tp, found), log_dir, unique)
+                    logger.info("%s: resuming the move of %s from %s", log_dir, tp, self._dir_of[tp])
+                elif tp in self._logs or tp in self._futures:
+                    logger.warning("%s: deleting %s, a second copy of %s", log_dir, name, tp)
+                    self._remove_deleted_dir(log_dir, name)
+                elif (tp, unique) in evidence:
+                    logger.info("%s: %s was being swapped in when the broker stopped: it is %s now",
+                                log_dir, name, tp)
+                    current = os.path.join(log_dir, str(tp))
+                    self.fs.rename(path, current)
+                    self.fs.fsync_dir(log_dir)
+                    self._logs[tp] = self._open_found(log_dir, current, None, found)
+                    self._dir_of[tp] = log_dir
+                else:
+                    logger.warning("%s: leaving %s alone: %s has no current log to move (is its directory "
+                                   "missing?)", log_dir, name, tp)
+            except (OSError, StorageError) as e:
+                self._mark_dir_offline(log_dir, e)
+
+    def _open_found(self, log_dir: str, path: str, topic_partition: TopicPartition | None,
+                    found: "_Found") -> Log:
+        tp = topic_partition or TopicPartition.parse(os.path.basename(path))
+        recovery_points, log_start_offsets, had_clean_shutdown = found.checkpoints[log_dir]
+        return Log.open(path, self.config_for(tp.topic), self.clock, self.fs,
+                        recovery_point=recovery_points.get(tp, 0), log_start_offset=log_start_offsets.get(tp, 0),
+                        had_clean_shutdown=had_clean_shutdown, on_io_error=self._on_io_error,
+                        background=self._background, topic_partition=topic_partition)
+
+    def _remove_deleted_dir(self, log_dir: str, name: str) -> None:
+        if log_dir in self._offline_dirs:
+            return
+        try:
+            logger.info("%s: removing %s, deleted before the restart", log_dir, name)
+            self.fs.rmtree(os.path.join(log_dir, name))
+            self.fs.fsync_dir(log_dir)
+        except OSError as e:
+            self._mark_dir_offline(log_dir, e)
 
     def _checkpoint(self, log_dir: str, name: str) -> OffsetCheckpointFile:
         return OffsetCheckpointFile.in_dir(self.fs, log_dir, name)
@@ -229,7 +318,9 @@ class LogManager:
         online = [d for d in self.log_dirs if d not in self._offline_dirs]
         if not online:
             raise OfflineLogDirError("every log directory is offline")
-        log_dir = min(online, key=lambda d: len(self.logs_in_dir(d)))  # first of the emptiest
+        preferred = self._preferred_dirs.pop(tp, None)     # AlterReplicaLogDirs asked for it before
+        log_dir = preferred if preferred in online else \
+            min(online, key=lambda d: len(self.logs_in_dir(d)))  # first of the emptiest
         path = os.path.join(log_dir, str(tp))
         if config is not None:
             self.topic_configs[tp.topic] = config
@@ -247,7 +338,10 @@ class LogManager:
         return log
 
     def delete_log(self, tp: TopicPartition) -> None:
-        """Close and remove a partition's log (renamed ``*-delete`` first, as Kafka does)."""
+        """Close and remove a partition's log (renamed ``*-delete`` first, as Kafka does),
+        its future log first."""
+        self._preferred_dirs.pop(tp, None)
+        self._remove_future(tp)
         log = self._logs.pop(tp, None)
         self._topic_ids.pop(tp, None)
         if log is None:
@@ -265,6 +359,176 @@ class LogManager:
             self._mark_dir_offline(log_dir, e)
             raise StorageError(f"{tp}: cannot delete its log in {log_dir}: {e}") from e
         logger.info("deleted log %s from %s", tp, log_dir)
+
+    # -- moving replicas between directories (AlterReplicaLogDirs) ---------------------------
+
+    def alter_log_dir(self, tp: TopicPartition, log_dir: str, hosted: str) -> ErrorCode:
+        """Move ``tp``'s log to ``log_dir``, as Kafka's ``ReplicaManager.alterReplicaLogDirs``
+        answers each partition. ``hosted``: the replica manager's view of the partition
+        (``"online"``, ``"offline"`` or ``"none"``). The directory must be named exactly as
+        configured (absolute; no ``..``). A move to where the log is cancels a pending one
+        and does nothing else; a move elsewhere replaces a pending one; a partition not
+        hosted yet gets its log in ``log_dir`` when it is created (REPLICA_NOT_AVAILABLE)."""
+        if len(_unique_dir_name(tp, "0" * 32, FUTURE_DIR_SUFFIX)) > FILE_NAME_LENGTH_MAX:
+            return ErrorCode.INVALID_TOPIC_EXCEPTION
+        if log_dir not in self.log_dirs:
+            return ErrorCode.LOG_DIR_NOT_FOUND
+        if log_dir in self._offline_dirs or hosted == "offline" or tp in self._offline_partitions:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        future = self._futures.get(tp)
+        if hosted == "online" and future is not None and future.log_dir != log_dir:
+            logger.info("%s: the move to %s is replaced by one to %s", tp, future.log_dir, log_dir)
+            self._remove_future(tp)
+        current = self._logs.get(tp)
+        if self._dir_of.get(tp) != log_dir and tp not in self._futures \
+                and (tp in self._preferred_dirs or len(self._preferred_dirs) < PREFERRED_LOG_DIRS_MAX):
+            self._preferred_dirs[tp] = log_dir
+        if hosted != "online" or current is None:
+            return ErrorCode.REPLICA_NOT_AVAILABLE
+        if self._dir_of[tp] == log_dir or tp in self._futures:
+            self._preferred_dirs.pop(tp, None)
+            return ErrorCode.NONE
+        if self._offline_dirs:
+            # Kafka's rule: no future log while a directory is offline, lest one exist in two.
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        self._preferred_dirs.pop(tp, None)
+        try:
+            self._create_future(tp, current, log_dir)
+        except OSError as e:
+            self._mark_dir_offline(log_dir, e)
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        except StorageError:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        return ErrorCode.NONE
+
+    def _create_future(self, tp: TopicPartition, current: Log, log_dir: str) -> None:
+        unique = self._unique_hex(log_dir, tp, FUTURE_DIR_SUFFIX)
+        path = os.path.join(log_dir, _unique_dir_name(tp, unique, FUTURE_DIR_SUFFIX))
+        self.fs.mkdir(path)
+        self.fs.fsync_dir(log_dir)
+        log = Log.open(path, self.config_for(tp.topic), self.clock, self.fs, on_io_error=self._on_io_error,
+                       background=self._background, topic_partition=tp)
+        topic_id = self.topic_id_of(tp)
+        if topic_id is not None:
+            _write_partition_metadata(self.fs, path, topic_id)
+        if current.log_start_offset > 0:
+            log.truncate_fully_and_start_at(current.log_start_offset)
+        self._cleaner.abort(current)        # no compaction of the current while it is copied (Kafka's)
+        self._futures[tp] = FutureLog(log, log_dir, unique)
+        logger.info("%s: moving from %s to %s (future log %s)", tp, self._dir_of[tp], log_dir, path)
+
+    def _remove_future(self, tp: TopicPartition) -> None:
+        """Cancel a move: close the future log and delete its directory."""
+        future = self._futures.pop(tp, None)
+        if future is None:
+            return
+        log = future.log
+        log.close()
+        log.mark_offline()          # a background flush finishing later must not touch it
+        if future.log_dir in self._offline_dirs:
+            return
+        try:
+            doomed = os.path.join(future.log_dir, _unique_dir_name(
+                tp, self._unique_hex(future.log_dir, tp, DELETE_DIR_SUFFIX), DELETE_DIR_SUFFIX))
+            self.fs.rename(log.directory, doomed)
+            self.fs.fsync_dir(future.log_dir)
+            self.fs.rmtree(doomed)
+            self.fs.fsync_dir(future.log_dir)
+        except OSError as e:
+            self._mark_dir_offline(future.log_dir, e)
+        logger.info("%s: deleted its future log in %s", tp, future.log_dir)
+
+    def future_log(self, tp: TopicPartition) -> FutureLog | None:
+        return self._futures.get(tp)
+
+    def futures_in_dir(self, log_dir: str) -> dict[TopicPartition, FutureLog]:
+        return {tp: future for tp, future in self._futures.items() if future.log_dir == log_dir}
+
+    def preferred_log_dir(self, tp: TopicPartition) -> str | None:
+        return self._preferred_dirs.get(tp)
+
+    def has_future_work(self) -> bool:
+        """Whether ``copy_to_future_logs`` has something to copy."""
+        return any(tp in self._logs for tp in self._futures)
+
+    def copy_to_future_logs(self, chunk_bytes: int) -> dict[TopicPartition, Log]:
+        """One bounded step of every move: copy into each future log (``FutureLog.step_bytes``
+        from ``chunk_bytes``) and swap each one that caught up. Returns the partitions
+        swapped → their new current log (the caller's ``Partition.log`` must follow)."""
+        swapped: dict[TopicPartition, Log] = {}
+        for tp in sorted(self._futures):
+            future, current = self._futures[tp], self._logs.get(tp)
+            if current is None or current.is_offline:
+                continue
+            try:
+                future.catch_up(current, future.step_bytes(current, chunk_bytes))
+                if future.caught_up(current):
+                    swapped[tp] = self._replace_current_with_future(tp)
+            except StorageError as e:      # the failed directory is offline now (on_io_error)
+                logger.error("%s: moving to %s failed: %s", tp, future.log_dir, e)
+        return swapped
+
+    def _replace_current_with_future(self, tp: TopicPartition) -> Log:
+        """Kafka's ``replaceCurrentWithFutureLog``, crash-safe by its order (module docstring)."""
+        future, current = self._futures[tp], self._logs[tp]
+        source_dir, target_dir = self._dir_of[tp], future.log_dir
+        assert future.caught_up(current) and source_dir != target_dir
+        future.log.flush()
+        current.flush()
+        high_watermark, recovery_point, log_start_offset = (
+            current.high_watermark, future.log.recovery_point, future.log.log_start_offset)
+        doomed = os.path.join(source_dir, _unique_dir_name(tp, future.unique, DELETE_DIR_SUFFIX))
+        current.close()
+        current.mark_offline()
+        try:
+            self.fs.rename(current.directory, doomed)
+            self.fs.fsync_dir(source_dir)
+        except OSError as e:
+            self._mark_dir_offline(source_dir, e)       # the partition is offline; so is its move
+            self._remove_future(tp)
+            raise StorageError(f"{tp}: cannot retire its log in {source_dir}: {e}") from e
+        del self._futures[tp]
+        future.log.close()
+        future.log.mark_offline()
+        path = os.path.join(target_dir, str(tp))
+        try:
+            self.fs.rename(future.log.directory, path)
+            self.fs.fsync_dir(target_dir)
+        except OSError as e:
+            # The source directory is healthy: put the current log back, go on from it.
+            self._mark_dir_offline(target_dir, e)
+            self.fs.rename(doomed, current.directory)
+            self.fs.fsync_dir(source_dir)
+            self._logs[tp] = self._reopen(current.directory, tp, high_watermark, current.recovery_point,
+                                          current.log_start_offset)
+            raise StorageError(f"{tp}: cannot swap in its log in {target_dir}: {e}") from e
+        log = self._reopen(path, tp, high_watermark, recovery_point, log_start_offset)
+        self._logs[tp] = log
+        self._dir_of[tp] = target_dir
+        logger.info("%s: moved from %s to %s", tp, source_dir, target_dir)
+        try:
+            self.fs.rmtree(doomed)
+            self.fs.fsync_dir(source_dir)
+            for log_dir in (source_dir, target_dir):
+                self._write_offsets_checkpoints(log_dir)
+        except OSError as e:
+            self._mark_dir_offline(source_dir if self.fs.exists(doomed) else target_dir, e)
+        return log
+
+    def _reopen(self, path: str, tp: TopicPartition, high_watermark: int, recovery_point: int,
+                log_start_offset: int) -> Log:
+        """A log just flushed and closed, opened again where it now is (no recovery needed)."""
+        return Log.open(path, self.config_for(tp.topic), self.clock, self.fs, recovery_point=recovery_point,
+                        log_start_offset=log_start_offset, high_watermark=high_watermark,
+                        had_clean_shutdown=True, on_io_error=self._on_io_error, background=self._background)
+
+    def _unique_hex(self, log_dir: str, tp: TopicPartition, suffix: str) -> str:
+        """32 hex digits naming no directory in ``log_dir`` (see ``_delete_dir_name``)."""
+        while True:
+            self._deletions += 1
+            unique = f"{self.clock.now_ms() % (1 << 64):016x}{self._deletions:016x}"
+            if not self.fs.exists(os.path.join(log_dir, _unique_dir_name(tp, unique, suffix))):
+                return unique
 
     # -- topic ids (partition.metadata) --------------------------------------------------
 
@@ -303,10 +567,8 @@ class LogManager:
         log = self._logs.get(tp)
         if log is None or self.topic_id_of(tp) == topic_id:
             return
-        encoded = base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
         try:
-            write_file_atomically(self.fs, os.path.join(log.directory, PARTITION_METADATA_FILE),
-                                  f"version: 0\ntopic_id: {encoded}\n".encode())
+            _write_partition_metadata(self.fs, log.directory, topic_id)
         except OSError as e:
             log_dir = self._dir_of[tp]
             logger.error("%s: cannot write %s in %s: %s", tp, PARTITION_METADATA_FILE, log_dir, e)
@@ -322,12 +584,8 @@ class LogManager:
         same directories every time) and are checked against what is on disk (a
         leftover of an earlier process, or a clock that went back, is skipped).
         """
-        while True:
-            self._deletions += 1
-            unique = f"{self.clock.now_ms() % (1 << 64):016x}{self._deletions:016x}"
-            doomed = os.path.join(log_dir, f"{tp}.{unique}{DELETE_DIR_SUFFIX}")
-            if not self.fs.exists(doomed):
-                return doomed
+        unique = self._unique_hex(log_dir, tp, DELETE_DIR_SUFFIX)
+        return os.path.join(log_dir, _unique_dir_name(tp, unique, DELETE_DIR_SUFFIX))
 
     def all_logs(self) -> list[Log]:
         return list(self._logs.values())
@@ -382,7 +640,7 @@ class LogManager:
         config = CleanerConfig.from_settings(settings)
         if not config.enable:
             return False
-        compacted = [log for log in self._logs.values() if log.config.compact]
+        compacted = [log for tp, log in self._logs.items() if log.config.compact and tp not in self._futures]
         cleaning = self._cleaner.clean_one(compacted, config, self.clock.now_ms(), self.clock.monotonic_ms())
         if cleaning is None:
             return False
@@ -404,10 +662,24 @@ class LogManager:
         return sum(self._each_log(lambda log: log.maybe_flush()))
 
     def checkpoint_recovery_points(self) -> None:
+        """Each directory's recovery points, its future logs' too (as Kafka's: a future log
+        is never in the directory of its current log, so one entry per partition)."""
         self._write_per_dir(RECOVERY_POINT_OFFSET_CHECKPOINT, lambda log: log.recovery_point)
 
     def checkpoint_log_start_offsets(self) -> None:
         self._write_per_dir(LOG_START_OFFSET_CHECKPOINT, lambda log: log.log_start_offset)
+
+    def _write_offsets_checkpoints(self, log_dir: str) -> None:
+        logs = self._logs_with_futures(log_dir)
+        self._checkpoint(log_dir, RECOVERY_POINT_OFFSET_CHECKPOINT).write(
+            {tp: log.recovery_point for tp, log in logs.items()})
+        self._checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT).write(
+            {tp: log.log_start_offset for tp, log in logs.items()})
+
+    def _logs_with_futures(self, log_dir: str) -> dict[TopicPartition, Log]:
+        logs = self.logs_in_dir(log_dir)
+        logs.update({tp: future.log for tp, future in self.futures_in_dir(log_dir).items()})
+        return logs
 
     def read_high_watermarks(self) -> dict[TopicPartition, int]:
         """The ``replication-offset-checkpoint`` entries of every online directory."""
@@ -436,12 +708,13 @@ class LogManager:
         self._cleaner.abort()
         for log_dir in self.log_dirs:
             logs = self.logs_in_dir(log_dir)
+            futures = [future.log for future in self.futures_in_dir(log_dir).values()]
             try:
                 if log_dir not in self._offline_dirs:
-                    for log in logs.values():
+                    for log in (*logs.values(), *futures):
                         log.flush()
                     self._write_dir_checkpoints(log_dir, logs)
-                for log in logs.values():
+                for log in (*logs.values(), *futures):
                     log.close()
                 if log_dir not in self._offline_dirs:
                     self._write_marker(log_dir, broker_epoch)
@@ -450,15 +723,14 @@ class LogManager:
             self._release_lock(log_dir)
         self._logs.clear()
         self._dir_of.clear()
+        self._futures.clear()
 
     def _write_dir_checkpoints(self, log_dir: str, logs: Mapping[TopicPartition, Log]) -> None:
-        checkpoints = {
-            RECOVERY_POINT_OFFSET_CHECKPOINT: {tp: log.recovery_point for tp, log in logs.items()},
-            LOG_START_OFFSET_CHECKPOINT: {tp: log.log_start_offset for tp, log in logs.items()},
-            REPLICATION_OFFSET_CHECKPOINT: {tp: log.high_watermark for tp, log in logs.items()},
-        }
-        for name, entries in checkpoints.items():
-            self._checkpoint(log_dir, name).write(entries)
+        """Every checkpoint of ``log_dir``: its future logs are in the offsets checkpoints
+        only (a high watermark or cleaner checkpoint of theirs would hide the current's)."""
+        self._write_offsets_checkpoints(log_dir)
+        self._checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT).write(
+            {tp: log.high_watermark for tp, log in logs.items()})
         self._write_cleaner_checkpoint(log_dir, logs)
 
     def _write_cleaner_checkpoint(self, log_dir: str, logs: Mapping[TopicPartition, Log]) -> None:
@@ -489,7 +761,7 @@ class LogManager:
                        values: Mapping[TopicPartition, int] | None = None) -> None:
         first_error = None
         for log_dir in self._online_dirs():
-            logs = self.logs_in_dir(log_dir)
+            logs = self.logs_in_dir(log_dir) if values is not None else self._logs_with_futures(log_dir)
             if values is None:
                 entries = {tp: value_of(log) for tp, log in logs.items()}
             else:
@@ -524,6 +796,15 @@ class LogManager:
             del self._logs[tp]
             self._topic_ids.pop(tp, None)
             self._offline_partitions.add(tp)
+        # A move into or out of this directory stops; the future's files stay for the restart.
+        for tp, future in list(self._futures.items()):
+            if future.log_dir == log_dir or tp in logs:
+                del self._futures[tp]
+                future.log.mark_offline()
+                try:
+                    future.log.close()
+                except (OSError, ValueError):
+                    pass
         self._release_lock(log_dir)
 
     def _abort_start(self) -> None:
@@ -542,6 +823,36 @@ class LogManager:
                 lock.release()
             except OSError:
                 pass
+
+
+class _Found:
+    """What a load found besides current logs, resolved once every directory is listed."""
+
+    def __init__(self):
+        self.deleted: list[tuple[str, str]] = []                            # (log dir, name)
+        self.futures: list[tuple[str, str, TopicPartition, str]] = []       # (log dir, name, tp, unique)
+        self.checkpoints: dict[str, tuple[dict, dict, bool]] = {}           # recovery, log start, clean
+
+
+def _unique_dir_name(tp: TopicPartition, unique: str, suffix: str) -> str:
+    """Kafka's ``<topic>-<partition>.<unique>-delete`` / ``-future`` directory names."""
+    return f"{tp}.{unique}{suffix}"
+
+
+def _parse_unique_dir_name(name: str, suffix: str) -> tuple[TopicPartition, str] | None:
+    stem, dot, unique = name[:-len(suffix)].rpartition(".")
+    if not dot or not unique:
+        return None
+    try:
+        return TopicPartition.parse(stem), unique
+    except ValueError:
+        return None
+
+
+def _write_partition_metadata(fs: FileSystem, directory: str, topic_id: uuid.UUID) -> None:
+    encoded = base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+    write_file_atomically(fs, os.path.join(directory, PARTITION_METADATA_FILE),
+                          f"version: 0\ntopic_id: {encoded}\n".encode())
 
 
 def random_directory_id(random_bits: Callable[[int], int]) -> uuid.UUID:
