@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from tidelog.core.errors import InvalidConfigError
+from tidelog.replication.replica_selector import REPLICA_SELECTORS
 
 log = logging.getLogger("tidelog.config")
 
@@ -123,6 +124,11 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("max.connections.per.ip.overrides", list, [], lambda v: all(_host_count(i) for i in v),
               "per-address exceptions: host:count,host:count"),
     ConfigDef("replica.lag.time.max.ms", int, 30_000, _positive),
+    # Follower fetching (KIP-392, docs/replication.md): this broker's rack, registered with the
+    # controller and shown in Metadata, and the rule a leader uses to send consumers to a replica.
+    ConfigDef("broker.rack", str, None, None, "this broker's rack; a consumer's client.rack is matched to it"),
+    ConfigDef("replica.selector.class", str, None, lambda v: v in REPLICA_SELECTORS,
+              "which replica a consumer reads from: " + " or ".join(REPLICA_SELECTORS) + "; unset: the leader"),
     ConfigDef("request.timeout.ms", int, 30_000, _positive,
               "a broker's wait for another broker's answer (WriteTxnMarkers, KIP-890 verification) "
               "and for a marker's acks=all append"),

@@ -183,7 +183,7 @@ class BrokerNode:
         self.cluster_id = cluster_id
         self.incarnation_id = incarnation_id
         self.listeners = listeners
-        self.rack = rack
+        self.rack = rack if rack is not None else config["broker.rack"]   # registered; KIP-392
         self.tick_interval_ms = tick_interval_ms
         self.controlled_shutdown_timeout_ms = controlled_shutdown_timeout_ms
         self.state = BrokerState.NOT_RUNNING

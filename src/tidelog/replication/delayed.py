@@ -72,6 +72,9 @@ class FetchParams:
     isolation: Isolation
     partitions: dict = field(default_factory=dict)   # TopicPartition -> FetchPartitionRequest
     broker_epoch: int = -1
+    # Kafka's FetchParams.fetchOnlyLeader: False for a consumer's Fetch v11+ (KIP-392: a
+    # follower serves it up to its high watermark) and for the debugging replica id.
+    fetch_only_leader: bool = True
 
 
 class DelayedFetch(DelayedOperation):

@@ -69,6 +69,10 @@ class ReplicaState:
     last_fetch_leader_log_end_offset: int = UNDEFINED_OFFSET
     last_fetch_time_ms: int = 0
     broker_epoch: int | None = None
+    # The high watermark the last answer to its fetch carried: while the leader's is
+    # higher, a waiting fetch of this follower is answered at once (KIP-392 promptness,
+    # only with a replica selector: ReplicaManager.high_watermark_unsent).
+    last_sent_high_watermark: int = UNDEFINED_OFFSET
 
     def update_fetch_state(self, fetch_offset: int, log_start_offset: int, fetch_time_ms: int,
                            leader_log_end_offset: int, broker_epoch: int) -> None:
@@ -93,6 +97,7 @@ class ReplicaState:
             self.last_fetch_leader_log_end_offset = UNDEFINED_OFFSET
             self.last_fetch_time_ms = 0
             self.broker_epoch = None
+            self.last_sent_high_watermark = UNDEFINED_OFFSET
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,7 @@ class ReadResult:
     log_end_offset: int = UNDEFINED_OFFSET
     diverging_epoch: tuple[int, int] | None = None
     aborted_transactions: list | None = None   # AbortedTxn, for read_committed reads
+    preferred_read_replica: int = -1           # KIP-392: read there instead (no records); -1 none
 
 
 @dataclass
@@ -495,6 +501,12 @@ class Partition:
         state.update_fetch_state(fetch_offset, log_start_offset, now_ms, leader_log_end_offset,
                                  broker_epoch)
         return self.maybe_increment_leader_high_watermark(now_ms)
+
+    def note_high_watermark_sent(self, replica_id: int, high_watermark: int) -> None:
+        """The answer to a follower's fetch carries ``high_watermark`` (KIP-392 promptness)."""
+        state = self.replica_states.get(replica_id)
+        if state is not None:
+            state.last_sent_high_watermark = high_watermark
 
     # ------------------------------------------------------------- ISR change
 

@@ -115,6 +115,9 @@ class ReplicaManager:
         self.pending_isr_proposals: dict[TopicPartition, IsrProposal] = {}
         # This broker's epoch from its registration; sent in follower fetches (v15+).
         self.broker_epoch = -1
+        # KIP-392: set when a replica selector sends consumers to followers; a follower's
+        # waiting fetch is then answered as soon as the high watermark it last got is stale.
+        self.prompt_follower_high_watermark = False
         # Set by begin_controlled_shutdown: followers out of the ISR stop fetching.
         self.in_controlled_shutdown = False
         # Plain event counts for server/metrics.py (Kafka's IsrShrinksPerSec / IsrExpandsPerSec,
@@ -393,7 +396,7 @@ class ReplicaManager:
                     request.fetch_offset, min(request.max_bytes, max(remaining, 0)),
                     Isolation.LOG_END if is_follower else params.isolation,
                     request.current_leader_epoch, request.last_fetched_epoch,
-                    fetch_only_from_leader=True, min_one_batch=(remaining == params.max_bytes),
+                    fetch_only_from_leader=params.fetch_only_leader, min_one_batch=(remaining == params.max_bytes),
                     replica_id=params.replica_id)
             except KafkaError as e:
                 result = ReadResult(e.error_code)
@@ -408,6 +411,7 @@ class ReplicaManager:
                     result = ReadResult(e.error_code)
                     moved = False
                 else:
+                    partition.note_high_watermark_sent(params.replica_id, result.high_watermark)
                     proposal = partition.maybe_expand_isr(params.replica_id)
                     if proposal is not None:
                         self.pending_isr_proposals[topic_partition] = proposal
@@ -422,7 +426,9 @@ class ReplicaManager:
         a role or leader-epoch change, the fetch offset out of range, or a log that no
         longer agrees with the fetcher's last fetched epoch."""
         partition = self._partition_or_error(topic_partition)
-        if isinstance(partition, ErrorCode) or not partition.is_leader:
+        if isinstance(partition, ErrorCode) or (params.fetch_only_leader and not partition.is_leader):
+            return None
+        if params.replica_id >= 0 and self.high_watermark_unsent(partition, params.replica_id):
             return None
         if (request.current_leader_epoch not in (None, -1)
                 and request.current_leader_epoch != partition.leader_epoch):
@@ -449,6 +455,18 @@ class ReplicaManager:
         except KafkaError:   # the log directory failed (as in Kafka's DelayedFetch): answer now
             return None
         return data.records.length
+
+    def high_watermark_unsent(self, partition: Partition, replica_id: int) -> bool:
+        """KIP-392: consumers read from followers up to the follower's high watermark, which
+        it learns from its fetches' answers. Kafka lets a follower's fetch wait for new
+        records (up to ``replica.fetch.wait.max.ms``) even when the high watermark moved; with
+        a replica selector configured tidelog answers it at once when the leader's high
+        watermark is above the one that follower was last sent, so consumers of the
+        follower see new records about one fetch round trip after the leader's consumers."""
+        if not self.prompt_follower_high_watermark or not partition.is_leader:
+            return False
+        state = partition.replica_states.get(replica_id)
+        return state is not None and partition.log.high_watermark > state.last_sent_high_watermark
 
     # ------------------------------------------- requests from other brokers' fetchers
 

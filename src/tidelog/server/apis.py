@@ -29,7 +29,7 @@ from tidelog.metadata.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from tidelog.server.authorized_operations import authorized_operations
 from tidelog.server.authorized_operations import requested as requested_operations
 from tidelog.broker.node import BrokerNode
-from tidelog.broker.requests.fetch import FetchRequest, FetchRequests
+from tidelog.broker.requests.fetch import ClientMetadata, FetchRequest, FetchRequests
 from tidelog.broker.requests.produce import ProduceRequest, ProduceRequests
 from tidelog.controller.topics import validate_topic_name
 from tidelog.core.errors import ErrorCode
@@ -210,7 +210,10 @@ class KafkaApis:
         replica_id, broker_epoch = _replica(request)
         fetch = FetchRequest(replica_id, millis(request.max_wait), {}, int(request.min_bytes),
                              int(getattr(request, "max_bytes", 0x7FFFFFFF)),
-                             int(getattr(request, "isolation_level", 0)), broker_epoch)
+                             int(getattr(request, "isolation_level", 0)), broker_epoch,
+                             # KIP-392: from v11 a consumer's Fetch says its rack.
+                             ClientMetadata(getattr(request, "rack_id", None) or "", self.context.listener_name)
+                             if version >= 11 else None)
         authorizer = self.context.authorizer
         unknown: list[tuple] = []
         order: list[tuple] = []
