@@ -42,7 +42,7 @@ pytestmark = pytest.mark.skipif(missing_tools() is not None, reason=f"real Kafka
 # "<scenario>@<low|high> <answer><field path>[ (only Kafka)| (only tidelog)]", in which
 # "*" matches anything and every other character itself. The first matching entry wins.
 _NOT_SERVED = ("APIs tidelog does not serve, so does not advertise: SASL on a PLAINTEXT listener (tidelog "
-               "advertises SaslHandshake/SaslAuthenticate only on its SASL listeners), AlterReplicaLogDirs, delegation "
+               "advertises SaslHandshake/SaslAuthenticate only on its SASL listeners), delegation "
                "tokens, partition reassignments, UpdateFeatures, UnregisterBroker, "
                "ListConfigResources, DescribeTopicPartitions, share groups and their state APIs, Raft voter "
                "changes, streams groups (docs/interop.md, Known differences)")

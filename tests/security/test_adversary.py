@@ -236,7 +236,7 @@ CLIENT_FORBIDDEN = {
                                                           "salt": b"s", "salted_password": b"p" * 64}],
                                           "deletions": []},
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: {}, ApiKey.WRITE_TXN_MARKERS: {}, ApiKey.DESCRIBE_LOG_DIRS: {},
-    ApiKey.DESCRIBE_QUORUM: {},
+    ApiKey.DESCRIBE_QUORUM: {}, ApiKey.ALTER_REPLICA_LOG_DIRS: {},
     ApiKey.FETCH: {"replica_id": 1},                       # a follower's fetch
     ApiKey.OFFSET_FOR_LEADER_EPOCH: {"replica_id": 1},     # a follower's
     ApiKey.DESCRIBE_CONFIGS: {"resource_type": 4, "resource_name": "1"},    # a broker's configs

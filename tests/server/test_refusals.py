@@ -114,6 +114,7 @@ EXPECTED: dict[int, tuple[ErrorCode, tuple[tuple[str, str], ...]]] = {
     K.END_QUORUM_EPOCH: (CLUSTER, (_RAFT,)),
     K.FETCH_SNAPSHOT: (CLUSTER, (("topics[name]/partitions[partition]", "topics[name]/partitions[index]"),)),
     K.UPDATE_FEATURES: (CLUSTER, (("feature_updates[feature]", "results[feature]"),)),
+    K.ALTER_REPLICA_LOG_DIRS: (CLUSTER, ()),      # results flatten dirs[]/topics[]: test_..._per_topic_of_each_dir
 }
 # Versions whose response has no place for an error: Kafka answers them empty.
 NO_PLACE = {(K.DESCRIBE_LOG_DIRS, 1), (K.DESCRIBE_LOG_DIRS, 2)}
@@ -322,6 +323,17 @@ def test_one_answer_per_scram_user():
 def test_an_unmapped_api_gets_its_top_level_error_or_closes():
     header = RequestHeader(K.SASL_HANDSHAKE, 1, 7, "c")
     assert _answer(header, refusal(header, None, CLUSTER)).error_code == CLUSTER
-    header = RequestHeader(K.ALTER_REPLICA_LOG_DIRS, 1, 7, "c")
+    header = RequestHeader(K.DESCRIBE_TOPIC_PARTITIONS, 0, 7, "c")
     with pytest.raises(ProtocolError):
         refusal(header, None, CLUSTER)
+
+
+def test_alter_replica_log_dirs_is_refused_per_topic_of_each_dir():
+    """Kafka's AlterReplicaLogDirsRequest.getErrorResponse: one result per topic of each
+    directory, every partition of it with the error."""
+    sample = _sample(_request_class(K.ALTER_REPLICA_LOG_DIRS, 2), "r", itertools.count(1))
+    header, request = _request(K.ALTER_REPLICA_LOG_DIRS, 2, sample)
+    answer = _answer(header, refusal(header, request, CLUSTER))
+    assert [(t.topic_name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in answer.results] == [
+        (t.name, [(p, CLUSTER) for p in t.partitions]) for d in sample.dirs for t in d.topics]
+    assert len(answer.results) >= 2

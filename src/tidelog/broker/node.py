@@ -23,7 +23,9 @@ Inputs, each a method that returns the effects to carry out, in order:
                                              dirs, ISR shrink, checkpoints, flush,
                                              retention, heartbeat, AlterPartition,
                                              AssignReplicasToDirs, the group
-                                             coordinator's deadlines
+                                             coordinator's deadlines, a step of each
+                                             replica moving between log directories
+    alter_replica_log_dirs(dirs)           → AlterReplicaLogDirs: moves started
     on_stop_requested(now_ms)              → controlled shutdown, or StopNow
     shutdown()                             → final checkpoints; logs closed
 
@@ -56,7 +58,11 @@ the operator sees the broker). Where a replica's log lives is told to the
 controller with AssignReplicasToDirs whenever the metadata says otherwise — a
 broker with several directories, a replaced disk, a log in a directory that failed
 before it was placed — one request in flight, a placement sent again after
-``ASSIGNMENT_RETRY_MS`` if the metadata still does not show it.
+``ASSIGNMENT_RETRY_MS`` if the metadata still does not show it. A replica moved to
+another directory (AlterReplicaLogDirs) is copied one bounded step per tick
+(``replica.fetch.max.bytes``, more when writes outpace it; ``storage/future_log.py``)
+while it has work, then swapped in: the partition serves the new log from that
+moment, and the placement that follows tells the controller.
 """
 
 from __future__ import annotations
@@ -110,6 +116,7 @@ RECOVERY_CHECKPOINT_INTERVAL_MS = 60_000  # Kafka's log.flush.offset.checkpoint.
 TICK_INTERVAL_MS = 50
 CONTROLLED_SHUTDOWN_TIMEOUT_MS = 30_000
 ASSIGNMENT_RETRY_MS = 1_000              # a placement the metadata does not show yet is sent again
+REPLICA_MOVE_INTERVAL_MS = 1             # between two copy steps of a replica moving between log dirs
 
 FETCHER_PROPERTIES = ("num.replica.fetchers", "replica.fetch.max.bytes", "replica.fetch.response.max.bytes",
                       "replica.fetch.wait.max.ms", "replica.fetch.min.bytes", "replica.fetch.backoff.ms")
@@ -369,6 +376,8 @@ class BrokerNode:
         if now_ms >= self._next_tick_ms:
             self._next_tick_ms = now_ms + self.tick_interval_ms
             self._periodic_work(now_ms)
+        if self.log_manager.has_future_work():
+            self._move_replicas()
         self._mark_failed_log_dirs_offline()       # failed by a request, a fetch or the work above
         if self._offline_dirs_unreported() and self._next_heartbeat_ms is not None:
             self._next_heartbeat_ms = min(self._next_heartbeat_ms, now_ms)    # tell the controller now
@@ -432,6 +441,8 @@ class BrokerNode:
         heartbeat_ms = None if self._heartbeat_in_flight or self.broker_epoch < 0 else self._next_heartbeat_ms
         candidates = [self._next_tick_ms, self._next_registration_ms, heartbeat_ms,
                       self._shutdown_deadline_ms, self.replica_manager.next_deadline_ms()]
+        if self.log_manager.has_future_work():
+            candidates.append(self.clock.monotonic_ms() + REPLICA_MOVE_INTERVAL_MS)
         for coordinator in (self.group_coordinator, self.txn_coordinator):
             deadline = coordinator.next_wakeup_ms()      # on the coordinator's clock (monotonic or wall)
             if deadline is not None:
@@ -613,6 +624,21 @@ class BrokerNode:
             # The failing directory is offline now (LogManager marked it); its
             # partitions go Offline below, the other directories keep serving.
             log.error("periodic log work failed: %s", e)
+
+    def alter_replica_log_dirs(self, dirs: dict[TopicPartition, str]) -> dict[TopicPartition, ErrorCode]:
+        """AlterReplicaLogDirs: each partition's answer (``LogManager.alter_log_dir``)."""
+        return {tp: self.log_manager.alter_log_dir(tp, log_dir, self.replica_manager.hosting(tp).value)
+                for tp, log_dir in dirs.items()}
+
+    def _move_replicas(self) -> None:
+        """One step of every replica moving between log directories; a partition whose
+        log was swapped serves the new one from now on."""
+        swapped = self.log_manager.copy_to_future_logs(self.config["replica.fetch.max.bytes"])
+        for tp, log_ in swapped.items():
+            partition = self.replica_manager.get_partition(tp)
+            if partition is not None:
+                partition.log = log_
+                self.replica_manager.wake(tp)
 
     def _mark_failed_log_dirs_offline(self) -> None:
         """Partitions of a failed log directory go Offline (KAFKA_STORAGE_ERROR);

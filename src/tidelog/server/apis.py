@@ -104,6 +104,7 @@ class KafkaApis:
         dispatcher.register(ApiKey.DESCRIBE_CLUSTER, self.handle_describe_cluster, 0, 2)
         dispatcher.register(ApiKey.INIT_PRODUCER_ID, self.handle_init_producer_id, 0, 5)
         dispatcher.register(ApiKey.DESCRIBE_LOG_DIRS, self.handle_describe_log_dirs, 1, 4)
+        dispatcher.register(ApiKey.ALTER_REPLICA_LOG_DIRS, self.handle_alter_replica_log_dirs, 1, 2)
 
     # ---------------------------------------------------------------- helpers
 
@@ -446,8 +447,9 @@ class KafkaApis:
 
     def handle_describe_log_dirs(self, header, request):
         """Per log directory: its partitions' sizes and offset lag (a current replica's
-        log end offset behind its high watermark; 0 for a leader), and the disk's total
-        and usable bytes (v4). A null topic list asks for every partition."""
+        log end offset behind its high watermark, 0 for a leader; a future replica's —
+        ``is_future_key`` — behind its current replica's), and the disk's total and
+        usable bytes (v4). A null topic list asks for every partition."""
         asked = None if request.topics is None else {
             TopicPartition(t.topic, int(p)) for t in request.topics for p in t.partitions}
         logs = self.replica_manager.log_manager
@@ -468,6 +470,13 @@ class KafkaApis:
                 by_topic.setdefault(tp.topic, []).append({
                     "partition_index": tp.partition, "partition_size": log_.size_bytes,
                     "offset_lag": lag, "is_future_key": False})
+            for tp, future in sorted(logs.futures_in_dir(log_dir).items()):
+                current = logs.get_log(tp)
+                if (asked is not None and tp not in asked) or current is None:
+                    continue
+                by_topic.setdefault(tp.topic, []).append({
+                    "partition_index": tp.partition, "partition_size": future.log.size_bytes,
+                    "offset_lag": future.offset_lag(current), "is_future_key": True})
             entry["topics"] = [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
             try:
                 disk = os.statvfs(log_dir)
@@ -476,6 +485,24 @@ class KafkaApis:
                 pass
             results.append(entry)
         return {"throttle_time": 0, "error_code": 0, "results": results}
+
+    # -------------------------------------------------- alter replica log dirs
+
+    def handle_alter_replica_log_dirs(self, header, request):
+        """Move replicas of this broker to other log directories (Kafka's rules:
+        ``LogManager.alter_log_dir``). ALTER on the cluster is checked before
+        (server/authorization.py); a later entry for a partition wins, as in Kafka."""
+        dirs: dict[TopicPartition, str] = {}
+        for entry in request.dirs:
+            for topic in entry.topics:
+                for index in topic.partitions:
+                    dirs[TopicPartition(topic.name, int(index))] = entry.path
+        answers = self.context.node.alter_replica_log_dirs(dirs)
+        by_topic: dict[str, list] = {}
+        for tp, code in answers.items():
+            by_topic.setdefault(tp.topic, []).append({"partition_index": tp.partition, "error_code": int(code)})
+        return {"throttle_time": 0, "results": [{"topic_name": name, "partitions": parts}
+                                                for name, parts in by_topic.items()]}
 
     # -------------------------------------------------------- describe cluster
 

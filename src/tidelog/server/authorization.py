@@ -160,6 +160,7 @@ WHOLE_REQUEST: dict[int, Callable[[object], list[Need]]] = {
     ApiKey.UNREGISTER_BROKER: _cluster(AclOperation.ALTER),
     ApiKey.UPDATE_FEATURES: _cluster(AclOperation.ALTER),
     ApiKey.DESCRIBE_LOG_DIRS: _cluster(AclOperation.DESCRIBE),
+    ApiKey.ALTER_REPLICA_LOG_DIRS: _cluster(AclOperation.ALTER),
     ApiKey.DESCRIBE_QUORUM: _cluster(AclOperation.DESCRIBE),
     ApiKey.DESCRIBE_ACLS: _cluster(AclOperation.DESCRIBE),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster(AclOperation.DESCRIBE),

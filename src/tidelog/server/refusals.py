@@ -60,8 +60,9 @@ class Mirror(NamedTuple):
 
 
 def _m(request: str, response: str, keys: str = "", *nested: Mirror, unique: bool = False) -> Mirror:
-    """``request``: array names joined by "+"; ``keys``: "name partition_index=partition group_id=" —
-    same name, renamed (response=request), or the item itself."""
+    """``request``: array names joined by "+" (a name "a/b": every b of every a, flattened);
+    ``keys``: "name partition_index=partition group_id=" — same name, renamed
+    (response=request), or the item itself."""
     return Mirror(tuple(request.split("+")), response, tuple(map(_key, keys.split())), nested, unique)
 
 
@@ -122,6 +123,8 @@ _MIRRORS: dict[int, Mirror] = {
     ApiKey.DESCRIBE_CONFIGS: _root(_m("resources", "results", "resource_type resource_name")),
     ApiKey.ALTER_CONFIGS: _root(_m("resources", "responses", "resource_type resource_name")),
     ApiKey.DESCRIBE_LOG_DIRS: _root(),
+    ApiKey.ALTER_REPLICA_LOG_DIRS: _root(_m("dirs/topics", "results", "topic_name=name",
+                                            _m("partitions", "partitions", "partition_index="))),
     ApiKey.CREATE_PARTITIONS: _root(_m("topics", "results", "name")),
     ApiKey.DELETE_GROUPS: _root(_m("groups_names", "results", "group_id=")),
     ApiKey.ELECT_LEADERS: _root(_m("topic_partitions", "replica_election_results", "topic",
@@ -191,7 +194,7 @@ def _build(cls, source, mirror: Mirror, code: int, message: str | None) -> dict:
 
 def _items(source, mirror: Mirror) -> list | None:
     """The request items ``mirror`` answers (a null array: none), or None if ``source`` has none of its arrays."""
-    arrays = [getattr(source, name, _ABSENT) for name in mirror.request]
+    arrays = [_array(source, name) for name in mirror.request]
     if all(array is _ABSENT for array in arrays):
         return None
     items = [item for array in arrays if array is not _ABSENT for item in array or ()]
@@ -201,6 +204,15 @@ def _items(source, mirror: Mirror) -> list | None:
     for item in items:
         distinct.setdefault(tuple(getattr(item, field, None) for _, field in mirror.keys), item)
     return list(distinct.values())
+
+
+def _array(source, name: str):
+    """``source``'s array ``name``; "a/b": the b items of every a item, in order."""
+    outer, _, inner = name.partition("/")
+    items = getattr(source, outer, _ABSENT)
+    if not inner or items is _ABSENT:
+        return items
+    return [item for element in items or () for item in _array(element, inner) or ()]
 
 
 def _nothing(cls, code: int, message: str | None) -> dict:
