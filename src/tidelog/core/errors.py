@@ -140,6 +140,9 @@ class ErrorCode(enum.IntEnum):
     TELEMETRY_TOO_LARGE = 118
     INVALID_REGISTRATION = 119
     TRANSACTION_ABORTABLE = 120
+    INVALID_VOTER_KEY = 125
+    DUPLICATE_VOTER = 126
+    VOTER_NOT_FOUND = 127
 
 
 class KafkaError(Exception):

@@ -80,6 +80,34 @@ MAX_EPOCH = INT32_MAX - 1
 MAX_EPOCH_JUMP = 100
 
 
+# ================================================================ voters (KIP-853)
+
+
+@dataclass(frozen=True)
+class Voter:
+    """One voter as a VotersRecord names it: Kafka's ReplicaKey (id, directory id) and
+    the listeners it is reached at."""
+    voter_id: int
+    directory_id: str = ""                              # a Uuid's text; "" when not known (kraft.version 0)
+    endpoints: tuple[tuple[str, str, int], ...] = ()     # (listener name, host, port)
+
+
+@dataclass(frozen=True)
+class VotersRecord:
+    """The payload of a VotersRecord control entry: the whole voter set from its offset on."""
+    voters: tuple[Voter, ...]
+
+
+@dataclass
+class VoterChange:
+    """The leader's one voter change in progress (Kafka's Add/RemoveVoterHandlerState)."""
+    kind: str                       # "add", "remove" or "update"
+    voter: Voter
+    deadline_ms: int                # the request's timeout: REQUEST_TIMED_OUT then
+    token: object                   # the driver's handle on the waiting request
+    offset: int | None = None       # where its VotersRecord went; None while an added voter catches up
+
+
 # ================================================================ the log
 
 
@@ -89,6 +117,7 @@ class RaftLog:
 
     def __init__(self):
         self.entries: list[tuple[int, object]] = []     # (epoch, payload), offset = index
+        self._voters_offsets: list[int] = []            # where each VotersRecord entry sits, ascending
 
     @property
     def end_offset(self) -> int:
@@ -110,10 +139,33 @@ class RaftLog:
 
     def append_entries(self, start_offset: int, entries: list[tuple[int, object]]) -> None:
         assert start_offset == len(self.entries), "appends must continue the log"
+        for offset, (_, payload) in enumerate(entries, start_offset):
+            if isinstance(payload, VotersRecord):
+                self._voters_offsets.append(offset)
         self.entries.extend(entries)
+
+    def append_voters(self, epoch: int, voters: tuple[Voter, ...]) -> None:
+        """A leader's VotersRecord control entry (KIP-853): the whole new voter set."""
+        self._voters_offsets.append(len(self.entries))
+        self.entries.append((epoch, VotersRecord(tuple(voters))))
+
+    def last_voters(self) -> tuple[int, tuple[Voter, ...]] | None:
+        """(offset, voters) of the log's latest VotersRecord, committed or not; None
+        when the log has none (the static or bootstrap voters apply)."""
+        if not self._voters_offsets:
+            return None
+        offset = self._voters_offsets[-1]
+        return offset, self.entries[offset][1].voters
+
+    def voters_before(self, offset: int) -> tuple[Voter, ...] | None:
+        """The voters of the latest VotersRecord below ``offset`` (None: the static set)."""
+        earlier = [o for o in self._voters_offsets if o < offset]
+        return self.entries[earlier[-1]][1].voters if earlier else None
 
     def truncate_to(self, offset: int) -> None:
         del self.entries[offset:]
+        while self._voters_offsets and self._voters_offsets[-1] >= offset:
+            self._voters_offsets.pop()
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(largest epoch <= ``epoch`` in the log, the end offset of that epoch) —
@@ -175,6 +227,7 @@ class FetchRequest:
     replica_id: int
     fetch_offset: int
     last_fetched_epoch: int
+    replica_directory_id: str = ""     # the fetcher's ReplicaKey directory id (Fetch v17)
 
 
 @dataclass(frozen=True)
@@ -266,8 +319,23 @@ class RaftReplica:
     leader_id: int = NO_LEADER
     state: str = UNATTACHED
     high_watermark: int = 0
+    kraft_version: int = 0               # 1: the voter set lives in the log and may change (KIP-853)
+    directory_id: str = ""               # this replica's ReplicaKey directory id
+    bootstrap_servers: tuple[int, ...] = ()   # whom an observer that knows no voter asks for the leader
 
     def __post_init__(self):
+        # ``voters`` as given is the static (controller.quorum.voters) or bootstrap set; the
+        # log's latest VotersRecord, committed or not, overrides it (``_refresh_voters``).
+        self.static_voters: tuple[int, ...] = tuple(self.voters)
+        self.voter_set: tuple[Voter, ...] = ()
+        self._voters_offset = -1                         # the VotersRecord in force; -1: the static set
+        self._removed_at: int | None = None              # the VotersRecord that removed this replica
+        self._refresh_voters()
+        self._voter_change: VoterChange | None = None
+        self._voter_change_results: list[tuple[object, ErrorCode]] = []
+        self._fetcher_directory: dict[int, str] = {}     # each fetcher's directory id, as it last said
+        self._caught_up_ms: dict[int, int] = {}          # when a fetcher last fetched from the log end
+        self._discovery_index = 0
         self._outbox: list[Envelope] = []
         self.quorum_state_changed = False
         self._votes: set[int] = set()
@@ -291,6 +359,15 @@ class RaftReplica:
     @property
     def is_voter(self) -> bool:
         return self.node_id in self.voters
+
+    @property
+    def may_stand(self) -> bool:
+        """A voter; or a replica whose removal it does not know to be committed. The
+        latter keeps standing for election (its votes come from the new set only):
+        otherwise a leader that removed itself and lost the others before the removal
+        committed would hold the longest log, and the one voter left, needing its vote,
+        could never be elected with the shorter one."""
+        return self.is_voter or (self._removed_at is not None and self._removed_at >= self.high_watermark)
 
     @property
     def majority(self) -> int:
@@ -355,7 +432,7 @@ class RaftReplica:
         that is alive still has the others, who refuse them (KIP-996) — but waits a
         random fraction of the election timeout, so that two followers who lost the
         same leader at the same instant do not split the vote."""
-        if self.state == FOLLOWER and self.is_voter and self._fetch_deadline_ms is not None:
+        if self.state == FOLLOWER and self.may_stand and self._fetch_deadline_ms is not None:
             self._fetch_deadline_ms = min(self._fetch_deadline_ms, now_ms + 1 + self._jitter())
 
     def _jitter(self) -> int:
@@ -381,17 +458,146 @@ class RaftReplica:
         self._maybe_advance_high_watermark()
         return first
 
+    # ------------------------------------------------------------ voter changes (KIP-853)
+
+    @property
+    def voters_offset(self) -> int:
+        """The offset of the VotersRecord in force (-1: the static or bootstrap set)."""
+        return self._voters_offset
+
+    def add_voter(self, voter: Voter, now_ms: int, timeout_ms: int, token: object = None) -> ErrorCode:
+        """AddRaftVoter on the leader (Kafka's AddVoterHandler). A refusal is returned
+        and changes nothing; NONE means accepted: once ``voter`` (id and directory id)
+        has fetched up to the log end as an observer, a VotersRecord with it appended
+        is appended, and the answer — NONE once that record is committed by a majority
+        of the new set, REQUEST_TIMED_OUT after ``timeout_ms`` — comes out of
+        ``take_voter_change_results`` with ``token``."""
+        error = self._voter_change_problem()
+        if error == ErrorCode.NONE and voter.voter_id in self.voters:
+            error = ErrorCode.DUPLICATE_VOTER
+        if error == ErrorCode.NONE and (voter.voter_id < 0 or not voter.directory_id):
+            error = ErrorCode.INVALID_REQUEST
+        if error == ErrorCode.NONE:
+            self._voter_change = VoterChange("add", voter, now_ms + timeout_ms, token)
+            self._maybe_append_added_voter()
+        return error
+
+    def remove_voter(self, voter_id: int, directory_id: str, now_ms: int, timeout_ms: int,
+                     token: object = None) -> ErrorCode:
+        """RemoveRaftVoter on the leader (Kafka's RemoveVoterHandler): a VotersRecord
+        without the voter is appended at once and the answer comes once it is
+        committed (by a majority of the new set). A voter not in the set (id and
+        directory id), or the last one, is VOTER_NOT_FOUND. A leader that removed
+        itself resigns once the record is committed."""
+        error = self._voter_change_problem()
+        current = {v.voter_id: v for v in self.voter_set}.get(voter_id)
+        if error == ErrorCode.NONE and (current is None or current.directory_id != directory_id
+                                        or len(self.voter_set) == 1):
+            error = ErrorCode.VOTER_NOT_FOUND
+        if error == ErrorCode.NONE:
+            self._voter_change = VoterChange("remove", current, now_ms + timeout_ms, token)
+            self._append_voters(tuple(v for v in self.voter_set if v.voter_id != voter_id))
+        return error
+
+    def update_voter(self, voter: Voter, now_ms: int, timeout_ms: int, token: object = None) -> ErrorCode:
+        """UpdateRaftVoter on the leader: a voter (same id and directory id) announces
+        new endpoints; answered once the VotersRecord carrying them is committed."""
+        error = self._voter_change_problem()
+        if error == ErrorCode.NONE and voter not in self.voter_set and \
+                not any(v.voter_id == voter.voter_id and v.directory_id == voter.directory_id
+                        for v in self.voter_set):
+            error = ErrorCode.VOTER_NOT_FOUND
+        if error == ErrorCode.NONE:
+            self._voter_change = VoterChange("update", voter, now_ms + timeout_ms, token)
+            self._append_voters(tuple(voter if v.voter_id == voter.voter_id else v for v in self.voter_set))
+        return error
+
+    def take_voter_change_results(self) -> list[tuple[object, ErrorCode]]:
+        out, self._voter_change_results = self._voter_change_results, []
+        return out
+
+    def _voter_change_problem(self) -> ErrorCode:
+        """Why no voter change may start now (Kafka's order of checks), or NONE."""
+        if self.state != LEADER:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if self.kraft_version < 1:
+            return ErrorCode.UNSUPPORTED_VERSION           # static voters: controller.quorum.voters
+        if not self.is_active_leader:
+            return ErrorCode.REQUEST_TIMED_OUT             # earlier leaders not fenced yet
+        if self._voter_change is not None or self._voters_offset >= self.high_watermark:
+            return ErrorCode.REQUEST_TIMED_OUT             # one uncommitted change at a time
+        return ErrorCode.NONE
+
+    def _maybe_append_added_voter(self) -> None:
+        change = self._voter_change
+        if change is None or change.kind != "add" or change.offset is not None:
+            return
+        voter = change.voter
+        if voter.voter_id in self._caught_up_ms and \
+                self._fetcher_directory.get(voter.voter_id) == voter.directory_id:
+            self._append_voters(tuple(sorted(self.voter_set + (voter,), key=lambda v: v.voter_id)))
+
+    def _append_voters(self, voters: tuple[Voter, ...]) -> None:
+        assert self.state == LEADER and voters and self._voters_offset < self.high_watermark, \
+            "a voter change while another is uncommitted"
+        self._voter_change.offset = self.log.end_offset
+        self.log.append_voters(self.epoch, voters)
+        self._refresh_voters()
+        self._maybe_advance_high_watermark()
+
+    def _refresh_voters(self) -> None:
+        """The voter set is the log's latest VotersRecord (committed or not), else the
+        static set: called whenever the log grows or is cut."""
+        find = getattr(self.log, "last_voters", None)
+        found = find() if find is not None else None
+        if found is None:
+            self._voters_offset, self.voter_set = -1, tuple(Voter(v) for v in self.static_voters)
+        else:
+            self._voters_offset, self.voter_set = found
+            self.kraft_version = max(self.kraft_version, 1)
+        self.voters = tuple(v.voter_id for v in self.voter_set)
+        self._removed_at = None
+        if self._voters_offset >= 0 and not self.is_voter:
+            before = self.log.voters_before(self._voters_offset)
+            earlier = self.static_voters if before is None else tuple(v.voter_id for v in before)
+            if self.node_id in earlier:
+                self._removed_at = self._voters_offset
+
+    def _settle_voter_change(self, now_ms: int) -> None:
+        """Answer the change in progress once committed (or timed out, or leadership
+        lost); a leader whose removal is committed resigns (Kafka's RemoveVoterHandler)."""
+        change = self._voter_change
+        if change is not None:
+            if self.state != LEADER:
+                error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            elif change.offset is not None and self.high_watermark > change.offset:
+                error = ErrorCode.NONE
+            elif now_ms >= change.deadline_ms:
+                error = ErrorCode.REQUEST_TIMED_OUT
+            else:
+                error = None
+            if error is not None:
+                self._voter_change = None
+                self._voter_change_results.append((change.token, error))
+        if self.state == LEADER and not self.is_voter and self.high_watermark > self._voters_offset:
+            self._resign(now_ms)
+
     def next_wakeup_ms(self) -> int | None:
         times = [t for t in (self._election_deadline_ms, self._fetch_deadline_ms, self._next_fetch_ms,
-                             self._next_begin_epoch_ms if self.state == LEADER else None)
+                             self._next_begin_epoch_ms if self.state == LEADER else None,
+                             self._voter_change.deadline_ms if self._voter_change is not None else None)
                  if t is not None]
         return min(times) if times else None
 
     # ------------------------------------------------------------ time
 
     def on_tick(self, now_ms: int) -> None:
+        self._tick(now_ms)
+        self._settle_voter_change(now_ms)
+
+    def _tick(self, now_ms: int) -> None:
         if self.state == LEADER:
-            live = 1 + sum(1 for v in self.voters if v != self.node_id
+            live = int(self.is_voter) + sum(1 for v in self.voters if v != self.node_id
                            and now_ms - self._last_fetch_ms.get(v, -1 << 62) <= self.config.fetch_timeout_ms)
             if live < self.majority and now_ms - self._leader_since_ms > self.config.fetch_timeout_ms:
                 self._resign(now_ms)                      # check quorum: a minority leader steps down
@@ -406,8 +612,13 @@ class RaftReplica:
             return
         if self.state == FOLLOWER:
             if self._fetch_deadline_ms is not None and now_ms >= self._fetch_deadline_ms:
-                if self.is_voter:
+                if self.may_stand:
                     self._start_pre_vote(now_ms)
+                elif self.kraft_version >= 1:
+                    # An observer whose leader went quiet looks for the leader again.
+                    self.state, self.leader_id = UNATTACHED, NO_LEADER
+                    self.quorum_state_changed = True
+                    self._send_discovery_fetch(now_ms)
                 else:
                     self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms
                     self._send_fetch(now_ms)
@@ -415,11 +626,13 @@ class RaftReplica:
             if self._next_fetch_ms is not None and now_ms >= self._next_fetch_ms:
                 self._send_fetch(now_ms)          # the next fetch, or again if the answer was lost
             return
-        if self._election_deadline_ms is not None and now_ms >= self._election_deadline_ms and self.is_voter:
-            if self.state == CANDIDATE:
-                self._become_candidate(now_ms)            # a split vote: try again, next epoch
-            else:
-                self._start_pre_vote(now_ms)
+        if self._election_deadline_ms is not None and now_ms >= self._election_deadline_ms and not self.may_stand:
+            self._send_discovery_fetch(now_ms)
+        elif self._election_deadline_ms is not None and now_ms >= self._election_deadline_ms:
+            # A split or lost vote starts over with pre-votes (as etcd's candidates do): a
+            # candidate whose log the voters refuse (a replica removed while it led, say)
+            # would otherwise raise the epoch every timeout, resetting their election timers.
+            self._start_pre_vote(now_ms)
 
     # ------------------------------------------------------------ messages
 
@@ -443,6 +656,7 @@ class RaftReplica:
                 return ErrorCode.NONE
         handler = getattr(self, "_on_" + type(message).__name__)
         handler(source, message, now_ms)
+        self._settle_voter_change(now_ms)
         return ErrorCode.NONE
 
     def epoch_ceiling(self, now_ms: int | None = None) -> int:
@@ -494,7 +708,11 @@ class RaftReplica:
             return ErrorCode.FENCED_LEADER_EPOCH
         if sender < 0 or sender != source or sender == self.node_id:
             return invalid
-        if not self.is_voter or sender not in self.voters:
+        if self.kraft_version < 1 and (not self.is_voter or sender not in self.voters):
+            # Static voters only. With dynamic voters (KIP-853) a replica's set may be
+            # stale (a voter just added may not have its VotersRecord yet), so any
+            # replica hears a leader or candidate and may grant a vote, as Kafka's does:
+            # votes count only from the candidate's own voter set.
             return ErrorCode.INCONSISTENT_VOTER_SET
         if message.epoch > self.epoch_ceiling(None if getattr(message, "pre_vote", False) else now_ms):
             return invalid
@@ -518,8 +736,8 @@ class RaftReplica:
         if not 0 <= response.epoch <= MAX_EPOCH or \
                 response.error not in (ErrorCode.NONE, ErrorCode.FENCED_LEADER_EPOCH):
             return None
-        if response.leader_id != NO_LEADER and (response.leader_id not in self.voters
-                                                or response.leader_id == self.node_id):
+        outside = response.leader_id not in self.voters and self.kraft_version < 1
+        if response.leader_id != NO_LEADER and (outside or response.leader_id == self.node_id):
             if isinstance(response, FetchResponse) and response.epoch > self.epoch:
                 return None       # a newer epoch with a leader that cannot be: nothing to follow
             response = dataclasses.replace(response, leader_id=NO_LEADER)
@@ -532,7 +750,8 @@ class RaftReplica:
             hears_leader = self.state == LEADER or (self.state == FOLLOWER and self._fetch_deadline_ms is not None
                                                     and now_ms < self._fetch_deadline_ms)
             granted = request.epoch > self.epoch and up_to_date and not hears_leader
-            self._send(source, VoteResponse(self.epoch, granted, self.leader_id, pre_vote=True))
+            self._send(source, VoteResponse(self.epoch, granted, self.leader_id if hears_leader else NO_LEADER,
+                                            pre_vote=True))
             return
         if request.epoch > self.epoch:
             self._become_unattached(request.epoch, now_ms)
@@ -555,6 +774,12 @@ class RaftReplica:
             else:
                 self._become_unattached(response.epoch, now_ms)
             return
+        if response.pre_vote and self.state == PROSPECTIVE and response.epoch == self.epoch \
+                and response.leader_id not in (NO_LEADER, self.node_id):
+            self._become_follower(response.leader_id, now_ms)      # KIP-996: the epoch has a leader
+            return
+        if source not in self.voters:
+            return                      # only the voter set's votes count towards its majority
         if response.pre_vote and self.state == PROSPECTIVE and response.granted:
             self._votes.add(source)
             if len(self._votes) >= self.majority:
@@ -571,7 +796,8 @@ class RaftReplica:
             self._become_follower(message.leader_id, now_ms)
 
     def _on_EndQuorumEpoch(self, source: int, message: EndQuorumEpoch, now_ms: int) -> None:
-        if message.epoch == self.epoch and self.state == FOLLOWER and self.leader_id == message.leader_id:
+        if message.epoch == self.epoch and self.state == FOLLOWER and self.leader_id == message.leader_id \
+                and self.may_stand:
             self._start_pre_vote(now_ms)
 
     def _on_FetchRequest(self, source: int, request: FetchRequest, now_ms: int) -> None:
@@ -604,13 +830,18 @@ class RaftReplica:
             return
         self._follower_end[source] = request.fetch_offset
         self._last_fetch_ms[source] = now_ms
+        self._fetcher_directory[source] = request.replica_directory_id
+        if request.fetch_offset >= log_.end_offset:
+            self._caught_up_ms[source] = now_ms        # caught up once (Kafka's lastCaughtUpTimestamp)
         if source in self.voters:
             self._maybe_advance_high_watermark()
+        self._maybe_append_added_voter()
         entries = tuple(log_.read_entries(request.fetch_offset, self.config.max_fetch_entries))
         reply(FetchResponse(self.epoch, self.node_id, self.high_watermark, request.fetch_offset, entries))
 
     def _on_FetchResponse(self, source: int, response: FetchResponse, now_ms: int) -> None:
-        if response.epoch > self.epoch and response.leader_id != NO_LEADER:
+        observer_learns = not self.is_voter and self.state != FOLLOWER and response.epoch == self.epoch
+        if (response.epoch > self.epoch or observer_learns) and response.leader_id != NO_LEADER:
             self._fetch_in_flight = False
             self.epoch, self.voted_for = response.epoch, NO_LEADER
             self._become_follower(response.leader_id, now_ms)
@@ -621,6 +852,8 @@ class RaftReplica:
         if self.state != FOLLOWER or response.epoch != self.epoch or response.fenced:
             if response.fenced and self.state == FOLLOWER:
                 self._next_fetch_ms = now_ms + self.config.fetch_interval_ms
+                if source == self.leader_id and response.epoch == self.epoch and response.leader_id == NO_LEADER:
+                    self.on_leader_unreachable(now_ms)     # our leader says it leads no more (it restarted)
             return
         self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms + self._jitter()
         if response.snapshot_id is not None:
@@ -637,10 +870,12 @@ class RaftReplica:
             # Committed entries are the leader's too: never below the high watermark.
             self.log.truncate_to(max(min(cut, self.log.end_offset), min(self.high_watermark, self.log.end_offset)))
             self.high_watermark = min(self.high_watermark, self.log.end_offset)
+            self._refresh_voters()
             self._send_fetch(now_ms)
             return
         if response.entries and response.start_offset == self.log.end_offset:
             self.log.append_entries(response.start_offset, list(response.entries))
+            self._refresh_voters()
         self.high_watermark = max(self.high_watermark, min(response.high_watermark, self.log.end_offset))
         if response.entries:
             self._send_fetch(now_ms)
@@ -661,6 +896,7 @@ class RaftReplica:
             end, epoch = response.snapshot_id
             if end > self.log.end_offset or self.log.log_start_offset < end:
                 self.log.install_snapshot(end, epoch, response.data)
+                self._refresh_voters()
                 # A snapshot holds only committed records.
                 self.high_watermark = max(self.high_watermark, end)
         self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms + self._jitter()
@@ -694,7 +930,7 @@ class RaftReplica:
         if not self._epoch_space_left(now_ms):
             return
         self.state, self.leader_id = PROSPECTIVE, NO_LEADER
-        self._votes = {self.node_id}
+        self._votes = {self.node_id} & set(self.voters)
         self._arm_election(now_ms)
         if len(self._votes) >= self.majority:
             self._become_candidate(now_ms)
@@ -710,7 +946,7 @@ class RaftReplica:
         self.epoch += 1
         self.state, self.voted_for, self.leader_id = CANDIDATE, self.node_id, NO_LEADER
         self.quorum_state_changed = True
-        self._votes = {self.node_id}
+        self._votes = {self.node_id} & set(self.voters)
         self._arm_election(now_ms)
         if len(self._votes) >= self.majority:
             self._become_leader(now_ms)
@@ -725,6 +961,7 @@ class RaftReplica:
         self._election_deadline_ms = self._fetch_deadline_ms = self._next_fetch_ms = None
         self._follower_end = {}
         self._last_fetch_ms = {}
+        self._fetcher_directory, self._caught_up_ms = {}, {}
         self._leader_since_ms = now_ms
         self._next_begin_epoch_ms = now_ms + self.config.fetch_timeout_ms // 2
         # KRaft's leader writes a LeaderChangeMessage control record first: its epoch's start.
@@ -757,14 +994,31 @@ class RaftReplica:
             return
         end = self.log.end_offset
         last_epoch = self.log.epoch_at(end - 1) if end > 0 else -1
-        self._send(self.leader_id, FetchRequest(self.epoch, self.node_id, end, last_epoch))
+        self._send(self.leader_id, FetchRequest(self.epoch, self.node_id, end, last_epoch, self.directory_id))
         self._fetch_sent = (end, last_epoch)
         self._fetch_in_flight = True
         self._next_fetch_ms = now_ms + self.config.fetch_timeout_ms // 2      # resend if the answer is lost
 
+    def _send_discovery_fetch(self, now_ms: int) -> None:
+        """An observer that follows no leader (a new controller started with only
+        ``controller.quorum.bootstrap.servers``, or a removed voter) fetches from the
+        voters it knows, else the bootstrap servers, in turn: the answer names the leader."""
+        targets = [v for v in self.voters if v != self.node_id] or list(self.bootstrap_servers)
+        self._arm_election(now_ms)
+        if not targets:
+            return
+        target = targets[self._discovery_index % len(targets)]
+        self._discovery_index += 1
+        end = self.log.end_offset
+        last_epoch = self.log.epoch_at(end - 1) if end > 0 else -1
+        self._send(target, FetchRequest(self.epoch, self.node_id, end, last_epoch, self.directory_id))
+        self._fetch_sent = (end, last_epoch)
+
     def _maybe_advance_high_watermark(self) -> None:
-        ends = sorted([self.log.end_offset] + [self._follower_end.get(v, 0) for v in self.voters
-                                               if v != self.node_id], reverse=True)
+        # A majority of the voter set in force — the log's latest, even uncommitted, so a
+        # change counts from its append on; a leader being removed no longer counts itself.
+        ends = sorted((self.log.end_offset if v == self.node_id else self._follower_end.get(v, 0)
+                       for v in self.voters), reverse=True)
         candidate = ends[self.majority - 1]
         # Only once the majority holds an entry of this epoch (Raft's commit rule).
         if candidate > self._epoch_start_offset and candidate > self.high_watermark:
