@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 from tidelog.replication.replica_selector import RACK_AWARE_REPLICA_SELECTOR
@@ -150,3 +151,51 @@ def test_java_consumer_reads_from_the_follower_in_its_rack_then_from_the_leader(
     finally:
         java.call("consumer.close", name="near")
     assert got == expected
+
+
+# --------------------------------------------------------------- on the wire
+
+def _fetch(cluster, node_id: int, topic: str, version: int, rack_id: str = "") -> dict:
+    """One consumer Fetch of partition 0 from offset 0 (max wait 0): the partition's answer."""
+    import dataclasses
+    from tidelog.protocol.codec import _request_class
+
+    partition = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20, "current_leader_epoch": -1,
+                 "last_fetched_epoch": -1, "log_start_offset": -1}
+    body = {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": rack_id,
+            "topics": [{"topic": topic, "partitions": [partition]}]}
+    fields = {f.name for f in dataclasses.fields(_request_class(ApiKey.FETCH, version))}
+
+    async def send():
+        connection = await KafkaConnection.connect("127.0.0.1", cluster.port(node_id))
+        try:
+            response = await connection.request(ApiKey.FETCH, {k: v for k, v in body.items() if k in fields},
+                                                version=version)
+        finally:
+            connection.close()
+        answer = response.responses[0].partitions[0]
+        return {"error_code": int(answer.error_code.value), "records": bytes(answer.records or b""),
+                "preferred_read_replica": int(getattr(answer, "preferred_read_replica", -1))}
+    return asyncio.run(send())
+
+
+def test_the_preferred_read_replica_answer_and_its_bounds_on_the_wire(cluster):
+    """Fetch v12 from the leader with the follower's rack: the preferred read replica and
+    no records. The longest client.rack a Kafka string holds (32767 bytes; compared, never
+    kept) matches no broker, so the leader serves; a longer one is a malformed request
+    and closes that connection, as Kafka's parser does. A follower serves Fetch v11+,
+    refuses v10 (which cannot carry a rack), and the leader serves v10 as before KIP-392."""
+    topic = "near-wire"
+    leader, follower = _create(cluster, topic)
+    _produce(cluster, topic, 0, 10)
+    sent_elsewhere = _fetch(cluster, leader, topic, 12, rack(follower))
+    assert sent_elsewhere == {"error_code": 0, "records": b"", "preferred_read_replica": follower}
+    huge = _fetch(cluster, leader, topic, 12, "r" * 32767)
+    assert huge["error_code"] == 0 and huge["preferred_read_replica"] == -1 and huge["records"]
+    with pytest.raises(ConnectionError):
+        _fetch(cluster, leader, topic, 12, "r" * 32768)
+    wait_until(lambda: _fetch(cluster, follower, topic, 12)["records"] == huge["records"],
+               what="the follower serves what the leader does")
+    assert _fetch(cluster, follower, topic, 10)["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert _fetch(cluster, leader, topic, 10)["records"] == huge["records"]
