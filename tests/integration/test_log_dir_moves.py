@@ -2,7 +2,8 @@
 with real processes and real clients: one ``tidelog serve`` with two log
 directories, Kafka's own ``kafka-reassign-partitions`` (its ``log_dirs``) moving a
 partition while a confluent-kafka producer writes with acks=all; kafka-python's
-admin client for DescribeLogDirs and the bad requests.
+admin client for DescribeLogDirs and the bad requests; ``tidelog reassign`` with a
+plan naming a directory.
 
 ``replica.fetch.max.bytes`` and the producer's batches are small here so that the
 copy of the 8 MB backlog takes thousands of steps and the future replica is seen in
@@ -10,6 +11,8 @@ DescribeLogDirs while it catches up."""
 
 import json
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -174,3 +177,39 @@ def test_bad_moves_get_kafkas_codes_and_move_nothing(broker, admin):
     assert error is NoError                           # where it is already: nothing to do
     assert _replicas(admin, "unmoved") == before
     assert not [n for n in os.listdir(other) if n.startswith("unmoved")]
+
+
+def _tidelog_reassign(broker, verb, plan):
+    result = subprocess.run([sys.executable, "-m", "tidelog.cli.main", "reassign", verb, "-b", broker.bootstrap,
+                             "--reassignment-json-file", str(plan)], capture_output=True, text=True, timeout=60)
+    return result.returncode, result.stdout, result.stderr
+
+
+def test_tidelog_reassign_moves_a_replica_to_the_directory_its_plan_names(broker, admin, tmp_path):
+    _create(broker, "cli-moved")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    for i in range(500):
+        producer.produce("cli-moved", b"%d" % i)
+    assert producer.flush(30) == 0
+    wait_until(lambda: _replicas(admin, "cli-moved"), 20, "the replica in DescribeLogDirs")
+    [(source, _, _, _)] = _replicas(admin, "cli-moved")
+    target = next(d for d in broker.log_dirs if d != source)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "cli-moved", "partition": 0, "replicas": [1], "log_dirs": [target]}]}))
+    code, out, err = _tidelog_reassign(broker, "execute", plan)
+    assert code == 0, out + err
+    assert f"Successfully started moving log directory to {target} for replica cli-moved-0 with broker 1" in out
+    wait_until(lambda: _tidelog_reassign(broker, "verify", plan)[0] == 0, 60, "tidelog reassign verify to pass")
+    assert "Reassignment of replica cli-moved-0-1 completed successfully." in _tidelog_reassign(
+        broker, "verify", plan)[1]
+    assert _replicas(admin, "cli-moved") == [(target, 0, False, 0)]
+    # A directory the broker does not have: Kafka's code on standard error, exit 1, nothing moved.
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "cli-moved", "partition": 0, "replicas": [1], "log_dirs": ["/no/such/dir"]}]}))
+    code, out, err = _tidelog_reassign(broker, "execute", plan)
+    assert code == 1 and "cli-moved-0 on broker 1 to /no/such/dir: LOG_DIR_NOT_FOUND" in err, out + err
+    code, out, _ = _tidelog_reassign(broker, "verify", plan)
+    assert code == 1 and f"Partition cli-moved-0 on broker 1 is not being moved from log dir {target} to " \
+        "/no/such/dir." in out, out
+    assert _replicas(admin, "cli-moved") == [(target, 0, False, 0)]

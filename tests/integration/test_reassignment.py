@@ -335,8 +335,8 @@ def test_tidelog_reassign_generates_verifies_cancels_and_refuses_bad_files(clust
             ({"version": 1, "partitions": [{"topic": "clitool", "partition": 0, "replicas": [1, 1]}]},
              "partition clitool-0 has duplicate replicas [1, 1]"),
             ({"version": 1, "partitions": [{"topic": "clitool", "partition": 0, "replicas": [1],
-                                            "log_dirs": ["/data"]}]},
-             'only "any" log directories are supported'),
+                                            "log_dirs": ["data"]}]},
+             "log_dirs entry 'data' is neither \"any\" nor an absolute directory"),
             ({"partitions": "all"}, '"partitions": [{"topic": ..., "partition": ..., "replicas": [...]}')):
         plan.write_text(json.dumps(document))
         code, out, err = _tidelog(cluster, "execute", "--reassignment-json-file", str(plan))

@@ -378,6 +378,9 @@ def _reassign(commands) -> None:
     execute.add_argument("--reassignment-json-file", required=True, metavar="FILE", help=plan_help)
     execute.add_argument("--disallow-replication-factor-change", action="store_true",
                          help="refuse moves that change a partition's number of replicas")
+    execute.add_argument("--timeout", type=int, default=10_000, metavar="MS",
+                         help="how long to keep asking a broker to move a replica it does not host yet to the "
+                              "log directory the plan names")
     for name, text in (("verify", "say whether each move of a plan completed (exit 1 if not all did)"),
                        ("cancel", "revert the moves of a plan that are still running")):
         _verb(verbs, name, text, [common]).add_argument("--reassignment-json-file", required=True, metavar="FILE",

@@ -10,13 +10,17 @@ brokers (KIP-455) on any Kafka-compatible cluster, with the tool's JSON files::
 The files are Kafka's: ``{"version": 1, "topics": [{"topic": "orders"}]}`` names the
 topics to move; a plan is ``{"version": 1, "partitions": [{"topic": "orders",
 "partition": 0, "replicas": [2, 3], "log_dirs": ["any", "any"]}]}`` (``log_dirs``
-optional; a directory other than ``any`` is refused: moving a replica between one
-broker's directories, AlterReplicaLogDirs, is not served). ``generate`` prints the
+optional: ``any``, or the absolute log directory the replica on that broker is to
+live in). ``generate`` prints the
 current assignment (keep it: it is the plan that undoes the move) and a proposal
 that stripes each topic's partitions over the given brokers at its present
 replication factor, leaders spread round-robin; it changes nothing. ``execute``
-prints the current assignment, then starts the moves (AlterPartitionReassignments);
-``verify`` says per partition whether its move completed; ``cancel`` reverts the
+prints the current assignment, then starts the moves (AlterPartitionReassignments)
+and, as Kafka's tool, asks each broker named with a directory to move its replica
+there (AlterReplicaLogDirs, sent to that broker; a replica the broker does not host
+yet — it is being added — is asked again until ``--timeout``);
+``verify`` says per partition whether its move completed, and per replica with a
+directory whether it lives there alone (DescribeLogDirs); ``cancel`` reverts the
 moves still running (null replicas); ``list`` shows the moves under way
 (ListPartitionReassignments). Output lines are Kafka's; a refused partition is one
 line on standard error with its error code, and the exit status is 1.
@@ -24,13 +28,19 @@ line on standard error with its error code, and the exit status is 1.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+import time
 from typing import Any
 
 from tidelog.cli.options import connect
 from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.client import KafkaConnection
+from tidelog.protocol.client_config import load_command_config
+
+LOG_DIR_RETRY_MS = 100        # AlterReplicaLogDirs asked again while a replica is being added (Kafka's)
 
 
 class PlanError(ValueError):
@@ -85,11 +95,21 @@ def read_plan(path: str) -> list[tuple[str, int, list[int]]]:
         log_dirs = entry.get("log_dirs", ["any"] * len(entry["replicas"]))
         if not isinstance(log_dirs, list) or len(log_dirs) != len(entry["replicas"]):
             raise PlanError(f"{path}: partition {key[0]}-{key[1]}: log_dirs must name one directory per replica")
-        if any(d != "any" for d in log_dirs):
-            raise PlanError(f"{path}: partition {key[0]}-{key[1]}: only \"any\" log directories are supported "
-                            "(AlterReplicaLogDirs is not served)")
+        for log_dir in log_dirs:
+            if log_dir != "any" and (not isinstance(log_dir, str) or not log_dir.startswith("/")):
+                raise PlanError(f"{path}: partition {key[0]}-{key[1]}: log_dirs entry {log_dir!r} is neither "
+                                "\"any\" nor an absolute directory")
         plan.append((key[0], key[1], list(entry["replicas"])))
     return plan
+
+
+def read_log_dirs(path: str) -> dict[tuple[str, int, int], str]:
+    """The plan's directories other than ``any``: (topic, partition, broker) → directory."""
+    read_plan(path)                                     # checked there
+    return {(entry["topic"], entry["partition"], broker): log_dir
+            for entry in _load(path)["partitions"]
+            for broker, log_dir in zip(entry["replicas"], entry.get("log_dirs") or ())
+            if log_dir != "any"}
 
 
 def plan_json(assignment: list[tuple[str, int, list[int]]]) -> str:
@@ -190,14 +210,67 @@ async def _execute(connection, args) -> int:
     missing = [f"{t}-{p}" for t, p, _ in plan if (t, p) not in known]
     if missing:
         raise PlanError(f"partitions not found: {', '.join(missing)}")
+    log_dirs = read_log_dirs(args.reassignment_json_file)
+    brokers = await _brokers(connection) if log_dirs else {}
+    unknown = sorted({b for _, _, b in log_dirs if b not in brokers})
+    if unknown:
+        raise PlanError(f"log_dirs name replicas on brokers that are not alive: {', '.join(map(str, unknown))}")
     done, failed = await _alter(connection, plan, not args.disallow_replication_factor_change)
     if done:
         print(f"Successfully started partition reassignment{'s' if len(done) > 1 else ''} for {','.join(done)}")
-    return _report_failures("reassigning", failed)
+    status = _report_failures("reassigning", failed)
+    if log_dirs:
+        status |= await _move_log_dirs(args, brokers, log_dirs)
+    return status
+
+
+async def _brokers(connection) -> dict[int, tuple[str, int]]:
+    answer = await connection.request(ApiKey.METADATA, {"topics": [], "allow_auto_topic_creation": False})
+    return {int(b.node_id): (b.host, int(b.port)) for b in answer.brokers}
+
+
+async def _at_broker(args, brokers, broker: int, api_key: ApiKey, body: dict):
+    """One request to ``broker`` itself (log directories are each broker's own)."""
+    host, port = brokers[broker]
+    peer = await KafkaConnection.connect(host, port, client_id="tidelog-reassign",
+                                         security=load_command_config(args.command_config))
+    try:
+        return await peer.request(api_key, body)
+    finally:
+        peer.close()
+
+
+async def _move_log_dirs(args, brokers, log_dirs: dict[tuple[str, int, int], str]) -> int:
+    """AlterReplicaLogDirs to each broker, as Kafka's tool: REPLICA_NOT_AVAILABLE (a replica
+    being added) is asked again every ``LOG_DIR_RETRY_MS`` until ``--timeout``; other
+    errors are reported."""
+    pending, failed = dict(log_dirs), []
+    deadline = time.monotonic() + args.timeout / 1000
+    while pending:
+        by_broker: dict[int, dict[str, dict[str, list[int]]]] = {}
+        for (topic, partition, broker), log_dir in sorted(pending.items()):
+            by_broker.setdefault(broker, {}).setdefault(log_dir, {}).setdefault(topic, []).append(partition)
+        for broker, dirs in by_broker.items():
+            answer = await _at_broker(args, brokers, broker, ApiKey.ALTER_REPLICA_LOG_DIRS, {"dirs": [
+                {"path": log_dir, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+                for log_dir, topics in dirs.items()]})
+            for result in answer.results:
+                for p in result.partitions:
+                    key = (result.topic_name, int(p.partition_index), broker)
+                    code = ErrorCode(int(p.error_code.value))
+                    if code == ErrorCode.NONE:
+                        print(f"Successfully started moving log directory to {pending.pop(key)} for replica "
+                              f"{key[0]}-{key[1]} with broker {broker}")
+                    elif code != ErrorCode.REPLICA_NOT_AVAILABLE or time.monotonic() >= deadline:
+                        failed.append((f"{key[0]}-{key[1]} on broker {broker} to {pending.pop(key)}", code, None))
+        if pending:
+            await asyncio.sleep(LOG_DIR_RETRY_MS / 1000)
+    return _report_failures("moving log directories of", failed)
 
 
 async def _verify(connection, args) -> int:
     plan = read_plan(args.reassignment_json_file)
+    log_dirs = read_log_dirs(args.reassignment_json_file)
     ongoing = await _ongoing(connection, [(t, p) for t, p, _ in plan])
     current = {(t, p): r for t, p, r in await _current(connection, [t for t, _, _ in plan])}
     print("Status of partition reassignment:")
@@ -213,7 +286,49 @@ async def _verify(connection, args) -> int:
             print(f"There is no active reassignment of partition {name}, but replica set is "
                   f"{current.get((topic, partition))} rather than {replicas}.")
             unfinished += 1
+    if log_dirs:
+        unfinished += await _verify_log_dirs(args, await _brokers(connection), log_dirs)
     return 1 if unfinished else 0
+
+
+async def _verify_log_dirs(args, brokers, log_dirs: dict[tuple[str, int, int], str]) -> int:
+    """Per replica given a directory: where DescribeLogDirs finds it (Kafka's lines)."""
+    print()
+    print("Reassignment of replica log directories:")
+    unfinished = 0
+    for broker in sorted({b for _, _, b in log_dirs}):
+        found: dict[tuple[str, int], tuple[str | None, str | None]] = {}     # (current dir, future dir)
+        if broker in brokers:
+            asked = sorted({(t, p) for t, p, b in log_dirs if b == broker})
+            answer = await _at_broker(args, brokers, broker, ApiKey.DESCRIBE_LOG_DIRS, {"topics": [
+                {"topic": t, "partitions": [p for t2, p in asked if t2 == t]} for t in sorted({t for t, _ in asked})]})
+            for result in answer.results:
+                for topic in result.topics:
+                    for p in topic.partitions:
+                        current, future = found.get((topic.name, int(p.partition_index)), (None, None))
+                        if p.is_future_key:
+                            future = result.log_dir
+                        else:
+                            current = result.log_dir
+                        found[(topic.name, int(p.partition_index))] = (current, future)
+        for (topic, partition, b), wanted in sorted(log_dirs.items()):
+            if b != broker:
+                continue
+            current, future = found.get((topic, partition), (None, None))
+            name = f"{topic}-{partition}-{broker}"
+            if current == wanted and future is None:
+                print(f"Reassignment of replica {name} completed successfully.")
+                continue
+            unfinished += 1
+            if future == wanted:
+                print(f"Reassignment of replica {name} is still in progress.")
+            elif current is None:
+                print(f"Partition {topic}-{partition} is not found in any live log dir on broker {broker}. "
+                      "There is likely an offline log directory on the broker.")
+            else:
+                print(f"Partition {topic}-{partition} on broker {broker} is not being moved from log dir "
+                      f"{current} to {wanted}.")
+    return unfinished
 
 
 async def _cancel(connection, args) -> int:

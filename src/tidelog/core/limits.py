@@ -16,6 +16,7 @@ INDEX_SIZE_MAX_BYTES = 10 * 1024 * 1024  # Kafka's segment.index.bytes default
 CHECKPOINT_ENTRY_COUNT_MAX = 1 << 22    # lines one checkpoint file may declare
 CHECKPOINT_FILE_SIZE_MAX_BYTES = 256 * 1024 * 1024
 CHECKPOINT_WRITE_EMFILE_BACKOFFS_MS = (10, 50, 200)  # waits before each retry of a write that hit EMFILE/ENFILE
+PREFERRED_LOG_DIRS_MAX = 100_000        # AlterReplicaLogDirs wishes kept for partitions not hosted yet
 
 # Network.
 REQUEST_SIZE_MAX_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes

@@ -77,6 +77,7 @@ from typing import Callable, Mapping
 
 from tidelog.core.clock import Clock
 from tidelog.core.errors import ErrorCode, StorageError
+from tidelog.core.limits import PREFERRED_LOG_DIRS_MAX
 from tidelog.core.ids import TopicPartition
 from tidelog.storage.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -104,7 +105,6 @@ FUTURE_DIR_SUFFIX = "-future"
 METADATA_TOPIC = "__cluster_metadata"  # the metadata log is the Raft layer's, not ours
 _SKIPPED_DIR_SUFFIXES = ("-stray",)
 FILE_NAME_LENGTH_MAX = 255        # a future log's directory name must fit (Kafka's KAFKA-4893 check)
-PREFERRED_LOG_DIRS_MAX = 100_000  # directories asked for partitions not hosted yet, remembered at most
 
 
 class LogManager:
