@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import random
+import uuid
 
 import pytest
 
@@ -20,8 +21,12 @@ from tests.raft.test_replica import Net
 TIMEOUT_MS = 60_000
 
 
+def directory(v: int) -> str:
+    return str(uuid.UUID(int=v))
+
+
 def voter(v: int) -> Voter:
-    return Voter(v, f"dir-{v}", (("CONTROLLER", "localhost", 9000 + v),))
+    return Voter(v, directory(v), (("CONTROLLER", "localhost", 9000 + v),))
 
 
 class DynamicNet(Net):
@@ -43,7 +48,7 @@ class DynamicNet(Net):
     def _boot(self, v: int) -> RaftReplica:
         replica = RaftReplica(v, (), self.logs[v], random.Random(self.rng.random()),
                               RaftConfig(election_timeout_ms=300, fetch_timeout_ms=600, fetch_interval_ms=20),
-                              kraft_version=1, directory_id=f"dir-{v}", bootstrap_servers=self.initial)
+                              kraft_version=1, directory_id=directory(v), bootstrap_servers=self.initial)
         replica.start(self.now, self.states[v])
         return replica
 
@@ -137,7 +142,7 @@ def test_the_majority_is_counted_on_the_new_set_once_the_record_is_appended():
     remaining, removed = others
     net.run_until(lambda: all(net.replicas[v].log.end_offset == leader.log.end_offset for v in others))
     net.down.add(remaining)
-    assert leader.remove_voter(removed, f"dir-{removed}", net.now, TIMEOUT_MS, token="r") == ErrorCode.NONE
+    assert leader.remove_voter(removed, directory(removed), net.now, TIMEOUT_MS, token="r") == ErrorCode.NONE
     record_offset = leader.voters_offset
     assert leader.voters == tuple(sorted((leader.node_id, remaining)))
     net.run_until(lambda: net.replicas[removed].log.end_offset > record_offset)
@@ -162,17 +167,17 @@ def test_bad_changes_are_refused_with_kafkas_errors_and_change_nothing():
     v = leader.node_id
     assert leader.add_voter(voter(v), net.now, TIMEOUT_MS) == ErrorCode.DUPLICATE_VOTER
     assert leader.add_voter(Voter(4, ""), net.now, TIMEOUT_MS) == ErrorCode.INVALID_REQUEST
-    assert leader.remove_voter(9, "dir-9", net.now, TIMEOUT_MS) == ErrorCode.VOTER_NOT_FOUND
-    assert leader.remove_voter(v, "another-directory", net.now, TIMEOUT_MS) == ErrorCode.VOTER_NOT_FOUND
-    assert leader.update_voter(Voter(v, "another-directory"), net.now, TIMEOUT_MS) == ErrorCode.VOTER_NOT_FOUND
+    assert leader.remove_voter(9, directory(9), net.now, TIMEOUT_MS) == ErrorCode.VOTER_NOT_FOUND
+    assert leader.remove_voter(v, directory(99), net.now, TIMEOUT_MS) == ErrorCode.VOTER_NOT_FOUND
+    assert leader.update_voter(Voter(v, directory(99)), net.now, TIMEOUT_MS) == ErrorCode.VOTER_NOT_FOUND
     assert follower.add_voter(voter(4), net.now, TIMEOUT_MS) == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert leader.log.entries == before and leader.voters == (1, 2, 3)
     # One uncommitted change at a time: a second one waits (Kafka answers REQUEST_TIMED_OUT).
     net.down.update(r.node_id for r in net.replicas.values() if r is not leader)
-    assert leader.remove_voter(follower.node_id, f"dir-{follower.node_id}", net.now, TIMEOUT_MS) == ErrorCode.NONE
+    assert leader.remove_voter(follower.node_id, directory(follower.node_id), net.now, TIMEOUT_MS) == ErrorCode.NONE
     after_first = list(leader.log.entries)
     assert leader.add_voter(voter(4), net.now, TIMEOUT_MS) == ErrorCode.REQUEST_TIMED_OUT
-    assert leader.remove_voter(v, f"dir-{v}", net.now, TIMEOUT_MS) == ErrorCode.REQUEST_TIMED_OUT
+    assert leader.remove_voter(v, directory(v), net.now, TIMEOUT_MS) == ErrorCode.REQUEST_TIMED_OUT
     assert leader.log.entries == after_first
     # Static voters (controller.quorum.voters, kraft.version 0) cannot change.
     static = Net(5)
@@ -188,11 +193,11 @@ def test_bad_changes_are_refused_with_kafkas_errors_and_change_nothing():
 def test_removing_the_last_voter_is_refused():
     log = RaftLog()
     log.append_voters(0, (voter(1),))
-    replica = RaftReplica(1, (), log, random.Random(0), kraft_version=1, directory_id="dir-1")
+    replica = RaftReplica(1, (), log, random.Random(0), kraft_version=1, directory_id=directory(1))
     replica.start(0)
     replica.on_tick(10_000)
     assert replica.state == LEADER and replica.is_active_leader
-    assert replica.remove_voter(1, "dir-1", 10, TIMEOUT_MS) == ErrorCode.VOTER_NOT_FOUND
+    assert replica.remove_voter(1, directory(1), 10, TIMEOUT_MS) == ErrorCode.VOTER_NOT_FOUND
     assert replica.voters == (1,)
 
 
@@ -200,7 +205,7 @@ def test_a_leader_that_removes_itself_resigns_once_committed_and_follows_the_new
     net = DynamicNet(seed=6, nodes=(1, 2, 3))
     leader = settled_leader(net)
     old, old_epoch = leader.node_id, leader.epoch
-    assert leader.remove_voter(old, f"dir-{old}", net.now, TIMEOUT_MS, token="self") == ErrorCode.NONE
+    assert leader.remove_voter(old, directory(old), net.now, TIMEOUT_MS, token="self") == ErrorCode.NONE
     assert leader.state == LEADER and not leader.is_voter      # leads until the removal commits
     answers: dict = {}
     net.run_until(lambda: answers.update(net.results()) or "self" in answers)
@@ -228,7 +233,7 @@ def test_a_controller_started_with_only_bootstrap_servers_finds_the_leader_and_c
         net.run_until(lambda: net.leader() is not None and net.leader().is_active_leader
                       and net.leader().high_watermark > net.leader().voters_offset)
         current = net.leader()
-        assert current.remove_voter(gone, f"dir-{gone}", net.now, TIMEOUT_MS, token=gone) == ErrorCode.NONE
+        assert current.remove_voter(gone, directory(gone), net.now, TIMEOUT_MS, token=gone) == ErrorCode.NONE
         net.run_until(lambda: answers.update(net.results()) or gone in answers)
         assert answers[gone] == ErrorCode.NONE
     net.run_until(lambda: net.leader() is newcomer and newcomer.is_active_leader)
@@ -263,7 +268,7 @@ def changes_under_faults(net: DynamicNet, steps: int) -> dict:
             asked += 1
             target = rng.choice(nodes)
             if target in leader.voters:
-                leader.remove_voter(target, f"dir-{target}", net.now, 2000, token=asked)
+                leader.remove_voter(target, directory(target), net.now, 2000, token=asked)
             else:
                 leader.add_voter(voter(target), net.now, 2000, token=asked)
             if leader._voter_change is not None and rng.random() < 0.5 and not net.down:
@@ -277,8 +282,12 @@ def test_membership_changes_under_faults_keep_one_leader_per_epoch_and_every_com
     net = DynamicNet(seed=100 + seed, initial=(1, 2, 3), nodes=(1, 2, 3, 4, 5), loss=0.05)
     answers = changes_under_faults(net, steps=4000)
     assert ErrorCode.NONE in answers.values(), "no change was ever committed"
-    # Heal: everyone up, no cuts; a leader of the final voter set commits everything,
-    # every node (voter or observer) holds the same log.
+    heal_and_check(net)
+
+
+def heal_and_check(net: DynamicNet) -> None:
+    """Heal: everyone up, no cuts; a leader of the final voter set commits everything,
+    every node (voter or observer) holds the same log and the same voter set."""
     net.cut.clear()
     for v in list(net.down):
         net.down.discard(v)

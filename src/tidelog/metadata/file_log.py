@@ -13,7 +13,8 @@ The same file is the controller quorum's Raft log (``tidelog.raft``): each entry
 one record batch whose ``partitionLeaderEpoch`` is the Raft epoch that wrote it, so
 the storage log's leader-epoch cache answers the Raft epoch questions; a new leader's
 first entry is a LeaderChange control batch (Kafka's ``LeaderChangeMessage``), which
-metadata readers skip. With a quorum, the high watermark is the quorum's (the Raft
+metadata readers skip, and so are a dynamic quorum's VotersRecord batches (KIP-853,
+``raft/control_records.py``), indexed at open and on every append. With a quorum, the high watermark is the quorum's (the Raft
 driver sets it); batches past it may still be truncated away. ``quorum-state`` beside
 the segments is the Raft vote and epoch (``QuorumStateFile``).
 """
@@ -27,6 +28,7 @@ from typing import Iterator, Sequence
 from tidelog.core.clock import Clock
 from tidelog.metadata.log import METADATA_TOPIC, MetadataLogError, MetadataSnapshot
 from tidelog.metadata.records import MetadataRecord, iter_batch_records, records_to_batch
+from tidelog.raft.control_records import VotersIndex, build_voters_batch
 from tidelog.records.batch import SimpleRecord, build_batch, iter_batches
 from tidelog.storage.config import LogConfig
 from tidelog.storage.files import FileSystem, RealFileSystem
@@ -49,6 +51,7 @@ class FileMetadataLog:
                                                       retention_ms=-1, retention_bytes=-1),
                             clock, self.fs, high_watermark=0)
         self._snapshot_id = self._find_snapshot_id()
+        self._voters = self._index_voters()        # the quorum's voter sets (KIP-853)
         # metadata.log.max.record.bytes.between.snapshots counts from here.
         self.bytes_since_snapshot = self.log.size_bytes
         # A controller wrote (and fsynced) every record it still has, so all are
@@ -83,6 +86,7 @@ class FileMetadataLog:
         if records:
             self.log.append_as_follower(records)
             self.log.flush()
+            self._voters.note(records)
         self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
         return self.log.log_end_offset
 
@@ -111,7 +115,10 @@ class FileMetadataLog:
     def write_snapshot(self, snapshot: MetadataSnapshot) -> None:
         """``<end offset>-<epoch>.checkpoint``: the image's records as batches, written
         atomically; the epoch is that of the last offset it covers."""
-        self._write_snapshot_file(*snapshot_to_store(self, snapshot))
+        end_offset, epoch, data = snapshot_to_store(self, snapshot)
+        # The voter set in force, as Kafka's checkpoints carry it.
+        self._write_snapshot_file(end_offset, epoch, data + self._voters.snapshot_suffix(
+            end_offset, epoch, len(snapshot.records)))
         self.bytes_since_snapshot = 0
 
     def _write_snapshot_file(self, end_offset: int, epoch: int, data: bytes) -> None:
@@ -159,6 +166,7 @@ class FileMetadataLog:
             pass
         self._write_snapshot_file(end_offset, epoch, data)
         self.log.truncate_fully_and_start_at(end_offset)
+        self._voters.restart_at_snapshot(end_offset, data)
         self.log.update_high_watermark(end_offset)
         self._drop_older_snapshots()
         self.bytes_since_snapshot = 0
@@ -220,6 +228,40 @@ class FileMetadataLog:
             self.bytes_since_snapshot += len(batch)
         self.log.flush()
 
+    def append_voters(self, epoch: int, voters: tuple) -> None:
+        """A leader's VotersRecord control batch (KIP-853), fsynced."""
+        data = build_voters_batch(self.log.log_end_offset, epoch, voters, self.clock.now_ms())
+        self.log.append_as_follower(data)
+        self.log.flush()
+        self._voters.note(data)
+
+    def last_voters(self):
+        """(offset, voters) of the latest VotersRecord, committed or not; None: none."""
+        return self._voters.last()
+
+    def voters_before(self, offset: int):
+        return self._voters.before(offset)
+
+    def _index_voters(self) -> VotersIndex:
+        """Read once at open: the latest snapshot's set, then every VotersRecord batch."""
+        index = VotersIndex()
+        if self._snapshot_id is not None:
+            index.restart_at_snapshot(self._snapshot_id[0], self.read_snapshot(self._snapshot_id) or b"")
+        offset = self.log.log_start_offset
+        while offset < self.log.log_end_offset:
+            data = self.log.read(offset, _READ_CHUNK_BYTES).records.read_bytes()
+            next_offset = offset
+            for position, header in iter_batches(data):
+                if position + header.size_bytes <= len(data):
+                    next_offset = header.last_offset + 1
+                    if header.is_control:
+                        index.note(data[position:position + header.size_bytes])
+            if next_offset == offset:
+                break
+            offset = next_offset
+        index.entries.sort(key=lambda entry: entry[0])      # the snapshot's set may sit past older ones
+        return index
+
     def append_leader_change(self, epoch: int, leader_id: int) -> None:
         """A new leader's first entry: a LeaderChange control batch."""
         self.log.append_as_follower(build_leader_change(self.log.log_end_offset, epoch, leader_id,
@@ -248,9 +290,11 @@ class FileMetadataLog:
             self.log.append_as_follower(data)
             self.bytes_since_snapshot += len(data)
             self.log.flush()
+            self._voters.note(data)
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)
+        self._voters.truncate(self.log.log_end_offset)
 
     def close(self) -> None:
         self.log.flush()

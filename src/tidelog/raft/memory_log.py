@@ -22,6 +22,8 @@ The interface is ``FileMetadataLog``'s:
   skipping LeaderChange control batches, up to ``end_offset`` or the high
   watermark; ``high_watermark`` / ``committed_offset`` are what the driver (or,
   for a broker's copy, ``append_fetched``) sets;
+* voter sets (KIP-853) — ``append_voters``, ``last_voters``, ``voters_before``
+  over a ``VotersIndex`` of the VotersRecord control batches (``control_records``);
 * snapshots (KIP-630) — ``write_snapshot``, ``latest_snapshot``,
   ``snapshot_id``, ``read_snapshot``, ``install_snapshot`` and
   ``delete_before_snapshot``, the snapshot being the image's records as
@@ -43,6 +45,8 @@ from typing import Callable, Iterator, Sequence
 from tidelog.metadata.file_log import build_leader_change, snapshot_to_store
 from tidelog.metadata.log import MetadataLogError, MetadataSnapshot
 from tidelog.metadata.records import MetadataRecord, iter_batch_records, records_to_batch
+from tidelog.raft.control_records import VotersIndex, build_voters_batch
+from tidelog.raft.replica import Voter
 from tidelog.records.batch import iter_batches, validate_batch
 
 
@@ -79,6 +83,7 @@ class MemoryMetadataLog:
         self._snapshots: dict[tuple[int, int], bytes] = {}
         self._snapshot_id: tuple[int, int] | None = None
         self.truncations: list[int] = []
+        self._voters = VotersIndex()           # where each VotersRecord (KIP-853) sits
 
     # ------------------------------------------------------------ offsets
 
@@ -154,6 +159,8 @@ class MemoryMetadataLog:
                                    f"(end {self.end_offset})")
         self._batches.append(batch)
         self._bases.append(batch.base_offset)
+        if batch.is_control:
+            self._voters.note(batch.data)
 
     def append_as_leader(self, epoch: int, payloads: list[Sequence[MetadataRecord]]) -> None:
         """Each payload (one controller write's records) becomes one batch of ``epoch``."""
@@ -166,6 +173,17 @@ class MemoryMetadataLog:
         """A new leader's first entry: a LeaderChange control batch."""
         data = build_leader_change(self.end_offset, epoch, leader_id, self.clock_ms())
         self._append(Batch(self.end_offset, self.end_offset + 1, epoch, data, True))
+
+    def append_voters(self, epoch: int, voters: tuple[Voter, ...]) -> None:
+        """A leader's VotersRecord control batch (KIP-853)."""
+        data = build_voters_batch(self.end_offset, epoch, voters, self.clock_ms())
+        self._append(Batch(self.end_offset, self.end_offset + 1, epoch, data, True))
+
+    def last_voters(self) -> tuple[int, tuple[Voter, ...]] | None:
+        return self._voters.last()
+
+    def voters_before(self, offset: int) -> tuple[Voter, ...] | None:
+        return self._voters.before(offset)
 
     def read_entries(self, start_offset: int, max_entries: int) -> list[tuple[int, bytes]]:
         """Whole batches from ``start_offset`` (a batch boundary) on: (epoch, bytes)."""
@@ -196,6 +214,7 @@ class MemoryMetadataLog:
                 keep += 1
             del self._batches[keep:]
             del self._bases[keep:]
+        self._voters.truncate(self.end_offset)
         self.high_watermark = min(self.high_watermark, self.end_offset)
 
     # ------------------------------------------------------------ a broker's copy
@@ -238,7 +257,10 @@ class MemoryMetadataLog:
     # ------------------------------------------------------------ snapshots (KIP-630)
 
     def write_snapshot(self, snapshot: MetadataSnapshot) -> None:
-        self._store_snapshot(*snapshot_to_store(self, snapshot))
+        end_offset, epoch, data = snapshot_to_store(self, snapshot)
+        # The voter set in force, as Kafka's checkpoints carry it.
+        self._store_snapshot(end_offset, epoch, data + self._voters.snapshot_suffix(
+            end_offset, epoch, len(snapshot.records)))
 
     def _store_snapshot(self, end_offset: int, epoch: int, data: bytes) -> None:
         self._snapshots[(end_offset, epoch)] = data
@@ -266,6 +288,7 @@ class MemoryMetadataLog:
         self.truncations.append(0)
         self._batches, self._bases = [], []
         self._start = end_offset
+        self._voters.restart_at_snapshot(end_offset, data)
         self.high_watermark = max(self.high_watermark, end_offset)
         self._drop_older_snapshots()
 

@@ -46,9 +46,18 @@ States, as Kafka's ``QuorumState``::
   Responses with an impossible epoch are dropped. A ``quorum-state`` record with
   an impossible epoch is discarded at ``start`` (``discarded_quorum_state``).
 
+* **Dynamic voters** (KIP-853, ``kraft_version`` 1): the voter set is the log's
+  latest VotersRecord entry, committed or not (``_refresh_voters`` after every
+  append and truncation), else the static set. The leader makes one change at a
+  time (``add_voter`` / ``remove_voter`` / ``update_voter``; their answers come
+  out of ``take_voter_change_results`` once the record commits), appends an
+  added voter only once it fetched up to the log end as an observer, counts the
+  majority on the newest set, and resigns once its own removal commits.
+  Observers that follow no one look for the leader by fetching (voters, else
+  ``bootstrap_servers``). docs/raft.md, "Dynamic voters".
+
 Messages are small dataclasses; the driver maps them onto Kafka's Vote,
-BeginQuorumEpoch, EndQuorumEpoch and Fetch requests. Snapshots (KIP-630) and
-dynamic voters (KIP-853) are not here yet.
+BeginQuorumEpoch, EndQuorumEpoch and Fetch requests.
 """
 
 from __future__ import annotations
@@ -548,8 +557,7 @@ class RaftReplica:
     def _refresh_voters(self) -> None:
         """The voter set is the log's latest VotersRecord (committed or not), else the
         static set: called whenever the log grows or is cut."""
-        find = getattr(self.log, "last_voters", None)
-        found = find() if find is not None else None
+        found = self.log.last_voters()
         if found is None:
             self._voters_offset, self.voter_set = -1, tuple(Voter(v) for v in self.static_voters)
         else:
