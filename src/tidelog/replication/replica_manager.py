@@ -19,6 +19,11 @@ this broker has left is removed from its fetcher instead, and stays removed. The
 server drives each fetcher (``FetcherState.poll``
 / ``on_response``) and answers other brokers' fetcher requests with
 ``fetch_messages``, ``last_offset_for_leader_epoch`` and ``fetch_leader_offsets``.
+A consumer's Fetch v11+ (``FetchParams.fetch_only_leader`` false) may also read a
+follower partition, up to its high watermark (KIP-392; the leader's preferred read
+replica answer is decided in broker/requests/fetch.py); with a replica selector,
+``high_watermark_unsent`` answers a follower's waiting fetch once the leader's high
+watermark moved past what it was last sent.
 
 ISR changes: leaders put ``IsrProposal``s in ``pending_isr_proposals`` (a plain
 dict, one entry per partition); the server drains it into batched AlterPartition
