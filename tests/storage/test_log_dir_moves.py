@@ -295,3 +295,31 @@ def test_a_deleted_partition_takes_its_future_log_with_it(dirs, clock, fs):
     m.copy_to_future_logs(CHUNK_BYTES)
     m.delete_log(TP)
     assert m.future_log(TP) is None and names(dirs[0]) == [] and names(dirs[1]) == []
+
+
+class FailingRenameFileSystem(CrashableFileSystem):
+    """Fails the rename of a future log into place (an I/O error on the target disk)."""
+
+    def rename(self, source, destination):
+        if source.endswith("-future"):
+            raise OSError(5, "injected I/O error", destination)
+        super().rename(source, destination)
+
+
+def test_a_swap_the_target_disk_refuses_puts_the_current_log_back(tmp_path, clock):
+    fs = FailingRenameFileSystem(str(tmp_path))
+    dirs = [str(tmp_path / "d1"), str(tmp_path / "d2")]
+    m, log = with_log(dirs, clock, fs)
+    expected = read_all(log)
+    assert m.alter_log_dir(TP, dirs[1], "online") == ErrorCode.NONE
+    for _ in range(1000):
+        if m.copy_to_future_logs(CHUNK_BYTES) or m.future_log(TP) is None:
+            break
+    assert dirs[1] in m.offline_dirs and m.future_log(TP) is None
+    restored = m.get_log(TP)
+    assert restored is not log and m.log_dir_of(TP) == dirs[0] and names(dirs[0]) == ["orders-0"]
+    assert read_all(restored) == expected and restored.high_watermark == log.high_watermark
+    fill(restored, 2, start=700)                 # it serves on
+    m.shutdown()
+    m = manager(dirs[:1], clock, CrashableFileSystem(str(tmp_path)))
+    assert read_all(m.get_log(TP))[:len(expected)] == expected

@@ -497,10 +497,13 @@ class LogManager:
         except OSError as e:
             # The source directory is healthy: put the current log back, go on from it.
             self._mark_dir_offline(target_dir, e)
-            self.fs.rename(doomed, current.directory)
-            self.fs.fsync_dir(source_dir)
-            self._logs[tp] = self._reopen(current.directory, tp, high_watermark, current.recovery_point,
-                                          current.log_start_offset)
+            try:
+                self.fs.rename(doomed, current.directory)
+                self.fs.fsync_dir(source_dir)
+                self._logs[tp] = self._reopen(current.directory, tp, high_watermark, current.recovery_point,
+                                              current.log_start_offset)
+            except (OSError, StorageError) as again:
+                self._mark_dir_offline(source_dir, again)
             raise StorageError(f"{tp}: cannot swap in its log in {target_dir}: {e}") from e
         log = self._reopen(path, tp, high_watermark, recovery_point, log_start_offset)
         self._logs[tp] = log
