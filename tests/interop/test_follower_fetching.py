@@ -199,3 +199,21 @@ def test_the_preferred_read_replica_answer_and_its_bounds_on_the_wire(cluster):
                what="the follower serves what the leader does")
     assert _fetch(cluster, follower, topic, 10)["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert _fetch(cluster, leader, topic, 10)["records"] == huge["records"]
+    # ListOffsets stays with the leader (Kafka's consumers send it there, KIP-392 or not).
+    assert _list_offset(cluster, follower, topic) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, -1)
+    assert _list_offset(cluster, leader, topic) == (ErrorCode.NONE, 10)
+
+
+def _list_offset(cluster, node_id: int, topic: str) -> tuple[int, int]:
+    """A consumer's ListOffsets v7 for the latest offset of partition 0: (error, offset)."""
+    async def send():
+        connection = await KafkaConnection.connect("127.0.0.1", cluster.port(node_id))
+        try:
+            response = await connection.request(ApiKey.LIST_OFFSETS, {
+                "replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+                    {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]}, version=7)
+        finally:
+            connection.close()
+        answer = response.topics[0].partitions[0]
+        return int(answer.error_code.value), int(answer.offset)
+    return asyncio.run(send())

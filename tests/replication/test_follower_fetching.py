@@ -215,3 +215,21 @@ def test_with_a_selector_a_followers_waiting_fetch_is_answered_when_the_high_wat
     rm.append_records(1, 30_000, {TP: values("b")}, lambda r: None)
     assert follower_fetch(2) == []                         # Kafka's rule: waits for records
 
+
+
+def test_a_follower_serves_read_committed_up_to_its_last_stable_offset(tmp_path, clock):
+    """An open transaction on the follower bounds a read_committed consumer there, as on
+    the leader (its producer state is replayed from the leader's batches)."""
+    from tidelog.records import build_batch
+    rm = manager(tmp_path, clock, broker_id=1)
+    rm.apply_partition_states({TP: state(0, 0)})
+    partition = rm.get_partition(TP)
+    open_transaction = build_batch([b"t"], base_offset=1, partition_leader_epoch=0, producer_id=7,
+                                   producer_epoch=0, base_sequence=0, is_transactional=True)
+    partition.append_records_as_follower(leader_batch(0, 0, "a") + open_transaction + leader_batch(2, 0, "c"))
+    partition.update_follower_high_watermark(3)
+    request = _consumer_fetch(0, max_wait_ms=0)
+    request.isolation_level = 1
+    result = _read(rm, request)[0][TP]
+    assert (result.error, result.last_stable_offset) == (ErrorCode.NONE, 1)
+    assert [offset for offset, _ in record_values(result.records.read_bytes())] == [0]
