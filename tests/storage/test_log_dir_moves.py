@@ -323,3 +323,18 @@ def test_a_swap_the_target_disk_refuses_puts_the_current_log_back(tmp_path, cloc
     m.shutdown()
     m = manager(dirs[:1], clock, CrashableFileSystem(str(tmp_path)))
     assert read_all(m.get_log(TP))[:len(expected)] == expected
+
+
+def test_a_log_starting_inside_a_batch_is_moved_whole(dirs, clock, fs):
+    """DeleteRecords left the log start in the middle of a batch: the future log starts
+    at that batch's base offset (as a follower would), then at the same log start."""
+    m = manager(dirs, clock, fs)
+    log = m.get_or_create_log(TP)
+    for i in range(20):
+        log.append_as_leader(batch(*[f"r{i}-{j}" for j in range(3)]), leader_epoch=0)
+    log.update_high_watermark(log.log_end_offset)
+    log.maybe_increment_log_start_offset(31)           # inside the batch 30..32
+    expected = read_all(log)
+    assert m.alter_log_dir(TP, dirs[1], "online") == ErrorCode.NONE
+    swapped = move(m)
+    assert read_all(swapped[TP]) == expected and swapped[TP].log_start_offset == 31

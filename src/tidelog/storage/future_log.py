@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 
+from tidelog.core.errors import UnexpectedAppendOffsetError
 from tidelog.storage.log import Log
 
 logger = logging.getLogger(__name__)
@@ -80,11 +81,25 @@ class FutureLog:
             records = data.records.read_bytes()
             if not records:
                 break
-            future.append_as_follower(records)
+            self._append(records)
             copied += len(records)
         future.update_high_watermark(min(current.high_watermark, future.log_end_offset))
         assert future.log_end_offset <= current.log_end_offset
         return copied
+
+    def _append(self, records: bytes) -> None:
+        future = self.log
+        try:
+            future.append_as_follower(records)
+        except UnexpectedAppendOffsetError as e:
+            # The current log starts inside a batch (DeleteRecords) and the future is empty
+            # at that start: begin it at the batch's base offset, as Kafka's
+            # Partition.appendRecordsToFollowerOrFutureReplica does for a future replica.
+            end = future.log_end_offset
+            if not (end == future.log_start_offset and e.first_offset < end <= e.last_offset):
+                raise
+            future.truncate_fully_and_start_at(e.first_offset)
+            future.append_as_follower(records)
 
     def _reconcile(self, current: Log) -> None:
         future = self.log
