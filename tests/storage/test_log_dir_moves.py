@@ -8,10 +8,11 @@ import uuid
 
 import pytest
 
-from tidelog.core.errors import ErrorCode, StorageError
+from tidelog.core.errors import ErrorCode, InvalidRecordError, StorageError
 from tidelog.core.ids import TopicPartition
 from tidelog.storage.config import LogConfig
 from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.storage.future_log import FutureLog
 from tidelog.storage.log_manager import LogManager
 
 from .conftest import batch, check_log_consistency, read_all
@@ -338,3 +339,15 @@ def test_a_log_starting_inside_a_batch_is_moved_whole(dirs, clock, fs):
     assert m.alter_log_dir(TP, dirs[1], "online") == ErrorCode.NONE
     swapped = move(m)
     assert read_all(swapped[TP]) == expected and swapped[TP].log_start_offset == 31
+
+
+def test_a_copy_that_cannot_go_on_cancels_the_move_not_the_broker(dirs, clock, fs, monkeypatch):
+    m, log = with_log(dirs, clock, fs)
+    assert m.alter_log_dir(TP, dirs[1], "online") == ErrorCode.NONE
+
+    def refuse(self, current, max_bytes):
+        raise InvalidRecordError("the logs disagree")
+    monkeypatch.setattr(FutureLog, "catch_up", refuse)
+    assert m.copy_to_future_logs(CHUNK_BYTES) == {}
+    assert m.future_log(TP) is None and names(dirs[1]) == [] and m.get_log(TP) is log
+    assert not m.offline_dirs

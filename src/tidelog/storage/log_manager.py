@@ -76,7 +76,7 @@ import uuid
 from typing import Callable, Mapping
 
 from tidelog.core.clock import Clock
-from tidelog.core.errors import ErrorCode, StorageError
+from tidelog.core.errors import ErrorCode, KafkaError, StorageError
 from tidelog.core.limits import PREFERRED_LOG_DIRS_MAX
 from tidelog.core.ids import TopicPartition
 from tidelog.storage.checkpoint import (
@@ -466,6 +466,9 @@ class LogManager:
                     swapped[tp] = self._replace_current_with_future(tp)
             except StorageError as e:      # the failed directory is offline now (on_io_error)
                 logger.error("%s: moving to %s failed: %s", tp, future.log_dir, e)
+            except KafkaError as e:        # the logs disagree in a way the copy cannot mend: give up
+                logger.error("%s: moving to %s failed, the move is cancelled: %s", tp, future.log_dir, e)
+                self._remove_future(tp)
         return swapped
 
     def _replace_current_with_future(self, tp: TopicPartition) -> Log:
