@@ -205,6 +205,8 @@ class BrokerNode:
             self._alive_broker_epoch,
             fetcher_config=FetcherConfig.from_properties({k: config[k] for k in FETCHER_PROPERTIES}),
             is_broker_alive=self._is_fetchable)
+        # KIP-392: consumers may be sent to followers, so followers learn the high watermark at once.
+        self.replica_manager.prompt_follower_high_watermark = config["replica.selector.class"] is not None
         fetchers = self.replica_manager.fetcher_manager
         fetchers.on_fetcher_added = lambda fetcher: self._effects.append(FetcherAdded(fetcher))
         fetchers.on_fetcher_removed = lambda fetcher: self._effects.append(FetcherRemoved(fetcher))

@@ -110,7 +110,6 @@ class FetchRequests:
     def __init__(self, node):
         self.node = node                                  # a BrokerNode: replica manager, image
         self.replica_selector = replica_selector(node.config["replica.selector.class"])
-        node.replica_manager.prompt_follower_high_watermark = self.replica_selector is not None
 
     def handle_fetch(self, request: FetchRequest, respond: Callable[[dict], None]) -> None:
         """``respond({tp: ReadResult})`` once the fetch completes (at once or later)."""
