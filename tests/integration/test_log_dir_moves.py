@@ -213,3 +213,47 @@ def test_tidelog_reassign_moves_a_replica_to_the_directory_its_plan_names(broker
     assert code == 1 and f"Partition cli-moved-0 on broker 1 is not being moved from log dir {target} to " \
         "/no/such/dir." in out, out
     assert _replicas(admin, "cli-moved") == [(target, 0, False, 0)]
+
+
+def test_a_move_killed_midway_resumes_after_the_restart_and_loses_nothing(broker, admin):
+    """SIGKILL while the future replica catches up: the restarted broker finds the
+    ``-future`` directory, resumes the copy and swaps; every acknowledged record is
+    read back. (Last in the module: it restarts the broker.)"""
+    topic = "crashed"
+    _create(broker, topic)
+    acked: list[bytes] = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "enable.idempotence": True,
+                         "linger.ms": 5, "batch.size": 4096})
+    for i in range(20_000):
+        while True:
+            try:
+                producer.produce(topic, b"%08d" % i + b"z" * 192,
+                                 on_delivery=lambda error, message: error is None and acked.append(message.value()))
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0 and len(acked) == 20_000
+    wait_until(lambda: _replicas(admin, topic), 20, "the replica in DescribeLogDirs")
+    [(source, _, _, _)] = _replicas(admin, topic)
+    target = next(d for d in broker.log_dirs if d != source)
+    [(_, error)] = admin.alter_replica_log_dirs({(topic, 0, 1): target}).items()
+    assert error is NoError
+    wait_until(lambda: any(future for _, _, future, _ in _replicas(admin, topic)), 30, "the future replica")
+    broker.restart(clean=False)
+    assert any(f"resuming the move of {topic}-0" in line for line in broker.output), broker.output[-20:]
+    after = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=20_000)
+    try:
+        wait_until(lambda: _replicas(after, topic) == [(target, 0, False, 0)], 120, "the move to finish")
+    finally:
+        after.close()
+    assert not [n for n in os.listdir(source) if n.startswith(topic)]
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "crashed-reader",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.assign([ConfluentPartition(topic, 0, 0)])
+    consumed: list[bytes] = []
+    while len(consumed) < len(acked):
+        messages = consumer.consume(5000, 10)
+        assert messages, f"consumed {len(consumed)} of {len(acked)}"
+        consumed += [m.value() for m in messages if m.error() is None]
+    consumer.close()
+    assert consumed == acked
