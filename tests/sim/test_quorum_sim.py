@@ -56,3 +56,11 @@ def test_a_broker_fed_uncommitted_metadata_is_caught(tmp_path, monkeypatch):
     outcome = run_scenario("quorum-leader-cut-off", str(tmp_path))
     assert outcome.violation is not None, outcome.report()
     assert outcome.violation.startswith("metadata-only-committed"), outcome.report()
+
+
+def test_voter_changes_keep_one_leader_and_every_committed_batch(tmp_path):
+    """KIP-853 in the whole simulator (controllers, brokers, the checker after every
+    event): add a controller started from bootstrap servers, remove a voter while
+    another is killed mid-change, the leader removes itself (sim/scenarios.py)."""
+    outcome = run_scenario("quorum-voter-changes", str(tmp_path))
+    assert outcome.violation is None and outcome.as_expected, outcome.report()

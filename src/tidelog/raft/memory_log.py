@@ -174,9 +174,11 @@ class MemoryMetadataLog:
         data = build_leader_change(self.end_offset, epoch, leader_id, self.clock_ms())
         self._append(Batch(self.end_offset, self.end_offset + 1, epoch, data, True))
 
-    def append_voters(self, epoch: int, voters: tuple[Voter, ...]) -> None:
-        """A leader's VotersRecord control batch (KIP-853)."""
-        data = build_voters_batch(self.end_offset, epoch, voters, self.clock_ms())
+    def append_voters(self, epoch: int, voters: tuple[Voter, ...], timestamp_ms: int | None = None) -> None:
+        """A leader's VotersRecord control batch (KIP-853); or, at ``timestamp_ms`` 0, the
+        one every initial controller is formatted with."""
+        data = build_voters_batch(self.end_offset, epoch, voters,
+                                  self.clock_ms() if timestamp_ms is None else timestamp_ms)
         self._append(Batch(self.end_offset, self.end_offset + 1, epoch, data, True))
 
     def last_voters(self) -> tuple[int, tuple[Voter, ...]] | None:

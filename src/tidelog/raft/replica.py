@@ -345,6 +345,7 @@ class RaftReplica:
         self._fetcher_directory: dict[int, str] = {}     # each fetcher's directory id, as it last said
         self._caught_up_ms: dict[int, int] = {}          # when a fetcher last fetched from the log end
         self._discovery_index = 0
+        self._abandoned_leader: tuple[int, int] | None = None   # (epoch, leader) given up on for a pre-vote
         self._outbox: list[Envelope] = []
         self.quorum_state_changed = False
         self._votes: set[int] = set()
@@ -783,8 +784,12 @@ class RaftReplica:
                 self._become_unattached(response.epoch, now_ms)
             return
         if response.pre_vote and self.state == PROSPECTIVE and response.epoch == self.epoch \
-                and response.leader_id not in (NO_LEADER, self.node_id):
-            self._become_follower(response.leader_id, now_ms)      # KIP-996: the epoch has a leader
+                and response.leader_id not in (NO_LEADER, self.node_id) \
+                and (self.epoch, response.leader_id) != self._abandoned_leader:
+            # KIP-996: the epoch has a leader a voter hears, follow it — unless it is the
+            # one this replica just gave up on (the voter asked may not have noticed its
+            # death yet). A stale voter the leader no longer counts learns its set so.
+            self._become_follower(response.leader_id, now_ms)
             return
         if source not in self.voters:
             return                      # only the voter set's votes count towards its majority
@@ -937,6 +942,10 @@ class RaftReplica:
     def _start_pre_vote(self, now_ms: int) -> None:
         if not self._epoch_space_left(now_ms):
             return
+        # Only for the first round after giving a leader up: a leader that is alive
+        # (its answers were lost for a while) is followed again from the second on.
+        self._abandoned_leader = (self.epoch, self.leader_id) \
+            if self.state == FOLLOWER and self.leader_id != self.node_id else None
         self.state, self.leader_id = PROSPECTIVE, NO_LEADER
         self._votes = {self.node_id} & set(self.voters)
         self._arm_election(now_ms)

@@ -86,6 +86,10 @@ class SimConfig:
     clock_drift_ppm: tuple[int, ...] = ()   # per node: the first controller, then brokers
     controllers: int = 1                    # voters of the controller quorum (1, 3 or 5)
     controller_drift_ppm: tuple[int, ...] = ()   # the other controllers' drift
+    # 0: every controller is a static voter (controller.quorum.voters, kraft.version 0).
+    # n > 0: a dynamic quorum (KIP-853): the first n controllers are formatted with
+    # their VotersRecord, the others start empty with them as bootstrap servers.
+    initial_voters: int = 0
     raft_election_timeout_ms: int = 1000    # controller.quorum.election.timeout.ms
     raft_fetch_timeout_ms: int = 2000       # controller.quorum.fetch.timeout.ms
     fault_kinds: tuple[str, ...] = FAULT_KINDS

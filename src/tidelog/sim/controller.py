@@ -47,6 +47,7 @@ until the call's deadline).
 from __future__ import annotations
 
 import random
+import uuid
 from typing import TYPE_CHECKING, Callable
 
 from tidelog.controller.messages import (
@@ -82,6 +83,11 @@ NOT_CONTROLLER_ANSWERS = {
     "AssignReplicasToDirs": AssignReplicasToDirsResponse(ErrorCode.NOT_CONTROLLER, None, ()),
     "CreateTopics": ErrorCode.NOT_CONTROLLER,
 }
+
+
+def sim_directory_id(node_id: int) -> str:
+    """A controller's metadata directory id (meta.properties' directory.id), fixed per node."""
+    return str(uuid.UUID(int=node_id))
 
 
 def controller_name(node_id: int) -> str:
@@ -139,6 +145,8 @@ class SimController(NetworkNode):
         self.controller: QuorumController | None = None
         self.member: QuorumMember | None = None
         self.starts = 0
+        self.voter_change_answers: dict[int, ErrorCode] = {}   # request number → AddRaftVoter/… answer
+        self._voter_changes = 0
         self._names = {voter: controller_name(voter) for voter in self.voters}
         self._ids = {name: voter for voter, name in self._names.items()}
 
@@ -149,10 +157,19 @@ class SimController(NetworkNode):
         self.process_started()
         self.starts += 1
         config = self.sim.config
+        static, dynamic = self.voters, {}
+        if config.initial_voters:                    # a dynamic quorum (KIP-853)
+            initial = self.voters[:config.initial_voters]
+            if self.starts == 1 and self.node_id in initial and self.log.end_offset == 0:
+                # Formatted with --initial-controllers: the same first entry on each.
+                self.log.append_voters(0, tuple(raft.Voter(v, sim_directory_id(v)) for v in initial),
+                                       timestamp_ms=0)
+            static, dynamic = (), dict(kraft_version=1, directory_id=sim_directory_id(self.node_id),
+                                       bootstrap_servers=initial)
         self.replica = RaftReplica(
-            self.node_id, self.voters, self.log, random.Random(f"{config.seed}-raft-{self.node_id}-{self.starts}"),
+            self.node_id, static, self.log, random.Random(f"{config.seed}-raft-{self.node_id}-{self.starts}"),
             RaftConfig(election_timeout_ms=config.raft_election_timeout_ms,
-                       fetch_timeout_ms=config.raft_fetch_timeout_ms))
+                       fetch_timeout_ms=config.raft_fetch_timeout_ms), **dynamic)
         self.controller = QuorumController(
             clock=self.clock, log=RaftMetadataLog(self.replica, self.log), cluster_id=CLUSTER_ID,
             rng=random.Random(f"{config.seed}-controller-{self.node_id}-{self.starts}"),
@@ -193,6 +210,7 @@ class SimController(NetworkNode):
         ``answer_to`` of ``answer_type`` (the answer to a request)."""
         replica = self.replica
         feed(self.clock.monotonic_ms())
+        self.voter_change_answers.update(replica.take_voter_change_results())
         if replica.quorum_state_changed:
             self.quorum_state = replica.quorum_state()
         self.log.high_watermark = min(replica.high_watermark, self.log.end_offset)
@@ -442,6 +460,23 @@ class SimController(NetworkNode):
                                                                assignments, configs=configs)])[0]
         assert result.error_code == ErrorCode.NONE, result
         self._input(lambda now: None)
+
+    def change_voters(self, kind: str, voter_id: int, directory_id: str | None = None,
+                      timeout_ms: int = 20_000) -> tuple[int, ErrorCode]:
+        """An operator's AddRaftVoter / RemoveRaftVoter to this controller (Kafka's
+        kafka-metadata-quorum add-controller / remove-controller): (request number,
+        the refusal or NONE); an accepted request's answer comes into
+        ``voter_change_answers`` under its number once committed (or timed out)."""
+        self._voter_changes += 1
+        number, directory_id = self._voter_changes, directory_id or sim_directory_id(voter_id)
+        errors = []
+        if kind == "add":
+            self._input(lambda now: errors.append(self.replica.add_voter(
+                raft.Voter(voter_id, directory_id), now, timeout_ms, number)))
+        else:
+            self._input(lambda now: errors.append(self.replica.remove_voter(
+                voter_id, directory_id, now, timeout_ms, number)))
+        return number, errors[0]
 
     def reassign(self, topic: str, partition: int, replicas: tuple[int, ...] | None) -> ErrorCode:
         """AlterPartitionReassignments for one partition (None cancels); its error code."""

@@ -37,7 +37,7 @@ from tidelog.core.ids import TopicPartition
 from tidelog.records.batch import CONTROL_COMMIT, build_batch, iter_batches, iter_records, read_control
 from tidelog.replication.fetcher import FetcherState, FetchRequestPlan, ListOffsetsPlan, OffsetsForLeaderEpochPlan
 from tidelog.sim.checker import InvariantViolation
-from tidelog.sim.controller import WRITES
+from tidelog.sim.controller import WRITES, sim_directory_id
 from tidelog.sim.config import SimConfig, TopicSpec
 from tidelog.sim.defects import planted
 from tidelog.sim.loop import NodeClock, Trace
@@ -1033,6 +1033,70 @@ def quorum_leader_killed(s: Script) -> tuple[bool, dict]:
     return s.outcome()
 
 
+def _voter_change(s: Script, controller, kind: str, voter_id: int, what: str,
+                  killing: int | None = None) -> None:
+    """One AddRaftVoter / RemoveRaftVoter on ``controller``, accepted and then answered
+    NONE once committed; ``killing`` is a voter killed right after the record is
+    appended (mid-change), checked to be uncommitted then."""
+    number, error = controller.change_voters(kind, voter_id)
+    s.expect(f"{what}: accepted", error.name, "NONE")
+    if killing is not None:              # a removal's record is appended at once
+        s.expect(f"{what}: uncommitted when {killing} was killed",
+                 controller.replica.high_watermark <= controller.replica.voters_offset, True)
+        s.sim.kill_controller(killing)
+    s.wait(lambda: number in controller.voter_change_answers, f"{what}: answered", 20_000)
+    s.expect(f"{what}: answer", controller.voter_change_answers[number].name, "NONE")
+
+
+def quorum_voter_changes(s: Script) -> tuple[bool, dict]:
+    """A dynamic quorum (KIP-853): three controllers formatted as the voters, a
+    fourth started empty with them as bootstrap servers. The fourth follows as an
+    observer and is added; a follower voter is removed while another voter is
+    killed right after the record's append (the new set's majority commits it);
+    that voter restarts, and the leader removes itself: it resigns once that is
+    committed, the others elect a leader, the brokers move to it. Bad changes are
+    refused with Kafka's errors and change nothing. Every committed batch stays
+    (raft-committed-kept after every event), the topic created first is still there."""
+    ids = s.sim.controller_ids
+    initial, newcomer = tuple(ids[:3]), s.sim.controllers[ids[3]]
+    active = s.sim.active_controller()
+    s.expect("the formatted voters", active.replica.voters, initial)
+    active.create_topic("before", 1, 3, {})
+    s.wait(lambda: newcomer.replica.state == "Follower" and newcomer.replica.leader_id == active.node_id,
+           "the new controller follows the leader as an observer", 20_000)
+    _voter_change(s, active, "add", newcomer.node_id, "add the new controller")
+    s.wait(lambda: all(c.replica.voters == tuple(ids) for c in s.sim.controllers.values()),
+           "every controller sees four voters", 20_000)
+    followers = [c for c in ids if c != active.node_id]
+    removed, killed = followers[0], followers[1]
+    _voter_change(s, active, "remove", removed, f"remove {removed}", killing=killed)
+    s.expect("the voters after the removal", active.replica.voters, tuple(c for c in ids if c != removed))
+    s.sim.start_controller(killed)
+    s.wait(lambda: not s.sim.quorum_unsettled(active), "the quorum converged", 20_000)
+    end = active.log.end_offset
+    refusals = (active.change_voters("remove", removed)[1].name,
+                active.change_voters("add", active.node_id)[1].name,
+                active.change_voters("remove", killed, sim_directory_id(removed))[1].name)
+    s.expect("refused: an unknown voter, a duplicate, a wrong directory id", refusals,
+             ("VOTER_NOT_FOUND", "DUPLICATE_VOTER", "VOTER_NOT_FOUND"))
+    s.expect("…and nothing appended", active.log.end_offset == end, True)
+    old = active
+    _voter_change(s, old, "remove", old.node_id, "the leader removes itself")
+    s.wait(lambda: (new := s.sim.active_controller()) is not None and new is not old,
+           "a new active controller", 20_000)
+    new = s.sim.active_controller()
+    s.expect("the old leader (state, a voter)", (old.replica.state != "Leader", old.replica.is_voter), (True, False))
+    s.wait(lambda: _brokers_on(s, new), "every broker on the new active controller", 20_000)
+    new.create_topic("after", 1, 3, {})
+    s.wait(lambda: not s.sim.quorum_unsettled(new), "the quorum converged again", 20_000)
+    s.expect("the voters at the end", new.replica.voters, tuple(c for c in ids if c not in (removed, old.node_id)))
+    s.expect("topics on every controller", sorted({name for c in s.sim.controllers.values()
+                                                    for name in ("before", "after") if c.image.topic(name)}),
+             ["after", "before"])
+    s.expect("brokers fenced", _fenced(new.image), [])
+    return s.outcome()
+
+
 def _read_committed(s: Script, broker: int) -> list[bytes]:
     """The values a read_committed consumer reads from ``broker``'s replica of t0-0, as
     it reads them: up to the last stable offset, aborted transactions dropped."""
@@ -1308,6 +1372,10 @@ SCENARIOS = {scenario.name: scenario for scenario in [
     Scenario("quorum-leader-killed", "KIP-595 elections, KIP-996 pre-vote", "kill -9 of the active controller: a "
              "new one within seconds, brokers move to it unfenced; restarted, the old one follows",
              _config(3, (1, 2, 3), 2, False, controllers=3), quorum_leader_killed),
+    Scenario("quorum-voter-changes", "KIP-853 dynamic voters", "a controller started from bootstrap servers is "
+             "added, a voter removed with another killed mid-change, the leader removes itself: one leader per "
+             "epoch, every committed batch kept, bad changes refused",
+             _config(3, (1, 2, 3), 2, False, controllers=4, initial_voters=3), quorum_voter_changes),
     Scenario("txn-markers-acks-all", "KIP-98 transaction markers (WriteTxnMarkers acks=all)", "the COMMIT marker "
              "only on the leader (cut from its follower) when it loses power: the coordinator, never told it was "
              "written, writes it again to the new leader; the record is committed there",
