@@ -29,10 +29,10 @@ def _assert_groups_worked(result):
 
 
 @pytest.fixture(scope="module")
-def two_groups(tmp_path_factory):
+def two_groups(scratch):
     """Seed 17: two groups (3 and 4 members) on two topics, three __consumer_offsets partitions."""
     trace = Trace(record_all=True)
-    return run_seed(TWO_GROUPS_SEED, str(tmp_path_factory.mktemp("sim-17")), trace=trace), trace.lines
+    return run_seed(TWO_GROUPS_SEED, str(scratch / "sim-17"), trace=trace), trace.lines
 
 
 @pytest.mark.parametrize("seed", (DEFECT_SEED, 7))

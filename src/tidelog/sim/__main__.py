@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import tempfile
 import time
 
 
@@ -34,10 +33,11 @@ def _seeds(text: str) -> list[int]:
 
 
 def _run_one(job, echo: bool = False):
+    from tidelog.sim.disk import scratch_directory
     from tidelog.sim.loop import Trace
     from tidelog.sim.simulation import run_seed
     seed, long, defect, tail, controllers, elr = job
-    directory = tempfile.mkdtemp(prefix=f"tidelog-sim-{seed}-")
+    directory = scratch_directory(f"tidelog-sim-{seed}-")
     try:
         return run_seed(seed, directory, long=long, defect=defect, trace=Trace(echo=echo, keep=max(tail, 1)),
                         controllers=controllers, elr=elr)
@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, scenario in SCENARIOS.items():
                 print(f"{name:<28} {scenario.expected}")
             return 0
-        directory = tempfile.mkdtemp(prefix="tidelog-sim-")
+        from tidelog.sim.disk import scratch_directory
+        directory = scratch_directory("tidelog-sim-")
         try:
             outcome = run_scenario(args.scenario, directory, defect=args.defect,
                                    trace=Trace(echo=args.trace))

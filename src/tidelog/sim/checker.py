@@ -232,21 +232,34 @@ class Checker:
         self.serving: dict[str, object] = {}     # group -> the shard that last served it
         self.deleted: dict[str, list] = {}       # group -> the deleted (Dead) group objects seen
         self.last_group: dict[str, object] = {}  # group -> the group object a serving shard last had
+        # Tests: check that a scoped check leaves out only processes that did not change.
+        self.audit_scope = False
+        self.scope_states: dict[str, tuple] = {}  # process -> what _scope_state said when last looked at
 
     def history(self, tp: TopicPartition) -> History:
         return self.histories.setdefault(tp, History())
 
     # ================================================================ after every event
 
-    def check(self) -> None:
+    def check(self, controllers=None, brokers=None) -> None:
+        """The invariants after an event. ``controllers`` and ``brokers``: the processes
+        whose state the event can have changed (``Simulation._after_event``: a process
+        changes only its own state, what it tells others travels as a message whose
+        delivery is their event); None: every one. With ``audit_scope`` on (a test),
+        every process left out must indeed be as it was when last looked at."""
         sim = self.sim
-        for controller in sim.controllers.values():
+        everything = controllers is None and brokers is None
+        controllers = sim.controllers.values() if controllers is None else controllers
+        brokers = sim.brokers.values() if brokers is None else brokers
+        for controller in controllers:
             if controller.up:
                 self._check_quorum_member(controller)
-        for controller in sim.controllers.values():
+        for controller in controllers:
             if controller.up:
                 self._check_controller_image(controller)
-        for broker in sim.brokers.values():
+        if self.audit_scope:
+            self._audit_scope(controllers, brokers, everything)
+        for broker in brokers:
             if not broker.up:
                 continue
             self._check_broker_metadata(broker)
@@ -261,6 +274,17 @@ class Checker:
             self._check_isr(tp)
         self.dirty.clear()
         self._check_groups()
+
+    def _audit_scope(self, controllers, brokers, everything: bool) -> None:
+        """checker-scope: a process left out of a check is as it was when last looked at
+        (what ``check`` reads of it: liveness, Raft and partition state, images)."""
+        for node in [*self.sim.controllers.values(), *self.sim.brokers.values()]:
+            looked_at = everything or node in controllers or node in brokers
+            state = _scope_state(node)
+            if not looked_at and self.scope_states.get(node.name, state) != state:
+                raise InvariantViolation("checker-scope", f"{node.name} changed in an event the checker "
+                                         f"did not look at it after: {self.scope_states[node.name]} -> {state}")
+            self.scope_states[node.name] = state
 
     def _observe(self, broker, tp: TopicPartition, partition: Partition) -> None:
         log = partition.log
@@ -659,9 +683,10 @@ class Checker:
                 raise InvariantViolation("group-single-owner", f"{group_id} generation {generation}: {tp} is "
                                          f"assigned to {owner} and, by b{broker_id}, to {member_id}")
 
-    def _note_deletion(self, group_id: str) -> None:
+    def _note_deletion(self, group_id: str, serving) -> None:
         """A coordinator that deleted the group (Dead until its tombstone is replayed)
-        starts a new incarnation of it: generations restart at 1 (Kafka's cleanup)."""
+        starts a new incarnation of it: generations restart at 1 (Kafka's cleanup).
+        ``serving``: ``serving_coordinator(sim, group_id)``."""
         index = offsets_partition(self.sim, group_id)
         if index is None:
             return
@@ -674,7 +699,6 @@ class Checker:
         # A deletion can also start and finish within one event (its tombstone committed
         # at once with an ISR of one, or a shard loading and expiring the group in the
         # same tick): the serving shard then lacks a group last seen Empty or Dead.
-        serving = serving_coordinator(self.sim, group_id)
         if serving is None:
             return
         group = serving[1].groups.get(group_id)
@@ -738,8 +762,8 @@ class Checker:
         answers the last acknowledged commit of each partition, or one taken after it."""
         for spec in self.sim.config.groups:
             group_id = spec.name
-            self._note_deletion(group_id)
             serving = serving_coordinator(self.sim, group_id)
+            self._note_deletion(group_id, serving)
             if serving is None:
                 continue
             broker_id, shard = serving
@@ -771,6 +795,20 @@ class Checker:
                         f"{group_id} {tp}: b{last.broker} acknowledged commit {last.metadata} of offset "
                         f"{last.offsets[tp]} (generation {last.generation}), but its serving coordinator "
                         f"b{broker_id} has {has}"))
+
+
+def _scope_state(node) -> tuple:
+    """What the checker reads of a process, for ``Checker.audit_scope``."""
+    if not node.up:
+        return ("down", node.owned.incarnation)
+    if hasattr(node, "replica_manager"):
+        partitions = tuple((tp, p.leader, p.leader_epoch, p.isr, p.log.log_start_offset, p.log.high_watermark,
+                            p.log.log_end_offset, id(p.log)) if isinstance(p, Partition) else (tp, type(p))
+                           for tp, p in node.replica_manager.partitions.items())
+        return (node.owned.incarnation, id(node.image), node.metadata.end_offset, partitions)
+    replica = node.replica
+    return (node.owned.incarnation, id(node.image), replica.state, replica.epoch, replica.high_watermark,
+            node.log.end_offset, len(node.log.truncations))
 
 
 def _value(record: RecordId | None):

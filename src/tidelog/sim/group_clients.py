@@ -96,7 +96,16 @@ def offsets_partition(sim: "World", group_id: str) -> int | None:
     """The group's ``__consumer_offsets`` partition, once the topic exists."""
     image = sim.checker.controller_image
     topic = image.topic(OFFSETS_TOPIC) if image is not None else None
-    return None if topic is None else partition_for(group_id, len(topic.partitions))
+    if topic is None:
+        return None
+    key = (group_id, len(topic.partitions))
+    index = _OFFSETS_PARTITIONS.get(key)
+    if index is None:          # the checker asks after every event: hash each group once
+        index = _OFFSETS_PARTITIONS[key] = partition_for(group_id, key[1])
+    return index
+
+
+_OFFSETS_PARTITIONS: dict[tuple[str, int], int] = {}   # (group, partition count) -> partition
 
 
 def serving_coordinator(sim: "World", group_id: str) -> tuple[int, "GroupShard"] | None:

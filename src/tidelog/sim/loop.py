@@ -84,7 +84,7 @@ class NodeClock:
         return -(-local_delay_ms * 1_000_000 // (1_000_000 + self.drift_ppm))
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Event:
     time_ms: int
     seq: int
@@ -93,6 +93,9 @@ class Event:
     owner: "Owned | None" = None
     incarnation: int = 0
     cancelled: bool = False
+    # A message on the wire (``Network``): its event changes no process's state, only
+    # the network's, so the invariant checker need not look after it.
+    transit: bool = False
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -119,16 +122,16 @@ class EventLoop:
         self.after_event: Callable[[Event], None] | None = None
 
     def at(self, time_ms: int, action: Callable[[], None], label: str = "",
-           owner: Owned | None = None) -> Event:
+           owner: Owned | None = None, transit: bool = False) -> Event:
         assert time_ms >= self.now_ms, f"event {label!r} at {time_ms} is in the past ({self.now_ms})"
         self._seq += 1
-        event = Event(time_ms, self._seq, action, label, owner, owner.incarnation if owner else 0)
+        event = Event(time_ms, self._seq, action, label, owner, owner.incarnation if owner else 0, False, transit)
         heapq.heappush(self._heap, (time_ms, self._seq, event))
         return event
 
     def after(self, delay_ms: int, action: Callable[[], None], label: str = "",
-              owner: Owned | None = None) -> Event:
-        return self.at(self.now_ms + max(0, delay_ms), action, label, owner)
+              owner: Owned | None = None, transit: bool = False) -> Event:
+        return self.at(self.now_ms + max(0, delay_ms), action, label, owner, transit)
 
     def resume(self, owner: Owned) -> None:
         """Re-queue what a paused node missed, in its original order, now."""

@@ -161,7 +161,7 @@ class Network:
             self.stats.held_clog += 1
             self._held.append(message)
             return
-        self.loop.after(self._delay(message.src, message.dst), lambda: self._deliver(message))
+        self.loop.after(self._delay(message.src, message.dst), lambda: self._deliver(message), transit=True)
 
     def _deliver(self, message: Message) -> None:
         if (message.src, message.dst) in self.blocked:

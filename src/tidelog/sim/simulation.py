@@ -108,6 +108,10 @@ class Simulation:
         self.healed = False
         self._client_processes = {c.owned for c in self.producers + self.consumers + self.group_members
                                   + self.txn_clients}
+        # The processes whose state an event of each can change: its own.
+        self._scopes = {**{c.owned: ((c,), ()) for c in self.controllers.values()},
+                        **{b.owned: ((), (b,)) for b in self.brokers.values()}}
+        self._changed_outside_events = True    # setup, a scenario's step: check everything next
         self.loop.after_event = self._after_event
 
     # ================================================================ the controller quorum
@@ -144,9 +148,20 @@ class Simulation:
 
     def _after_event(self, event) -> None:
         """The invariants, after every event that can change what they read: a client's
-        own events (its timers, the answers it gets) change no broker or controller."""
-        if event.owner not in self._client_processes:
+        own events (its timers, the answers it gets) change no broker or controller, and
+        a message in transit changes only the network (its delivery is the receiver's
+        event)."""
+        if event.transit or event.owner in self._client_processes:
+            return
+        # A broker's or controller's event changes only that process (its messages to
+        # others are delivered in their events). An event of no process (the nemesis, a
+        # restart) or changes made between runs of the loop may change any.
+        scope = None if self._changed_outside_events else self._scopes.get(event.owner)
+        self._changed_outside_events = False
+        if scope is None:
             self.checker.check()
+        else:
+            self.checker.check(*scope)
 
     @property
     def partitions(self) -> list[TopicPartition]:
@@ -261,10 +276,12 @@ class Simulation:
         deadline = self.loop.now_ms + timeout_ms
         if predicate():
             return
+        self._changed_outside_events = True
         if not self.loop.run_until(deadline, predicate):
             raise TimeoutError(f"timed out after {timeout_ms} ms waiting for {what}")
 
     def run_for(self, ms: int) -> None:
+        self._changed_outside_events = True
         self.loop.run_until(self.loop.now_ms + ms)
 
     def setup(self) -> None:
@@ -533,10 +550,10 @@ def _seq(value: bytes) -> int:
 
 def run_seed(seed: int, directory: str, *, long: bool = False, defect: str | None = None,
              trace: Trace | None = None, config: SimConfig | None = None,
-             controllers: int | None = None, elr: bool = True) -> SimResult:
+             controllers: int | None = None, elr: bool = True, audit_scope: bool = False) -> SimResult:
     """Run one seed (with a planted defect if asked; a quorum of ``controllers`` voters
     if given, else the seed's; eligible leader replicas on unless ``elr`` is False) in
-    ``directory``."""
+    ``directory``. ``audit_scope``: see ``Checker.audit_scope`` (tests)."""
     from tidelog.sim.defects import planted
     config = config or SimConfig.from_seed(seed, long=long, defect=defect, controllers=controllers
                                            ).with_options(eligible_leader_replicas=elr)
@@ -546,6 +563,7 @@ def run_seed(seed: int, directory: str, *, long: bool = False, defect: str | Non
     try:
         with planted(config.defect):
             simulation = Simulation(config, directory, trace)
+            simulation.checker.audit_scope = audit_scope
             try:
                 return simulation.run()
             finally:

@@ -1,0 +1,16 @@
+"""After a broker's or a controller's event the checker looks at that process only
+(``Simulation._after_event``): a process changes only its own state, and what it tells
+another travels as a message whose delivery is the other's event. With ``audit_scope``
+on, every check also compares each process left out with what it was when the checker
+last looked at it, and fails the run (``invariant=checker-scope``) if it changed. Seeds
+0-5: quorums of 1, 3 and 5, groups, transactions, every fault kind the seeds draw."""
+
+import pytest
+
+from tests.sim.conftest import failure_report
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_an_event_changes_no_process_but_its_own(run, seed):
+    result = run(seed, audit_scope=True)
+    assert result.passed, failure_report(result)
