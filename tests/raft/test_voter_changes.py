@@ -299,3 +299,31 @@ def heal_and_check(net: DynamicNet) -> None:
     assert all(net.entries(r) == net.entries(leader) for r in net.replicas.values())
     assert all(r.voters == leader.voters for r in net.replicas.values())
     assert len(net.committed) <= leader.high_watermark
+
+
+def test_an_add_naming_another_directory_than_the_fetchers_times_out_and_appends_nothing():
+    """The replica fetching as node 4 has directory(4); an AddRaftVoter naming another
+    directory id never sees that replica caught up: REQUEST_TIMED_OUT, log unchanged."""
+    net = DynamicNet(seed=8)
+    leader = settled_leader(net)
+    net.run_until(lambda: net.replicas[4].state == FOLLOWER)
+    end = leader.log.end_offset
+    assert leader.add_voter(Voter(4, directory(44)), net.now, 2000, token="wrong") == ErrorCode.NONE
+    answers: dict = {}
+    net.run_until(lambda: answers.update(net.results()) or "wrong" in answers)
+    assert answers["wrong"] == ErrorCode.REQUEST_TIMED_OUT
+    assert leader.log.end_offset == end and leader.voters == (1, 2, 3)
+    assert leader.add_voter(voter(4), net.now, TIMEOUT_MS, token="right") == ErrorCode.NONE   # free again
+
+
+def test_a_voter_updates_its_endpoints_once_committed():
+    net = DynamicNet(seed=9)
+    leader = settled_leader(net)
+    v = next(r.node_id for r in net.replicas.values() if r is not leader and r.is_voter)
+    moved = Voter(v, directory(v), (("CONTROLLER", "elsewhere", 19092),))
+    assert leader.update_voter(moved, net.now, TIMEOUT_MS, token="u") == ErrorCode.NONE
+    answers: dict = {}
+    net.run_until(lambda: answers.update(net.results()) or "u" in answers)
+    assert answers["u"] == ErrorCode.NONE
+    net.run_until(lambda: all(moved in r.voter_set for r in net.replicas.values()))
+    assert leader.voters == (1, 2, 3)
