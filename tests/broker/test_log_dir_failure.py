@@ -138,3 +138,48 @@ def test_a_broker_left_without_a_directory_is_fenced_and_stays_up(tmp_path, fs):
     # It stays up, asks to stay fenced, and is never unfenced.
     tick_until(world, first, lambda: world.clock.monotonic_ms() > 20_000, others=[second])
     assert first.state == BrokerState.RUNNING and world.controller.image.brokers[1].fenced
+
+
+def test_placements_are_scanned_only_when_something_changed_and_a_failed_send_is_retried(tmp_path, fs):
+    """Ticks do not rescan every replica's placement (O(partitions) each) unless the
+    image or the placements changed or a retry is due: a failed AssignReplicasToDirs
+    is sent again after ASSIGNMENT_RETRY_MS, with the image unchanged, and not before."""
+    from tidelog.broker.node import ASSIGNMENT_RETRY_MS
+    world = World(tmp_path)
+    first, second = world.node(1, log_dirs=2, fs=fs), world.node(2, fs=fs)
+    start(world, first)
+    start(world, second, others=[first])
+    world.controller.create_topics([CreatableTopic("t", assignments=((1, 2), (1, 2)))])
+    first.on_metadata_committed()
+
+    def assignments(now_ms):
+        return [e.request for e in first.on_tick(now_ms) if isinstance(e, SendAssignReplicasToDirs)]
+
+    now = world.clock.monotonic_ms()
+    sent = assignments(now)
+    assert sent and {a.partition_id for a in sent[0].assignments} == {0, 1}
+    first.on_assign_replicas_to_dirs_failed(now, "connection lost")
+    assert assignments(now + 1) == [] and assignments(now + ASSIGNMENT_RETRY_MS - 1) == []
+    again = assignments(now + ASSIGNMENT_RETRY_MS)
+    assert again and again[0].assignments == sent[0].assignments
+
+
+def test_topic_configs_resolved_once_per_image_follow_a_config_change(tmp_path, fs):
+    """The broker resolves a topic's configs once per metadata image (not per
+    partition); a topic config change is a new image, so the partitions' logs and
+    replication settings take it."""
+    from tidelog.controller import AlterConfigsResource
+    from tidelog.metadata.records import ConfigResourceType
+    world = World(tmp_path)
+    first = world.node(1, fs=fs)
+    start(world, first)
+    world.controller.create_topics([CreatableTopic("t", assignments=((1,), (1,)))])
+    first.on_metadata_committed()
+    partitions = [first.replica_manager.get_partition(tp) for tp in (T0, T1)]
+    assert all(p.log.config.retention_ms == 604_800_000 and p.settings.min_insync_replicas == 1
+               for p in partitions)
+    world.controller.incremental_alter_configs([AlterConfigsResource(
+        int(ConfigResourceType.TOPIC), "t", {"retention.ms": "1000", "min.insync.replicas": "2"})])
+    first.on_metadata_committed()
+    assert all(p.log.config.retention_ms == 1000 and p.settings.min_insync_replicas == 2 for p in partitions)
+    assert first.topic_config_values("t")["retention.ms"] == ("1000", "DYNAMIC_TOPIC_CONFIG")

@@ -52,12 +52,27 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + 13
 
 
+def _profiled(run, overrides) -> int:
+    """``run()`` under cProfile, written to ``$TIDELOG_PROFILE/<node.id>.prof`` when it
+    returns (a clean stop; a killed process writes none)."""
+    import cProfile
+    node_id = next((o.split("=", 1)[1] for o in overrides or [] if o.startswith("node.id=")), str(os.getpid()))
+    profile = cProfile.Profile()
+    try:
+        return profile.runcall(run)
+    finally:
+        os.makedirs(os.environ["TIDELOG_PROFILE"], exist_ok=True)
+        profile.dump_stats(os.path.join(os.environ["TIDELOG_PROFILE"], f"{node_id}.prof"))
+
+
 def _run(args) -> int:
     _skip_kio_hypothesis_hooks()
     if args.command == "serve":
         import logging
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         from tidelog.server.runtime import run_server as run_broker
+        if os.environ.get("TIDELOG_PROFILE"):     # a directory: cProfile of this node's run
+            return _profiled(lambda: run_broker(args.properties, args.override), args.override)
         return run_broker(args.properties, args.override)
     if args.command == "bench":
         from tidelog.cli.storage_bench import report

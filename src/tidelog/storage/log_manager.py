@@ -86,7 +86,7 @@ from tidelog.storage.checkpoint import (
     OffsetCheckpointFile,
 )
 from tidelog.storage.cleaner import CLEANER_OFFSET_CHECKPOINT, CleanerConfig, LogCleaner
-from tidelog.storage.config import LogConfig
+from tidelog.storage.config import INT64_MAX, LogConfig
 from tidelog.storage.errors import DuplicateLogError, LogDirLockedError, OfflineLogDirError
 from tidelog.storage.files import FileLock, FileSystem, RealFileSystem, read_whole_file, write_file_atomically
 from tidelog.storage.future_log import FutureLog
@@ -664,8 +664,12 @@ class LogManager:
 
     def flush_dirty_logs(self) -> int:
         """Flush the logs whose ``flush.ms``/``flush.messages`` is due (Kafka's flushDirtyLogs,
-        run every ``log.flush.scheduler.interval.ms``); returns how many were flushed."""
-        return sum(self._each_log(lambda log: log.maybe_flush()))
+        run every ``log.flush.scheduler.interval.ms``); returns how many were flushed.
+        Only a log with a ``flush.ms`` and unflushed records can be due (``flush.messages``
+        is checked on append): the default, never, costs no call per log per tick."""
+        due = [log for log in self._logs.values() if log.config.flush_ms != INT64_MAX
+               and log.log_end_offset != log.recovery_point]
+        return sum(self._each_log(lambda log: log.maybe_flush(), due)) if due else 0
 
     def checkpoint_recovery_points(self) -> None:
         """Each directory's recovery points, its future logs' too (as Kafka's: a future log
@@ -749,10 +753,11 @@ class LogManager:
 
     # -- failures -----------------------------------------------------------------------
 
-    def _each_log(self, action) -> list:
-        """Run ``action`` on every log; a failing directory goes offline, the rest go on."""
+    def _each_log(self, action, logs=None) -> list:
+        """Run ``action`` on every log (or those of ``logs``); a failing directory goes
+        offline, the rest go on."""
         results, first_error = [], None
-        for log in list(self._logs.values()):
+        for log in list(self._logs.values()) if logs is None else logs:
             if log.is_offline:
                 continue
             try:
