@@ -6,10 +6,17 @@ Writes N records with 100-byte random values to a fresh ``tidelog serve``
 * reads them through the data source (``spark.read.format("tidelog")``) into
   Spark's ``noop`` sink, which materialises every column of every row;
 * writes that DataFrame to Parquet once and reads the Parquet file the same way:
-  the engine's own ceiling on this machine.
+  the engine's own ceiling on this machine;
+* reads the same number of rows from a Python data source that only yields
+  ready-made Arrow batches of the same schema (``ReadyBatches``): the ceiling of
+  any Python data source, what Spark's side of the Python Data Source API costs.
 
 Each read runs once to warm up and then ``--runs`` times; the best and the
-median rows/s of both are printed, with the ratio (target >= 50%).
+median rows/s of both are printed, with the ratio (target >= 50%). The CPU
+seconds each read took are printed too, summed over this process and all its
+children (Spark's JVM, its Python workers, the broker; Linux ``/proc``): on a
+machine shared with other work the wall-clock rates swing with the load, the
+CPU each read needs much less.
 
     python benchmarks/spark_read_bench.py [--records 1000000] [--runs 3]
 """
@@ -56,14 +63,101 @@ def fill(bootstrap: str, records: int) -> float:
     return time.perf_counter() - started
 
 
-def timed(action, runs: int) -> list[float]:
+def tree_cpu_s() -> float | None:
+    """CPU seconds (user + system) of this process and all its descendants, from
+    /proc (None where there is no /proc): Spark's JVM and Python workers and the
+    broker are all below this process. Each process counts its own time and that
+    of the children it has reaped, so a Python worker that exits between two
+    samples is still counted (in its parent's)."""
+    if not os.path.isdir("/proc/self/task"):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    parent, cpu = {}, {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue   # exited meanwhile
+        fields = stat[stat.rindex(")") + 2:].split()
+        parent[int(name)] = int(fields[1])
+        cpu[int(name)] = sum(int(x) for x in fields[11:15]) / tick   # utime stime cutime cstime
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo += children.get(pid, [])
+    return total
+
+
+READY_BATCH_ROWS = 72_000   # about one 8 MiB Fetch response of these records
+
+
+def ready_batches_source(records: int):
+    """A Python data source (format ``ready_batches``) of ``records`` rows in two
+    partitions, yielding slices of one prebuilt Arrow batch: no I/O, no decoding."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from tidelog.spark.source import source_schema
+
+    class Share(InputPartition):
+        def __init__(self, rows: int):
+            self.rows = rows
+
+    class Reader(DataSourceReader):
+        def partitions(self):
+            return [Share(records // PARTITIONS + (1 if i < records % PARTITIONS else 0)) for i in range(PARTITIONS)]
+
+        def read(self, share):
+            import pyarrow as pa
+
+            from tidelog.spark.arrow_records import arrow_schema
+            n = READY_BATCH_ROWS
+            values = os.urandom(VALUE_BYTES * n)
+            offsets = pa.array(range(0, VALUE_BYTES * (n + 1), VALUE_BYTES), pa.int32())
+            batch = pa.RecordBatch.from_arrays([
+                pa.nulls(n, pa.binary()), pa.BinaryArray.from_buffers(pa.binary(), n, [None, offsets.buffers()[1],
+                                                                                    pa.py_buffer(values)]),
+                pa.repeat(pa.scalar(TOPIC, pa.string()), n), pa.repeat(pa.scalar(0, pa.int32()), n),
+                pa.array(range(n), pa.int64()), pa.array(range(n), pa.int64()).view(pa.timestamp("us", tz="UTC")),
+                pa.repeat(pa.scalar(0, pa.int32()), n)], schema=arrow_schema(False))
+            left = share.rows
+            while left > 0:
+                yield batch.slice(0, min(n, left))
+                left -= n
+
+    class ReadyBatches(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "ready_batches"
+
+        def schema(self):
+            return source_schema(False)
+
+        def reader(self, schema):
+            return Reader()
+
+    return ReadyBatches
+
+
+def timed(action, runs: int) -> tuple[list[float], list[float]]:
+    """Wall-clock and CPU seconds (``tree_cpu_s``) of each of ``runs`` runs after a warm-up."""
     action()  # warm-up: Python workers, JIT, page cache
-    times = []
+    times, cpus = [], []
     for _ in range(runs):
+        cpu_before = tree_cpu_s()
         started = time.perf_counter()
         action()
         times.append(time.perf_counter() - started)
-    return times
+        cpu_after = tree_cpu_s()
+        if cpu_before is not None and cpu_after is not None:
+            cpus.append(cpu_after - cpu_before)
+    return times, cpus
 
 
 def main() -> int:
@@ -95,21 +189,40 @@ def main() -> int:
             def read_parquet():
                 parquet.write.format("noop").mode("overwrite").save()
             parquet_times = timed(read_parquet, args.runs)
+
+            spark.dataSource.register(ready_batches_source(args.records))
+            ready = spark.read.format("ready_batches").load()
+            assert ready.count() == args.records
+
+            def read_ready():
+                ready.write.format("noop").mode("overwrite").save()
+            ready_times = timed(read_ready, args.runs)
             spark.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
-    def line(name, times):
+    def line(name, measured):
+        times, cpus = measured
         best, median = min(times), statistics.median(times)
         print(f"{name:<22} best {args.records / best:>12,.0f} rows/s   median {args.records / median:>12,.0f} rows/s"
               f"   ({', '.join(f'{t:.2f}' for t in times)} s)")
-        return args.records / best, args.records / median
+        if cpus:
+            print(f"{'':<22} CPU per run: median {statistics.median(cpus):.2f} s "
+                  f"({', '.join(f'{c:.2f}' for c in cpus)} s)")
+        return args.records / best, args.records / median, statistics.median(cpus) if cpus else None
     print(f"Spark local[2], {args.records:,} records x {VALUE_BYTES} bytes, {PARTITIONS} partitions, "
           f"read into the noop sink")
-    tidelog_best, tidelog_median = line("tidelog data source", tidelog_times)
-    parquet_best, parquet_median = line("Parquet (ceiling)", parquet_times)
+    tidelog_best, tidelog_median, tidelog_cpu = line("tidelog data source", tidelog_times)
+    parquet_best, parquet_median, parquet_cpu = line("Parquet (ceiling)", parquet_times)
+    ready_best, ready_median, ready_cpu = line("ready Arrow batches", ready_times)
     print(f"ratio tidelog/Parquet: best {tidelog_best / parquet_best:.0%}, median "
           f"{tidelog_median / parquet_median:.0%} (target >= 50%)")
+    print(f"ratio ready batches/Parquet (any Python data source's ceiling): best {ready_best / parquet_best:.0%}, "
+          f"median {ready_median / parquet_median:.0%}")
+    if tidelog_cpu and parquet_cpu and ready_cpu:
+        print(f"CPU per read (medians): tidelog {tidelog_cpu:.2f} s, Parquet {parquet_cpu:.2f} s, ready batches "
+              f"{ready_cpu:.2f} s; Parquet/tidelog {parquet_cpu / tidelog_cpu:.0%}, "
+              f"Parquet/ready batches {parquet_cpu / ready_cpu:.0%}")
     return 0
 
 
