@@ -113,6 +113,14 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     # Client quotas (broker/quotas.py): the rate is measured over quota.window.num samples.
     ConfigDef("quota.window.num", int, 11, _positive),
     ConfigDef("quota.window.size.seconds", int, 1, _positive),
+    # Replication throttles (broker/replication_quota.py, KIP-73): bytes/s of throttled
+    # replicas' traffic (leader.replication.throttled.replicas and follower.… topic settings).
+    ConfigDef("leader.replication.throttled.rate", int, (1 << 63) - 1, _non_negative,
+              "bytes/s a leader sends to followers of its throttled replicas outside the ISR; dynamic"),
+    ConfigDef("follower.replication.throttled.rate", int, (1 << 63) - 1, _non_negative,
+              "bytes/s a follower fetches for its throttled replicas that lag; dynamic"),
+    ConfigDef("replication.quota.window.num", int, 11, _positive),
+    ConfigDef("replication.quota.window.size.seconds", int, 1, _positive),
     # Resource limits of the listeners (docs/security.md).
     ConfigDef("queued.max.request.bytes", int, 100 * 1024 * 1024, lambda v: v == -1 or v > 0,
               "bytes of requests being read, shared by a server's connections; -1 unbounded (Kafka's "
@@ -417,7 +425,8 @@ class BrokerConfig:
 # (one broker) or BROKER "" (the cluster-wide default). Changes are ConfigRecords in the
 # metadata log, like Kafka's. How tidelog applies each:
 #   LIVE  at once, by every broker when it publishes the record: the cluster-level names of
-#         topic settings (the topic's value, else this broker's, else the cluster default)
+#         topic settings (the topic's value, else this broker's, else the cluster default),
+#         the replication throttle rates (broker/replication_quota.py)
 #         and a listener's TLS key and trust stores (server/runtime.py rebuilds its context);
 #   STORED  kept and described (DescribeConfigs shows the dynamic value and its source),
 #         but tidelog reads the setting from server.properties only.
@@ -450,6 +459,7 @@ def dynamic_broker_configs() -> dict[str, str]:
     from tidelog.controller.config_defs import CLUSTER_CONFIGS
     out = dict.fromkeys(_DYNAMIC_STORED, STORED)
     out.update(dict.fromkeys((n for n in CLUSTER_CONFIGS if n in CONFIG_DEFS or n not in out), LIVE))
+    out.update(dict.fromkeys(("leader.replication.throttled.rate", "follower.replication.throttled.rate"), LIVE))
     out.update(dict.fromkeys((n for n in _PER_LISTENER_ONLY if n not in ("ssl.keystore.type",
                                                                            "ssl.truststore.type")), LIVE))
     return out

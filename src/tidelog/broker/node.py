@@ -74,6 +74,7 @@ from typing import Any, Callable
 
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.lifecycle import BrokerState, LifecycleEvent, next_state
+from tidelog.broker.replication_quota import ReplicationQuotas
 from tidelog.broker.topic_configs import log_config, static_log_config, topic_config_values
 from tidelog.controller.feature_control import broker_features
 from tidelog.controller.messages import (
@@ -207,7 +208,10 @@ class BrokerNode:
             is_broker_alive=self._is_fetchable)
         # KIP-392: consumers may be sent to followers, so followers learn the high watermark at once.
         self.replica_manager.prompt_follower_high_watermark = config["replica.selector.class"] is not None
+        # Replication throttles (KIP-73): the leader side is read by the Fetch handler, the follower's by its fetchers.
+        self.replication_quotas = ReplicationQuotas(self.node_id, config)
         fetchers = self.replica_manager.fetcher_manager
+        fetchers.quota = self.replication_quotas.follower
         fetchers.on_fetcher_added = lambda fetcher: self._effects.append(FetcherAdded(fetcher))
         fetchers.on_fetcher_removed = lambda fetcher: self._effects.append(FetcherRemoved(fetcher))
         self._restore_high_watermarks = self.log_manager.read_high_watermarks()
@@ -606,6 +610,7 @@ class BrokerNode:
         return self.broker_epoch >= 0 and self.metadata_log.committed_offset >= self.broker_epoch
 
     def _apply_config_changes(self) -> None:
+        self.replication_quotas.on_configs(self.image.configs)
         for tp, partition in list(self.replica_manager.partitions.items()):
             if isinstance(partition, Partition):
                 new_config = self.log_config(tp.topic)

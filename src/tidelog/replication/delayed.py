@@ -75,6 +75,9 @@ class FetchParams:
     # Kafka's FetchParams.fetchOnlyLeader: False for a consumer's Fetch v11+ (KIP-392: a
     # follower serves it up to its high watermark) and for the debugging replica id.
     fetch_only_leader: bool = True
+    # A follower's fetch under a replication throttle (broker/replication_quota.py): whether
+    # the leader holds partition ``tp`` back now (Kafka's shouldLeaderThrottle); None: never.
+    leader_throttle: Callable | None = None
 
 
 class DelayedFetch(DelayedOperation):

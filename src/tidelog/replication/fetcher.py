@@ -59,6 +59,11 @@ fetch offset and current leader epoch, still ready) — a response that raced wi
 a leader change, a removal or a truncation is dropped; appends happen only at
 the local log end offset (it equals ``fetch_offset`` while FETCHING).
 
+Replication throttle (KIP-73, broker/replication_quota.py). While the follower quota
+is exceeded, ``build_fetch`` leaves out its throttled partitions that lag (Kafka's
+``shouldFollowerThrottle``); the bytes appended for throttled partitions are recorded
+against it. A fetch left empty that way is retried after ``next_wakeup_ms``.
+
 ``ReplicaFetcherManager`` maps partitions to fetchers: fetcher id =
 ``hash(topic, partition) % num.replica.fetchers`` (Kafka's hash, so the spread
 matches Kafka's), per source broker; it adds and removes partitions on
@@ -307,8 +312,11 @@ class FetcherState:
                  get_partition: Callable[[TopicPartition], object | None],
                  broker_epoch: Callable[[], int] = lambda: -1,
                  on_high_watermark_moved: Callable[[list[TopicPartition]], None] | None = None,
-                 on_partition_failed: Callable[[TopicPartition, Exception | None], None] | None = None):
+                 on_partition_failed: Callable[[TopicPartition, Exception | None], None] | None = None,
+                 quota=None):
         self.source_broker_id = source_broker_id
+        # The follower replication throttle (broker/replication_quota.py), or None.
+        self.quota = quota
         self.fetcher_id = fetcher_id
         self.replica_id = replica_id
         self.config = config
@@ -442,9 +450,14 @@ class FetcherState:
         config = self.config
         partitions: dict[TopicPartition, FetchPartitionPlan] = {}
         unavailable = []
+        quota = self.quota
+        quota_exceeded = quota is not None and bool(quota.throttled_partitions) and quota.is_quota_exceeded(now_ms)
         for tp, state in self.partition_states.items():
             if not state.is_ready_for_fetch(now_ms):
                 continue
+            if quota_exceeded and self.should_follower_throttle(tp, state):
+                quota.throttled_total += 1
+                continue        # over the follower throttle: this lagging replica waits (Kafka's shouldFollowerThrottle)
             partition = self._get_partition(tp)
             if partition is None or partition.log.is_offline:
                 unavailable.append(tp)   # going offline; the replica manager removes it soon
@@ -461,6 +474,11 @@ class FetcherState:
             config.replica_fetch_wait_max_ms, config.replica_fetch_min_bytes,
             config.replica_fetch_response_max_bytes, partitions)
         return self.in_flight
+
+    def should_follower_throttle(self, tp: TopicPartition, state: PartitionFetchState) -> bool:
+        """A throttled partition that is not caught up (lag unknown or > 0: Kafka's
+        ``PartitionFetchState.isReplicaInSync`` false); the caller checked the quota."""
+        return self.quota.is_throttled(tp) and (state.lag is None or state.lag > 0)
 
     # ------------------------------------------------------------ what came back
 
@@ -509,7 +527,7 @@ class FetcherState:
                 if result.diverging_epoch is not None:
                     diverging[tp] = result.diverging_epoch   # truncation only (KAFKA-14704)
                     continue
-                outcome = self._process_partition_data(tp, state, result)
+                outcome = self._process_partition_data(tp, state, result, now_ms)
                 if outcome == "moved":
                     high_watermark_moved.append(tp)
                 elif outcome == "retry":
@@ -533,7 +551,7 @@ class FetcherState:
             self._on_high_watermark_moved(high_watermark_moved)
 
     def _process_partition_data(self, tp: TopicPartition, state: PartitionFetchState,
-                                result: FetchPartitionResult) -> str:
+                                result: FetchPartitionResult, now_ms: int) -> str:
         """Steps 8–9 of the nine steps (docs/replication.md). Returns "moved" (HW changed),
         "ok", "retry" or "failed"."""
         partition = self._get_partition(tp)
@@ -548,6 +566,8 @@ class FetcherState:
             appended = 0
             if result.records:
                 appended = partition.append_records_as_follower(result.records).valid_bytes
+                if self.quota is not None and self.quota.is_throttled(tp):
+                    self.quota.record(len(result.records), now_ms)
             moved = partition.update_follower_high_watermark(result.high_watermark)
             if result.log_start_offset >= 0:
                 partition.update_follower_log_start_offset(result.log_start_offset)
@@ -819,6 +839,7 @@ class ReplicaFetcherManager:
     on_partition_failed: Callable[[TopicPartition, Exception | None], None] | None = None
     on_fetcher_added: Callable[[FetcherState], None] | None = None
     on_fetcher_removed: Callable[[FetcherState], None] | None = None
+    quota: object = None        # the follower replication throttle (broker/replication_quota.py), or None
     fetchers: dict[tuple[int, int], FetcherState] = field(default_factory=dict)
 
     def fetcher_id(self, tp: TopicPartition) -> int:
@@ -832,7 +853,8 @@ class ReplicaFetcherManager:
             fetcher = self.fetchers.get(key)
             if fetcher is None:
                 fetcher = FetcherState(key[0], key[1], self.broker_id, self.config, self.get_partition,
-                                       self.broker_epoch, self.on_high_watermark_moved, self.on_partition_failed)
+                                       self.broker_epoch, self.on_high_watermark_moved, self.on_partition_failed,
+                                       self.quota)
                 self.fetchers[key] = fetcher
                 logger.info("broker %d: started fetcher %d for source broker %d", self.broker_id, key[1], key[0])
                 if self.on_fetcher_added is not None:

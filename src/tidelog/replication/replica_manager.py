@@ -405,6 +405,9 @@ class ReplicaManager:
                     replica_id=params.replica_id)
             except KafkaError as e:
                 result = ReadResult(e.error_code)
+            if (params.leader_throttle is not None and result.records is not None and result.error == ErrorCode.NONE
+                    and result.diverging_epoch is None and params.leader_throttle(topic_partition, partition)):
+                result.records = None       # throttled: the offsets, no records (Kafka: an empty set)
             if result.records is not None:
                 remaining -= result.records.length
             if is_follower and result.error == ErrorCode.NONE and result.diverging_epoch is None:
@@ -454,6 +457,8 @@ class ReplicaManager:
                 return None
         if request.fetch_offset == end_offset:
             return 0
+        if params.leader_throttle is not None and params.leader_throttle(topic_partition, partition):
+            return 0        # held back by a replication throttle: its bytes do not complete the fetch
         try:
             data = log_.read(request.fetch_offset, request.max_bytes,
                              max_offset=None if params.replica_id >= 0 else end_offset, min_one_batch=True)

@@ -20,6 +20,12 @@ whose log holds the fetch offset, and the leader: when it names a follower, that
 partition is answered with ``preferred_read_replica`` and no records, and the
 whole fetch is answered at once (Kafka's ``ReplicaManager.findPreferredReadReplica``
 and ``fetchMessages``).
+
+Replication throttles (KIP-73, broker/replication_quota.py). A follower's fetch reads
+throttled partitions (``leader.replication.throttled.replicas`` naming this broker) of
+followers outside the ISR without records while ``leader.replication.throttled.rate``
+is exceeded (``apply_leader_throttle``); what is sent for throttled partitions is
+recorded against that rate.
 """
 
 from __future__ import annotations
@@ -114,6 +120,8 @@ class FetchRequests:
     def handle_fetch(self, request: FetchRequest, respond: Callable[[dict], None]) -> None:
         """``respond({tp: ReadResult})`` once the fetch completes (at once or later)."""
         params = fetch_params(request)
+        if request.replica_id >= 0:
+            respond = self.apply_leader_throttle(params, respond)
         preferred = self.preferred_read_replicas(request)
         if not preferred:
             self.node.replica_manager.fetch_messages(params, respond)
@@ -122,6 +130,37 @@ class FetchRequests:
         params.partitions = {tp: p for tp, p in params.partitions.items() if tp not in preferred}
         params.max_wait_ms = 0
         self.node.replica_manager.fetch_messages(params, lambda results: respond({**results, **preferred}))
+
+    def apply_leader_throttle(self, params: FetchParams, respond: Callable[[dict], None]) -> Callable[[dict], None]:
+        """A follower's fetch under the leader replication throttle (broker/replication_quota.py,
+        Kafka's ``shouldLeaderThrottle`` and ``KafkaApis`` recording ``sizeOfThrottledPartitions``):
+        while the leader quota is exceeded, a throttled partition whose follower is not in the
+        ISR is read without records; the bytes answered for throttled partitions are recorded."""
+        quotas = getattr(self.node, "replication_quotas", None)      # a test's node may have none
+        quota = None if quotas is None else quotas.leader
+        if quota is None or not quota.throttled_partitions:
+            return respond
+        clock, replica_id = self.node.replica_manager.clock, params.replica_id
+
+        def should_leader_throttle(tp: TopicPartition, partition) -> bool:
+            return (quota.is_throttled(tp) and replica_id not in partition.isr
+                    and quota.is_quota_exceeded(clock.monotonic_ms()))
+
+        def record(results: dict) -> None:
+            sent = 0
+            for tp, result in results.items():
+                if not quota.is_throttled(tp) or result.error != ErrorCode.NONE:
+                    continue
+                if result.records is not None:
+                    sent += result.records.length
+                elif params.partitions[tp].fetch_offset < result.log_end_offset:
+                    quota.throttled_total += 1          # records were there, and held back
+            if sent:
+                quota.record(sent, clock.monotonic_ms())
+            respond(results)
+
+        params.leader_throttle = should_leader_throttle
+        return record
 
     def preferred_read_replicas(self, request: FetchRequest) -> dict[TopicPartition, ReadResult]:
         """``{tp: ReadResult naming the preferred read replica}`` for the partitions this
