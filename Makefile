@@ -131,6 +131,7 @@ bench: $(STAMP) java-interop
 	$(PY) benchmarks/spark_read_bench.py
 	$(PY) benchmarks/kafka_side_by_side.py
 	$(PY) benchmarks/kafka_failover_bench.py
+	$(PY) benchmarks/scale_bench.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis

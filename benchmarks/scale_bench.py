@@ -36,12 +36,15 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import socket
 import statistics
 import struct
 import sys
+import tempfile
 import time
 import urllib.request
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -126,11 +129,14 @@ def scrape(url: str) -> tuple[float, int]:
 
 
 def log_loading_s(server_log: str, from_offset: int) -> float | None:
-    """Seconds from the first line written after ``from_offset`` to "loaded N logs"."""
+    """Seconds from the process's first line written after ``from_offset`` (the shutdown
+    before it excluded) to "loaded N logs"."""
     with open(server_log, "rb") as f:
         f.seek(from_offset)
         lines = f.read().decode("utf-8", "replace").splitlines()
     stamps = [(m.group(1), line) for line in lines if (m := _LOG_TIME.match(line))]
+    starts = [i for i, (_, line) in enumerate(stamps) if "open file limit" in line]
+    stamps = stamps[starts[-1]:] if starts else stamps
     if not stamps:
         return None
     first = datetime.strptime(stamps[0][0], "%Y-%m-%d %H:%M:%S,%f")
@@ -140,7 +146,7 @@ def log_loading_s(server_log: str, from_offset: int) -> float | None:
     return None
 
 
-def run(total: int, rf: int, topics_per_request: int) -> dict[str, float]:
+def run(total: int, rf: int, topics_per_request: int, data_dir: str | None) -> dict[str, float]:
     figures: dict[str, float] = {}
 
     def note(name: str, value: float, unit: str) -> None:
@@ -148,84 +154,98 @@ def run(total: int, rf: int, topics_per_request: int) -> dict[str, float]:
         print(f"  [{total:>6} partitions] {name}: {value:.3f} {unit}", flush=True)
 
     overrides = {"num.partitions": "1", "auto.create.topics.enable": "false"}
-    with Cluster(brokers=3, controllers=1, metrics=True, overrides=overrides) as cluster:
-        layout = cluster.processes.layout
-        ports = {b.node_id: b.port for b in layout.brokers}
-        first, second = layout.brokers[0].node_id, layout.brokers[1].node_id
-        controller = layout.controllers[0]
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
-        names = [f"scale-{i:04d}" for i in range(total // PARTITIONS_PER_TOPIC)]
+    directory = tempfile.mkdtemp(prefix="tidelog-scale-", dir=data_dir)
+    try:
+        with Cluster(brokers=3, controllers=1, metrics=True, overrides=overrides, directory=directory) as cluster:
+            return _measure(cluster, total, rf, topics_per_request, note, figures)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
-        started = time.monotonic()
-        for i in range(0, len(names), topics_per_request):
-            batch = [NewTopic(n, PARTITIONS_PER_TOPIC, rf) for n in names[i:i + topics_per_request]]
-            for future in admin.create_topics(batch, operation_timeout=600, request_timeout=600).values():
-                future.result()
-        note("create (acknowledged)", time.monotonic() - started, "s")
 
-        def all_led(port: int):
-            answer = metadata(port)
-            if answer is None:
-                return None
-            found = partitions(answer[0])
-            return len(found) == total and all(p.leader_id >= 0 for p in found.values()) and found
-        until(lambda: all_led(ports[second]), 1800, f"a leader for all {total} partitions", 0.5)
-        note("create -> all led", time.monotonic() - started, "s")
+def _measure(cluster, total: int, rf: int, topics_per_request: int, note, figures) -> dict[str, float]:
+    layout = cluster.processes.layout
+    ports = {b.node_id: b.port for b in layout.brokers}
+    second = layout.brokers[1].node_id
+    controller = layout.controllers[0]
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+    names = [f"scale-{i:04d}" for i in range(total // PARTITIONS_PER_TOPIC)]
 
-        samples = [metadata(ports[second]) for _ in range(5)]
-        note("metadata latency (median of 5)", statistics.median(s[1] for s in samples) * 1000, "ms")
-        note("metadata size", samples[0][2] / 1024, "KiB")
+    started = time.monotonic()
+    for i in range(0, len(names), topics_per_request):
+        batch = [NewTopic(n, PARTITIONS_PER_TOPIC, rf) for n in names[i:i + topics_per_request]]
+        for future in admin.create_topics(batch, operation_timeout=600, request_timeout=600).values():
+            future.result()
+    note("create (acknowledged)", time.monotonic() - started, "s")
 
-        for node in layout.brokers:
-            scrapes = [scrape(cluster.metrics_url(node.node_id)) for _ in range(3)]
-            note(f"/metrics broker {node.node_id} latency (median of 3)",
-                 statistics.median(s[0] for s in scrapes) * 1000, "ms")
-            note(f"/metrics broker {node.node_id} size", scrapes[0][1] / 1024, "KiB")
-        for node in layout.brokers:
-            note(f"RSS broker {node.node_id}", rss_mb(node.pid), "MiB")
-        note("RSS controller", rss_mb(controller.pid), "MiB")
+    def all_led(port: int):
+        answer = metadata(port)
+        if answer is None:
+            return None
+        found = partitions(answer[0])
+        return len(found) == total and all(p.leader_id >= 0 for p in found.values()) and found
+    until(lambda: all_led(ports[second]), 1800, f"a leader for all {total} partitions", 0.5)
+    note("create -> all led", time.monotonic() - started, "s")
 
-        # kill -9 of broker `first`: its partitions move.
-        led = {key for key, p in partitions(metadata(ports[second])[0]).items() if p.leader_id == first}
-        cpu_before = cpu_s(controller.pid)
-        killed_at = time.monotonic()
-        cluster.kill(first)
+    samples = [metadata(ports[second]) for _ in range(5)]
+    note("metadata latency (median of 5)", statistics.median(s[1] for s in samples) * 1000, "ms")
+    note("metadata size", samples[0][2] / 1024, "KiB")
 
-        def moved():
-            answer = metadata(ports[second])
-            if answer is None:
-                return False
-            found = partitions(answer[0])
-            return all(found[key].leader_id not in (-1, first) for key in led) if rf > 1 else True
-        until(moved, 1800, f"new leaders for the {len(led)} partitions broker {first} led", 0.2)
-        took = time.monotonic() - killed_at
-        note(f"kill -9 -> new leaders for {len(led)} partitions", took, "s")
-        note("controller CPU during failover", (cpu_s(controller.pid) - cpu_before) / took * 100, "%")
+    for node in layout.brokers:
+        scrapes = [scrape(cluster.metrics_url(node.node_id)) for _ in range(3)]
+        note(f"/metrics broker {node.node_id} latency (median of 3)",
+             statistics.median(s[0] for s in scrapes) * 1000, "ms")
+        note(f"/metrics broker {node.node_id} size", scrapes[0][1] / 1024, "KiB")
+    for node in layout.brokers:
+        note(f"RSS broker {node.node_id}", rss_mb(node.pid), "MiB")
+    note("RSS controller", rss_mb(controller.pid), "MiB")
 
-        restarted_at = time.monotonic()
-        cluster.start_node(first)
+    # kill -9 of the broker leading the most partitions: they move.
+    found = partitions(metadata(ports[second])[0])
+    leaders = Counter(p.leader_id for p in found.values())
+    first = max((b.node_id for b in layout.brokers), key=lambda n: leaders.get(n, 0))
+    second = next(b.node_id for b in layout.brokers if b.node_id != first)
+    led = {key for key, p in found.items() if p.leader_id == first}
+    note("leaders per broker before the kill (min/max)",
+         min(leaders.get(b.node_id, 0) for b in layout.brokers) * 1.0, f"/ {max(leaders.values())}")
+    cpu_before = cpu_s(controller.pid)
+    killed_at = time.monotonic()
+    cluster.kill(first)
 
-        def rejoined():
-            answer = metadata(ports[second])
-            if answer is None:
-                return False
-            return all(first in p.isr_nodes for p in partitions(answer[0]).values() if first in p.replica_nodes)
-        until(rejoined, 1800, f"broker {first} back in every ISR", 0.5)
-        note("restart -> back in every ISR", time.monotonic() - restarted_at, "s")
+    def moved():
+        answer = metadata(ports[second])
+        if answer is None:
+            return False
+        found = partitions(answer[0])
+        return all(found[key].leader_id not in (-1, first) for key in led) if rf > 1 else True
+    until(moved, 1800, f"new leaders for the {len(led)} partitions broker {first} led", 0.2)
+    took = time.monotonic() - killed_at
+    note(f"kill -9 -> new leaders for {len(led)} partitions", took, "s")
+    note("controller CPU during failover", (cpu_s(controller.pid) - cpu_before) / took * 100, "%")
 
-        # A clean restart of the whole cluster.
-        logs = {b.node_id: os.path.join(cluster.processes._node_dir(b), "server.log") for b in layout.brokers}
-        offsets = {n: os.path.getsize(path) for n, path in logs.items()}
-        cluster.processes.down()
-        restarted_at = time.monotonic()
-        cluster.processes.up()
-        ports = {b.node_id: b.port for b in layout.brokers}
-        note("clean restart -> all RUNNING", time.monotonic() - restarted_at, "s")
-        until(lambda: all_led(ports[second]), 1800, "a leader for every partition after the restart", 0.5)
-        note("clean restart -> all led", time.monotonic() - restarted_at, "s")
-        loading = [s for n, path in logs.items() if (s := log_loading_s(path, offsets[n])) is not None]
-        if loading:
-            note("log loading (slowest broker)", max(loading), "s")
+    restarted_at = time.monotonic()
+    cluster.start_node(first)
+
+    def rejoined():
+        answer = metadata(ports[second])
+        if answer is None:
+            return False
+        return all(first in p.isr_nodes for p in partitions(answer[0]).values() if first in p.replica_nodes)
+    until(rejoined, 1800, f"broker {first} back in every ISR", 0.5)
+    note("restart -> back in every ISR", time.monotonic() - restarted_at, "s")
+
+    # A clean restart of the whole cluster.
+    logs = {b.node_id: os.path.join(cluster.processes._node_dir(b), "server.log") for b in layout.brokers}
+    offsets = {n: os.path.getsize(path) for n, path in logs.items()}
+    cluster.processes.down()
+    restarted_at = time.monotonic()
+    cluster.processes.up()
+    ports = {b.node_id: b.port for b in layout.brokers}
+    note("clean restart -> all RUNNING", time.monotonic() - restarted_at, "s")
+    until(lambda: all_led(ports[second]), 1800, "a leader for every partition after the restart", 0.5)
+    note("clean restart -> all led", time.monotonic() - restarted_at, "s")
+    loading = [s for n, path in logs.items() if (s := log_loading_s(path, offsets[n])) is not None]
+    if loading:
+        note("log loading (slowest broker)", max(loading), "s")
     return figures
 
 
@@ -234,12 +254,15 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, nargs="+", default=[1000, 3000, 10000])
     parser.add_argument("--rf", type=int, default=3)
     parser.add_argument("--topics-per-request", type=int, default=10)
+    parser.add_argument("--data-dir", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
+                        help="where the nodes keep their data (default: /dev/shm, a tmpfs, where fsync "
+                             "costs nothing; give a disk directory to include its fsync latency)")
     args = parser.parse_args()
     results = {}
     for total in args.partitions:
         print(f"{total} partitions ({total // PARTITIONS_PER_TOPIC} topics x {PARTITIONS_PER_TOPIC}, "
-              f"RF={args.rf}):", flush=True)
-        results[total] = run(total, args.rf, args.topics_per_request)
+              f"RF={args.rf}, data in {args.data_dir or tempfile.gettempdir()}):", flush=True)
+        results[total] = run(total, args.rf, args.topics_per_request, args.data_dir)
     sizes = list(results)
     names = [name for name in results[sizes[0]]]
     width = max(len(n) for n in names)
