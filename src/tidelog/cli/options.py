@@ -381,10 +381,17 @@ def _reassign(commands) -> None:
     execute.add_argument("--timeout", type=int, default=10_000, metavar="MS",
                          help="how long to keep asking a broker to move a replica it does not host yet to the "
                               "log directory the plan names")
-    for name, text in (("verify", "say whether each move of a plan completed (exit 1 if not all did)"),
+    execute.add_argument("--throttle", type=int, default=-1, metavar="BYTES_PER_S",
+                         help="bound the moves' replication traffic (leader and follower replication throttles; "
+                              "verify removes them)")
+    for name, text in (("verify", "say whether each move of a plan completed (exit 1 if not all did); once all "
+                                  "did, remove the replication throttles"),
                        ("cancel", "revert the moves of a plan that are still running")):
-        _verb(verbs, name, text, [common]).add_argument("--reassignment-json-file", required=True, metavar="FILE",
-                                                        help=plan_help)
+        verb = _verb(verbs, name, text, [common])
+        verb.add_argument("--reassignment-json-file", required=True, metavar="FILE", help=plan_help)
+        if name == "verify":
+            verb.add_argument("--preserve-throttles", action="store_true",
+                              help="keep the replication throttles after the moves completed")
     _verb(verbs, "list", "the moves under way", [common])
 
 

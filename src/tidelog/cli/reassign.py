@@ -22,7 +22,14 @@ yet — it is being added — is asked again until ``--timeout``);
 ``verify`` says per partition whether its move completed, and per replica with a
 directory whether it lives there alone (DescribeLogDirs); ``cancel`` reverts the
 moves still running (null replicas); ``list`` shows the moves under way
-(ListPartitionReassignments). Output lines are Kafka's; a refused partition is one
+(ListPartitionReassignments).
+
+Throttles (KIP-73, docs/reassignment.md), as Kafka's tool: ``execute --throttle RATE``
+(bytes/s) sets ``leader.replication.throttled.replicas`` (the moving partitions' current
+replicas) and ``follower.replication.throttled.replicas`` (the replicas being added) on
+the topics, and ``leader.``/``follower.replication.throttled.rate`` on every broker a move
+involves; ``verify``, once every move completed, deletes the rates on every broker and
+the lists on the plan's topics (unless ``--preserve-throttles``). Output lines are Kafka's; a refused partition is one
 line on standard error with its error code, and the exit status is 1.
 """
 
@@ -34,6 +41,7 @@ import sys
 import time
 from typing import Any
 
+from tidelog.broker.replication_quota import FOLLOWER_RATE, FOLLOWER_REPLICAS, LEADER_RATE, LEADER_REPLICAS
 from tidelog.cli.options import connect
 from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.protocol.api_keys import ApiKey
@@ -41,6 +49,11 @@ from tidelog.protocol.client import KafkaConnection
 from tidelog.protocol.client_config import load_command_config
 
 LOG_DIR_RETRY_MS = 100        # AlterReplicaLogDirs asked again while a replica is being added (Kafka's)
+# The throttles execute --throttle sets and verify clears (Kafka's BROKER_LEVEL_THROTTLES, TOPIC_LEVEL_THROTTLES).
+BROKER_LEVEL_THROTTLES = (LEADER_RATE, FOLLOWER_RATE, "replica.alter.log.dirs.io.max.bytes.per.second")
+TOPIC_LEVEL_THROTTLES = (LEADER_REPLICAS, FOLLOWER_REPLICAS)
+SET, DELETE = 0, 1                         # IncrementalAlterConfigs operations
+BROKER, TOPIC = 4, 2                       # config resource types
 
 
 class PlanError(ValueError):
@@ -215,6 +228,11 @@ async def _execute(connection, args) -> int:
     unknown = sorted({b for _, _, b in log_dirs if b not in brokers})
     if unknown:
         raise PlanError(f"log_dirs name replicas on brokers that are not alive: {', '.join(map(str, unknown))}")
+    if args.throttle >= 0:
+        print("Warning: You must run --verify periodically, until the reassignment completes, to ensure the "
+              "throttle is removed.")
+        await _set_throttles(connection, args, plan, {(t, p): r for t, p, r in current}, args.throttle)
+        print(f"The inter-broker throttle limit was set to {args.throttle} B/s")
     done, failed = await _alter(connection, plan, not args.disallow_replication_factor_change)
     if done:
         print(f"Successfully started partition reassignment{'s' if len(done) > 1 else ''} for {','.join(done)}")
@@ -222,6 +240,71 @@ async def _execute(connection, args) -> int:
     if log_dirs:
         status |= await _move_log_dirs(args, brokers, log_dirs)
     return status
+
+
+def throttled_replicas(plan: list[tuple[str, int, list[int]]], current: dict[tuple[str, int], list[int]]
+                       ) -> dict[str, tuple[str, str]]:
+    """Per topic, the ``leader.replication.throttled.replicas`` (every current replica of a
+    moving partition: any may lead the copy) and ``follower.replication.throttled.replicas``
+    (the replicas being added) values of a plan, as Kafka's tool computes them."""
+    leaders: dict[str, set[str]] = {}
+    followers: dict[str, set[str]] = {}
+    for topic, partition, target in plan:
+        sources = current[(topic, partition)]
+        leaders.setdefault(topic, set()).update(f"{partition}:{b}" for b in sources)
+        followers.setdefault(topic, set()).update(f"{partition}:{b}" for b in target if b not in sources)
+    return {topic: (",".join(sorted(leaders[topic])), ",".join(sorted(followers[topic]))) for topic in leaders}
+
+
+async def _alter_configs(connection, resources: list[tuple[int, str, list[tuple[str, str | None]]]],
+                         at_broker=None) -> None:
+    """IncrementalAlterConfigs (a value None: DELETE); a refused resource raises. One
+    broker's own settings go to that broker (``at_broker``: its request sender), as
+    Kafka's admin client sends them."""
+    body = {"validate_only": False, "resources": [
+        {"resource_type": kind, "resource_name": name, "configs": [
+            {"name": key, "config_operation": SET if value is not None else DELETE, "value": value}
+            for key, value in configs]} for kind, name, configs in resources]}
+    answer = await (connection.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, body) if at_broker is None
+                    else at_broker(ApiKey.INCREMENTAL_ALTER_CONFIGS, body))
+    for result in answer.responses:
+        error = ErrorCode(int(result.error_code.value))
+        if error != ErrorCode.NONE:
+            raise KafkaError(f"configs of {result.resource_name}: {error.name}: {result.error_message or ''}", error)
+
+
+async def _broker_configs(args, brokers, settings: list[tuple[str, str | None]], broker_ids) -> None:
+    for broker in broker_ids:
+        await _alter_configs(None, [(BROKER, str(broker), settings)],
+                             lambda key, body, broker=broker: _at_broker(args, brokers, broker, key, body))
+
+
+async def _set_throttles(connection, args, plan, current: dict[tuple[str, int], list[int]], rate: int) -> None:
+    """Kafka's ``modifyReassignmentThrottle``: the topics' throttled replica lists, then the
+    rate on every broker a move reads from or writes to."""
+    lists = throttled_replicas(plan, current)
+    await _alter_configs(connection, [(TOPIC, topic, [(LEADER_REPLICAS, leader), (FOLLOWER_REPLICAS, follower)])
+                                      for topic, (leader, follower) in sorted(lists.items())])
+    involved = sorted({b for t, p, target in plan for b in (*target, *current[(t, p)])})
+    brokers = await _brokers(connection)
+    missing = [b for b in involved if b not in brokers]
+    if missing:
+        raise PlanError(f"the plan names brokers that are not alive: {', '.join(map(str, missing))}")
+    await _broker_configs(args, brokers, [(LEADER_RATE, str(rate)), (FOLLOWER_RATE, str(rate))], involved)
+
+
+async def _clear_throttles(connection, args, plan) -> None:
+    """Kafka's ``clearAllThrottles``, once every move of the plan completed: the rates on every
+    broker (alive, or named by the plan) and the replica lists of the plan's topics."""
+    alive = await _brokers(connection)
+    brokers = sorted(set(alive) | {b for _, _, target in plan for b in target})
+    print(f"Clearing broker-level throttles on broker{'' if len(brokers) == 1 else 's'} "
+          f"{','.join(map(str, brokers))}")
+    await _broker_configs(args, alive, [(name, None) for name in BROKER_LEVEL_THROTTLES],
+                          [b for b in brokers if b in alive])
+    topics = sorted({t for t, _, _ in plan})
+    print(f"Clearing topic-level throttles on topic{'' if len(topics) == 1 else 's'} {','.join(topics)}")
+    await _alter_configs(connection, [(TOPIC, t, [(name, None) for name in TOPIC_LEVEL_THROTTLES]) for t in topics])
 
 
 async def _brokers(connection) -> dict[int, tuple[str, int]]:
@@ -288,6 +371,8 @@ async def _verify(connection, args) -> int:
             unfinished += 1
     if log_dirs:
         unfinished += await _verify_log_dirs(args, await _brokers(connection), log_dirs)
+    if not unfinished and not args.preserve_throttles:
+        await _clear_throttles(connection, args, plan)
     return 1 if unfinished else 0
 
 

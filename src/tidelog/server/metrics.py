@@ -118,6 +118,15 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {name: (kind, labels, tex
      "Largest lag in records of a partition this broker follows (leader high watermark - fetch offset)"),
     ("kafka_server_fetcherlagmetrics_consumerlag", "gauge", ("clientId", "topic", "partition"),
      "Lag in records of one followed partition, as of its last fetch"),
+    # kafka.server:type=LeaderReplication|FollowerReplication,name=byte-rate (replication throttles, KIP-73)
+    ("kafka_server_leaderreplication_byte_rate", "gauge", (),
+     "Bytes/s this leader sent followers for throttled replicas (against leader.replication.throttled.rate)"),
+    ("kafka_server_followerreplication_byte_rate", "gauge", (),
+     "Bytes/s this follower fetched for throttled replicas (against follower.replication.throttled.rate)"),
+    ("kafka_server_leaderreplication_throttled_partitions", "counter", (),
+     "Not Kafka's: partitions a follower's Fetch was answered without records by the leader throttle"),
+    ("kafka_server_followerreplication_throttled_partitions", "counter", (),
+     "Not Kafka's: partitions this broker's fetchers left out of a Fetch by the follower throttle"),
     # kafka.cluster:type=Partition
     ("kafka_cluster_partition_underreplicated", "gauge", ("topic", "partition"),
      "1 if this broker leads the partition and its ISR is smaller than its replica set"),
@@ -358,6 +367,10 @@ class BrokerCollector:
                 max_lag = max(max_lag, lag)
                 add("kafka_server_fetcherlagmetrics_consumerlag", lag, (client_id, tp.topic, str(tp.partition)))
         add("kafka_server_replicafetchermanager_maxlag", max_lag, ("Replica",))
+        quotas, now_ms = node.replication_quotas, manager.clock.monotonic_ms()
+        for side, quota in (("leader", quotas.leader), ("follower", quotas.follower)):
+            add(f"kafka_server_{side}replication_byte_rate", quota.byte_rate(now_ms))
+            add(f"kafka_server_{side}replication_throttled_partitions", quota.throttled_total)
 
         logs = node.log_manager
         for log_ in sorted(logs.all_logs(), key=lambda l: l.topic_partition):
