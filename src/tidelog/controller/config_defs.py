@@ -177,14 +177,14 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in (
               "to replication)."),
     ConfigDef("follower.replication.throttled.replicas", _T.LIST, "", None,
               throttled_replicas("follower.replication.throttled.replicas"),
-              "Replicas (partition:broker, or *) whose follower side a reassignment throttles."
-              + _NOT_ACTED_ON.format("it throttles no replication")),
+              "Replicas (partition:broker, or *) whose follower side is held to "
+              "follower.replication.throttled.rate (docs/reassignment.md)."),
     ConfigDef("index.interval.bytes", _T.INT, "4096", "log.index.interval.bytes", at_least(0),
               "Bytes of log between two entries of the offset and time indexes."),
     ConfigDef("leader.replication.throttled.replicas", _T.LIST, "", None,
               throttled_replicas("leader.replication.throttled.replicas"),
-              "Replicas (partition:broker, or *) whose leader side a reassignment throttles."
-              + _NOT_ACTED_ON.format("it throttles no replication")),
+              "Replicas (partition:broker, or *) whose leader side is held to "
+              "leader.replication.throttled.rate (docs/reassignment.md)."),
     ConfigDef("local.retention.bytes", _T.LONG, "-2", "log.local.retention.bytes", at_least(-2),
               "Bytes of a partition kept on local disk when tiered storage holds the rest (-2: "
               "retention.bytes)." + _NO_TIERED),
