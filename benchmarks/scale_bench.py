@@ -146,14 +146,16 @@ def log_loading_s(server_log: str, from_offset: int) -> float | None:
     return None
 
 
-def run(total: int, rf: int, topics_per_request: int, data_dir: str | None) -> dict[str, float]:
+def run(total: int, rf: int, topics_per_request: int, data_dir: str | None,
+        session_timeout_ms: int) -> dict[str, float]:
     figures: dict[str, float] = {}
 
     def note(name: str, value: float, unit: str) -> None:
         figures[name] = value
         print(f"  [{total:>6} partitions] {name}: {value:.3f} {unit}", flush=True)
 
-    overrides = {"num.partitions": "1", "auto.create.topics.enable": "false"}
+    overrides = {"num.partitions": "1", "auto.create.topics.enable": "false",
+                 "broker.session.timeout.ms": str(session_timeout_ms)}
     directory = tempfile.mkdtemp(prefix="tidelog-scale-", dir=data_dir)
     try:
         with Cluster(brokers=3, controllers=1, metrics=True, overrides=overrides, directory=directory) as cluster:
@@ -254,6 +256,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, nargs="+", default=[1000, 3000, 10000])
     parser.add_argument("--rf", type=int, default=3)
     parser.add_argument("--topics-per-request", type=int, default=10)
+    parser.add_argument("--session-timeout-ms", type=int, default=9000,
+                        help="broker.session.timeout.ms (default: Kafka's 9000; the failover time is this "
+                             "plus the move)")
     parser.add_argument("--data-dir", default="/dev/shm" if os.path.isdir("/dev/shm") else None,
                         help="where the nodes keep their data (default: /dev/shm, a tmpfs, where fsync "
                              "costs nothing; give a disk directory to include its fsync latency)")
@@ -261,8 +266,9 @@ def main() -> None:
     results = {}
     for total in args.partitions:
         print(f"{total} partitions ({total // PARTITIONS_PER_TOPIC} topics x {PARTITIONS_PER_TOPIC}, "
-              f"RF={args.rf}, data in {args.data_dir or tempfile.gettempdir()}):", flush=True)
-        results[total] = run(total, args.rf, args.topics_per_request, args.data_dir)
+              f"RF={args.rf}, data in {args.data_dir or tempfile.gettempdir()}, "
+              f"broker.session.timeout.ms {args.session_timeout_ms}):", flush=True)
+        results[total] = run(total, args.rf, args.topics_per_request, args.data_dir, args.session_timeout_ms)
     sizes = list(results)
     names = [name for name in results[sizes[0]]]
     width = max(len(n) for n in names)
