@@ -237,6 +237,10 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("transactional.id.expiration.ms", int, 604_800_000, _positive),
     ConfigDef("transaction.partition.verification.enable", bool, True, None,
               "KIP-890: a leader asks the coordinator before appending a transaction's first batch"),
+    # Not Kafka's (it always sends a plaintext Fetch's records with FileChannel.transferTo).
+    ConfigDef("tidelog.network.sendfile.enable", bool, True, None,
+              "send a Fetch's records from the segment files by sendfile on plaintext listeners "
+              "(false: copy them through Python, for debugging)"),
     # Prometheus metrics with Kafka's names (docs/observability.md); off unless metrics.port is set.
     ConfigDef("metrics.port", int, None, lambda v: 0 <= v <= 65535,
               "serve Prometheus /metrics on this port (0 picks a free one)"),

@@ -28,3 +28,4 @@ MAX_CONNECTIONS = (1 << 31) - 1          # Kafka's max.connections and max.conne
 CONNECTION_READ_AHEAD_BYTES = 64 * 1024  # a connection's stream buffer; reading pauses at twice this
 LISTEN_BACKLOG = 100                     # connections the kernel queues while we are not accepting
 ACCEPT_BACKOFF_MS = 100                  # pause in accepting after EMFILE/ENFILE (out of descriptors)
+SENDFILE_MIN_BYTES = 16 * 1024            # a Fetch's records from this size go out by sendfile, smaller ones are copied

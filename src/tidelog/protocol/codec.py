@@ -37,6 +37,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
 from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.file_region import FileRegion, ResponseFrame
 
 log = logging.getLogger("tidelog.protocol")
 _HEADER_PREFIX = struct.Struct(">hhi")
@@ -333,20 +334,55 @@ def decode_request(header: RequestHeader, frame, body_offset: int):
     return entity
 
 
-def encode_response(header: RequestHeader, body: dict | Any) -> bytes:
-    """Encode a full response frame, size prefix included."""
+def encode_response(header: RequestHeader, body: dict | Any, file_regions: bool = False) -> bytes | ResponseFrame:
+    """Encode a full response frame, size prefix included. A records field may hold a
+    ``FileRegion`` (a Fetch's, protocol/file_region.py): with ``file_regions`` the answer
+    is then a ``ResponseFrame`` that leaves the region to be sent from its file, else the
+    region is read into the bytes."""
     cls = _response_class(header.api_key, header.api_version)
     entity = body if isinstance(body, cls) else to_entity(cls, body)
-    out = io.BytesIO()
+    out = _RegionWriter(file_regions) if header.api_key == ApiKey.FETCH else io.BytesIO()
     out.write(b"\x00\x00\x00\x00")
     out.write(_INT32.pack(header.correlation_id))
     if cls.__flexible__ and header.api_key != ApiKey.API_VERSIONS:
         out.write(b"\x00")  # response header v1: no tagged fields
     _writer(cls)(out, entity)
+    if isinstance(out, _RegionWriter) and out.parts:
+        return out.frame()
     frame = out.getbuffer()
     _INT32.pack_into(frame, 0, len(frame) - 4)
     del frame
     return out.getvalue()
+
+
+class _RegionWriter(io.BytesIO):
+    """kio's writers call ``len(value)`` and then ``write(value)`` for a records field, so
+    a ``FileRegion`` there has its length prefix written like any bytes; ``write`` then
+    either reads the region in or ends the current part and keeps the region as a part."""
+
+    def __init__(self, file_regions: bool):
+        super().__init__()
+        self.file_regions = file_regions
+        self.parts: list = []
+
+    def write(self, data) -> int:
+        if type(data) is not FileRegion:
+            return super().write(data)
+        if not self.file_regions:
+            return super().write(data.read())
+        self.parts.append(self.getvalue())
+        self.parts.append(data)
+        self.seek(0)
+        self.truncate()
+        return len(data)
+
+    def frame(self) -> ResponseFrame:
+        self.parts.append(self.getvalue())
+        response = ResponseFrame([part for part in self.parts if len(part)])
+        first = bytearray(response.parts[0])
+        _INT32.pack_into(first, 0, response.size - 4)
+        response.parts[0] = bytes(first)
+        return response
 
 
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None,

@@ -127,12 +127,14 @@ class Dispatcher:
                 result = quotas.after(header, request, len(frame), result, handled_ms, connection)
             else:
                 result = _after(quotas, header, request, len(frame), result, handled_ms, connection)
+        # A plaintext connection takes a Fetch's records as file regions, sent by sendfile.
+        file_regions = getattr(connection, "sendfile", False)
         if result is None or isinstance(result, dict):
-            response = None if result is None else encode_response(header, result)
+            response = None if result is None else encode_response(header, result, file_regions)
             if observer is not None:
                 observer(header, request, result, started)
             return response
-        return _encode_later(header, result, observer, request, started)
+        return _encode_later(header, result, observer, request, started, file_regions)
 
     def _unsupported(self, header: RequestHeader, connection) -> bytes:
         """UNSUPPORTED_VERSION in the request's own response shape, or ProtocolError
@@ -206,9 +208,9 @@ async def _after(quotas, header, request, request_bytes, awaitable, handled_ms, 
 
 
 async def _encode_later(header: RequestHeader, awaitable, observer=None, request=None,
-                        started: float = 0.0) -> bytes | None:
+                        started: float = 0.0, file_regions: bool = False):
     body = await awaitable
-    response = None if body is None else encode_response(header, body)
+    response = None if body is None else encode_response(header, body, file_regions)
     if observer is not None:
         observer(header, request, body, started)
     return response

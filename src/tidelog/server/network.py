@@ -85,6 +85,7 @@ import collections
 import errno
 import ipaddress
 import logging
+import os
 import socket
 import ssl
 import struct
@@ -104,10 +105,11 @@ from tidelog.core.limits import (
     REQUEST_SIZE_MAX_BYTES,
 )
 from tidelog.protocol.codec import ProtocolError, RequestHeader, parse_request_header
+from tidelog.protocol.file_region import FileRegion, ResponseFrame, TruncatedRegionError
 
 log = logging.getLogger("tidelog.network")
 
-Response = Union[bytes, Awaitable[bytes], None]
+Response = Union[bytes, ResponseFrame, Awaitable[Union[bytes, ResponseFrame, None]], None]
 Dispatcher = Callable[[RequestHeader, bytes, int, "Connection"], Response]
 
 _SIZE = struct.Struct(">i")
@@ -382,6 +384,10 @@ class Connection:
         self.closed = False
         self.principal = "User:ANONYMOUS"      # the TLS client certificate's, on an SSL listener
         self.sasl = None                       # a SaslSession on a SASL listener
+        # A Fetch's records go out by sendfile (a plaintext listener; never TLS, whose
+        # bytes must go through the SSL object): the dispatcher then encodes file regions.
+        self.sendfile = False
+        self.listener: "Listener | None" = None  # counts the bytes sent by sendfile
         self.close_after_response = False      # a failed authentication: answer, then close
         # Client quotas (server/quotas.py): no request is read before this loop time (s).
         self.muted_until = 0.0
@@ -485,7 +491,7 @@ class Connection:
             if item is None:
                 return
             try:
-                data = item if isinstance(item, bytes) else await item
+                data = item if isinstance(item, (bytes, ResponseFrame)) else await item
             except AssertionError:
                 self.close()                   # the reader stops; serve() re-raises this
                 raise
@@ -494,9 +500,14 @@ class Connection:
                 self.close()
                 return
             if data is None or self.closed:
+                if type(data) is ResponseFrame:
+                    data.close()
                 continue
             try:
-                self.writer.write(data)
+                if type(data) is ResponseFrame:
+                    await self._write_frame(data)
+                else:
+                    self.writer.write(data)
                 if self.close_after_response:
                     await self.writer.drain()
                     self.close()
@@ -506,6 +517,70 @@ class Connection:
             except ConnectionError:
                 self.close()
                 return
+            except TruncatedRegionError as e:
+                log.warning("closing connection from %s: %s", self.peer, e)
+                self.close()
+                return
+
+    async def _write_frame(self, frame: ResponseFrame) -> None:
+        """Write a response with file regions: its bytes through the transport, each
+        region by ``os.sendfile`` once the transport has sent everything before it.
+        A region that comes up short (its file truncated) raises ``TruncatedRegionError``
+        before anything after it is written: the caller closes the connection."""
+        try:
+            for part in frame.parts:
+                if type(part) is FileRegion:
+                    await self._send_region(part)
+                    part.close()
+                else:
+                    self.writer.write(part)
+        finally:
+            frame.close()
+
+    async def _send_region(self, region: FileRegion) -> None:
+        await self._drained()
+        sock_fd = self.writer.get_extra_info("socket").fileno()
+        offset, end = region.position, region.position + region.length
+        while offset < end:
+            if self.closed:
+                raise ConnectionResetError("connection closed while sending")
+            try:
+                sent = os.sendfile(sock_fd, region.fd, offset, end - offset)
+            except BlockingIOError:            # the socket's buffer is full: wait for room
+                await self._writable(sock_fd)
+                continue
+            if sent == 0:
+                raise TruncatedRegionError(region, offset - region.position)
+            offset += sent
+        if self.listener is not None:
+            self.listener.sendfile_bytes += region.length
+
+    async def _drained(self) -> None:
+        """Return once the transport's write buffer is empty (the bytes before a region
+        are on the socket), waiting as ``drain`` does with the buffer's limits at 0."""
+        transport = self.writer.transport
+        if not transport.get_write_buffer_size():
+            return
+        low, high = transport.get_write_buffer_limits()
+        transport.set_write_buffer_limits(high=0, low=0)
+        try:
+            await self.writer.drain()
+        finally:
+            transport.set_write_buffer_limits(high=high, low=low)
+
+    async def _writable(self, sock_fd: int) -> None:
+        """Wait until the socket takes more bytes. The transport owns ``sock_fd`` in the
+        event loop (asyncio and uvloop refuse a second watcher on it), so the wait is on a
+        duplicate of it: the same socket, another number."""
+        loop = asyncio.get_running_loop()
+        fd = os.dup(sock_fd)
+        ready = loop.create_future()
+        loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
+        try:
+            await ready
+        finally:
+            loop.remove_writer(fd)
+            os.close(fd)
 
     def close(self) -> None:
         if not self.closed:
@@ -548,8 +623,11 @@ class Listener:
                  accept_backoff_ms: int = ACCEPT_BACKOFF_MS,
                  ssl_context: ssl.SSLContext | None = None,
                  principal_of: Callable[[dict | None], str] | None = None,
-                 sasl=None):
+                 sasl=None, sendfile: bool = True):
         self._dispatch = dispatch
+        # Fetch responses by sendfile on a plaintext listener (tidelog.network.sendfile.enable).
+        self.sendfile = sendfile
+        self.sendfile_bytes = 0     # records sent by sendfile since the start
         # An SSL listener (server/tls.py): each connection's TLS handshake happens
         # before its first request is read; ``principal_of`` names the peer from its
         # certificate (Kafka's SslPrincipalMapper).
@@ -674,6 +752,8 @@ class Listener:
                                 self._idle_timeout_ms, self._in_flight_max, self.limits.memory_pool,
                                 self.rejected_log)
         connection.principal = principal or "User:ANONYMOUS"
+        connection.sendfile = self.sendfile and self.ssl_context is None
+        connection.listener = self
         if self._sasl is not None:
             connection.sasl = self._sasl.session()
         self.connections.add(connection)

@@ -299,7 +299,7 @@ class Server:
                         request_size_max_bytes=self.config["socket.request.max.bytes"],
                         idle_timeout_ms=self.config["connections.max.idle.ms"],
                         fault_handler=self._fault, limits=limits, ssl_context=context, principal_of=principal_of,
-                        sasl=authenticator)
+                        sasl=authenticator, sendfile=self.config["tidelog.network.sendfile.enable"])
 
     def _maybe_reload_tls(self) -> None:
         """This broker's dynamic TLS stores (IncrementalAlterConfigs on BROKER ``<id>``,

@@ -35,6 +35,7 @@ from typing import Callable
 
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
+from tidelog.protocol.file_region import FileRegion
 from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
 from tidelog.replication.partition import Isolation, ReadResult
 from tidelog.replication.replica_manager import CONSUMER_REPLICA_ID
@@ -207,7 +208,9 @@ class FetchRequests:
             "log_start_offset": -1 if failed else result.log_start_offset,
             "preferred_read_replica": -1 if failed else result.preferred_read_replica,
             "aborted_transactions": aborted,
-            "records": b"" if result.records is None else result.records.read_bytes(),
+            # Its own descriptor of the segment (or the bytes of a small slice), taken now:
+            # the segment may be closed or deleted before the response is written.
+            "records": b"" if result.records is None else FileRegion.pin(result.records),
             "diverging_epoch": {"epoch": -1, "end_offset": -1},
             "current_leader": {"leader_id": -1, "leader_epoch": -1},
             "snapshot_id": {"end_offset": -1, "epoch": -1},
