@@ -478,6 +478,13 @@ class SimController(NetworkNode):
                 voter_id, directory_id, now, timeout_ms, number)))
         return number, errors[0]
 
+    def alter_configs(self, resources) -> list:
+        """IncrementalAlterConfigs (``AlterConfigsResource``s); the results."""
+        assert self.active, f"{self.name} is not the active controller"
+        results = self.controller.incremental_alter_configs(resources)
+        self._input(lambda now: None)
+        return results
+
     def reassign(self, topic: str, partition: int, replicas: tuple[int, ...] | None) -> ErrorCode:
         """AlterPartitionReassignments for one partition (None cancels); its error code."""
         assert self.active, f"{self.name} is not the active controller"
