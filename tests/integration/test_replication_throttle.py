@@ -171,3 +171,30 @@ def test_bad_throttle_values_are_refused_and_change_nothing(cluster, admin, java
         assert "InvalidConfig" in type(result).__name__ + repr(result), (value, response)     # INVALID_CONFIG
     assert _configs(cluster, "topic", "bad") == {}
     assert _configs(cluster, "broker", "1") == {}
+
+
+KAFKA_REASSIGN = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+
+
+def test_kafkas_kafka_reassign_partitions_throttle_and_verify(cluster, admin, java, tmp_path):
+    b = ["--bootstrap-server", cluster.bootstrap]
+    _filled_topic(cluster, admin, "tooled", [3])
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "tooled", "partition": 0,
+                                                              "replicas": [3, 1], "log_dirs": ["any", "any"]}]}))
+    executed = java.tool(KAFKA_REASSIGN, *b, "--execute", "--reassignment-json-file", str(plan),
+                         "--throttle", "300000")
+    assert executed.exit_code == 0, executed.stdout + executed.stderr
+    assert "The inter-broker throttle limit was set to 300000 B/s" in executed.stdout, executed.stdout
+    assert _configs(cluster, "topic", "tooled") == {
+        "leader.replication.throttled.replicas": "0:3", "follower.replication.throttled.replicas": "0:1"}
+    assert _configs(cluster, "broker", "1") == {
+        "leader.replication.throttled.rate": "300000", "follower.replication.throttled.rate": "300000"}
+
+    def verified():
+        result = java.tool(KAFKA_REASSIGN, *b, "--verify", "--reassignment-json-file", str(plan))
+        return result.exit_code == 0 and "Clearing topic-level throttles on topic tooled" in result.stdout
+    wait_until(verified, 120, "kafka-reassign-partitions --verify to clear the throttles")
+    assert _configs(cluster, "topic", "tooled") == {}
+    for broker in ("1", "3"):
+        assert _configs(cluster, "broker", broker) == {}
