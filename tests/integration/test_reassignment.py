@@ -324,7 +324,9 @@ def test_tidelog_reassign_generates_verifies_cancels_and_refuses_bad_files(clust
                "tidelog reassign verify to report every move completed")
     assert _tidelog(cluster, "verify", "--reassignment-json-file", str(plan))[1].splitlines() == [
         "Status of partition reassignment:", "Reassignment of partition clitool-0 is completed.",
-        "Reassignment of partition clitool-1 is completed."]
+        "Reassignment of partition clitool-1 is completed.",
+        "Clearing broker-level throttles on brokers 1,2,3",         # as Kafka's tool, once all completed
+        "Clearing topic-level throttles on topic clitool"]
     assert _tidelog(cluster, "cancel", "--reassignment-json-file", str(plan))[1] == \
         "None of the specified partition reassignments are active.\n"
     # Files the tool refuses before asking anything, naming the problem.
