@@ -182,8 +182,13 @@ def test_follower_leaves_a_lagging_throttled_partition_out_while_over_its_rate(t
     # Only throttled partitions left: no fetch at all, the fetcher wakes up to ask again.
     quota.mark_throttled("orders", ALL_REPLICAS)
     now_ms = clock.monotonic_ms()
-    assert fetcher.poll(now_ms) is None and fetcher.next_wakeup_ms(now_ms) > now_ms
-    clock.advance(11_000)                                           # the rate fell below the bound
+    assert fetcher.poll(now_ms) is None
+    assert fetcher.next_wakeup_ms(now_ms) == now_ms + fetcher.config.replica_fetch_backoff_ms   # at most
+    # It wakes when the rate is back to the bound: 5000 B at 1000 B/s, 5 s after they were recorded.
+    clock.advance(4600)
+    now_ms = clock.monotonic_ms()
+    assert fetcher.poll(now_ms) is None and fetcher.next_wakeup_ms(now_ms) == now_ms + 400
+    clock.advance(400)                                              # the rate is back to the bound
     assert set(fetcher.poll(clock.monotonic_ms()).partitions) == {TP, OTHER}
 
 

@@ -39,6 +39,7 @@ number of partitions left out (``throttled_partitions``) are in /metrics.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -64,6 +65,12 @@ class SimpleRate(Rate):
     def window_size_ms(self, now_ms: int) -> int:
         self._purge(now_ms)
         return max(now_ms - min(self._starts), self.window_ms)
+
+    def ms_until_at_most(self, bound: float, now_ms: int) -> int:
+        """How long, with nothing more recorded, until the rate is at most ``bound`` (> 0):
+        until the time since the oldest sample's start holds the samples' sum at that rate."""
+        self._purge(now_ms)
+        return max(0, math.ceil(min(self._starts) + sum(self._values) * 1000 / bound - now_ms))
 
 
 @dataclass
@@ -104,6 +111,13 @@ class ReplicationQuotaManager:
 
     def byte_rate(self, now_ms: int) -> float:
         return self._rate(now_ms).measure(now_ms)
+
+    def quota_exceeded_for_ms(self, now_ms: int) -> int:
+        """How long until the rate is back to the bound if nothing more is recorded (0: it is
+        not exceeded): the recorded bytes over the bound, from the oldest sample's start."""
+        if not self.is_quota_exceeded(now_ms):
+            return 0
+        return max(1, self._rate(now_ms).ms_until_at_most(self.rate_bytes_per_second, now_ms))
 
     def is_quota_exceeded(self, now_ms: int) -> bool:
         if self.rate_bytes_per_second >= RATE_UNBOUNDED:

@@ -315,8 +315,10 @@ class FetcherState:
                  on_partition_failed: Callable[[TopicPartition, Exception | None], None] | None = None,
                  quota=None):
         self.source_broker_id = source_broker_id
-        # The follower replication throttle (broker/replication_quota.py), or None.
+        # The follower replication throttle (broker/replication_quota.py), or None; whether
+        # the last fetch built left partitions out for it (they are due when it falls back).
         self.quota = quota
+        self.held_back = False
         self.fetcher_id = fetcher_id
         self.replica_id = replica_id
         self.config = config
@@ -394,7 +396,8 @@ class FetcherState:
 
     def next_wakeup_ms(self, now_ms: int) -> int | None:
         """When ``poll`` may have something to send, if it has nothing now: the end of
-        the nearest partition delay, at most ``replica.fetch.backoff.ms`` away. None
+        the nearest partition delay, or of the follower throttle holding partitions back,
+        at most ``replica.fetch.backoff.ms`` away. None
         while a request is in flight (its response comes first)."""
         if self.in_flight is not None:
             return None
@@ -402,6 +405,8 @@ class FetcherState:
         for state in self.partition_states.values():
             if state.is_delayed(now_ms):
                 wakeup = min(wakeup, state.delay_until_ms)
+        if self.held_back:       # partitions wait for the follower throttle: until its rate is back
+            wakeup = min(wakeup, now_ms + self.quota.quota_exceeded_for_ms(now_ms))
         return wakeup
 
     def maybe_truncate_to_high_watermark(self, now_ms: int) -> list[TopicPartition]:
@@ -452,11 +457,13 @@ class FetcherState:
         unavailable = []
         quota = self.quota
         quota_exceeded = quota is not None and bool(quota.throttled_partitions) and quota.is_quota_exceeded(now_ms)
+        self.held_back = False
         for tp, state in self.partition_states.items():
             if not state.is_ready_for_fetch(now_ms):
                 continue
             if quota_exceeded and self.should_follower_throttle(tp, state):
                 quota.throttled_total += 1
+                self.held_back = True
                 continue        # over the follower throttle: this lagging replica waits (Kafka's shouldFollowerThrottle)
             partition = self._get_partition(tp)
             if partition is None or partition.log.is_offline:
