@@ -221,7 +221,8 @@ def _measure(cluster, total: int, rf: int, topics_per_request: int, note, figure
         return all(found[key].leader_id not in (-1, first) for key in led) if rf > 1 else True
     until(moved, 1800, f"new leaders for the {len(led)} partitions broker {first} led", 0.2)
     took = time.monotonic() - killed_at
-    note(f"kill -9 -> new leaders for {len(led)} partitions", took, "s")
+    note("partitions the killed broker led", len(led) * 1.0, "")
+    note("kill -9 -> new leaders for all it led", took, "s")
     note("controller CPU during failover", (cpu_s(controller.pid) - cpu_before) / took * 100, "%")
 
     restarted_at = time.monotonic()
