@@ -1,9 +1,12 @@
 """Shared fixtures for the Spark data source tests.
 
-One SparkSession (local[2], UI off, loopback only) serves every test in
-tests/spark and stops after them; each module gets its own real
-``tidelog serve`` broker. The
-helpers talk to the broker over the wire protocol, without Spark.
+One classic SparkSession (local[2], UI off, loopback only) serves every module
+that a test process runs (with ``--dist loadfile``, every module of one xdist
+worker): starting Spark's JVM and its Python workers is the slowest part of a
+small Spark test. test_spark_connect.py stops it (``stop_shared_spark``), since a
+Connect client cannot start beside it; the next module that asks starts a new
+one. Each module gets its own real ``tidelog serve`` broker. The helpers talk to
+the broker over the wire protocol, without Spark.
 """
 
 from __future__ import annotations
@@ -25,17 +28,47 @@ from tidelog.spark.wire import LATEST, ClientConfig, Cluster, error_of  # noqa: 
 from tidelog.testing import Broker  # noqa: E402
 
 
+_shared: dict = {}   # "session": the classic session the modules share, while it runs
+
+# Spark settings for the tests only: the driver JVM runs short jobs, where JIT
+# compiling at C2 and a parallel collector cost more CPU than they win back on a
+# busy two-core machine (the benchmark keeps Spark's defaults).
+TEST_SPARK_CONF = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+
+
+def shared_spark():
+    """The shared classic session, started if none runs."""
+    session = _shared.get("session")
+    if session is None:
+        from tidelog.spark.session import local_session
+        session = _shared["session"] = local_session("tidelog-tests", extra=TEST_SPARK_CONF)
+    return session
+
+
+def stop_shared_spark() -> None:
+    """Stop the shared classic session, if one runs (PySpark refuses a Connect client in a
+    process that holds a classic session: SESSION_ALREADY_EXIST)."""
+    session = _shared.pop("session", None)
+    if session is not None:
+        session.stop()
+
+
+@pytest.fixture(scope="session")
+def _spark_stopped_at_exit():
+    yield
+    stop_shared_spark()
+
+
 @pytest.fixture(scope="module")
-def spark():
-    """A classic local session per module: stopped at the module's end, so that
-    test_spark_connect.py's Connect client can start (PySpark refuses a remote session
-    in a process that holds a classic one: SESSION_ALREADY_EXIST)."""
+def spark(_spark_stopped_at_exit):
+    """The classic local session shared by this process's modules (``shared_spark``).
+    A module must leave it as it found it: stop its streaming queries, set no confs."""
     if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
         pytest.skip("Spark needs a Java runtime (java on PATH or JAVA_HOME); none found")
-    from tidelog.spark.session import local_session
-    session = local_session("tidelog-tests")
+    session = shared_spark()
     yield session
-    session.stop()
+    for query in session.streams.active:   # a failed test may leave one running
+        query.stop()
 
 
 @pytest.fixture(scope="module")

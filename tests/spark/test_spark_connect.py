@@ -14,6 +14,7 @@ import pytest
 
 from tidelog.spark import register
 
+from .conftest import stop_shared_spark
 from .spark_processes import ConnectServer, java_missing
 
 pytestmark = pytest.mark.skipif(java_missing() is not None, reason=java_missing() or "")
@@ -26,6 +27,7 @@ _CONNECT_ENV = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOT
 def remote():
     from pyspark.sql import SparkSession
     before = {name: os.environ.get(name) for name in _CONNECT_ENV}
+    stop_shared_spark()   # a classic session of an earlier module would refuse the Connect client
     with ConnectServer() as server:
         session = SparkSession.builder.remote(server.url).getOrCreate()
         try:
