@@ -28,7 +28,7 @@ from typing import Any, Callable
 from tidelog.core.errors import InvalidConfigError
 from tidelog.replication.replica_selector import REPLICA_SELECTORS
 
-log = logging.getLogger("tidelog.config")
+logger = logging.getLogger("tidelog.config")
 
 HIDDEN = "[hidden]"          # what a log line or error message shows of a secret (Kafka's Password.HIDDEN)
 
@@ -361,7 +361,7 @@ class BrokerConfig:
             if definition is None and key.startswith("listener.name."):
                 continue                   # a per-listener setting: read through ``originals``
             if definition is None:
-                log.warning("ignoring unknown configuration %s%s", key, did_you_mean(key))
+                logger.warning("ignoring unknown configuration %s%s", key, did_you_mean(key))
                 continue
             self._values[key] = _coerce(definition, raw)
 

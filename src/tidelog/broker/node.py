@@ -106,7 +106,7 @@ from tidelog.storage.config import LogConfig
 from tidelog.storage.log import Background
 from tidelog.storage.log_manager import LogManager
 
-log = logging.getLogger("tidelog.broker")
+logger = logging.getLogger("tidelog.broker")
 
 REGISTRATION_BACKOFF_MS_MIN = 50
 REGISTRATION_BACKOFF_MS_MAX = 2_000
@@ -271,12 +271,12 @@ class BrokerNode:
             self.broker_epoch = reply.broker_epoch
             self.replica_manager.broker_epoch = reply.broker_epoch
             self._registration_backoff_ms = REGISTRATION_BACKOFF_MS_MIN
-            log.info("broker %d registered with the controller: broker epoch %d", self.node_id, self.broker_epoch)
+            logger.info("broker %d registered with the controller: broker epoch %d", self.node_id, self.broker_epoch)
             self._publish()
             self._next_heartbeat_ms = now_ms
             self._maybe_send_heartbeat(now_ms)
         else:
-            log.warning("registration refused: %s%s; retrying", reply.error_code.name,
+            logger.warning("registration refused: %s%s; retrying", reply.error_code.name,
                         f" ({reply.error_message})" if reply.error_message else "")
             self._retry_registration(now_ms)
         return self._drain()
@@ -284,7 +284,7 @@ class BrokerNode:
     def on_registration_failed(self, now_ms: int, error: str = "") -> list[Effect]:
         self._registration_in_flight = False
         if self._running_process():
-            log.info("controller not reachable for registration (%s); retrying", error)
+            logger.info("controller not reachable for registration (%s); retrying", error)
             self._retry_registration(now_ms)
         return self._drain()
 
@@ -300,7 +300,7 @@ class BrokerNode:
             self._on_registration_lost(reply, now_ms)
             return self._drain()
         if reply.error_code != ErrorCode.NONE:
-            log.warning("heartbeat answered %s", reply.error_code.name)
+            logger.warning("heartbeat answered %s", reply.error_code.name)
             next_ms = min(interval_ms, HEARTBEAT_RETRY_MS_MAX)
         elif state == BrokerState.STARTING:
             if reply.is_caught_up:
@@ -326,7 +326,7 @@ class BrokerNode:
     def on_heartbeat_failed(self, now_ms: int, error: str = "") -> list[Effect]:
         self._heartbeat_in_flight = False
         if self.broker_epoch >= 0 and self._running_process():
-            log.warning("heartbeat failed: %s", error)
+            logger.warning("heartbeat failed: %s", error)
             self._next_heartbeat_ms = now_ms + min(self.config["broker.heartbeat.interval.ms"],
                                                    HEARTBEAT_RETRY_MS_MAX)
         return self._drain()
@@ -353,7 +353,7 @@ class BrokerNode:
     def on_alter_partition_failed(self, sent, now_ms: int, error: str = "") -> list[Effect]:
         """No answer: queue each proposal again unless a newer one replaced it."""
         self._isr_in_flight = False
-        log.warning("AlterPartition failed (%s); will retry", error)
+        logger.warning("AlterPartition failed (%s); will retry", error)
         for tp, proposal in sent.values():
             partition = self.replica_manager.get_partition(tp)
             if partition is not None and partition.pending_proposal is proposal:
@@ -366,16 +366,16 @@ class BrokerNode:
         if the metadata still disagrees."""
         self._assignment_in_flight = False
         if response.error_code != ErrorCode.NONE:
-            log.warning("AssignReplicasToDirs answered %s", response.error_code.name)
+            logger.warning("AssignReplicasToDirs answered %s", response.error_code.name)
         for assignment, code in response.results:
             if code != ErrorCode.NONE:
-                log.info("AssignReplicasToDirs: %s-%d answered %s", assignment.topic_id, assignment.partition_id,
+                logger.info("AssignReplicasToDirs: %s-%d answered %s", assignment.topic_id, assignment.partition_id,
                          code.name)
         return self._drain()
 
     def on_assign_replicas_to_dirs_failed(self, now_ms: int, error: str = "") -> list[Effect]:
         self._assignment_in_flight = False
-        log.warning("AssignReplicasToDirs failed (%s); will retry", error)
+        logger.warning("AssignReplicasToDirs failed (%s); will retry", error)
         return self._drain()
 
     def on_tick(self, now_ms: int) -> list[Effect]:
@@ -436,7 +436,7 @@ class BrokerNode:
         try:
             self.log_manager.write_high_watermarks(self.replica_manager.high_watermarks())
         except (OSError, StorageError) as e:    # that directory is offline now; the rest close cleanly
-            log.warning("cannot write high watermarks at shutdown: %s", e)
+            logger.warning("cannot write high watermarks at shutdown: %s", e)
         self.log_manager.shutdown(self.broker_epoch)
         if self.state == BrokerState.SHUTTING_DOWN:
             self._transition(LifecycleEvent.STOPPED, "logs closed")
@@ -522,7 +522,7 @@ class BrokerNode:
         old = self.state
         self.state = next_state(old, event)
         if self.state != old:
-            log.info("broker %d: %s → %s (%s)", self.node_id, old.name, self.state.name, reason)
+            logger.info("broker %d: %s → %s (%s)", self.node_id, old.name, self.state.name, reason)
             self._effects.append(StateChanged(old, self.state, reason))
 
     def _shut_down(self, reason: str) -> None:
@@ -639,17 +639,17 @@ class BrokerNode:
                 self._next_producer_expiration_ms = now_ms + self.config["producer.id.expiration.check.interval.ms"]
                 expired = logs.remove_expired_producers(self.config["producer.id.expiration.ms"])
                 if expired:
-                    log.info("forgot %d producer ids silent for producer.id.expiration.ms", expired)
+                    logger.info("forgot %d producer ids silent for producer.id.expiration.ms", expired)
             if now_ms >= self._next_retention_ms:
                 self._next_retention_ms = now_ms + self.config["log.retention.check.interval.ms"]
                 deleted = logs.delete_old_segments()
                 if deleted:
-                    log.info("retention deleted %d segments", deleted)
+                    logger.info("retention deleted %d segments", deleted)
             logs.clean_logs(self.config)     # one bounded step of compaction (docs/compaction.md)
         except (OSError, StorageError) as e:
             # The failing directory is offline now (LogManager marked it); its
             # partitions go Offline below, the other directories keep serving.
-            log.error("periodic log work failed: %s", e)
+            logger.error("periodic log work failed: %s", e)
 
     def alter_replica_log_dirs(self, dirs: dict[TopicPartition, str]) -> dict[TopicPartition, ErrorCode]:
         """AlterReplicaLogDirs: each partition's answer (``LogManager.alter_log_dir``)."""
@@ -672,14 +672,14 @@ class BrokerNode:
         directory (``on_tick``)."""
         offline = self.log_manager.offline_dirs
         if offline != self._seen_offline_dirs:
-            log.error("log directories %s failed: reporting them to the controller%s",
+            logger.error("log directories %s failed: reporting them to the controller%s",
                       ", ".join(sorted(offline - self._seen_offline_dirs)),
                       "; no log directory is left online: this broker asks to be fenced until it is "
                       "restarted with working disks" if self._no_online_log_dir() else "")
             self._seen_offline_dirs = offline
         for tp in sorted(self.log_manager.offline_partitions):
             if self.replica_manager.partitions.get(tp) not in (None, OFFLINE):
-                log.error("partition %s is offline: its log directory %s failed", tp,
+                logger.error("partition %s is offline: its log directory %s failed", tp,
                           self.log_manager.log_dir_of(tp))
                 self.replica_manager.mark_offline(tp)
 

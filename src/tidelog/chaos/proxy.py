@@ -37,7 +37,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-log = logging.getLogger("tidelog.chaos.proxy")
+logger = logging.getLogger("tidelog.chaos.proxy")
 
 CLIENT = -1          # any process that is not a node
 HOST = "127.0.0.1"

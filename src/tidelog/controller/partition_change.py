@@ -83,7 +83,7 @@ from tidelog.metadata.records import (
 )
 from tidelog.metadata.registrations import UNASSIGNED_DIR, PartitionRegistration
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 class Election(enum.Enum):
@@ -249,7 +249,7 @@ class PartitionChangeBuilder:
                     isr = (new_leader,)      # a clean election from the ELR
                     self.target_elr = tuple(r for r in self.target_elr if r != new_leader)
                 elif unclean:
-                    log.warning("UNCLEAN leader election for partition %s-%d: broker %d leads "
+                    logger.warning("UNCLEAN leader election for partition %s-%d: broker %d leads "
                                 "from outside the ISR %s and ELR %s; committed records may be lost",
                                 self.topic_id, self.partition_id, new_leader, list(current.isr),
                                 list(current.elr))

@@ -52,7 +52,7 @@ from tidelog.records.batch import (
 from tidelog.replication.partition import Partition
 from tidelog.replication.replica_manager import ReplicaManager
 
-log = logging.getLogger("tidelog.group")
+logger = logging.getLogger("tidelog.group")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 _READ_MAX_BYTES = 1 << 20
@@ -63,7 +63,7 @@ def offsets_topic(settings, alive_brokers: int) -> CreatableTopic:
     factor capped to the brokers alive (a development cluster may have fewer than 3)."""
     replication = max(1, min(settings["offsets.topic.replication.factor"], alive_brokers))
     if replication < settings["offsets.topic.replication.factor"]:
-        log.warning("creating %s with replication factor %d: only %d brokers are alive "
+        logger.warning("creating %s with replication factor %d: only %d brokers are alive "
                     "(offsets.topic.replication.factor=%d)", OFFSETS_TOPIC, replication, alive_brokers,
                     settings["offsets.topic.replication.factor"])
     return CreatableTopic(OFFSETS_TOPIC, settings["offsets.topic.num.partitions"], replication,
@@ -140,7 +140,7 @@ class CoordinatorRuntime:
         for index in list(self.loaded):
             partition = led.get(index)
             if partition is None or partition.leader_epoch != self.loaded[index].leader_epoch:
-                log.debug("unloading %s-%d: no longer its leader", self.topic, index)
+                logger.debug("unloading %s-%d: no longer its leader", self.topic, index)
                 unloaded.append(TopicPartition(self.topic, index))
                 self.loaded.pop(index).shard.unload()
         for index, partition in led.items():
@@ -149,12 +149,12 @@ class CoordinatorRuntime:
                 self.loaded[index] = _Loaded(shard, partition.leader_epoch, partition.log.log_end_offset,
                                              partition.log.log_start_offset)
                 loading.append(TopicPartition(self.topic, index))
-                log.debug("loading %s-%d (leader epoch %d, up to offset %d)", self.topic,
+                logger.debug("loading %s-%d (leader epoch %d, up to offset %d)", self.topic,
                           index, partition.leader_epoch, partition.log.log_end_offset)
         if unloaded:
-            log.info("no longer the leader of %s: unloading them", partition_summary(unloaded))
+            logger.info("no longer the leader of %s: unloading them", partition_summary(unloaded))
         if loading:
-            log.info("now the leader of %s: loading them", partition_summary(loading))
+            logger.info("now the leader of %s: loading them", partition_summary(loading))
         for index in list(self.loaded):
             self._catch_up(index, now_ms)
 
@@ -175,7 +175,7 @@ class CoordinatorRuntime:
             except (StorageError, OSError) as e:
                 # The partition's log directory failed (the broker takes the partition
                 # offline at its next tick): its shard is unloaded, not served.
-                log.error("cannot read %s-%d: %s; unloading it", self.topic, index, e)
+                logger.error("cannot read %s-%d: %s; unloading it", self.topic, index, e)
                 self.loaded.pop(index).shard.unload()
                 return
             if not data:

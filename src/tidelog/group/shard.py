@@ -55,7 +55,7 @@ from tidelog.group.records import (
     encode_value,
 )
 
-log = logging.getLogger("tidelog.group")
+logger = logging.getLogger("tidelog.group")
 
 Record = tuple[bytes, bytes | None]          # (key, value); value None is a tombstone
 Writer = Callable[[list[Record], Callable[[ErrorCode], None]], None]
@@ -228,7 +228,7 @@ class GroupShard:
         for group in self.groups.values():
             for member in group.members.values():
                 member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
-        log.log(logging.INFO if self.groups else logging.DEBUG,
+        logger.log(logging.INFO if self.groups else logging.DEBUG,
                 "loaded %d groups and their offsets from __consumer_offsets-%d", len(self.groups), self.partition)
 
     def unload(self) -> None:
@@ -388,7 +388,7 @@ class GroupShard:
                                                   group.rebalance_timeout_ms())
         else:
             group.join_deadline_ms = now_ms + group.rebalance_timeout_ms()
-        log.info("preparing to rebalance group %s in state %s with old generation %d (reason: %s)",
+        logger.info("preparing to rebalance group %s in state %s with old generation %d (reason: %s)",
                  group.group_id, old_state.value, group.generation_id, reason)
         self._maybe_complete_join(group, now_ms)
 
@@ -398,7 +398,7 @@ class GroupShard:
 
     def _complete_join(self, group: ClassicGroup, now_ms: int) -> None:
         for member in [m for m in group.members.values() if m.awaiting_join is None]:
-            log.info("member %s of group %s did not rejoin in time: removed", member.member_id, group.group_id)
+            logger.info("member %s of group %s did not rejoin in time: removed", member.member_id, group.group_id)
             group.remove(member.member_id)
         # Members told MEMBER_ID_REQUIRED keep their place until their session deadline:
         # they join the next generation.
@@ -408,13 +408,13 @@ class GroupShard:
         if not group.members:
             group.protocol_name = None
             group.move(GroupEvent.NONE_JOINED, now_ms, self._wall_ms())
-            log.info("group %s is empty at generation %d", group.group_id, group.generation_id)
+            logger.info("group %s is empty at generation %d", group.group_id, group.generation_id)
             self._write([self._group_record(group)], lambda error: None)
             return
         group.protocol_name = group.select_protocol()
         group.move(GroupEvent.ALL_JOINED, now_ms, self._wall_ms())
         group.sync_deadline_ms = now_ms + group.rebalance_timeout_ms()
-        log.info("group %s generation %d (protocol %s) with %d members", group.group_id,
+        logger.info("group %s generation %d (protocol %s) with %d members", group.group_id,
                  group.generation_id, group.protocol_name, len(group.members))
         for member in group.members.values():
             respond, member.awaiting_join = member.awaiting_join, None
@@ -669,7 +669,7 @@ class GroupShard:
                 "member_epoch": request.member_epoch, "heartbeat_interval": 0, "assignment": None}
 
     def _remove_consumer_member(self, group: ConsumerGroup, member_id: str, reason: str) -> None:
-        log.info("member %s of consumer group %s %s", member_id, group.group_id, reason)
+        logger.info("member %s of consumer group %s %s", member_id, group.group_id, reason)
         del group.members[member_id]
         group.target.pop(member_id, None)
         group.group_epoch += 1
@@ -855,7 +855,7 @@ class GroupShard:
         expired = [m.member_id for m in group.members.values()
                    if m.awaiting_join is None and now_ms >= m.heartbeat_deadline_ms]
         for member_id in expired:
-            log.info("member %s of group %s: session timed out", member_id, group.group_id)
+            logger.info("member %s of group %s: session timed out", member_id, group.group_id)
             self._remove_member(group, member_id)
         if expired:
             self._after_removal(group, now_ms, f"session of {', '.join(expired)} timed out")
@@ -895,7 +895,7 @@ class GroupShard:
                 group.move(GroupEvent.DELETED, now_ms, wall_ms)
                 deleted.append(group)
         if records:
-            log.info("expiring %d committed offsets past offsets.retention.minutes; deleting %d empty groups",
+            logger.info("expiring %d committed offsets past offsets.retention.minutes; deleting %d empty groups",
                      expired, len(deleted))
 
             def written(error: ErrorCode) -> None:

@@ -22,7 +22,7 @@ from tidelog.core.errors import StorageError
 from tidelog.core.ids import TopicPartition
 from tidelog.replication.partition import PartitionState
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 def apply_local_changes(replica_manager, delta, broker_id: int) -> dict[TopicPartition, PartitionState]:
@@ -34,7 +34,7 @@ def apply_local_changes(replica_manager, delta, broker_id: int) -> dict[TopicPar
     assigned = list(changes.leaders.items()) + list(changes.followers.items())
     stale = {tp for tp, local in assigned if logs.topic_id_of(tp) not in (None, local.topic_id)}
     for tp in sorted(stale):
-        log.warning("%s: the log here belongs to a deleted topic of that name (topic id %s, now %s); deleting it",
+        logger.warning("%s: the log here belongs to a deleted topic of that name (topic id %s, now %s); deleting it",
                     tp, logs.topic_id_of(tp), dict(assigned)[tp].topic_id)
     if changes.deletes or stale:
         replica_manager.stop_partitions(changes.deletes | stale, delete=True)
@@ -60,7 +60,7 @@ def delete_stray_logs(replica_manager, image, broker_id: int) -> list[TopicParti
         if partition is None or broker_id not in partition.replicas:
             strays.append(tp)
     for tp in strays:
-        log.warning("%s: stray log (%s); deleting it", tp,
+        logger.warning("%s: stray log (%s); deleting it", tp,
                     "no such partition in the metadata" if image.partition(tp) is None
                     else "this broker is not one of its replicas")
     if strays:
@@ -75,4 +75,4 @@ def _delete_logs(logs, topic_partitions) -> None:
         try:
             logs.delete_log(tp)
         except StorageError as e:
-            log.error("%s", e)
+            logger.error("%s", e)

@@ -68,7 +68,7 @@ from tidelog.replication.partition import (
 )
 from tidelog.replication.purgatory import Purgatory, PurgatoryFullError
 
-log = logging.getLogger("tidelog.replica_manager")
+logger = logging.getLogger("tidelog.replica_manager")
 
 OFFLINE = "offline"
 
@@ -173,17 +173,17 @@ class ReplicaManager:
             try:
                 became_leader = partition.make_leader(state, now_ms)
             except StorageError as e:   # its log directory failed (Kafka: markPartitionOffline)
-                log.error("cannot become leader of %s: %s", topic_partition, e)
+                logger.error("cannot become leader of %s: %s", topic_partition, e)
                 self.mark_offline(topic_partition)
                 continue
             if proposed is not None and partition.pending_isr is None and partition.isr == proposed:
                 self._count_isr_change(pending)      # the metadata brought our proposal before its answer
             if became_leader:
                 became.append(topic_partition)
-                log.debug("became leader of %s at leader epoch %d with ISR %s", topic_partition,
+                logger.debug("became leader of %s at leader epoch %d with ISR %s", topic_partition,
                           state.leader_epoch, list(state.isr))
         if became:
-            log.info("became leader of %s", partition_summary(became))
+            logger.info("became leader of %s", partition_summary(became))
         # Followers: every state is applied; only a new leader epoch restarts fetching.
         # In a controlled shutdown, a partition without a leader or whose ISR this broker
         # has left stops fetching and is not restarted (Kafka's applyLocalFollowersDelta).
@@ -200,7 +200,7 @@ class ReplicaManager:
                 restart[topic_partition] = partition
         self.fetcher_manager.remove_fetcher_for_partitions([*restart, *stop_fetching])
         if stop_fetching:
-            log.info("controlled shutdown: stopped fetching %s, without a leader or out of the ISR",
+            logger.info("controlled shutdown: stopped fetching %s, without a leader or out of the ISR",
                      partition_summary(stop_fetching))
         for topic_partition in states:
             partition = self.get_partition(topic_partition)
@@ -213,20 +213,20 @@ class ReplicaManager:
             if self._is_broker_alive(partition.leader):
                 initial_states[topic_partition] = InitialFetchState(
                     partition.leader, partition.leader_epoch, self.initial_fetch_offset(partition.log))
-                log.debug("following broker %d for %s at leader epoch %d from offset %d", partition.leader,
+                logger.debug("following broker %d for %s at leader epoch %d from offset %d", partition.leader,
                           topic_partition, partition.leader_epoch,
                           initial_states[topic_partition].initial_fetch_offset)
             else:
                 waiting.append(topic_partition)
-                log.debug("%s has no live leader (%d) at leader epoch %d; waiting", topic_partition,
+                logger.debug("%s has no live leader (%d) at leader epoch %d; waiting", topic_partition,
                           partition.leader, partition.leader_epoch)
         by_leader: dict[int, list[TopicPartition]] = {}
         for topic_partition, initial in initial_states.items():
             by_leader.setdefault(initial.leader_id, []).append(topic_partition)
         for leader in sorted(by_leader):
-            log.info("following broker %d for %s", leader, partition_summary(by_leader[leader]))
+            logger.info("following broker %d for %s", leader, partition_summary(by_leader[leader]))
         if waiting:
-            log.info("no live leader yet for %s; waiting", partition_summary(waiting))
+            logger.info("no live leader yet for %s; waiting", partition_summary(waiting))
         self.fetcher_manager.add_fetcher_for_partitions(initial_states)
         self.fetcher_manager.shutdown_idle_fetchers()
 
@@ -247,7 +247,7 @@ class ReplicaManager:
                 log_ = self.log_manager.get_or_create_log(
                     topic_partition, self._log_config_for(topic_partition.topic))
             except KafkaError as e:   # StorageError / OfflineLogDirError
-                log.error("cannot create the log of %s: %s", topic_partition, e)
+                logger.error("cannot create the log of %s: %s", topic_partition, e)
                 self.mark_offline(topic_partition)
                 return None
             hosted = Partition(topic_partition, self.broker_id, log_,
@@ -332,7 +332,7 @@ class ReplicaManager:
             except KafkaError as e:
                 # Refused records are the client's affair: never logged above DEBUG (KIP-467:
                 # the response names them, record_errors holding each one's index and reason).
-                log.debug("produce to %s refused: %s", topic_partition, e)
+                logger.debug("produce to %s refused: %s", topic_partition, e)
                 # Only refused records come with a message, as in Kafka (its hasCustomErrorMessage):
                 # a client shows the error code's own text for the rest.
                 validation = isinstance(e, RecordValidationError)
@@ -340,7 +340,7 @@ class ReplicaManager:
                                                                getattr(e, "record_errors", ()))
                 continue
             except OSError as e:
-                log.error("log directory failure appending to %s: %s", topic_partition, e)
+                logger.error("log directory failure appending to %s: %s", topic_partition, e)
                 self.mark_offline(topic_partition)
                 responses[topic_partition] = _produce_response(ErrorCode.KAFKA_STORAGE_ERROR)
                 continue
@@ -587,7 +587,7 @@ class ReplicaManager:
         if target < 0 or target > log_.high_watermark:
             return ErrorCode.OFFSET_OUT_OF_RANGE, -1
         if log_.maybe_increment_log_start_offset(target):
-            log.info("log start offset of %s moved to %d by DeleteRecords", topic_partition, target)
+            logger.info("log start offset of %s moved to %d by DeleteRecords", topic_partition, target)
         self._wake(topic_partition)
         return ErrorCode.NONE, log_.log_start_offset
 
@@ -608,7 +608,7 @@ class ReplicaManager:
             if isinstance(hosted, Partition):
                 proposal = hosted.maybe_shrink_isr(now_ms)
                 if proposal is not None:
-                    log.info("proposing ISR %s for %s (shrink)", list(proposal.new_isr), topic_partition)
+                    logger.info("proposing ISR %s for %s (shrink)", list(proposal.new_isr), topic_partition)
                     self.pending_isr_proposals[topic_partition] = proposal
 
     def high_watermarks(self) -> dict[TopicPartition, int]:

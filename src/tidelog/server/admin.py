@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from tidelog.controller.quorum_controller import QuorumController
     from tidelog.metadata.image import MetadataImage
 
-log = logging.getLogger("tidelog.admin")
+logger = logging.getLogger("tidelog.admin")
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE = 2, 4, 32
@@ -822,7 +822,7 @@ class AdminApis:
         out = {}
         for result in results:
             if result.error_code == ErrorCode.NONE:
-                log.info("auto-created topic %s with %d partitions", result.name, result.num_partitions)
+                logger.info("auto-created topic %s with %d partitions", result.name, result.num_partitions)
             elif result.error_code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 out[result.name] = result.error_code
         return out
@@ -1017,7 +1017,7 @@ class ForwardingAdminApis(AdminApis):
                                for t in topics],
                     "timeout": 30_000, "validate_only": False})
             except (OSError, ConnectionError, asyncio.TimeoutError, ProtocolError) as e:  # the client asks again
-                log.warning("auto-creating %s failed: %s", [t.name for t in topics], e)
+                logger.warning("auto-creating %s failed: %s", [t.name for t in topics], e)
         asyncio.get_running_loop().create_task(create())
         return {**out, **{t.name: ErrorCode.LEADER_NOT_AVAILABLE for t in topics}}
 

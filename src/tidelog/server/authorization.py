@@ -49,7 +49,7 @@ from tidelog.server.dispatch import current_connection
 from tidelog.protocol.codec import to_entity
 from tidelog.server.refusals import refusal, response_array
 
-log = logging.getLogger("tidelog.authorizer")
+logger = logging.getLogger("tidelog.authorizer")
 
 AUTHORIZER_CLASS_NAMES = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer", "tidelog")
 
@@ -294,7 +294,7 @@ class RequestAuthorizer:
         principal, host = self.who()
         ok = self.authorizer.authorize(self.image().acls.values(), principal, host, operation, resource_type, name)
         if not ok and log_denied:
-            log.info("Principal = %s is Denied operation = %s from host = %s on resource = %s:%s",
+            logger.info("Principal = %s is Denied operation = %s from host = %s on resource = %s:%s",
                      principal, operation.name, host, resource_type.name, name)
         return ok
 
@@ -333,7 +333,7 @@ class RequestAuthorizer:
             principal, _ = self.who()
             if principal in self.authorizer.super_users:
                 return None
-            log.info("Principal = %s is Denied %s (open to super users only when ACLs are on)",
+            logger.info("Principal = %s is Denied %s (open to super users only when ACLs are on)",
                      principal, _name(api_key))
             return _refusal(header, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
         for operation, resource_type, name in rule(request):

@@ -37,7 +37,7 @@ from tidelog.metadata.log import METADATA_TOPIC
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 
-log = logging.getLogger("tidelog.controller_channel")
+logger = logging.getLogger("tidelog.controller_channel")
 
 
 def _code(value) -> ErrorCode:

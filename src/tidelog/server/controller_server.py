@@ -59,7 +59,7 @@ from tidelog.server.raft_driver import RaftDriver
 from tidelog.broker.config import BrokerConfig
 from tidelog.broker.topic_configs import topic_config_values
 
-log = logging.getLogger("tidelog.controller_server")
+logger = logging.getLogger("tidelog.controller_server")
 
 # Topic defaults the controller's own decisions read from its server.properties
 # (elections, min ISR) when no topic or cluster-wide dynamic config sets them.
@@ -178,9 +178,9 @@ class ControllerServer:
         if change == ACTIVATED:
             self._next_balance_ms = self.clock.monotonic_ms() + \
                 self.config["leader.imbalance.check.interval.seconds"] * 1000
-            log.info("node %d is the active controller (epoch %d)", self.node_id, replica.epoch)
+            logger.info("node %d is the active controller (epoch %d)", self.node_id, replica.epoch)
         elif change == DEACTIVATED:
-            log.info("node %d is no longer the active controller (epoch %d, leader %d)", self.node_id,
+            logger.info("node %d is no longer the active controller (epoch %d, leader %d)", self.node_id,
                      replica.epoch, replica.leader_id)
         self._maybe_snapshot()
         self.publish()
@@ -198,7 +198,7 @@ class ControllerServer:
             return
         snapshot = self.controller.write_snapshot()
         deleted = self.metadata_log.delete_before_snapshot()
-        log.info("metadata snapshot at offset %d (%d records); the log now starts there (%d segments deleted)",
+        logger.info("metadata snapshot at offset %d (%d records); the log now starts there (%d segments deleted)",
                  snapshot.last_offset + 1, len(snapshot.records), deleted)
 
     async def _until_committed(self, offset: int) -> None:
@@ -285,7 +285,7 @@ class ControllerServer:
         reply = self.controller.register_broker(request)
         self.publish()
         if reply.error_code == ErrorCode.NONE:
-            log.info("registered broker %d at epoch %d", request.broker_id, reply.broker_epoch)
+            logger.info("registered broker %d at epoch %d", request.broker_id, reply.broker_epoch)
         return reply
 
     def broker_heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatReply:
@@ -326,7 +326,7 @@ class ControllerServer:
         if bound is None or bound == principal or (registering and not self._unfenced(broker_id)):
             self._principals[broker_id] = principal
             return None
-        log.warning("%s from %s refused: broker %d is %s's", ApiKey(header.api_key).name, principal,
+        logger.warning("%s from %s refused: broker %d is %s's", ApiKey(header.api_key).name, principal,
                     broker_id, bound)
         return {"throttle_time": 0, "error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
                 "error_message": f"broker {broker_id} is registered by another principal"}
@@ -553,14 +553,14 @@ class ControllerServer:
         fenced = self.controller.fire_due_deadlines()
         if fenced:
             for broker_id in fenced:
-                log.warning("fenced broker %d: its session expired", broker_id)
+                logger.warning("fenced broker %d: its session expired", broker_id)
             self.publish()
         now_ms = self.clock.monotonic_ms()
         if self.config["auto.leader.rebalance.enable"] and now_ms >= self._next_balance_ms:
             self._next_balance_ms = now_ms + self.config["leader.imbalance.check.interval.seconds"] * 1000
             moved = self.controller.balance_partition_leaders(self.config["leader.imbalance.per.broker.percentage"])
             if moved:
-                log.info("auto leader rebalance: %d partitions back on their preferred leader", moved)
+                logger.info("auto leader rebalance: %d partitions back on their preferred leader", moved)
                 self.publish()
 
     def close(self) -> None:

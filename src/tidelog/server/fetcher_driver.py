@@ -50,7 +50,7 @@ from tidelog.replication.fetcher import (
     OffsetsForLeaderEpochPlan,
 )
 
-log = logging.getLogger("tidelog.fetcher_driver")
+logger = logging.getLogger("tidelog.fetcher_driver")
 
 REPLICA_SOCKET_TIMEOUT_S = 30.0  # replica.socket.timeout.ms
 
@@ -138,7 +138,7 @@ class FetcherDriver:
             try:
                 results = await self._send(fetcher.source_broker_id, plan)
             except (OSError, ConnectionError, asyncio.TimeoutError, ProtocolError, KafkaError) as e:
-                log.debug("fetcher %s: request to broker %d failed: %s", key, fetcher.source_broker_id, e)
+                logger.debug("fetcher %s: request to broker %d failed: %s", key, fetcher.source_broker_id, e)
                 self._drop_connection(fetcher.source_broker_id)
                 session = self.sessions.get(key)
                 if session is not None:
@@ -205,7 +205,7 @@ class FetcherDriver:
         response = await connection.request(ApiKey.FETCH, body, timeout_s=plan.max_wait_ms / 1000 + REPLICA_SOCKET_TIMEOUT_S)
         error = _code(response.error_code)
         if not session.on_response(plan.partitions, error, int(getattr(response, "session_id", 0))):
-            log.debug("fetch session %d with broker %d: %s; fetching in full", session_id,
+            logger.debug("fetch session %d with broker %d: %s; fetching in full", session_id,
                       plan.source_broker_id, error.name)
             return {}
         if error != ErrorCode.NONE:

@@ -26,7 +26,7 @@ from tidelog.protocol.translate import group as translate
 from tidelog.server.authorized_operations import authorized_operations
 from tidelog.server.dispatch import client_host
 
-log = logging.getLogger("tidelog.groups")
+logger = logging.getLogger("tidelog.groups")
 
 
 class GroupApis:

@@ -76,7 +76,7 @@ from tidelog.protocol.codec import RequestHeader
 from tidelog.replication.partition import Partition
 from tidelog.server.network import RateLimitedLog
 
-log = logging.getLogger("tidelog.metrics")
+logger = logging.getLogger("tidelog.metrics")
 
 # Upper bounds (ms) of the request-time histogram's buckets (+Inf after the last).
 REQUEST_TIME_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
@@ -453,7 +453,7 @@ class MetricsHttpServer:
         self.routes: dict[str, Callable[[dict[str, str]], object]] = {}
         # Set (metrics.state.token.file): the bearer token every path of ``routes`` needs.
         self.routes_token: bytes | None = None
-        self._refusals = RateLimitedLog(log)     # anyone who reaches the port can cause them
+        self._refusals = RateLimitedLog(logger)     # anyone who reaches the port can cause them
 
     def bind(self) -> int:
         """Bind now (a taken port fails the start; port 0 learns its real port)."""
@@ -571,14 +571,14 @@ class MetricsHttpServer:
             except ValueError as e:
                 return "400 Bad Request", text, f"{e}\n".encode(), ()
             except Exception:   # as a collector: answer 500, log it, serve on
-                log.exception("answering %s failed", target)
+                logger.exception("answering %s failed", target)
                 return "500 Internal Server Error", text, b"failed (see the server log)\n", ()
             return "200 OK", "application/json", json.dumps(answer, separators=(",", ":")).encode(), ()
         encoder, content_type = choose_encoder(headers.get("accept", ""))
         try:
             return "200 OK", content_type, encoder(self.registry), ()
         except Exception:   # a collector bug must not touch the broker: answer 500, log it
-            log.exception("collecting metrics failed")
+            logger.exception("collecting metrics failed")
             return "500 Internal Server Error", text, b"collecting metrics failed (see the server log)\n", ()
 
 

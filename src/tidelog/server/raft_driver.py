@@ -64,7 +64,7 @@ from tidelog.raft.replica import (
     VoteResponse,
 )
 
-log = logging.getLogger("tidelog.raft")
+logger = logging.getLogger("tidelog.raft")
 
 FETCH_WAIT_MAX_MS = 500            # how long a caught-up voter's Fetch is held
 FETCH_MAX_BYTES = 8 * 1024 * 1024
@@ -111,7 +111,7 @@ class RaftDriver:
         self._step(start)
         problem = problem or self.replica.discarded_quorum_state
         if problem is not None:
-            log.error("quorum: %s cannot be a state this quorum was in (%s): discarded; node %d starts "
+            logger.error("quorum: %s cannot be a state this quorum was in (%s): discarded; node %d starts "
                       "unattached in epoch %d (its log's last), with no vote, as with no file",
                       self.state_file.path, problem, self.node_id, self.replica.epoch)
         self._timer = asyncio.get_running_loop().create_task(self._timer_loop())
@@ -190,10 +190,10 @@ class RaftDriver:
         replica = self.replica
         now_state = (replica.state, replica.epoch, replica.leader_id, replica.high_watermark)
         if now_state[:3] != self._last[:3]:
-            log.info("quorum: node %d is %s in epoch %d (leader %d)", self.node_id, replica.state,
+            logger.info("quorum: node %d is %s in epoch %d (leader %d)", self.node_id, replica.state,
                      replica.epoch, replica.leader_id)
             if replica.epoch_exhausted:
-                log.error("quorum: node %d is at epoch %d, the last an election can use: it cannot "
+                logger.error("quorum: node %d is at epoch %d, the last an election can use: it cannot "
                           "start another", self.node_id, replica.epoch)
         if now_state != self._last:
             self._last = now_state
@@ -250,7 +250,7 @@ class RaftDriver:
             else:
                 raise AssertionError(f"the replica sent a message the driver cannot carry: {message}")
         except _PEER_ERRORS as e:
-            log.debug("quorum: %s to voter %d failed: %s", type(message).__name__, voter, e)
+            logger.debug("quorum: %s to voter %d failed: %s", type(message).__name__, voter, e)
             if isinstance(message, FetchRequest) and not isinstance(e, asyncio.TimeoutError):
                 self._step(lambda now: self.replica.on_leader_unreachable(now))
             connection = self._connections.pop((voter, "fetch" if isinstance(message, (FetchRequest,
@@ -338,7 +338,7 @@ class RaftDriver:
         return ErrorCode.NONE
 
     def _log_refusal(self, api: str, error: ErrorCode, detail: str) -> None:
-        log.debug("quorum: node %d refused %s (%s): %s", self.node_id, api, error.name, detail)
+        logger.debug("quorum: node %d refused %s (%s): %s", self.node_id, api, error.name, detail)
 
     def handle_vote(self, header, request):
         refusal = self._refusal(request, "topic_name", "partition_index")

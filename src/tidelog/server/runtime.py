@@ -96,7 +96,7 @@ from tidelog.server.storage_format import META_PROPERTIES, StorageFormatError, f
 from tidelog.storage.checkpoint import set_retry_wait
 from tidelog.storage.log_manager import random_directory_id
 
-log = logging.getLogger("tidelog.broker")
+logger = logging.getLogger("tidelog.broker")
 
 TICK_MS = 50
 INITIAL_REGISTRATION_TIMEOUT_MS = 60_000
@@ -254,7 +254,7 @@ class Server:
                                          f"{INITIAL_REGISTRATION_TIMEOUT_MS} ms (is the controller up?)")
         roles = "broker+controller" if self.is_broker and self.is_controller else (
             "broker" if self.is_broker else "controller")
-        log.info("tidelog node %d (%s) ready: listening on %s://%s:%d (cluster %s, data in %s)%s",
+        logger.info("tidelog node %d (%s) ready: listening on %s://%s:%d (cluster %s, data in %s)%s",
                  self.node_id, roles, self.listener_name, self.bind_host, self.listener.port,
                  self.cluster_id, ",".join(config["log.dirs"]),
                  f", metrics on {self.metrics.http.url}" if self.metrics is not None else "")
@@ -316,9 +316,9 @@ class Server:
             try:
                 listener.ssl_context = tls.server_context(overlay, name)
             except InvalidConfigError as e:
-                log.error("listener %s keeps its TLS certificate: the new settings fail: %s", name, e)
+                logger.error("listener %s keeps its TLS certificate: the new settings fail: %s", name, e)
                 continue
-            log.info("listener %s: reloaded its TLS key and trust stores (%s)", name, ", ".join(sorted(dynamic)))
+            logger.info("listener %s: reloaded its TLS key and trust stores (%s)", name, ", ".join(sorted(dynamic)))
 
     def _request_authorizer(self) -> RequestAuthorizer | None:
         name = self.config["authorizer.class.name"]
@@ -327,7 +327,7 @@ class Server:
         if name not in AUTHORIZER_CLASS_NAMES:
             raise InvalidConfigError(f"authorizer.class.name={name} is not supported (use {AUTHORIZER_CLASS_NAMES[0]})")
         authorizer = Authorizer.from_config(self.config["super.users"], self.config["allow.everyone.if.no.acl.found"])
-        log.info("ACLs are on (super users: %s)", ", ".join(sorted(authorizer.super_users)) or "none")
+        logger.info("ACLs are on (super users: %s)", ", ".join(sorted(authorizer.super_users)) or "none")
         return RequestAuthorizer(authorizer, lambda: self.image)
 
     def _client_security(self, listener: str) -> ClientSecurity | None:
@@ -455,7 +455,7 @@ class Server:
                 if effect.new == BrokerState.RUNNING:
                     self._running.set()
             elif isinstance(effect, StopNow):
-                log.info("stopping: %s", effect.reason)
+                logger.info("stopping: %s", effect.reason)
                 self._stop_now.set()
         self._wake.set()
 
@@ -465,7 +465,7 @@ class Server:
             try:
                 step(self.state_changes)
             except Exception:
-                log.exception("recording state changes failed")
+                logger.exception("recording state changes failed")
 
     async def _ask_controller(self, call, request, on_reply, on_failed) -> None:
         try:
@@ -491,7 +491,7 @@ class Server:
 
     def _fault(self, error: BaseException) -> None:
         """Kafka's fault handler: a broken invariant stops the process (exit status 1)."""
-        log.critical("fatal error, stopping node %d: %s: %s", self.node_id, type(error).__name__, error,
+        logger.critical("fatal error, stopping node %d: %s: %s", self.node_id, type(error).__name__, error,
                      exc_info=(type(error), error, error.__traceback__))
         self.exit_status = 1
         self._stop_now.set()
@@ -527,15 +527,15 @@ class Server:
                     # Behind the controller's log start: load its snapshot (KIP-630), then the tail.
                     data = await self.channel.fetch_snapshot(self.node_id, snapshot_id)
                     metadata_log.install_snapshot(snapshot_id[0], snapshot_id[1], data)
-                    log.info("loaded the controller's metadata snapshot at offset %d", snapshot_id[0])
+                    logger.info("loaded the controller's metadata snapshot at offset %d", snapshot_id[0])
                     self.publish()
                     continue
             except CONTROLLER_ERRORS as e:
-                log.debug("metadata fetch failed: %s", e)
+                logger.debug("metadata fetch failed: %s", e)
                 await asyncio.sleep(0.2)
                 continue
             if error != 0:
-                log.error("metadata fetch at offset %d answered error %d", metadata_log.end_offset, error)
+                logger.error("metadata fetch at offset %d answered error %d", metadata_log.end_offset, error)
                 await asyncio.sleep(1)
                 continue
             metadata_log.append_fetched(records, high_watermark)
@@ -617,14 +617,14 @@ class Server:
         await self._stop_now.wait()
 
     async def stop(self) -> None:
-        log.info("shutting down node %d", self.node_id)
+        logger.info("shutting down node %d", self.node_id)
         if self.node is not None and not self._stop_now.is_set():
             self._carry_out(lambda node: node.on_stop_requested(self.clock.monotonic_ms()))
             try:
                 await asyncio.wait_for(self._stop_now.wait(),
                                        self.node.controlled_shutdown_timeout_ms / 1000 + 5)
             except asyncio.TimeoutError:
-                log.warning("the broker did not finish its controlled shutdown; stopping anyway")
+                logger.warning("the broker did not finish its controlled shutdown; stopping anyway")
         for task in list(self._tasks):
             task.cancel()
         if self.metrics is not None:
@@ -641,12 +641,12 @@ class Server:
                 try:
                     self.node.metadata_log.close()
                 except (OSError, StorageError) as e:      # its log directory failed
-                    log.warning("the metadata log did not close cleanly: %s", e)
+                    logger.warning("the metadata log did not close cleanly: %s", e)
             if not self.in_process_controller:
                 self.channel.close()
         if self.controller_server is not None:
             self.controller_server.close()
-        log.info("node %d stopped%s", self.node_id, " cleanly" if self.exit_status == 0 else " after a fatal error")
+        logger.info("node %d stopped%s", self.node_id, " cleanly" if self.exit_status == 0 else " after a fatal error")
 
 
 def plan_listeners(config: BrokerConfig, is_broker: bool, is_controller: bool
@@ -729,11 +729,11 @@ def run_server(properties: str | None, overrides: list[str]) -> int:
     try:
         config = load_config(properties, overrides)
     except InvalidConfigError as e:
-        log.error("%s", e)
+        logger.error("%s", e)
         return 2
     raise_open_file_limit()
     if not keep_request_buffers():
-        log.info("not glibc: request buffers use the C library's default allocation")
+        logger.info("not glibc: request buffers use the C library's default allocation")
     set_retry_wait(time.sleep)   # checkpoint writes out of descriptors wait between tries
     try:
         import uvloop
@@ -746,7 +746,7 @@ def run_server(properties: str | None, overrides: list[str]) -> int:
         try:
             await server.start()
         except (BrokerStartupError, StorageFormatError, InvalidConfigError, OSError) as e:
-            log.error("cannot start: %s", e)
+            logger.error("cannot start: %s", e)
             await server.stop()
             return 1
         metrics = f", metrics on {server.metrics.http.url}" if server.metrics is not None else ""

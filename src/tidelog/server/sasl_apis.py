@@ -19,7 +19,7 @@ from tidelog.protocol.api_keys import ApiKey
 from tidelog.server.dispatch import current_connection
 from tidelog.server.sasl import AUTHENTICATED, SaslAuthenticator
 
-log = logging.getLogger("tidelog.sasl")
+logger = logging.getLogger("tidelog.sasl")
 
 
 def now_ms() -> int:
@@ -41,7 +41,7 @@ class SaslApis:
         connection = current_connection.get()
         error = connection.sasl.handshake(str(request.mechanism))
         if error != ErrorCode.NONE:
-            log.info("SASL handshake from %s refused: %s (mechanism %r)", connection.peer, error.name,
+            logger.info("SASL handshake from %s refused: %s (mechanism %r)", connection.peer, error.name,
                      str(request.mechanism)[:64])
         return {"error_code": int(error), "mechanisms": list(self.authenticator.mechanisms)}
 
@@ -55,11 +55,11 @@ class SaslApis:
             if connection.sasl.state != AUTHENTICATED:
                 return answer                     # a step of a multi-step exchange (SCRAM)
             connection.principal = connection.sasl.principal
-            log.info("%s %s as %s (SASL/%s)", connection.peer,
+            logger.info("%s %s as %s (SASL/%s)", connection.peer,
                      "re-authenticated" if reauthenticating else "authenticated", connection.principal,
                      connection.sasl.mechanism)
             return answer
-        log.warning("failed authentication from %s (SASL/%s): %s", connection.peer, connection.sasl.mechanism,
+        logger.warning("failed authentication from %s (SASL/%s): %s", connection.peer, connection.sasl.mechanism,
                     message)
         return self._refuse(connection, answer)
 

@@ -47,7 +47,7 @@ from typing import Iterable, Iterator
 from tidelog.metadata.image import MetadataImage
 from tidelog.replication.partition import Partition
 
-log = logging.getLogger("tidelog.state")
+logger = logging.getLogger("tidelog.state")
 
 STATE_CHANGE_LOG = "state-change.log"
 STATE_CHANGE_LOG_MAX_BYTES = 10 * 1024 * 1024     # then rotated to state-change.log.1
@@ -303,7 +303,7 @@ class StateChangeLog:
             self._write_failed = False
         except OSError as e:
             if not self._write_failed:
-                log.warning("cannot write %s: %s (state changes are kept in memory only)", self.path, e)
+                logger.warning("cannot write %s: %s (state changes are kept in memory only)", self.path, e)
             self._write_failed = True
 
     def since(self, seq: int, limit: int = 1000) -> dict:

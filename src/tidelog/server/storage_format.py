@@ -19,7 +19,7 @@ import os
 import stat
 import uuid
 
-log = logging.getLogger("tidelog.storage_format")
+logger = logging.getLogger("tidelog.storage_format")
 
 META_PROPERTIES = "meta.properties"
 LOG_DIR_MODE = 0o700
@@ -52,16 +52,16 @@ def make_private(log_dir: str) -> None:
     if not mode & 0o077:
         return
     if status.st_uid != os.geteuid() or mode & stat.S_ISVTX:
-        log.warning("log directory %s is mode %o (others may read the data); it is shared or not ours, "
+        logger.warning("log directory %s is mode %o (others may read the data); it is shared or not ours, "
                     "so it is left as it is", log_dir, mode)
         return
     try:
         os.chmod(log_dir, mode & ~0o077)
     except OSError as e:
-        log.warning("log directory %s is mode %o (others may read the data); cannot restrict it to its "
+        logger.warning("log directory %s is mode %o (others may read the data); cannot restrict it to its "
                     "owner: %s", log_dir, mode, e.strerror)
         return
-    log.warning("log directory %s was mode %o: restricted to its owner (%o)", log_dir, mode, mode & ~0o077)
+    logger.warning("log directory %s was mode %o: restricted to its owner (%o)", log_dir, mode, mode & ~0o077)
 
 
 def format_log_dirs(log_dirs: list[str], node_id: int, configured_cluster_id: str | None) -> str:
@@ -91,5 +91,5 @@ def format_log_dirs(log_dirs: list[str], node_id: int, configured_cluster_id: st
             f.flush()
             os.fsync(f.fileno())
         os.replace(path + ".tmp", path)
-        log.info("formatted %s for cluster %s", log_dir, cluster_id)
+        logger.info("formatted %s for cluster %s", log_dir, cluster_id)
     return cluster_id

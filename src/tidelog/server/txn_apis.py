@@ -42,7 +42,7 @@ from tidelog.protocol.translate.group import SERVED as GROUP_SERVED
 from tidelog.txn.records import TxnState
 from tidelog.txn.shard import TRANSACTION_VERSION_EPOCH_BUMP
 
-log = logging.getLogger("tidelog.txn")
+logger = logging.getLogger("tidelog.txn")
 
 
 class TxnApis:
@@ -427,7 +427,7 @@ class MarkerChannel:
                 connection = await self._connection(effect.broker_id)
                 answer = read(await asyncio.wait_for(connection.request(api_key, body), effect.timeout_ms / 1000))
             except (OSError, ConnectionError, asyncio.TimeoutError, RuntimeError, ValueError) as e:
-                log.info("%s to broker %d failed: %s", ApiKey(api_key).name, effect.broker_id, e)
+                logger.info("%s to broker %d failed: %s", ApiKey(api_key).name, effect.broker_id, e)
                 dropped = self._connections.pop(effect.broker_id, None)
                 if dropped is not None:
                     dropped.close()

@@ -99,7 +99,7 @@ from tidelog.sim.network import NetworkNode
 if TYPE_CHECKING:
     from tidelog.sim.world import World
 
-log = logging.getLogger("tidelog.sim.broker")
+logger = logging.getLogger("tidelog.sim.broker")
 
 STARTING, RECOVERY, RUNNING = BrokerState.STARTING, BrokerState.RECOVERY, BrokerState.RUNNING
 PENDING_CONTROLLED_SHUTDOWN = BrokerState.PENDING_CONTROLLED_SHUTDOWN

@@ -42,7 +42,7 @@ from tidelog.spark.wire import (
     error_of,
 )
 
-log = logging.getLogger("tidelog.spark")
+logger = logging.getLogger("tidelog.spark")
 FETCH_RESPONSE_SIZE_MAX_BYTES = 128 * 1024 * 1024
 
 
@@ -56,7 +56,7 @@ def data_loss(what: str, fail_on_data_loss: bool) -> None:
         raise DataLossError(
             f"tidelog source: data loss: {what}. The query stops so that this is noticed; to skip "
             "lost data with a warning instead, set the source option failOnDataLoss to false.")
-    log.warning("tidelog source: data loss (failOnDataLoss=false, continuing): %s", what)
+    logger.warning("tidelog source: data loss (failOnDataLoss=false, continuing): %s", what)
 
 
 class _Fetcher:
@@ -113,7 +113,7 @@ class _Fetcher:
             if time.monotonic() + backoff_s > deadline:
                 raise BrokerError(f"Fetch {self.topic}-{self.partition}@{offset}: gave up; last error: {error}",
                                   getattr(error, "error_code", ErrorCode.NETWORK_EXCEPTION))
-            log.info("Fetch %s-%d@%d: %s; refreshing metadata and retrying", self.topic, self.partition,
+            logger.info("Fetch %s-%d@%d: %s; refreshing metadata and retrying", self.topic, self.partition,
                      offset, error)
             self.cluster.forget(node)
             time.sleep(backoff_s)

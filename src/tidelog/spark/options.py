@@ -26,7 +26,7 @@ from tidelog.core.errors import InvalidConfigError
 from tidelog.protocol.client import ClientSecurity
 from tidelog.spark.wire import READ_COMMITTED, READ_UNCOMMITTED, ClientConfig, parse_bootstrap
 
-log = logging.getLogger("tidelog.spark")
+logger = logging.getLogger("tidelog.spark")
 
 TopicPartition = tuple[str, int]
 EARLIEST, LATEST = -2, -1
@@ -179,7 +179,7 @@ def _check_kafka_options(options: dict) -> None:
         if name in _FORBIDDEN:
             raise OptionError(f"option {name} is not supported: {_FORBIDDEN[name]}")
         if name not in _CLIENT_OPTIONS:
-            log.warning("tidelog source/sink: ignoring unknown client option %s", name)
+            logger.warning("tidelog source/sink: ignoring unknown client option %s", name)
     for name in ("kafka.ssl.truststore.type", "kafka.ssl.keystore.type"):
         if options.get(name, "PEM").upper() != "PEM":
             raise OptionError(f"option {name}={options[name]}: only PEM stores are read (convert JKS/PKCS12 to PEM)")
@@ -301,7 +301,7 @@ def source_options(raw_options: Mapping[str, str], streaming: bool) -> SourceOpt
             raise OptionError("endingOffsets may not be earliest (-2) in a batch query")
         for name in ("maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay"):
             if name in options:
-                log.warning("tidelog source: option %s applies to streaming queries only", name)
+                logger.warning("tidelog source: option %s applies to streaming queries only", name)
     delay = options.get("maxtriggerdelay")
     return SourceOptions(
         read=read,

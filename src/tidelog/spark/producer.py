@@ -31,7 +31,7 @@ from tidelog.records import Compression, SimpleRecord, build_batch
 from tidelog.spark.options import SinkOptions
 from tidelog.spark.wire import BrokerError, BrokerUnreachable, Cluster, error_of
 
-log = logging.getLogger("tidelog.spark")
+logger = logging.getLogger("tidelog.spark")
 TopicPartition = tuple[str, int]
 
 # The leader refused these before appending anything: safe to send again.
@@ -124,7 +124,7 @@ class Producer:
                 raise BrokerError(f"Produce to {sorted(failures)}: gave up; last errors "
                                   f"{ {f'{t}-{p}': e.name for (t, p), e in failures.items()} }",
                                   next(iter(failures.values())))
-            log.info("Produce: retrying %s after %s", sorted(failures), set(e.name for e in failures.values()))
+            logger.info("Produce: retrying %s after %s", sorted(failures), set(e.name for e in failures.values()))
             self.cluster.forget()
             time.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, 1.0)

@@ -67,7 +67,7 @@ from tidelog.spark.producer import Producer, partition_for_key
 from tidelog.spark.transactions import Transaction
 from tidelog.spark.wire import EARLIEST, LATEST, Cluster
 
-log = logging.getLogger("tidelog.spark")
+logger = logging.getLogger("tidelog.spark")
 TopicPartition = tuple[str, int]
 
 MARKER_HEADER = "tidelog.spark.write"
@@ -168,7 +168,7 @@ class ReplayGuard:
         producer.flush()
         if earlier:
             self.anchor_ms = min(earlier) - CLOCK_SKEW_MARGIN_MS
-            log.warning("tidelog sink: batch %d partition %d of query %s was attempted before (%d time(s)); "
+            logger.warning("tidelog sink: batch %d partition %d of query %s was attempted before (%d time(s)); "
                         "skipping the records those attempts wrote", self.batch_id, self.partition_id,
                         self.query_id, len(earlier))
 
@@ -272,7 +272,7 @@ def write_task_transactional(options: SinkOptions, rows, first, context) -> Writ
         read = ReadOptions(client=options.client, fail_on_data_loss=False)
         if _committed_before(cluster, read, control, batch_id, partition_id):
             skipped = 1 + sum(1 for _ in rows)
-            log.warning("tidelog sink: batch %d partition %d of query %s was committed by an earlier attempt; "
+            logger.warning("tidelog sink: batch %d partition %d of query %s was committed by an earlier attempt; "
                         "writing nothing", batch_id, partition_id, query_id)
             return WriteResult(partition_id, 0, skipped)
         producer = Producer(cluster, options, exactly_once_attempts=False, transaction=transaction)
@@ -378,11 +378,11 @@ class TidelogBatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages) -> None:
         written, _ = _totals(messages)
-        log.info("tidelog sink: batch write committed, %d records", written)
+        logger.info("tidelog sink: batch write committed, %d records", written)
 
     def abort(self, messages) -> None:
         written, _ = _totals(messages)
-        log.warning("tidelog sink: batch write aborted after %d records were written (they stay written)",
+        logger.warning("tidelog sink: batch write aborted after %d records were written (they stay written)",
                     written)
 
 
@@ -397,10 +397,10 @@ class TidelogStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages, batchId: int) -> None:
         written, skipped = _totals(messages)
-        log.info("tidelog sink: micro-batch %d committed, %d records written, %d skipped as already written",
+        logger.info("tidelog sink: micro-batch %d committed, %d records written, %d skipped as already written",
                  batchId, written, skipped)
 
     def abort(self, messages, batchId: int) -> None:
         written, _ = _totals(messages)
-        log.warning("tidelog sink: micro-batch %d aborted after %d records were written; a replay will not "
+        logger.warning("tidelog sink: micro-batch %d aborted after %d records were written; a replay will not "
                     "write them again", batchId, written)

@@ -48,7 +48,7 @@ from tidelog.spark.fetcher import data_loss, read_range
 from tidelog.spark.options import EARLIEST, LATEST, OffsetSpec, OptionError, SourceOptions
 from tidelog.spark.wire import Cluster
 
-log = logging.getLogger("tidelog.spark")
+logger = logging.getLogger("tidelog.spark")
 TopicPartition = tuple[str, int]
 
 HEADERS_SPARK_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
@@ -244,7 +244,7 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._snapshot()
-        log.info("tidelog source: Trigger.AvailableNow reads up to %s", rules.to_json(self._target))
+        logger.info("tidelog source: Trigger.AvailableNow reads up to %s", rules.to_json(self._target))
 
     def reportLatestOffset(self) -> dict | None:
         return None if self._latest is None else rules.to_json(self._latest)

@@ -26,7 +26,7 @@ from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.spark.wire import BrokerError, BrokerUnreachable, Cluster, error_of
 
-log = logging.getLogger("tidelog.spark")
+logger = logging.getLogger("tidelog.spark")
 
 TRANSACTION_KEY = 1
 _RETRY = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -97,7 +97,7 @@ class Transaction:
             "transactional_id": self.transactional_id, "transaction_timeout": self.timeout_ms,
             "producer_id": -1, "producer_epoch": -1}, lambda r: error_of(r.error_code))
         self.producer_id, self.producer_epoch = int(response.producer_id), int(response.producer_epoch)
-        log.info("tidelog sink: transactional id %s is producer %d epoch %d", self.transactional_id,
+        logger.info("tidelog sink: transactional id %s is producer %d epoch %d", self.transactional_id,
                  self.producer_id, self.producer_epoch)
 
     def add_partitions(self, tps) -> None:

@@ -39,7 +39,7 @@ from tidelog.protocol.codec import (
     kio_versions,
 )
 
-log = logging.getLogger("tidelog.spark")
+logger = logging.getLogger("tidelog.spark")
 
 EARLIEST, LATEST = -2, -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -389,7 +389,7 @@ class Cluster:
                 if time.monotonic() + backoff_s > deadline:
                     raise BrokerError(f"{what}: gave up after {attempt} attempts; last error: {e}",
                                       getattr(e, "error_code", ErrorCode.NETWORK_EXCEPTION)) from e
-                log.info("%s: attempt %d failed (%s); retrying in %.0f ms", what, attempt, e, backoff_s * 1000)
+                logger.info("%s: attempt %d failed (%s); retrying in %.0f ms", what, attempt, e, backoff_s * 1000)
                 self.forget()
                 if isinstance(e, BrokerUnreachable):
                     self.close()

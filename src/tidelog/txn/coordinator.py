@@ -38,7 +38,7 @@ from tidelog.group.coordinator import CoordinatorRuntime
 from tidelog.replication.replica_manager import ReplicaManager
 from tidelog.txn.shard import TxnConfig, TxnShard
 
-log = logging.getLogger("tidelog.txn")
+logger = logging.getLogger("tidelog.txn")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
@@ -64,7 +64,7 @@ def transaction_state_topic(settings, alive_brokers: int) -> CreatableTopic:
     wanted = settings["transaction.state.log.replication.factor"]
     replication = max(1, min(wanted, alive_brokers))
     if replication < wanted:
-        log.warning("creating %s with replication factor %d: only %d brokers are alive "
+        logger.warning("creating %s with replication factor %d: only %d brokers are alive "
                     "(transaction.state.log.replication.factor=%d)", TRANSACTION_STATE_TOPIC, replication,
                     alive_brokers, wanted)
     return CreatableTopic(TRANSACTION_STATE_TOPIC, settings["transaction.state.log.num.partitions"], replication,
@@ -110,7 +110,7 @@ class TransactionCoordinator(CoordinatorRuntime):
             waiting.discard(broker_id)
             for tp, e in errors.items():
                 if ErrorCode(e) == ErrorCode.INVALID_PRODUCER_EPOCH:
-                    log.warning("%s has moved past epoch %d of producer %d: its uncleanly elected leader "
+                    logger.warning("%s has moved past epoch %d of producer %d: its uncleanly elected leader "
                                 "aborted the transaction there (or a newer coordinator wrote the markers); "
                                 "no %s marker is written there", tp, producer_epoch, producer_id,
                                 "COMMIT" if commit else "ABORT")
@@ -118,7 +118,7 @@ class TransactionCoordinator(CoordinatorRuntime):
                           and not (ErrorCode(e) in _UNKNOWN and not self._partition_exists(tp)))
             if not waiting:
                 if failed:
-                    log.info("markers for producer %d not written yet: %s", producer_id,
+                    logger.info("markers for producer %d not written yet: %s", producer_id,
                              ", ".join(f"{tp}: {ErrorCode(e).name}" for tp, e in failed[:5]))
                 on_done(not failed)
         for broker_id, tps in by_leader.items():

@@ -88,7 +88,7 @@ from tidelog.core.ids import TopicPartition
 from tidelog.group.shard import append_error
 from tidelog.txn.records import TxnLogValue, TxnState, decode_key, decode_value, encode_key, encode_value
 
-log = logging.getLogger("tidelog.txn")
+logger = logging.getLogger("tidelog.txn")
 
 PRODUCER_EPOCH_MAX = 0x7FFF - 1        # Kafka's Short.MaxValue - 1: then a new producer id
 TRANSACTION_VERSION_EPOCH_BUMP = 2     # the transaction.version from which EndTxn bumps the epoch
@@ -217,7 +217,7 @@ class TxnShard:
         for meta in self.transactions.values():
             if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 meta.markers_due_ms = now_ms
-        log.log(logging.INFO if self.transactions else logging.DEBUG,
+        logger.log(logging.INFO if self.transactions else logging.DEBUG,
                 "loaded %d transactional ids from __transaction_state-%d (coordinator epoch %d)",
                 len(self.transactions), self.partition, self.coordinator_epoch)
         self.on_tick(now_ms)
@@ -457,11 +457,11 @@ class TxnShard:
         next_producer_id = -1
         if meta.producer_epoch >= PRODUCER_EPOCH_MAX:
             if fresh_producer_id < 0:
-                log.info("the transaction of %r (producer %d) waits for a fresh producer id to be aborted "
+                logger.info("the transaction of %r (producer %d) waits for a fresh producer id to be aborted "
                          "at the last epoch", meta.transactional_id, meta.producer_id)
                 return False
             next_producer_id = fresh_producer_id
-        log.info("aborting the transaction of %r (producer %d) and fencing epoch %d",
+        logger.info("aborting the transaction of %r (producer %d) and fencing epoch %d",
                  meta.transactional_id, meta.producer_id, meta.producer_epoch)
         epoch = min(meta.producer_epoch + 1, 0x7FFF)      # an int16: never past its last value
         self._prepare(meta, replace(meta, state=TxnState.PREPARE_ABORT, producer_epoch=epoch,
@@ -549,7 +549,7 @@ class TxnShard:
                 def written(error: ErrorCode, meta=meta) -> None:
                     if self.transactions.get(meta.transactional_id) is meta and error not in _OUTCOME_UNKNOWN:
                         meta.pending = False
-                log.info("transactional id %r expired (silent for %d ms)", meta.transactional_id,
+                logger.info("transactional id %r expired (silent for %d ms)", meta.transactional_id,
                          wall_ms - meta.last_update_ms)
                 self._write([(encode_key(meta.transactional_id), None)], written)
 

@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from urllib.parse import parse_qsl
 
-log = logging.getLogger("tidelog.ui")
+logger = logging.getLogger("tidelog.ui")
 
 REDISCOVER_ROUNDS = 10
 HTTP_TIMEOUT_S = 0.8
@@ -323,7 +323,7 @@ class UiServer:
             try:
                 await self.poll_once()
             except Exception:
-                log.exception("poll round failed")
+                logger.exception("poll round failed")
             await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     async def poll_once(self) -> None:
@@ -467,7 +467,7 @@ class UiServer:
                 return await self._route(writer, method, path, dict(parse_qsl(query)), headers)
             except HttpRefused as refused:
                 peer = writer.get_extra_info("peername")
-                log.warning("refused %s %s from %s: %s", method, path[:200], peer[0] if peer else "?", refused.error)
+                logger.warning("refused %s %s from %s: %s", method, path[:200], peer[0] if peer else "?", refused.error)
                 return await self._reply(writer, refused.status, "application/json",
                                          json.dumps({"error": refused.error}).encode(), refused.extra)
         except ConnectionError:
@@ -569,7 +569,7 @@ class UiServer:
             await asyncio.to_thread(run)
         except ClusterError as e:
             return "409 Conflict", {"error": str(e)}
-        log.info("fault drill: %s node %s", action, node)
+        logger.info("fault drill: %s node %s", action, node)
         return "200 OK", {"done": f"{action} {node}"}
 
 
@@ -577,7 +577,7 @@ async def serve(server: UiServer, ready=None) -> None:
     await server.start()
     print(f"tidelog ui ready: {server.url}", flush=True)
     if server.drills:
-        log.info("fault drills on: POST /api/drill needs this run's token (X-Tidelog-Token) and this view's Origin")
+        logger.info("fault drills on: POST /api/drill needs this run's token (X-Tidelog-Token) and this view's Origin")
     if ready is not None:
         ready()
     try:
