@@ -40,6 +40,7 @@ _READY = re.compile(r"tidelog ready: node (\d+) listening on \w+://([^:]+):(\d+)
                     r"(?:, metrics on http://\S+:(\d+)/metrics)?")
 LAYOUT_FILE = "cluster.json"
 UI_FILE = "ui.json"
+LINKS_FILE = "links.json"          # the link proxy's cut links (tidelog.chaos.proxyd writes it)
 _UI_READY = re.compile(r"tidelog ui ready: (http://\S+)")
 STATE_TOKEN_FILE = "state.token"      # under the secure cluster's security/ directory
 
@@ -368,7 +369,6 @@ class ProcessCluster:
         controllers like any broker and holds nothing until partitions are created or
         moved onto it (``tidelog reassign``). Kept in the layout, so ``down`` stops it and
         ``up`` starts it again."""
-        from tidelog.chaos.proxyd import LINKS_FILE
         layout = self.layout
         if layout.secure:
             raise ClusterError("add-broker does not support a --secure cluster yet: its certificates and SASL "
@@ -489,7 +489,6 @@ class ProcessCluster:
         removed: a directory that also holds other files keeps them, and they are returned.
         Every process must be stopped first."""
         import shutil
-        from tidelog.chaos.proxyd import LINKS_FILE
         running = [n.name for n in self.layout.nodes if n.alive()]
         if running:
             raise ClusterError(f"cannot purge {self.layout.directory}: {', '.join(running)} still running")
@@ -513,7 +512,6 @@ class ProcessCluster:
         """Start ``tidelog.chaos.proxyd`` for this cluster (before ``up``): every broker
         advertises its proxy port and reaches the controller through the controller's
         proxy, so ``partition``/``cut``/``isolate``/``heal`` can cut any link."""
-        from tidelog.chaos.proxyd import LINKS_FILE
         if len(self.layout.controllers) > 1:
             raise ClusterError("the link proxy supports a single controller")
         self.save()
@@ -541,7 +539,6 @@ class ProcessCluster:
         return links
 
     def stop_link_proxy(self) -> None:
-        from tidelog.chaos.proxyd import LINKS_FILE
         path = os.path.join(self.layout.directory, LINKS_FILE)
         if not os.path.exists(path):
             return

@@ -13,7 +13,7 @@ from tidelog.broker.lifecycle import BrokerState
 from tidelog.broker.node import SendAlterPartition, SendAssignReplicasToDirs, SendHeartbeat, SendRegistration
 from tidelog.controller.messages import CreatableTopic
 from tidelog.core.ids import TopicPartition
-from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.testing.crashable import CrashableFileSystem
 
 from .test_node import World, running
 

@@ -8,7 +8,7 @@ import pytest
 from tidelog.controller.messages import CreatableTopic
 from tidelog.core.errors import ErrorCode
 from tidelog.records.batch import build_batch, iter_batches, iter_records
-from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.testing.crashable import CrashableFileSystem
 
 from .test_log_dir_failure import T0, T1, answer, start, tick_until
 from .test_node import World

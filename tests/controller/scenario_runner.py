@@ -48,7 +48,7 @@ from tidelog.controller import (
     ElectionType,
 )
 from tidelog.controller.quorum_controller import QuorumController
-from tidelog.controller.testing import CLUSTER_ID, ControllerTestEnv, directory_id
+from tidelog.testing.controller import CLUSTER_ID, ControllerTestEnv, directory_id
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.metadata.delta import replay_all

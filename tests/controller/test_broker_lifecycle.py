@@ -6,7 +6,7 @@ import pytest
 
 from tidelog.controller.heartbeat import BrokerControlState, BrokerHeartbeatManager, next_broker_state
 from tidelog.controller.messages import BrokerRegistrationRequest
-from tidelog.controller.testing import ControllerTestEnv, incarnation_id
+from tidelog.testing.controller import ControllerTestEnv, incarnation_id
 from tidelog.core.clock import ManualClock
 from tidelog.core.errors import ErrorCode
 from tidelog.metadata.records import (

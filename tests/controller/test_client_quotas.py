@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tidelog.controller.client_quota_control import ClientQuotaAlteration
-from tidelog.controller.testing import ControllerTestEnv
+from tidelog.testing.controller import ControllerTestEnv
 from tidelog.core.errors import ErrorCode
 from tidelog.metadata.client_quotas import (
     MATCH_TYPE_DEFAULT,

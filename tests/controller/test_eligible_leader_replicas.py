@@ -7,7 +7,8 @@ import pytest
 
 from tidelog.controller import AlterPartitionItem, AlterPartitionRequest, ElectionType
 from tidelog.controller.feature_control import UpgradeType, broker_features
-from tidelog.controller.testing import ControllerTestEnv, check_invariants
+from tidelog.controller.invariants import check_invariants
+from tidelog.testing.controller import ControllerTestEnv
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.metadata import replay_all
@@ -238,7 +239,7 @@ def test_turning_elr_off_clears_the_fields_at_the_next_change():
 
 @pytest.mark.parametrize("elr", [True, False])
 def test_random_workloads_keep_the_invariants(elr):
-    from tidelog.controller.testing import random_operation
+    from tidelog.testing.controller import random_operation
     import random
     for seed in range(4):
         env = ControllerTestEnv(seed=seed, bootstrap_features=ELR_ON if elr else None,

@@ -7,7 +7,8 @@ empties at last nobody leads any more (simulator seed 5009)."""
 
 from tidelog.controller import AlterPartitionItem, AlterPartitionRequest
 from tidelog.controller.feature_control import broker_features
-from tidelog.controller.testing import ControllerTestEnv, check_invariants, directory_id
+from tidelog.controller.invariants import check_invariants
+from tidelog.testing.controller import ControllerTestEnv, directory_id
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.metadata import replay_all

@@ -11,12 +11,8 @@ broker was restarted.
 import random
 
 from tidelog.controller.messages import ElectionType
-from tidelog.controller.testing import (
-    ControllerTestEnv,
-    check_invariants,
-    directory_id,
-    random_operation,
-)
+from tidelog.controller.invariants import check_invariants
+from tidelog.testing.controller import ControllerTestEnv, directory_id, random_operation
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.metadata.records import (

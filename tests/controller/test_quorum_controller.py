@@ -6,7 +6,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tidelog.controller.testing import ControllerTestEnv, check_invariants, random_operation
+from tidelog.controller.invariants import check_invariants
+from tidelog.testing.controller import ControllerTestEnv, random_operation
 from tidelog.core.errors import ErrorCode
 from tidelog.metadata import InMemoryMetadataLog, MetadataLoader
 from tidelog.metadata.records import ProducerIdsRecord

@@ -14,7 +14,8 @@ from tidelog.controller.reassignment import (
     reassignment_replicas,
     revert,
 )
-from tidelog.controller.testing import ControllerTestEnv, check_invariants, random_operation
+from tidelog.controller.invariants import check_invariants
+from tidelog.testing.controller import ControllerTestEnv, random_operation
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.metadata.delta import MetadataDelta, replay_all

@@ -10,7 +10,8 @@ from tidelog.controller import (
     AlterPartitionRequest,
     ElectionType,
 )
-from tidelog.controller.testing import ControllerTestEnv, check_invariants
+from tidelog.controller.invariants import check_invariants
+from tidelog.testing.controller import ControllerTestEnv
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.metadata import replay_all

@@ -8,7 +8,7 @@ import pytest
 from tidelog.controller import AlterConfigsResource, CreatableTopic, CreatePartitionsTopic
 from tidelog.controller.config_defs import TOPIC_CONFIGS
 from tidelog.controller.placement import place_replicas, rack_alternated
-from tidelog.controller.testing import ControllerTestEnv
+from tidelog.testing.controller import ControllerTestEnv
 from tidelog.core.errors import ErrorCode
 from tidelog.metadata.records import ConfigRecord, ConfigResourceType, RemoveTopicRecord
 

@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 
-from tidelog.controller.testing import ControllerTestEnv, random_operation
+from tidelog.testing.controller import ControllerTestEnv, random_operation
 from tidelog.core.ids import TopicPartition
 from tidelog.metadata import (
     MetadataDelta,

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from tidelog.controller.testing import ControllerTestEnv, random_operation
+from tidelog.testing.controller import ControllerTestEnv, random_operation
 from tidelog.metadata import (
     InMemoryMetadataLog,
     MetadataLoader,

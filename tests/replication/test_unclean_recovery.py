@@ -207,7 +207,7 @@ def test_the_replica_manager_recovers_on_a_recovering_state(tmp_path):
     from tidelog.replication.fetcher import FetcherConfig
     from tidelog.replication.partition import ReplicationSettings
     from tidelog.replication.replica_manager import ReplicaManager
-    from tidelog.storage.crashable import CrashableFileSystem
+    from tidelog.testing.crashable import CrashableFileSystem
     from tidelog.storage.log_manager import LogManager
 
     tp, alive = TopicPartition("tx", 0), {1: 101, 2: 102}

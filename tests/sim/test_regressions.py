@@ -12,7 +12,7 @@ from tidelog.replication.fetcher import FetcherConfig
 from tidelog.replication.partition import Isolation, PartitionState, ReplicationSettings
 from tidelog.replication.replica_manager import OFFLINE, ReplicaManager
 from tidelog.storage.config import LogConfig
-from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.testing.crashable import CrashableFileSystem
 from tidelog.storage.log import Log
 from tidelog.storage.log_manager import LogManager
 

@@ -10,7 +10,7 @@ from tidelog.core.clock import ManualClock
 from tidelog.core.errors import ErrorCode, KafkaError
 from tidelog.records.batch import build_batch, iter_batches, iter_records, validate_batch
 from tidelog.storage.config import LogConfig
-from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.testing.crashable import CrashableFileSystem
 from tidelog.storage.log import Log
 
 T0_MS = 1_700_000_000_000

@@ -17,7 +17,7 @@ from tidelog.storage.checkpoint import (
     parse_epochs,
     parse_offsets,
 )
-from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.testing.crashable import CrashableFileSystem
 from tidelog.storage.errors import CheckpointFormatError
 
 EXAMPLE = b"0\n3\norders 0 7143\norders 1 5594\nclicks 0 55\n"

@@ -12,7 +12,7 @@ from tidelog.core.ids import TopicPartition
 from tidelog.core.limits import CHECKPOINT_WRITE_EMFILE_BACKOFFS_MS
 from tidelog.storage import checkpoint
 from tidelog.storage.checkpoint import LeaderEpochCheckpointFile, OffsetCheckpointFile
-from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.testing.crashable import CrashableFileSystem
 
 ENTRIES = {TopicPartition("orders", 0): 42}
 

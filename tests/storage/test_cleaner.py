@@ -29,7 +29,7 @@ from tidelog.storage.cleaner import (
     group_segments_by_size,
 )
 from tidelog.storage.config import LogConfig
-from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.testing.crashable import CrashableFileSystem
 from tidelog.storage.log import Log
 from tidelog.storage.log_manager import LogManager
 

@@ -9,7 +9,7 @@ import pytest
 
 from tidelog.core.errors import InvalidConfigError
 from tidelog.storage.config import LogConfig
-from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.testing.crashable import CrashableFileSystem
 from tidelog.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
 
 # -- LogConfig ---------------------------------------------------------------------------

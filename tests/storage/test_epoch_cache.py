@@ -7,7 +7,7 @@ import os
 import pytest
 
 from tidelog.storage.checkpoint import LeaderEpochCheckpointFile
-from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.testing.crashable import CrashableFileSystem
 from tidelog.storage.epoch_cache import LeaderEpochCache
 from tidelog.storage.errors import CheckpointFormatError
 

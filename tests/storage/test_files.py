@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.testing.crashable import CrashableFileSystem
 from tidelog.storage.errors import LogDirLockedError
 from tidelog.storage.files import RealFileSystem, read_whole_file, write_file_atomically
 

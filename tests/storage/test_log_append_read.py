@@ -16,7 +16,7 @@ from tidelog.core.errors import (
 from tidelog.core.ids import TopicPartition
 from tidelog.records.batch import build_batch, iter_batches, read_header, validate_batch
 from tidelog.storage.config import LogConfig
-from tidelog.storage.crashable import CrashableFile
+from tidelog.testing.crashable import CrashableFile
 from tidelog.storage.log import Log
 
 from .conftest import T0_MS, batch, check_log_consistency, read_all, records_of

@@ -11,7 +11,7 @@ import pytest
 from tidelog.core.errors import ErrorCode, InvalidRecordError, StorageError
 from tidelog.core.ids import TopicPartition
 from tidelog.storage.config import LogConfig
-from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.testing.crashable import CrashableFileSystem
 from tidelog.storage.future_log import FutureLog
 from tidelog.storage.log_manager import LogManager
 

@@ -10,7 +10,7 @@ import pytest
 from tidelog.core.errors import StorageError
 from tidelog.core.ids import TopicPartition
 from tidelog.storage.config import LogConfig
-from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.testing.crashable import CrashableFileSystem
 from tidelog.storage.errors import DuplicateLogError, LogDirLockedError, OfflineLogDirError
 from tidelog.storage.log_manager import LogManager
 from tidelog.storage.segment import LogSegment

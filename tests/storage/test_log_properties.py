@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tidelog.core.clock import ManualClock
 from tidelog.records.batch import build_batch, iter_batches
 from tidelog.storage.config import LogConfig
-from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.testing.crashable import CrashableFileSystem
 from tidelog.storage.log import Log
 
 from .conftest import T0_MS, check_log_consistency, read_all

@@ -10,7 +10,7 @@ import pytest
 from tidelog.core.errors import OffsetOutOfRangeError
 from tidelog.records.batch import build_batch
 from tidelog.storage.config import LogConfig
-from tidelog.storage.crashable import CrashableFileSystem
+from tidelog.testing.crashable import CrashableFileSystem
 from tidelog.storage.errors import CorruptSegmentError
 from tidelog.storage.log import Log
 from tidelog.storage.segment import LogSegment

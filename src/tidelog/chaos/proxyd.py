@@ -26,8 +26,7 @@ import sys
 import threading
 
 from tidelog.chaos.proxy import CLIENT, LinkProxy
-
-LINKS_FILE = "links.json"
+from tidelog.cluster import LINKS_FILE
 
 
 def _node(text: str) -> int:

@@ -35,7 +35,7 @@ Checks, each named by its number and what it keeps (a failure raises
 ``10.7-metadata-images-agree``  a broker's image differs from the controller's at the
                                 same offset
 ``10.8-fenced-broker-out-of-isr`` (and epochs monotonic on the controller) —
-                                ``controller.testing.check_invariants``
+                                ``controller.invariants.check_invariants``
 ``group-single-owner``          coordinators' SyncGroup answers for one generation of
                                 a group give one partition to two members
 ``group-commit-durable``        the serving coordinator of a group (the broker the
@@ -84,7 +84,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tidelog.controller.testing import check_invariants as check_controller_image
+from tidelog.controller.invariants import check_invariants as check_controller_image
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.group.classic import GroupState

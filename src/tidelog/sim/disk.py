@@ -1,7 +1,7 @@
 """The simulated disk: ``CrashableFileSystem`` plus a full disk and a process exit.
 
 Theory of operation. A broker's data lives in real files under a temporary
-directory, written through ``tidelog.storage.crashable.CrashableFileSystem``,
+directory, written through ``tidelog.testing.crashable.CrashableFileSystem``,
 which models what a power cut keeps (see its docstring). ``SimDisk`` adds the
 faults the simulator needs on top of it:
 
@@ -30,7 +30,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager, nullcontext
 
-from tidelog.storage.crashable import CrashableFile, CrashableFileSystem
+from tidelog.testing.crashable import CrashableFile, CrashableFileSystem
 
 
 class _SimFile(CrashableFile):

@@ -10,7 +10,7 @@ Two implementations share that API:
 
 * ``RealFileSystem``: raw file descriptors, no Python buffering. A handle caches
   the file size so appends and size checks cost no system call beyond the write.
-* ``CrashableFileSystem`` (in ``tidelog.storage.crashable``, built on this
+* ``CrashableFileSystem`` (in ``tidelog.testing.crashable``, built on this
   module): the same over real files, plus ``crash()`` and ``tear_last_write()``
   so tests (and later the simulator) can lose exactly what a power cut would
   lose, then reopen the directory.
