@@ -255,6 +255,7 @@ class Partition:
         self.leader = state.leader
         self.replicas = tuple(state.replicas)
         self.isr = tuple(state.isr)
+        assert set(self.isr) <= set(self.replicas) and self.local_broker_id in self.isr, (self.topic_partition, state)
         self._isr_step(IsrEvent.NEW_METADATA)
         self.partition_epoch = state.partition_epoch
         self.leader_recovery_state = state.leader_recovery_state

@@ -637,6 +637,8 @@ class Log:
 
     def _write(self, buffer, batches: list[BatchInfo], first_offset: int, next_offset: int,
                max_timestamp: int, now_ms: int) -> None:
+        # Offsets only move forward (gaps are allowed: a follower copies compacted batches).
+        assert self._log_end_offset <= first_offset < next_offset, (first_offset, next_offset, self._log_end_offset)
         segment = self._maybe_roll(len(buffer), max_timestamp, first_offset, next_offset - 1, now_ms)
         segment.append(buffer, batches, next_offset, now_ms)
         self._log_end_offset = next_offset
