@@ -475,3 +475,27 @@ def test_every_metadata_record_schema_names_its_dataclass_fields_in_order():
         assert [entry[0] for entry in cls.SCHEMA] == [f.name for f in dataclasses.fields(cls)], name
         checked += 1
     assert checked >= 10, checked
+
+
+# ------------------------------------------------------------ one logger name
+
+def _module_loggers(tree: ast.Module) -> list[str]:
+    """Names bound at module level to ``logging.getLogger(...)``."""
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if isinstance(func, ast.Attribute) and func.attr == "getLogger":
+                names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+    return names
+
+
+def test_every_module_logger_is_called_logger():
+    odd = {module: names for module in _modules()
+           if (names := [n for n in _module_loggers(_tree(module)) if n != "logger"])}
+    assert not odd, f"a module's logger is called `logger` (one name across modules): {odd}"
+
+
+def test_the_logger_name_detector_finds_module_loggers():
+    tree = ast.parse("import logging\nlog = logging.getLogger('x')\ndef f():\n    log2 = logging.getLogger('y')\n")
+    assert _module_loggers(tree) == ["log"]

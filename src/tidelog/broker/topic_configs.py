@@ -18,7 +18,15 @@ from tidelog.storage.config import TOPIC_CONFIGS_OWNED_ELSEWHERE, LogConfig
 
 
 def static_log_config(config: BrokerConfig) -> LogConfig:
-    """The broker-wide LogConfig from ``server.properties``."""
+    """The broker-wide LogConfig from ``server.properties`` (built once per BrokerConfig,
+    which does not change after it is made; LogConfig is frozen)."""
+    cached = config.__dict__.get("_static_log_config")
+    if cached is None:
+        cached = config.__dict__["_static_log_config"] = _build_static_log_config(config)
+    return cached
+
+
+def _build_static_log_config(config: BrokerConfig) -> LogConfig:
     props = {"segment.bytes": config["log.segment.bytes"], "segment.ms": config.log_roll_ms,
              "retention.ms": config.log_retention_ms, "retention.bytes": config["log.retention.bytes"],
              "segment.index.bytes": config["log.index.size.max.bytes"],

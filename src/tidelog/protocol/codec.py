@@ -39,7 +39,7 @@ from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.file_region import FileRegion, ResponseFrame
 
-log = logging.getLogger("tidelog.protocol")
+logger = logging.getLogger("tidelog.protocol")
 _HEADER_PREFIX = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
@@ -329,7 +329,7 @@ def decode_request(header: RequestHeader, frame, body_offset: int):
     if body_offset + size != len(frame):
         # Kafka's parser ignores bytes after the last field it knows; some clients
         # (librdkafka's AdminClient, Metadata v13) send fields a version dropped.
-        log.debug("%s v%d: ignoring %d trailing bytes", cls.__name__, header.api_version,
+        logger.debug("%s v%d: ignoring %d trailing bytes", cls.__name__, header.api_version,
                   len(frame) - body_offset - size)
     return entity
 

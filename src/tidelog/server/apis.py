@@ -42,7 +42,7 @@ from tidelog.replication.fetcher import OffsetsForLeaderEpochPartition
 from tidelog.replication.partition import Isolation
 from tidelog.replication.replica_manager import DEBUGGING_REPLICA_ID
 
-log = logging.getLogger("tidelog.apis")
+logger = logging.getLogger("tidelog.apis")
 
 LATEST_TIMESTAMP = -1
 

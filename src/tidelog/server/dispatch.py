@@ -47,7 +47,7 @@ from tidelog.protocol.codec import (
 )
 from tidelog.server.network import RateLimitedLog
 
-log = logging.getLogger("tidelog.dispatch")
+logger = logging.getLogger("tidelog.dispatch")
 
 Handler = Callable[[RequestHeader, object], object]
 
@@ -66,7 +66,7 @@ class Dispatcher:
         # body, or a ``Partial`` (some items refused, the others served).
         self.gate: Callable[[RequestHeader, object], dict | None] | None = None
         # Requests answered UNSUPPORTED_VERSION, when the connection has no listener's log.
-        self.rejected_log = RateLimitedLog(log)
+        self.rejected_log = RateLimitedLog(logger)
         # The node's committed metadata image, for ApiVersions' finalized features (runtime.py).
         self.metadata_image: Callable[[], object] | None = None
         # Client quotas (server/quotas.py QuotaEnforcer): records each request's usage and

@@ -107,7 +107,7 @@ from tidelog.core.limits import (
 from tidelog.protocol.codec import ProtocolError, RequestHeader, parse_request_header
 from tidelog.protocol.file_region import FileRegion, ResponseFrame, TruncatedRegionError
 
-log = logging.getLogger("tidelog.network")
+logger = logging.getLogger("tidelog.network")
 
 Response = Union[bytes, ResponseFrame, Awaitable[Union[bytes, ResponseFrame, None]], None]
 Dispatcher = Callable[[RequestHeader, bytes, int, "Connection"], Response]
@@ -132,9 +132,9 @@ class RateLimitedLog:
     left out are counted and the count told on the next line written. Callers pass
     a message, never an exception: no traceback, ever."""
 
-    def __init__(self, logger: logging.Logger, interval_s: float = REJECTED_LOG_INTERVAL_S,
+    def __init__(self, to: logging.Logger, interval_s: float = REJECTED_LOG_INTERVAL_S,
                  burst: int = REJECTED_LOG_BURST, clock: Callable[[], float] = time.monotonic):
-        self._logger = logger
+        self._logger = to
         self.interval_s = interval_s
         self.burst = burst
         self._clock = clock
@@ -193,7 +193,7 @@ class MemoryPool:
             return
         if not self._depleted:
             self._depleted = True
-            log.info("queued.max.request.bytes (%s) in use: reading requests waits for memory",
+            logger.info("queued.max.request.bytes (%s) in use: reading requests waits for memory",
                      self.capacity_bytes)
         entry = (request, size, asyncio.get_running_loop().create_future())
         self._waiters.append(entry)
@@ -234,7 +234,7 @@ class MemoryPool:
             waiter.set_result(None)
         if self._depleted and not self._waiters:
             self._depleted = False
-            log.info("memory for requests available again (%d of %s bytes in use)",
+            logger.info("memory for requests available again (%d of %s bytes in use)",
                      self.used_bytes, self.capacity_bytes)
 
 
@@ -258,12 +258,12 @@ class ConnectionQuotas:
         """Return once a connection may be added (Kafka's blocked acceptor)."""
         if self.slot_available():
             return
-        log.info("max.connections (%d) reached: %s stops accepting until a connection closes",
+        logger.info("max.connections (%d) reached: %s stops accepting until a connection closes",
                  self.max_connections, where)
         while not self.slot_available():
             self._slot_freed.clear()
             await self._slot_freed.wait()
-        log.info("%s accepts connections again (%d open)", where, self.total)
+        logger.info("%s accepts connections again (%d open)", where, self.total)
 
     def add(self, ip: str) -> int | None:
         """Count a connection from ``ip``; if that address is at its limit, count
@@ -354,14 +354,14 @@ def raise_open_file_limit() -> None:
         except (OSError, ValueError):
             target = 10240  # OPEN_MAX on macOS, a safe value elsewhere
     if soft != resource.RLIM_INFINITY and soft >= target:
-        log.info("open file limit (RLIMIT_NOFILE) is %d", soft)
+        logger.info("open file limit (RLIMIT_NOFILE) is %d", soft)
         return
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     except (ValueError, OSError) as e:
-        log.warning("cannot raise the open file limit (RLIMIT_NOFILE) from %d to %d: %s", soft, target, e)
+        logger.warning("cannot raise the open file limit (RLIMIT_NOFILE) from %d to %d: %s", soft, target, e)
         return
-    log.info("raised the open file limit (RLIMIT_NOFILE) from %d to %d", soft, target)
+    logger.info("raised the open file limit (RLIMIT_NOFILE) from %d to %d", soft, target)
 
 
 class Connection:
@@ -393,7 +393,7 @@ class Connection:
         self.muted_until = 0.0
         self._muted_by = None
         # The listener's log of rejected requests (shared by its connections).
-        self.rejected_log = rejected_log if rejected_log is not None else RateLimitedLog(log)
+        self.rejected_log = rejected_log if rejected_log is not None else RateLimitedLog(logger)
 
     async def serve(self) -> None:
         writer_task = asyncio.create_task(self._write_loop())
@@ -411,7 +411,7 @@ class Connection:
                 async with asyncio.timeout(self._idle_timeout_s):
                     size_bytes = await self.reader.readexactly(4)
             except TimeoutError:
-                log.info("closing idle connection from %s", self.peer)
+                logger.info("closing idle connection from %s", self.peer)
                 return
             except (asyncio.IncompleteReadError, ConnectionError):
                 return
@@ -474,7 +474,7 @@ class Connection:
                 async with asyncio.timeout(self._idle_timeout_s):
                     chunk = await reader.read(held - received)
             except TimeoutError:
-                log.info("closing connection from %s: %d of a %d-byte request received, then nothing "
+                logger.info("closing connection from %s: %d of a %d-byte request received, then nothing "
                          "for %d ms", self.peer, received, size, self._idle_timeout_s * 1000)
                 return None
             except ConnectionError:
@@ -496,7 +496,7 @@ class Connection:
                 self.close()                   # the reader stops; serve() re-raises this
                 raise
             except Exception:
-                log.exception("request from %s failed; closing its connection", self.peer)
+                logger.exception("request from %s failed; closing its connection", self.peer)
                 self.close()
                 return
             if data is None or self.closed:
@@ -518,7 +518,7 @@ class Connection:
                 self.close()
                 return
             except TruncatedRegionError as e:
-                log.warning("closing connection from %s: %s", self.peer, e)
+                logger.warning("closing connection from %s: %s", self.peer, e)
                 self.close()
                 return
 
@@ -649,7 +649,7 @@ class Listener:
         self._connection_tasks: set[asyncio.Task] = set()
         self.connections: set[Connection] = set()
         self.accept_failures = 0   # accept() calls that failed (EMFILE, ...) since the start
-        self.rejected_log = RateLimitedLog(log)   # requests refused before being served
+        self.rejected_log = RateLimitedLog(logger)   # requests refused before being served
 
     def bind(self) -> int:
         """Bind the socket now (so the real port is known before serving); a failure
@@ -687,7 +687,7 @@ class Listener:
             ip = client_ip(address[0]) if isinstance(address, tuple) else str(address)
             limit = quotas.add(ip)
             if limit is not None:
-                log.info("Rejected connection from %s, address already has the configured maximum of %d "
+                logger.info("Rejected connection from %s, address already has the configured maximum of %d "
                          "connections.", ip, limit)
                 sock.close()
                 continue
@@ -710,13 +710,13 @@ class Listener:
                 self.accept_failures += 1
                 if failures == 0:
                     level = logging.WARNING if e.errno in _OUT_OF_RESOURCES else logging.ERROR
-                    log.log(level, "%s cannot accept connections (%s); retrying every %d ms",
+                    logger.log(level, "%s cannot accept connections (%s); retrying every %d ms",
                             where, e, self._accept_backoff_s * 1000)
                 failures += 1
                 await asyncio.sleep(self._accept_backoff_s)
                 continue
             if failures:
-                log.info("%s accepts connections again after %d failed accepts", where, failures)
+                logger.info("%s accepts connections again after %d failed accepts", where, failures)
             return sock, address
 
     async def _serve_socket(self, sock: socket.socket, ip: str) -> None:
@@ -736,7 +736,7 @@ class Listener:
                 sock.close()
                 return
             except (OSError, asyncio.TimeoutError) as e:     # gone before we could start
-                log.debug("connection from %s lost at accept: %s", ip, e)
+                logger.debug("connection from %s lost at accept: %s", ip, e)
                 sock.close()
                 return
             writer = asyncio.StreamWriter(transport, protocol, reader, asyncio.get_running_loop())
@@ -762,12 +762,12 @@ class Listener:
         except asyncio.CancelledError:
             pass  # the listener is shutting down
         except AssertionError as e:
-            log.critical("broken invariant serving %s", connection.peer, exc_info=True)
+            logger.critical("broken invariant serving %s", connection.peer, exc_info=True)
             if self._fault_handler is None:
                 raise
             self._fault_handler(e)
         except Exception:
-            log.exception("connection from %s failed", connection.peer)
+            logger.exception("connection from %s failed", connection.peer)
         finally:
             connection.close()
             self.connections.discard(connection)
