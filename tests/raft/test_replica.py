@@ -21,6 +21,8 @@ from tidelog.raft.replica import (
 
 
 class Net:
+    loss = 0.05                                    # each message's chance of being lost
+
     def __init__(self, seed: int, voters=(1, 2, 3)):
         self.rng = random.Random(seed)
         self.now = 0
@@ -55,7 +57,7 @@ class Net:
         if replica.quorum_state_changed:
             self.states[replica.node_id] = replica.quorum_state()     # persisted before sending
         for envelope in replica.take_outbox():
-            if self.rng.random() < 0.05 or frozenset((envelope.source, envelope.destination)) in self.cut:
+            if self.rng.random() < self.loss or frozenset((envelope.source, envelope.destination)) in self.cut:
                 continue                                              # lost
             self.seq += 1
             heapq.heappush(self.queue, (self.now + self.rng.randrange(1, 30), self.seq, envelope))

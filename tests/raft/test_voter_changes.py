@@ -7,7 +7,6 @@ leader per epoch and no committed entry is ever lost."""
 
 from __future__ import annotations
 
-import heapq
 import random
 import uuid
 
@@ -51,15 +50,6 @@ class DynamicNet(Net):
                               kraft_version=1, directory_id=directory(v), bootstrap_servers=self.initial)
         replica.start(self.now, self.states[v])
         return replica
-
-    def deliver_all(self, replica: RaftReplica) -> None:
-        if replica.quorum_state_changed:
-            self.states[replica.node_id] = replica.quorum_state()     # persisted before sending
-        for envelope in replica.take_outbox():
-            if self.rng.random() < self.loss or frozenset((envelope.source, envelope.destination)) in self.cut:
-                continue                                              # lost
-            self.seq += 1
-            heapq.heappush(self.queue, (self.now + self.rng.randrange(1, 30), self.seq, envelope))
 
     def run_until(self, condition, steps: int = 3000) -> None:
         for _ in range(steps):
