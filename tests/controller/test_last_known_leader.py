@@ -7,12 +7,11 @@ empties at last nobody leads any more (simulator seed 5009)."""
 
 from tidelog.controller import AlterPartitionItem, AlterPartitionRequest
 from tidelog.controller.feature_control import broker_features
-from tidelog.controller.invariants import check_invariants
 from tidelog.testing.controller import ControllerTestEnv, directory_id
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
-from tidelog.metadata import replay_all
 from tidelog.metadata.records import LeaderRecoveryState, PartitionChangeRecord
+from tests.controller.test_eligible_leader_replicas import check
 
 ELR_ON = {"eligible.leader.replicas.version": 1}
 TP = TopicPartition("foo", 0)
@@ -43,12 +42,6 @@ def after(env: ControllerTestEnv, action) -> list:
 def shape(env: ControllerTestEnv) -> tuple:
     p = env.partition("foo", 0)
     return p.leader, p.isr, p.elr, p.last_known_elr
-
-
-def check(env: ControllerTestEnv) -> None:
-    env.check_consistent()
-    check_invariants(env.controller.image)
-    assert replay_all(env.log.read(0)) == env.controller.image
 
 
 def test_the_leader_is_recorded_when_the_partition_becomes_leaderless_with_an_isr_left():
