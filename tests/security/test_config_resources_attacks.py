@@ -687,3 +687,44 @@ def test_absurd_values_are_refused_change_nothing_and_keep_memory_bounded(attack
     assert grown < 256 * 1024, grown
     after = attack.resident_kib()
     assert all(after[node] - resident[node] < 64 * 1024 for node in resident), (resident, after)
+
+
+# ------------------------------------------------ log directories (issue 29's new API)
+
+def _log_dirs(attack: Attack, port: int) -> dict[str, set[tuple[str, int, bool]]]:
+    """The super user's DescribeLogDirs: {directory: {(topic, partition, is_future)}}."""
+    response = run(attack.request("admin", ApiKey.DESCRIBE_LOG_DIRS, {"topics": None}, port))
+    assert int(response.error_code.value) == 0, response
+    return {r.log_dir: {(t.name, p.partition_index, bool(p.is_future_key)) for t in r.topics for p in t.partitions}
+            for r in response.results}
+
+
+def _move(path: str, topic: str = "secret") -> dict:
+    return {"dirs": [{"path": path, "topics": [{"name": topic, "partitions": [0]}]}]}
+
+
+def test_log_directory_calls_need_cluster_rights_and_move_nothing_otherwise(attack):
+    """AlterReplicaLogDirs needs ALTER on the cluster and DescribeLogDirs DESCRIBE on it
+    (Kafka's KafkaApis): every other caller — a user without ACLs, one with
+    DESCRIBE_CONFIGS or ALTER_CONFIGS only, the ordinary client, a certificate of the
+    cluster's CA on the controller listener — gets CLUSTER_AUTHORIZATION_FAILED, learns
+    nothing of the directories (the code does not depend on whether the path exists),
+    and no replica moves. The super user's move to a directory the broker does not have
+    ("/etc", a relative "../x") is LOG_DIR_NOT_FOUND and moves nothing either."""
+    port = attack.broker_ports[0]
+    before = _log_dirs(attack, port)
+    (real_dir,) = [d for d, partitions in before.items() if ("secret", 0, False) in partitions]
+    for who in ("mallory", "dora", "tom", "client"):
+        for path in (real_dir, "/etc", "../x"):
+            answer = run(attack.request(who, ApiKey.ALTER_REPLICA_LOG_DIRS, _move(path), port))
+            got = {(r.topic_name, p.partition_index): ErrorCode(int(p.error_code.value))
+                   for r in answer.results for p in r.partitions}
+            assert got == {("secret", 0): CLUSTER_AUTH}, (who, path, got)
+        described_dirs = run(attack.request(who, ApiKey.DESCRIBE_LOG_DIRS, {"topics": None}, port))
+        assert ErrorCode(int(described_dirs.error_code.value)) == CLUSTER_AUTH and not described_dirs.results, who
+    for path in ("/etc", "../x", real_dir + "/../x"):
+        answer = run(attack.request("admin", ApiKey.ALTER_REPLICA_LOG_DIRS, _move(path), port))
+        assert [ErrorCode(int(p.error_code.value)) for r in answer.results for p in r.partitions] == \
+            [E.LOG_DIR_NOT_FOUND], path
+    assert _log_dirs(attack, port) == before
+    assert not os.path.exists("/etc/secret-0") and not glob.glob("/etc/secret-0*")
