@@ -706,8 +706,8 @@ def _move(path: str, topic: str = "secret") -> dict:
 def test_log_directory_calls_need_cluster_rights_and_move_nothing_otherwise(attack):
     """AlterReplicaLogDirs needs ALTER on the cluster and DescribeLogDirs DESCRIBE on it
     (Kafka's KafkaApis): every other caller — a user without ACLs, one with
-    DESCRIBE_CONFIGS or ALTER_CONFIGS only, the ordinary client, a certificate of the
-    cluster's CA on the controller listener — gets CLUSTER_AUTHORIZATION_FAILED, learns
+    DESCRIBE_CONFIGS or ALTER_CONFIGS only, the ordinary client —
+    gets CLUSTER_AUTHORIZATION_FAILED, learns
     nothing of the directories (the code does not depend on whether the path exists),
     and no replica moves. The super user's move to a directory the broker does not have
     ("/etc", a relative "../x") is LOG_DIR_NOT_FOUND and moves nothing either."""
