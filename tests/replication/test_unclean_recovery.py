@@ -1,13 +1,18 @@
-"""A leader elected from outside the ISR (KIP-704's RECOVERING) aborts, before it
-serves, the transactions its log left open (docs/transactions.md, "Unclean
-elections"). The two simulator failures this prevents (issue 28 item 3):
+"""A leader elected RECOVERING (KIP-704: from outside the ISR, or KIP-966's last
+known leader) holds the transactions its log left open *in doubt* until their
+coordinator settles them (docs/transactions.md, "Unclean elections"). The simulator
+failures this covers:
 
 * seed 20091: the new leader lacked the marker of a transaction the old lineage had
   ended; nobody writes it again, so the last stable offset stayed behind it and a
-  read_committed consumer waited for ever;
+  read_committed consumer waited for ever (now: the producer's next epoch settles it);
 * seed 10570: the new leader lacked an ABORT marker; the producer's next transaction
   (same producer, same epoch) joined the one still open here, and its COMMIT made the
-  aborted records visible to read_committed.
+  aborted records visible to read_committed (now: refused at that epoch);
+* seeds 1375, 1086, 5335, 5434 (issue 28): the last known leader held every record
+  and only lacked the COMMIT marker its coordinator was still sending; the leader
+  aborted the transaction on its own and the coordinator's COMMIT was refused — a
+  transaction the client was told was committed, lost (now: the COMMIT is written).
 """
 
 from __future__ import annotations
@@ -81,45 +86,74 @@ def elect(partition, recovery_state: int, now_ms: int, leader_epoch: int = 1):
                                          (0, 1), 1, recovery_state), now_ms)
 
 
-def test_unclean_leader_aborts_the_open_transaction_so_the_lso_moves(make, clock):
+def test_the_coordinators_commit_settles_an_in_doubt_transaction_as_committed(make, clock):
+    """Seeds 1375, 1086, 5335, 5434: the RECOVERING leader holds the transaction's
+    records, its COMMIT marker is still on its way from the coordinator (which has told
+    the client "committed"). The leader waits instead of aborting, and the COMMIT
+    exposes the records."""
+    follower = stale_follower(make, txn_batch(0, 0, 0, "tx-9-0-0", "tx-9-0-1"))
+    elect(follower, RECOVERING, clock.monotonic_ms())
+    assert follower.transactions_in_doubt == {PID: EPOCH}
+    assert follower.log.last_stable_offset == 0 and read_committed(follower) == []     # waits, shows nothing
+    follower.append_records_to_leader(marker(commit=True), 1, from_coordinator=True)
+    assert follower.transactions_in_doubt == {}
+    assert read_committed(follower) == [b"tx-9-0-0", b"tx-9-0-1"]
+
+
+def test_an_in_doubt_transaction_whose_marker_was_lost_is_aborted_by_the_producers_next_epoch(make, clock):
     """Seed 20091: the old lineage ended the transaction; its marker never reached broker
-    1. Elected uncleanly, broker 1 aborts it before serving: the last stable offset
-    reaches the high watermark and read_committed does not wait for ever."""
+    1 and the coordinator will not send it again. Elected uncleanly, broker 1 holds it in
+    doubt (the last stable offset waits) and refuses the producer at that epoch; the
+    producer initializes again, and its first batch at the newer epoch proves the
+    coordinator is done with the old one: the leader aborts it first, and the last
+    stable offset moves on."""
     follower = stale_follower(make, build_batch([b"plain"], base_offset=0, partition_leader_epoch=0,
                                                 timestamp_ms=T0_MS),
                               txn_batch(1, 0, 0, "tx-a", "tx-b"))
     assert follower.log.ongoing_transactions() == {PID: 1}
     elect(follower, RECOVERING, clock.monotonic_ms())
     log = follower.log
-    assert log.ongoing_transactions() == {}
-    assert log.log_end_offset == 4                           # the recovery's ABORT marker at offset 3
-    assert log.high_watermark == 4 and log.last_stable_offset == 4
+    assert log.ongoing_transactions() == {PID: 1} and log.last_stable_offset == 1
+    with pytest.raises(KafkaError) as refused:
+        follower.append_records_to_leader(client_txn_batch(2, "tx-c"), 1)
+    assert refused.value.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    follower.append_records_to_leader(client_txn_batch(0, "tx-d", epoch=EPOCH + 1), 1)
+    assert follower.transactions_in_doubt == {}
+    assert log.log_end_offset == 5                           # the ABORT marker at 3, the new batch at 4
+    assert log.ongoing_transactions() == {PID: 4} and log.last_stable_offset == 4
     assert read_committed(follower) == [b"plain"]
     aborted = follower.read_records(0, 1 << 20, Isolation.TXN_COMMITTED, 1).aborted_transactions
     assert [(t.producer_id, t.first_offset, t.last_offset) for t in aborted] == [(PID, 1, 3)]
-    # The marker fences the producer's epoch on this partition, keeping the coordinator epoch.
+    # The abort fenced the old epoch and kept the coordinator epoch.
     (entry,) = [p for p in log.active_producers() if p[0] == PID]
     assert entry[1] == EPOCH + 1 and entry[4] == -1
 
 
 def test_a_later_commit_cannot_expose_records_the_old_lineage_aborted(make, clock):
     """Seed 10570: the old leader's ABORT marker was lost with the unclean election. The
-    same producer at the same epoch then tries its next transaction here and the
-    coordinator sends its COMMIT: neither may make the aborted records visible."""
+    same producer at the same epoch then tries its next transaction here: refused, so it
+    cannot join the aborted one; the producer re-initializes (the coordinator aborts at
+    epoch + 1, which settles the doubted transaction as aborted, then hands out + 2)."""
     follower = stale_follower(make, txn_batch(0, 0, 0, "tx-34-1-0"))
     elect(follower, RECOVERING, clock.monotonic_ms())
     with pytest.raises(KafkaError) as refused:
         follower.append_records_to_leader(client_txn_batch(1, "tx-35-1-0"), 1)
     assert refused.value.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
-    with pytest.raises(KafkaError) as fenced:
-        follower.append_records_to_leader(marker(commit=True), 1, from_coordinator=True)
-    assert fenced.value.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
     assert read_committed(follower) == []
-    # The producer re-initializes (the coordinator aborts at epoch + 1, then hands out + 2).
     follower.append_records_to_leader(marker(commit=False, epoch=EPOCH + 1), 1, from_coordinator=True)
+    assert follower.transactions_in_doubt == {}
     follower.append_records_to_leader(client_txn_batch(0, "tx-36-1-0", epoch=EPOCH + 2), 1)
     follower.append_records_to_leader(marker(commit=True, epoch=EPOCH + 2), 1, from_coordinator=True)
     assert read_committed(follower) == [b"tx-36-1-0"]
+
+
+def test_an_older_marker_does_not_settle_the_doubt(make, clock):
+    follower = stale_follower(make, txn_batch(0, 0, 0, "a"))
+    elect(follower, RECOVERING, clock.monotonic_ms())
+    with pytest.raises(KafkaError) as fenced:
+        follower.append_records_to_leader(marker(commit=True, epoch=EPOCH - 1), 1, from_coordinator=True)
+    assert fenced.value.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert follower.transactions_in_doubt == {PID: EPOCH}
 
 
 def test_without_recovery_the_commit_would_expose_them(make, clock):
@@ -137,23 +171,27 @@ def test_without_recovery_the_commit_would_expose_them(make, clock):
 def test_a_clean_election_leaves_open_transactions_open(make, clock):
     follower = stale_follower(make, txn_batch(0, 0, 0, "a"))
     elect(follower, RECOVERED, clock.monotonic_ms())
-    assert follower.log.ongoing_transactions() == {PID: 0}
+    assert follower.log.ongoing_transactions() == {PID: 0} and follower.transactions_in_doubt == {}
+    follower.append_records_to_leader(client_txn_batch(1, "b"), 1)       # not refused
     assert follower.log.last_stable_offset == 0
 
 
 def test_recovery_runs_once_per_leader_epoch(make, clock):
-    """Metadata applied again at the same leader epoch (an ISR change) does not abort the
-    transactions the recovered leader has taken since."""
+    """Metadata applied again at the same leader epoch (an ISR change) does not put the
+    transactions the recovered leader has taken since in doubt; following drops the doubt."""
     follower = stale_follower(make, txn_batch(0, 0, 0, "old"))
     elect(follower, RECOVERING, clock.monotonic_ms())
     follower.append_records_to_leader(marker(commit=False, epoch=EPOCH + 1), 1, from_coordinator=True)
     follower.append_records_to_leader(client_txn_batch(0, "new", epoch=EPOCH + 2), 1)
     elect(follower, RECOVERING, clock.monotonic_ms())          # same epoch 1
-    assert follower.log.ongoing_transactions() == {PID: 3}
+    assert follower.log.ongoing_transactions() == {PID: 2} and follower.transactions_in_doubt == {}
+    follower.make_follower(PartitionState(0, 3, (0,), (0, 1), 3, RECOVERING))
+    assert follower.transactions_in_doubt == {}
 
 
 def test_the_old_leader_keeps_the_abort_after_truncating_to_the_new_leaders_log(make, clock):
-    """The old leader had the transaction's COMMIT; the unclean leader aborted it. Back
+    """The old leader had the transaction's COMMIT; the unclean leader aborted it (the
+    producer came back at a newer epoch before the COMMIT reached it). Back
     as a follower, the old leader truncates to the new leader's log and copies its ABORT
     marker: its producer state and aborted-transaction index follow the new lineage, and
     still do after a restart (rebuilt from the snapshot and the log)."""
@@ -191,15 +229,16 @@ def test_the_recovered_leader_says_so_with_its_first_isr_change(make, clock):
     fetch(follower, 0, follower.log.log_end_offset, clock)
     proposal = follower.maybe_expand_isr(0)
     assert (proposal.new_isr, proposal.leader_recovery_state) == ((1, 0), RECOVERED)
-    # The metadata brings RECOVERED at the same epoch: nothing is aborted again.
+    # The metadata brings RECOVERED at the same epoch: the doubt stays until the coordinator speaks.
     follower.make_leader(PartitionState(1, 1, (1, 0), (0, 1), 2, RECOVERED), clock.monotonic_ms())
-    assert follower.leader_recovery_state == RECOVERED and follower.log.log_end_offset == 2
+    assert follower.leader_recovery_state == RECOVERED and follower.log.log_end_offset == 1
+    assert follower.transactions_in_doubt == {PID: EPOCH}
 
 
 def test_the_replica_manager_recovers_on_a_recovering_state(tmp_path):
     """The path the broker takes: metadata that makes this broker leader with
-    leader_recovery_state RECOVERING; the abort is in the log before any request is
-    served."""
+    leader_recovery_state RECOVERING; the open transaction is in doubt before any
+    request is served."""
     import os
 
     from tidelog.core.clock import ManualClock
@@ -221,5 +260,7 @@ def test_the_replica_manager_recovers_on_a_recovering_state(tmp_path):
     manager.get_partition(tp).append_records_as_follower(txn_batch(0, 0, 0, "tx-1-0-0"))
     manager.apply_partition_states({tp: PartitionState(1, 1, (1,), (1, 2), 1, RECOVERING)})
     partition = manager.get_partition(tp)
-    assert partition.log.ongoing_transactions() == {}
-    assert [(t.producer_id, t.first_offset) for t in partition.log.collect_aborted_transactions(0, 2)] == [(PID, 0)]
+    assert partition.transactions_in_doubt == {PID: EPOCH}
+    with pytest.raises(KafkaError) as refused:
+        partition.append_records_to_leader(client_txn_batch(1, "tx-2-0-0"), 1)
+    assert refused.value.error_code == ErrorCode.INVALID_PRODUCER_EPOCH

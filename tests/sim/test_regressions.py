@@ -3,10 +3,12 @@
 
 import os
 
+import pytest
+
 from tidelog.core.clock import ManualClock
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
-from tidelog.records.batch import build_batch
+from tidelog.records.batch import CONTROL_COMMIT, build_batch, read_control
 from tidelog.replication.delayed import FetchParams, FetchPartitionRequest
 from tidelog.replication.fetcher import FetcherConfig
 from tidelog.replication.partition import Isolation, PartitionState, ReplicationSettings
@@ -148,3 +150,32 @@ def test_seed_5009_the_last_known_leader_is_the_one_the_partition_loses(run):
     assert result.passed, failure_report(result)
     assert result.stats.acked_all_lost == 0 and result.stats.group_commits_excused == 0
     assert not any(reason.startswith("__consumer_offsets") for reason in result.excused), result.excused
+
+
+@pytest.mark.parametrize("seed", [1375, 1086, 5335, 5434])
+def test_seed_1375_a_last_known_leader_waits_for_the_coordinators_commit(run, monkeypatch, seed):
+    """Seeds 1375, 1086, 5335, 5434 (issue 28, transaction version 1): a ``tx`` partition
+    was leaderless while its coordinator still had to write a transaction's COMMIT
+    marker (the client already told "committed"); KIP-966 elected the last known
+    leader (RECOVERING), which held every record but aborted the open transaction on
+    its own and fenced its epoch, so the COMMIT was refused and the committed records
+    were never read (``txn-committed-visible``). The leader now holds the transaction
+    in doubt and the coordinator's COMMIT settles it. The test also checks that each
+    seed still takes that path (a RECOVERING leader finds a transaction open and a
+    COMMIT marker settles it), so the seed keeps proving something."""
+    from tidelog.replication.partition import Partition
+    from tests.sim.conftest import failure_report
+
+    settled = []
+    original = Partition.append_records_to_leader
+
+    def watching(self, records, required_acks, now_ms=None, from_coordinator=False):
+        doubted = dict(self.transactions_in_doubt)
+        info = original(self, records, required_acks, now_ms, from_coordinator)
+        if from_coordinator and doubted and len(self.transactions_in_doubt) < len(doubted):
+            settled.append((str(self.topic_partition), read_control(records, 0)[0]))
+        return info
+    monkeypatch.setattr(Partition, "append_records_to_leader", watching)
+    result = run(seed)
+    assert result.passed, failure_report(result)
+    assert (CONTROL_COMMIT in {control for _, control in settled}), settled

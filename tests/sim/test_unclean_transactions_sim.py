@@ -8,11 +8,11 @@ Both seeds were found on an earlier build; later changes reshuffled their runs, 
 on the code just before the fix both passed by luck of the draw (10570 no longer
 even has an unclean election on ``tx``). They stay pinned as whole-run checks. 20091
 still has a dozen recoveries on ``tx`` (eleven on the build that pinned it), and in
-three of them the new leader finds a transaction its log left open and aborts it
-before serving — the test
+some of them the new leader finds a transaction its log left open and holds it in
+doubt before serving — the test
 checks that this path ran, so the seed keeps proving something; if a later change
 reshuffles it, pin another seed where it does (``--seeds`` with the unclean-``tx``
-configurations, counting ``Partition.abort_open_transactions_for_recovery``). The
+configurations, counting ``Partition.transactions_in_doubt_after_recovery``). The
 scenario ``unclean-open-transaction`` (``tests/sim/test_scenarios.py``) and
 ``tests/replication/test_unclean_recovery.py`` reproduce both failures
 deterministically and fail on the old code.
@@ -33,15 +33,15 @@ from tests.sim.conftest import failure_report
 
 @pytest.fixture
 def recoveries(monkeypatch):
-    """Every unclean-election recovery of the run: (partition, broker, epoch, aborted)."""
+    """Every RECOVERING election of the run: (partition, broker, epoch, transactions in doubt)."""
     seen = []
-    original = Partition.abort_open_transactions_for_recovery
+    original = Partition.transactions_in_doubt_after_recovery
 
     def counting(self):
-        aborted = original(self)
-        seen.append((str(self.topic_partition), self.local_broker_id, self.leader_epoch, aborted))
-        return aborted
-    monkeypatch.setattr(Partition, "abort_open_transactions_for_recovery", counting)
+        in_doubt = original(self)
+        seen.append((str(self.topic_partition), self.local_broker_id, self.leader_epoch, dict(in_doubt)))
+        return in_doubt
+    monkeypatch.setattr(Partition, "transactions_in_doubt_after_recovery", counting)
     return seen
 
 
@@ -54,4 +54,4 @@ def test_seed_10570(run):
 def test_seed_20091_long_recovers_open_transactions_and_passes(run, recoveries):
     result = run(20091, config=SimConfig.from_seed(20091, long=True).with_options(transaction_version=1))
     assert result.passed, failure_report(result)
-    assert any(aborted for *_, aborted in recoveries), recoveries
+    assert any(in_doubt for *_, in_doubt in recoveries), recoveries

@@ -1,7 +1,7 @@
 """The coordinator's side of unclean-election recovery (docs/transactions.md,
-"Unclean elections"): a partition whose uncleanly elected leader aborted a
-transaction before serving has fenced the producer's epoch there, and answers the
-coordinator's marker at that epoch INVALID_PRODUCER_EPOCH. The partition's outcome
+"Unclean elections"): a partition whose uncleanly elected leader held a
+transaction in doubt and aborted it when the producer came back at a newer epoch has
+fenced the old epoch there, and answers a marker at that epoch INVALID_PRODUCER_EPOCH. The partition's outcome
 is settled; the coordinator counts the marker as delivered and completes the
 transaction, instead of retrying it for ever (the transactional id would answer
 CONCURRENT_TRANSACTIONS for good)."""

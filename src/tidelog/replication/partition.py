@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from tidelog.core.errors import ErrorCode, KafkaError, UnexpectedAppendOffsetError
 from tidelog.core.states import transition
-from tidelog.records.batch import build_marker
+from tidelog.records.batch import build_marker, iter_batches
 from tidelog.storage.log import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 logger = logging.getLogger("tidelog.partition")
@@ -206,6 +206,10 @@ class Partition:
         self.leader_epoch_start_offset: int | None = None
         self.replica_states: dict[int, ReplicaState] = {}
         self.leader_recovery_state: int = RECOVERED      # as the metadata last said
+        # Leader only: producer id -> epoch of each transaction a RECOVERING election found
+        # open, until its coordinator's marker (or a newer epoch of the producer) settles it
+        # (``transactions_in_doubt_after_recovery``). Memory only, per leader epoch.
+        self.transactions_in_doubt: dict[int, int] = {}
 
     def __repr__(self) -> str:
         return (f"Partition({self.topic_partition}, broker={self.local_broker_id}, leader={self.leader}, "
@@ -247,8 +251,8 @@ class Partition:
             for r in followers:
                 self.replica_states[r].reset(r in state.isr, now_ms, was_leader)
             self.leader_epoch = state.leader_epoch
-            if state.leader_recovery_state == RECOVERING:
-                self.abort_open_transactions_for_recovery()
+            self.transactions_in_doubt = (self.transactions_in_doubt_after_recovery()
+                                          if state.leader_recovery_state == RECOVERING else {})
         else:
             # Same leader epoch: only the assignment or ISR changed; states are kept.
             self.replica_states = {r: self.replica_states.get(r) or ReplicaState(r) for r in followers}
@@ -277,43 +281,68 @@ class Partition:
         self._isr_step(IsrEvent.NEW_METADATA)
         self.replica_states = {}
         self.leader_epoch_start_offset = None
+        self.transactions_in_doubt = {}
         self.partition_epoch = state.partition_epoch
         self.leader_recovery_state = state.leader_recovery_state
         return bumped
 
     # --------------------------------------------- unclean-election recovery
 
-    def abort_open_transactions_for_recovery(self) -> list[tuple[int, int, int]]:
-        """KIP-704's RECOVERING leader, doing more than Kafka's: before it serves anyone,
-        a leader elected from outside the ISR aborts every transaction its producer state
-        shows open (docs/transactions.md, "Unclean elections").
+    def transactions_in_doubt_after_recovery(self) -> dict[int, int]:
+        """KIP-704's RECOVERING leader, doing more than Kafka's: the transactions its
+        producer state shows open are *in doubt* (docs/transactions.md, "Unclean
+        elections"), ``{producer id: epoch}``.
 
-        Such a leader may lack markers the old lineage wrote: an open transaction here
-        may have been committed or aborted already, and nobody will write its marker
-        again — the last stable offset would stay behind it for good, and the
-        producer's next transaction would join it, so that transaction's COMMIT would
-        expose records that were aborted. Each ABORT marker carries the producer's
-        epoch plus one (Kafka's fencing bump), so on this partition the old epoch can
-        neither add records to the transaction (INVALID_PRODUCER_EPOCH, and the
-        producer aborts and bumps its epoch) nor commit it: the coordinator's COMMIT at
-        that epoch is answered INVALID_PRODUCER_EPOCH, which tells it the partition has
-        already resolved the transaction (``TransactionCoordinator``). The coordinator
-        epoch stays the one the partition last saw, so the real coordinator's markers
-        are not fenced. Returns ``(producer id, fenced epoch, first offset)`` per abort."""
+        Such a leader may lack markers the old lineage wrote, or may hold everything and
+        only lack a marker its coordinator is still sending (a last known leader, seeds
+        1375, 1086, 5335, 5434: aborting there lost transactions the coordinator had
+        committed). It cannot tell which, so it decides nothing alone; it refuses the
+        producer's records at that epoch (INVALID_PRODUCER_EPOCH: a record joining the
+        open transaction might join one whose marker was lost) and waits for the
+        coordinator: its marker settles the transaction as the coordinator decided
+        (``append_records_to_leader``), and a batch of the producer at a newer epoch
+        proves the coordinator has finished with the old one (a producer's epoch moves
+        only once its transaction is completed, or aborted at the new epoch), so the
+        leader aborts it then (``abort_in_doubt_transaction``)."""
+        in_doubt = {producer_id: epoch for producer_id, epoch, _, _, _, first_offset in self.log.active_producers()
+                    if first_offset >= 0}
+        if in_doubt:
+            logger.warning("%s: elected RECOVERING at leader epoch %d; transactions left open (producer: epoch) "
+                           "wait for their coordinator: %s", self.topic_partition, self.leader_epoch, in_doubt)
+        return in_doubt
+
+    def abort_in_doubt_transaction(self, producer_id: int) -> tuple[int, int, int] | None:
+        """Abort the in-doubt transaction of ``producer_id``: an ABORT marker at its epoch
+        plus one (Kafka's fencing bump), the coordinator epoch the partition last saw (so
+        the real coordinator's later markers are not fenced). Returns ``(producer id,
+        fenced epoch, first offset)``, or None if it is no longer open."""
+        epoch = self.transactions_in_doubt.pop(producer_id)
         log = self.log
-        aborted = []
-        for producer_id, epoch, _, _, coordinator_epoch, first_offset in log.active_producers():
-            if first_offset < 0:
+        for pid, _, _, _, coordinator_epoch, first_offset in log.active_producers():
+            if pid == producer_id and first_offset >= 0:
+                marker = build_marker(producer_id, min(epoch + 1, PRODUCER_EPOCH_MAX), False, coordinator_epoch,
+                                      log.clock.now_ms())
+                log.append_as_leader(marker, self.leader_epoch, from_coordinator=True)
+                logger.warning("%s: aborted the in-doubt transaction of producer %d (epoch %d, first offset %d): "
+                               "the producer came back at a newer epoch", self.topic_partition, producer_id,
+                               epoch, first_offset)
+                return producer_id, epoch, first_offset
+        return None
+
+    def _settle_transactions_in_doubt(self, records: bytes, from_coordinator: bool) -> None:
+        """Before an append on a leader with transactions in doubt: a client's batch at the
+        doubted epoch (or older) is refused, one at a newer epoch aborts the doubted
+        transaction first; a coordinator's marker is appended as it comes (its outcome is
+        the coordinator's), and clears the doubt once appended (the caller)."""
+        for _, header in iter_batches(records):
+            epoch = self.transactions_in_doubt.get(header.producer_id)
+            if epoch is None or from_coordinator:
                 continue
-            bumped = min(epoch + 1, PRODUCER_EPOCH_MAX)
-            marker = build_marker(producer_id, bumped, False, coordinator_epoch, log.clock.now_ms())
-            log.append_as_leader(marker, self.leader_epoch, from_coordinator=True)
-            aborted.append((producer_id, epoch, first_offset))
-        if aborted:
-            logger.warning("%s: uncleanly elected at leader epoch %d; aborted the transactions its log left "
-                           "open (producer, epoch fenced, first offset): %s", self.topic_partition,
-                           self.leader_epoch, aborted)
-        return aborted
+            if header.producer_epoch <= epoch:
+                raise KafkaError(f"{self.topic_partition}: producer {header.producer_id}'s transaction at epoch "
+                                 f"{epoch} is in doubt after an unclean election; waiting for its coordinator",
+                                 ErrorCode.INVALID_PRODUCER_EPOCH)
+            self.abort_in_doubt_transaction(header.producer_id)
 
     # ------------------------------------------------------ high watermark
 
@@ -359,7 +388,13 @@ class Partition:
             raise KafkaError(f"{self.topic_partition} has ISR {list(self.isr)}, below "
                              f"min.insync.replicas {self.effective_min_isr}",
                              ErrorCode.NOT_ENOUGH_REPLICAS)
+        if self.transactions_in_doubt:
+            self._settle_transactions_in_doubt(records, from_coordinator)
         info = self.log.append_as_leader(records, self.leader_epoch, from_coordinator)
+        if from_coordinator and self.transactions_in_doubt:
+            for _, header in iter_batches(records):      # the coordinator settled these
+                if self.transactions_in_doubt.get(header.producer_id, PRODUCER_EPOCH_MAX + 1) <= header.producer_epoch:
+                    del self.transactions_in_doubt[header.producer_id]
         # The LEO moved: with an ISR of one the HW follows at once.
         self.maybe_increment_leader_high_watermark(self.log.clock.monotonic_ms() if now_ms is None else now_ms)
         return info

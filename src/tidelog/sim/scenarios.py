@@ -1122,20 +1122,20 @@ def unclean_open_transaction(s: Script) -> tuple[bool, dict]:
     """Issue 28 item 3 (seeds 20091 and 10570 of an earlier build). Producer 7's
     transaction T1 reaches both replicas; the follower B is cut off and leaves the
     ISR; the coordinator's ABORT marker for T1 reaches the leader A only; A dies and
-    B is elected uncleanly (RECOVERING), without the marker. B must abort T1 before
-    it serves — else its last stable offset stays at T1 for good (20091) — fencing
-    producer 7's epoch there, so that the same producer's next transaction cannot
-    join T1 and its COMMIT cannot expose T1's aborted record (10570). A, back,
-    truncates to B's log and keeps the abort; B's AlterPartition adding it says
-    RECOVERED. (The transaction's
+    B is elected uncleanly (RECOVERING), without the marker. B holds T1 in doubt: its
+    last stable offset waits at T1 and producer 7's next batch at that epoch is
+    refused, so the next transaction cannot join T1 (10570); the producer comes back
+    at a newer epoch, which proves the coordinator is done with T1, and B aborts T1
+    before that batch (20091: the LSO moves). A, back, truncates to B's log and keeps
+    the abort; B's AlterPartition adding it says RECOVERED. (The transaction's
     batches and markers are appended as the produce path and WriteTxnMarkers do,
     without the coordinator.)"""
     from tidelog.records.batch import build_marker
     a = s.leader()
     b = next(r for r in s.sim.controller.image.partition(TP).replicas if r != a)
 
-    def txn_batch(sequence: int, value: str) -> bytes:
-        return build_batch([value.encode()], timestamp_ms=s.now, producer_id=7, producer_epoch=0,
+    def txn_batch(sequence: int, value: str, epoch: int = 0) -> bytes:
+        return build_batch([value.encode()], timestamp_ms=s.now, producer_id=7, producer_epoch=epoch,
                            base_sequence=sequence, is_transactional=True)
 
     def marker(broker: int, commit: bool) -> str:
@@ -1154,25 +1154,25 @@ def unclean_open_transaction(s: Script) -> tuple[bool, dict]:
     s.sim.kill(a)
     s.wait(lambda: s.leads(b), "B is elected uncleanly")
     log = s.partition(b).log
-    s.expect("B's open transactions once it leads", log.ongoing_transactions(), {})
-    s.expect("B's last stable offset reaches its high watermark", log.last_stable_offset, log.high_watermark)
-    s.expect("T1 in B's aborted-transaction index", [(t.producer_id, t.first_offset)
-                                                     for t in log.collect_aborted_transactions(0, 1 << 30)],
-             [(7, 0)])
+    s.expect("B's transactions in doubt once it leads", dict(s.partition(b).transactions_in_doubt), {7: 0})
+    s.expect("B's last stable offset waits at T1", log.last_stable_offset, 0)
     try:
         s.partition(b).append_records_to_leader(txn_batch(1, "tx-2-0"), 1)
         next_txn = "NONE"
     except KafkaError as e:
         next_txn = e.error_code.name
     s.expect("producer 7's next transaction at the same epoch on B", next_txn, "INVALID_PRODUCER_EPOCH")
-    s.expect("the coordinator's COMMIT at that epoch on B", marker(b, commit=True), "INVALID_PRODUCER_EPOCH")
+    s.partition(b).append_records_to_leader(txn_batch(0, "tx-3-0", epoch=1), 1)
+    s.expect("T1 in B's aborted-transaction index after producer 7's batch at epoch 1",
+             [(t.producer_id, t.first_offset) for t in log.collect_aborted_transactions(0, 1 << 30)], [(7, 0)])
+    s.expect("B's open transactions", log.ongoing_transactions(), {7: 2})
     s.expect("T1's record read with read_committed on B", b"tx-1-0" in _read_committed(s, b), False)
     s.sim.network.heal()
     s.sim.start(a)
     s.converge([a, b])
     s.wait(lambda: s.sim.controller.image.partition(TP).leader_recovery_state == 0,
            "B says RECOVERED with A's return to the ISR (KIP-704)")
-    s.expect("A's open transactions after following B", s.partition(a).log.ongoing_transactions(), {})
+    s.expect("A's open transactions after following B", s.partition(a).log.ongoing_transactions(), {7: 2})
     s.expect("T1's record read with read_committed on A's copy", b"tx-1-0" in _read_committed(s, a), False)
     return s.outcome()
 
@@ -1333,9 +1333,9 @@ SCENARIOS = {scenario.name: scenario for scenario in [
              "acknowledged is lost (with ELR an eligible follower leads: kip-966-eligible-leader-replicas)",
              _config(3, (1, 2, 3), 2, False, eligible_leader_replicas=False), lambda s: jepsen_2013(s, True)),
     Scenario("unclean-open-transaction", "KIP-704, issue 28 item 3", "the uncleanly elected leader lacks T1's "
-             "ABORT marker and aborts T1 before serving: its LSO reaches the HW, producer 7's old epoch is fenced "
-             "there (its next transaction and the coordinator's COMMIT refused), T1's record never read with "
-             "read_committed; RECOVERED reported; the old leader follows and keeps the abort",
+             "ABORT marker and holds T1 in doubt: its LSO waits, producer 7's next batch at that epoch is refused, "
+             "its batch at a newer epoch aborts T1 first; T1's record never read with read_committed; RECOVERED "
+             "reported; the old leader follows and keeps the abort",
              _config(2, (1, 2), 1, True), unclean_open_transaction),
     Scenario("stale-leader-write", "Kafka: stale leader write", "the stale leader's acks=1 write is acknowledged "
              "and truncated away, its acks=all write never acknowledged; logs converge",

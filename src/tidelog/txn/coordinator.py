@@ -16,9 +16,10 @@ transaction is complete when every partition answered NONE, or UNKNOWN_TOPIC_OR_
 for a topic the coordinator's metadata no longer has (deleted) — a broker still
 loading its metadata says the same of a live partition, and its marker must be
 retried — or INVALID_PRODUCER_EPOCH: the partition has already settled the
-transaction at a newer epoch (an uncleanly elected leader aborts what its log left
-open and fences that epoch before it serves; ``_RESOLVED``); otherwise the shard
-retries after a backoff.
+transaction at a newer epoch (an uncleanly elected leader that held it in doubt aborts
+it once the producer comes back at a newer epoch, which the coordinator allows only
+after the transaction is finished; ``_RESOLVED``); otherwise the shard retries after a
+backoff.
 
 Time: the shards' timers (marker retries, the periodic timeout and expiration
 check) run on the runtime's monotonic ``now_ms()``; the timestamps stored in
@@ -52,8 +53,9 @@ _UNKNOWN = {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID}
 # A partition that answers INVALID_PRODUCER_EPOCH has seen a newer epoch of the producer
 # than the marker's. Only two writers raise it there: this transaction's own coordinator
 # at a later step (so this coordinator is deposed and its COMPLETE write will fail), or
-# an uncleanly elected leader that aborted the transaction before serving, fencing the
-# epoch (Partition.abort_open_transactions_for_recovery). Either way the partition's
+# an uncleanly elected leader that held the transaction in doubt and aborted it when the
+# producer came back at a newer epoch (Partition.abort_in_doubt_transaction) — which a
+# coordinator still sending this marker does not allow. Either way the partition's
 # outcome is settled and retrying cannot change it: the marker counts as delivered.
 _RESOLVED = {ErrorCode.NONE, ErrorCode.INVALID_PRODUCER_EPOCH}
 
