@@ -8,6 +8,9 @@ from tests.sim.conftest import failure_report
 
 TXN_SEED = 16    # transactions on a 5-broker cluster with faults of every kind (seed 2 until failed
                  # log directories were reported: its run changed and committed only 6)
+TXN_SEED_V1 = 24  # the same at transaction version 1, which seed 24 draws (seed 16 forced to version 1
+                  # until issue 28's in-doubt rule changed its run: a power cut held its producer for
+                  # 6 s, 7 commits)
 
 
 def test_each_seed_draws_its_transaction_version_from_a_stream_of_its_own():
@@ -24,9 +27,9 @@ def test_each_seed_draws_its_transaction_version_from_a_stream_of_its_own():
 
 
 def test_a_transactional_seed_commits_and_aborts_under_faults(run):
-    config = SimConfig.from_seed(TXN_SEED).with_options(transaction_version=1)
-    assert config.transactions
-    result = run(TXN_SEED, config=config)
+    config = SimConfig.from_seed(TXN_SEED_V1)
+    assert config.transactions and config.transaction_version == 1 and config.brokers == 5
+    result = run(TXN_SEED_V1, config=config)
     assert result.passed, failure_report(result)
     done = result.stats.transactions
     assert done.get("committed", 0) > 10 and done.get("aborted", 0) > 2, done
