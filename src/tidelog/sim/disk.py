@@ -122,12 +122,7 @@ class SimDisk(CrashableFileSystem):
 
     def process_exit(self) -> None:
         """kill -9: handles and locks close; nothing written is lost."""
-        for handle in list(self._handles):
-            handle._file.close()
-        self._handles.clear()
-        for lock in self._locks:
-            lock.release()
-        self._locks.clear()
+        self.close_all()
 
     def power_cut(self, rng: random.Random, tear: bool) -> dict[str, int]:
         """Lose every unsynced byte (tearing one unsynced append first if ``tear``).

@@ -231,14 +231,18 @@ class CrashableFileSystem:
 
     # -- faults -----------------------------------------------------------------
 
-    def crash(self) -> None:
-        """Lose everything not made durable, close every handle and lock."""
+    def close_all(self) -> None:
+        """Close every handle and release every lock, as a process's exit does."""
         for handle in list(self._handles):
             handle._file.close()
         self._handles.clear()
         for lock in self._locks:
             lock.release()
         self._locks.clear()
+
+    def crash(self) -> None:
+        """Lose everything not made durable, close every handle and lock."""
+        self.close_all()
         for path, state in self._files.items():
             self._restore_durable_image(path, state)
         for entry in reversed(self._pending):
