@@ -109,12 +109,24 @@ class Side:
         self._others.append(other)
         return other
 
-    async def on(self, port: int) -> "Side":
-        """Another broker of the same cluster (a connection of its own, sharing the aliases)."""
+    async def on(self, port: int, timeout_s: float = 30.0) -> "Side":
+        """Another broker of the same cluster (a connection of its own, sharing the aliases).
+
+        A broker just started may be named leader a moment before its listener accepts
+        (seen once in CI): refused connections are retried, as every Kafka client does,
+        for up to ``timeout_s``."""
         other = Side(self.name, port, self.versions, self.users, self.user)
         other._aliases, other._alias_counts = self._aliases, self._alias_counts
         other.cluster = getattr(self, "cluster", None)
-        await other.open()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                await other.open()
+                break
+            except ConnectionRefusedError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
         self._others.append(other)
         return other
 

@@ -202,8 +202,10 @@ def test_admin_records_partitions_offsets_configs_and_deletion(js, cluster):
     js.call("consumer.close", name="life-c2")
 
     js.call("admin.alterTopicConfig", name="admin", topic=topic, configs={"retention.ms": 3_600_000})
-    assert js.call("admin.describeTopicConfigs", name="admin", topics=[topic])[topic]["configs"]["retention.ms"] == \
-        "3600000"
+    # Answered once the controller committed it; the broker that describes it may be a
+    # moment behind in the metadata log (as in Kafka, where any broker answers DescribeConfigs).
+    wait_until(lambda: js.call("admin.describeTopicConfigs", name="admin", topics=[topic])[topic]["configs"]
+               ["retention.ms"] == "3600000", 30, "retention.ms altered on the describing broker")
     assert js.call("admin.createPartitions", name="admin", topic=topic, count=3) is None
     wait_until(lambda: len(js.call("admin.fetchTopicOffsets", name="admin", topic=topic)) == 3, 30,
                "a third partition")
