@@ -20,6 +20,12 @@ measures, in order:
    the brokers' log loading (the first log line to "loaded N logs", from each
    server.log) and the time until every partition has a leader again.
 
+After steps 1, 3, 5, 6 and 7 it prints the **longest event-loop stall** of any broker
+during that step (``GET /event-loop``, server/loop_monitor.py: how late a 10 ms sleep
+woke; stalls under 100 ms are not kept, so 0 means "under 100 ms"); the controller's
+over the whole run at the end. A broker whose loop is held past
+``broker.session.timeout.ms`` misses its heartbeats and is fenced.
+
 Each figure is printed as it is measured and a table of all sizes is printed at the end,
 with the ratio of each figure to the smallest size's: linear growth shows the ratio of
 the partition counts (3.0 and 10.0), quadratic its square. The machine's other work
@@ -34,6 +40,7 @@ its run there (``<node id>.prof``, at a clean stop; the killed broker writes non
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -128,6 +135,28 @@ def scrape(url: str) -> tuple[float, int]:
     return time.monotonic() - started, size
 
 
+def loop_stalls(cluster, node_id: int) -> dict | None:
+    """The node's ``/event-loop`` answer, or None when it does not answer (killed)."""
+    url = cluster.metrics_url(node_id).rsplit("/", 1)[0] + "/event-loop"
+    try:
+        with urllib.request.urlopen(url, timeout=120) as answer:
+            return json.loads(answer.read())
+    except OSError:
+        return None
+
+
+def longest_stall_ms(cluster, nodes, since_s: float, until_s: float) -> float:
+    """The longest stall of any of ``nodes`` that ended between ``since_s`` and
+    ``until_s`` (``time.monotonic``, the same clock as the nodes'); 0: none of 100 ms."""
+    longest = 0.0
+    for node in nodes:
+        answer = loop_stalls(cluster, node.node_id)
+        for end_s, stall_ms in (answer or {}).get("stalls", []):
+            if since_s <= end_s <= until_s + 1:
+                longest = max(longest, stall_ms)
+    return longest
+
+
 def log_loading_s(server_log: str, from_offset: int) -> float | None:
     """Seconds from the process's first line written after ``from_offset`` (the shutdown
     before it excluded) to "loaded N logs"."""
@@ -187,7 +216,10 @@ def _measure(cluster, total: int, rf: int, topics_per_request: int, note, figure
         return len(found) == total and all(p.leader_id >= 0 for p in found.values()) and found
     until(lambda: all_led(ports[second]), 1800, f"a leader for all {total} partitions", 0.5)
     note("create -> all led", time.monotonic() - started, "s")
+    note("longest broker loop stall: create", longest_stall_ms(cluster, layout.brokers, started, time.monotonic()),
+         "ms")
 
+    served_at = time.monotonic()
     samples = [metadata(ports[second]) for _ in range(5)]
     note("metadata latency (median of 5)", statistics.median(s[1] for s in samples) * 1000, "ms")
     note("metadata size", samples[0][2] / 1024, "KiB")
@@ -197,6 +229,8 @@ def _measure(cluster, total: int, rf: int, topics_per_request: int, note, figure
         note(f"/metrics broker {node.node_id} latency (median of 3)",
              statistics.median(s[0] for s in scrapes) * 1000, "ms")
         note(f"/metrics broker {node.node_id} size", scrapes[0][1] / 1024, "KiB")
+    note("longest broker loop stall: metadata and /metrics",
+         longest_stall_ms(cluster, layout.brokers, served_at, time.monotonic()), "ms")
     for node in layout.brokers:
         note(f"RSS broker {node.node_id}", rss_mb(node.pid), "MiB")
     note("RSS controller", rss_mb(controller.pid), "MiB")
@@ -224,6 +258,9 @@ def _measure(cluster, total: int, rf: int, topics_per_request: int, note, figure
     note("partitions the killed broker led", len(led) * 1.0, "")
     note("kill -9 -> new leaders for all it led", took, "s")
     note("controller CPU during failover", (cpu_s(controller.pid) - cpu_before) / took * 100, "%")
+    survivors = [b for b in layout.brokers if b.node_id != first]
+    note("longest broker loop stall: failover", longest_stall_ms(cluster, survivors, killed_at, time.monotonic()),
+         "ms")
 
     restarted_at = time.monotonic()
     cluster.start_node(first)
@@ -235,6 +272,8 @@ def _measure(cluster, total: int, rf: int, topics_per_request: int, note, figure
         return all(first in p.isr_nodes for p in partitions(answer[0]).values() if first in p.replica_nodes)
     until(rejoined, 1800, f"broker {first} back in every ISR", 0.5)
     note("restart -> back in every ISR", time.monotonic() - restarted_at, "s")
+    note("longest broker loop stall: rejoin", longest_stall_ms(cluster, layout.brokers, restarted_at, time.monotonic()),
+         "ms")
 
     # A clean restart of the whole cluster.
     logs = {b.node_id: os.path.join(cluster.processes._node_dir(b), "server.log") for b in layout.brokers}
@@ -249,6 +288,10 @@ def _measure(cluster, total: int, rf: int, topics_per_request: int, note, figure
     loading = [s for n, path in logs.items() if (s := log_loading_s(path, offsets[n])) is not None]
     if loading:
         note("log loading (slowest broker)", max(loading), "s")
+    note("longest broker loop stall: clean restart",
+         longest_stall_ms(cluster, layout.brokers, restarted_at, time.monotonic()), "ms")
+    note("longest controller loop stall (since the restart)",
+         (loop_stalls(cluster, controller.node_id) or {}).get("stall_max_ms", float("nan")), "ms")
     return figures
 
 

@@ -79,6 +79,7 @@ from tidelog.server.controller_channel import (
 from tidelog.server.controller_server import ControllerServer
 from tidelog.server.dispatch import Dispatcher
 from tidelog.server.fetcher_driver import FetcherDriver
+from tidelog.server.loop_monitor import EventLoopMonitor
 from tidelog.server.group_apis import GroupApis
 from tidelog.server.txn_apis import TxnApis
 from tidelog.server import tls
@@ -150,6 +151,7 @@ class Server:
         self._metadata_changed = asyncio.Event()
         self._producer_ids: list[int] | None = None
         self._tls_dynamic: dict[str, str] = {}    # the per-broker TLS settings last applied
+        self.loop_monitor = EventLoopMonitor()    # the loop's stalls (GET /event-loop)
 
     # ------------------------------------------------------------------ start
 
@@ -231,6 +233,7 @@ class Server:
             self._start_broker_role()
         if self.metrics is not None:
             self.metrics.add_state(self)
+            self.metrics.http.routes["/event-loop"] = lambda query: self.loop_monitor.summary()
             if self.is_controller:
                 self.metrics.add_controller(self.controller_server)
             if self.is_broker:
@@ -240,6 +243,7 @@ class Server:
         for listener in self.controller_listeners:
             await listener.start()
         self._tasks.append(asyncio.create_task(self._guarded(self._tick_loop())))
+        self._tasks.append(asyncio.create_task(self._guarded(self.loop_monitor.run())))
         if self.is_broker:
             if not self.is_controller:
                 self._tasks.append(asyncio.create_task(self._guarded(self._metadata_loop())))
