@@ -169,6 +169,16 @@ def test_the_changes_are_in_the_metadata_log_and_survive_a_restart(broker, admin
      (KafkaError.INVALID_REQUEST, "Invalid value abc for configuration message.max.bytes: Not a number of type INT")),
     ("1", [(SET, "max.connections", "-1")],
      (KafkaError.INVALID_REQUEST, "Invalid value -1 for configuration max.connections: Value must be at least 0")),
+    # Kafka's parser bounds each integer type (Integer/Long.parseX): one past it is no number.
+    ("1", [(SET, "message.max.bytes", "2147483648")],
+     (KafkaError.INVALID_REQUEST, "Invalid value 2147483648 for configuration message.max.bytes: Not a number of "
+                                  "type INT")),
+    ("1", [(SET, "leader.replication.throttled.rate", "9223372036854775808")],
+     (KafkaError.INVALID_REQUEST, "Invalid value 9223372036854775808 for configuration "
+                                  "leader.replication.throttled.rate: Not a number of type LONG")),
+    ("1", [(SET, "log.cleaner.max.compaction.lag.ms", "soon")],
+     (KafkaError.INVALID_REQUEST, "Invalid value soon for configuration log.cleaner.max.compaction.lag.ms: Not a number of "
+                                  "type LONG")),
     ("1", [(SET, "sasl.kerberos.service.name", "kafka")],
      (KafkaError.INVALID_REQUEST, "Invalid value org.apache.kafka.common.config.ConfigException: Configs cannot "
                                   "be updated dynamically for existing listener ListenerName(PLAINTEXT), restart "

@@ -549,7 +549,22 @@ def validate_dynamic_broker_change(resource_name: str, changes: dict[str, str | 
     return None
 
 
-_KAFKA_TYPE_NAMES = {int: "INT", float: "DOUBLE"}
+# Broker settings whose Kafka type is not the one their Python type suggests (int: INT).
+_BROKER_CONFIG_TYPES = {
+    **dict.fromkeys(("offsets.topic.replication.factor", "transaction.state.log.replication.factor"), "SHORT"),
+    **dict.fromkeys(("log.roll.ms", "log.retention.ms", "log.retention.bytes", "log.retention.check.interval.ms",
+                     "log.cleaner.dedupe.buffer.size", "log.cleaner.backoff.ms", "log.cleaner.delete.retention.ms",
+                     "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms",
+                     "log.flush.interval.messages", "log.flush.interval.ms", "log.message.timestamp.before.max.ms",
+                     "log.message.timestamp.after.max.ms", "leader.imbalance.check.interval.seconds",
+                     "connections.max.idle.ms", "queued.max.request.bytes", "replica.lag.time.max.ms",
+                     "replica.high.watermark.checkpoint.interval.ms", "producer.id.expiration.check.interval.ms",
+                     "metadata.log.max.record.bytes.between.snapshots", "connections.max.reauth.ms",
+                     "offsets.retention.check.interval.ms", "leader.replication.throttled.rate",
+                     "follower.replication.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second"), "LONG"),
+    **dict.fromkeys(("max.connections.per.ip.overrides", "listener.security.protocol.map"), "STRING"),
+    "sasl.kerberos.min.time.before.relogin": "LONG",
+}
 
 # The broker-level names of topic settings whose rule in Kafka's broker config differs from
 # the topic setting's (measured on Kafka 4.4.0), in Kafka's words. Kafka takes any log.retention.ms and log.flush.interval.ms
@@ -561,15 +576,30 @@ _BROKER_LEVEL_CHECKS: dict[str, Callable[[Any], str | None]] = {
 }
 
 
+_PYTHON_CONFIG_TYPES = {bool: "BOOLEAN", str: "STRING", int: "INT", float: "DOUBLE", list: "LIST"}
+# The numbers each of Kafka's integer types holds (ConfigDef parses with Short/Integer/Long.parseX).
+_INTEGER_BOUNDS = {"SHORT": 1 << 15, "INT": 1 << 31, "LONG": 1 << 63}
+
+
+def kafka_config_type(definition: ConfigDef) -> str:
+    """Kafka's ConfigDef.Type name of a broker setting (DescribeConfigs' config_type, and
+    the words of a refusal)."""
+    return _BROKER_CONFIG_TYPES.get(definition.name, _PYTHON_CONFIG_TYPES.get(definition.type, "STRING"))
+
+
 def _kafka_value_problem(definition: ConfigDef, value: str) -> str | None:
     """Why ``value`` is no value of ``definition``, in Kafka's words (ConfigDef's parser and
     its Range / ValidString validators); None if it is one."""
+    kafka_type = kafka_config_type(definition)
     try:
         typed = _coerce(ConfigDef(definition.name, definition.type, definition.default), value)
     except InvalidConfigError:
         if definition.type is bool:
             return "Expected value to be either true or false"
-        return f"Not a number of type {_KAFKA_TYPE_NAMES.get(definition.type, 'STRING')}"
+        return f"Not a number of type {kafka_type}"
+    bound = _INTEGER_BOUNDS.get(kafka_type)
+    if bound is not None and not -bound <= typed < bound:
+        return f"Not a number of type {kafka_type}"
     if definition.check is None or definition.check(typed):
         return None
     if definition.check is _non_negative:

@@ -22,6 +22,7 @@ from tidelog.broker.config import (
     existing_listener_refusal,
     is_password,
     is_sensitive,
+    kafka_config_type,
     validate_dynamic_broker_change,
 )
 from tidelog.broker.topic_configs import NULL_DEFAULTS, broker_synonyms, topic_config_synonyms
@@ -63,22 +64,6 @@ UNKNOWN_CONFIG_TYPE, PASSWORD_CONFIG_TYPE = 0, 9          # DescribeConfigs v3+ 
 # DescribeConfigs v3+ config_type, Kafka's numbers (DescribeConfigsResponse.ConfigType).
 _CONFIG_TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "CLASS": 8,
                  "PASSWORD": 9}
-# Broker settings whose Kafka type is not the one their Python type suggests (int: INT).
-_BROKER_CONFIG_TYPES = {
-    **dict.fromkeys(("offsets.topic.replication.factor", "transaction.state.log.replication.factor"), "SHORT"),
-    **dict.fromkeys(("log.roll.ms", "log.retention.ms", "log.retention.bytes", "log.retention.check.interval.ms",
-                     "log.cleaner.dedupe.buffer.size", "log.cleaner.backoff.ms", "log.cleaner.delete.retention.ms",
-                     "log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms",
-                     "log.flush.interval.messages", "log.flush.interval.ms", "log.message.timestamp.before.max.ms",
-                     "log.message.timestamp.after.max.ms", "leader.imbalance.check.interval.seconds",
-                     "connections.max.idle.ms", "queued.max.request.bytes", "replica.lag.time.max.ms",
-                     "replica.high.watermark.checkpoint.interval.ms", "producer.id.expiration.check.interval.ms",
-                     "metadata.log.max.record.bytes.between.snapshots", "connections.max.reauth.ms",
-                     "offsets.retention.check.interval.ms"), "LONG"),
-    **dict.fromkeys(("max.connections.per.ip.overrides", "listener.security.protocol.map"), "STRING"),
-    "sasl.kerberos.min.time.before.relogin": "LONG",
-}
-_PYTHON_CONFIG_TYPES = {bool: "BOOLEAN", str: "STRING", int: "INT", float: "DOUBLE", list: "LIST"}
 
 
 def broker_config_type(name: str) -> int:
@@ -90,8 +75,7 @@ def broker_config_type(name: str) -> int:
     definition = config_def(name)
     if definition is None:
         return UNKNOWN_CONFIG_TYPE
-    return _CONFIG_TYPES[_BROKER_CONFIG_TYPES.get(definition.name,
-                                                  _PYTHON_CONFIG_TYPES.get(definition.type, "STRING"))]
+    return _CONFIG_TYPES[kafka_config_type(definition)]
 
 
 def broker_config_read_only(name: str) -> bool:
