@@ -64,21 +64,21 @@ from tidelog.records.batch import (
     set_partition_leader_epoch,
     validate_batch,
 )
+from tidelog.records.compression import Compression
 from tidelog.records.validator import validate_records
 from tidelog.storage.checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
-from tidelog.records.compression import Compression
 from tidelog.storage.config import PRODUCER, LogConfig
 from tidelog.storage.epoch_cache import LeaderEpochCache
-from tidelog.storage.errors import CorruptSegmentError, OfflineLogDirError
-from tidelog.storage.files import FileHandle, FileSystem, RealFileSystem, read_whole_file, write_file_atomically
-from tidelog.storage.log_loader import (
-    CLEANED_SUFFIX,
-    SEGMENT_FILE_SUFFIXES,
-    SNAPSHOT_SUFFIX,
-    SWAP_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    load_log,
+from tidelog.storage.errors import OfflineLogDirError
+from tidelog.storage.files import FileSystem, RealFileSystem, read_whole_file, write_file_atomically
+from tidelog.storage.local_log import (  # noqa: F401  (FileSlice: re-exported, part of this module's API)
+    Background,
+    FetchDataInfo,
+    FileSlice,
+    LocalLog,
+    LogOffsetMetadata,
 )
+from tidelog.storage.log_loader import load_log
 from tidelog.storage.producer_state import (
     AbortedTxn,
     CorruptSnapshotError,
@@ -86,19 +86,9 @@ from tidelog.storage.producer_state import (
     ProducerStateManager,
     is_idempotent,
 )
-from tidelog.storage.segment import (
-    RELATIVE_OFFSET_MAX,
-    BatchInfo,
-    LogSegment,
-    OffsetAndTimestamp,
-    segment_file_name,
-)
+from tidelog.storage.segment import BatchInfo, LogSegment, OffsetAndTimestamp
 
 logger = logging.getLogger(__name__)
-
-# Runs ``work`` off the caller's thread, then ``done(error)`` back on it
-# (``Log._flush_in_background``); None means flush inline.
-Background = Callable[[Callable[[], None], Callable[[BaseException | None], None]], None]
 
 SNAPSHOT_SIZE_MAX_BYTES = 64 << 20          # a producer snapshot (producer_state.py)
 TXN_INDEX_SIZE_MAX_BYTES = 256 << 20        # one segment's aborted-transaction index
@@ -123,84 +113,18 @@ class LogAppendInfo(NamedTuple):
     log_start_offset: int
 
 
-class LogOffsetMetadata(NamedTuple):
-    """An offset with where it lives (Kafka's LogOffsetMetadata); -1 = unknown."""
-
-    message_offset: int
-    segment_base_offset: int = -1
-    relative_position_in_segment: int = -1
-
-    @property
-    def message_offset_only(self) -> bool:
-        return self.segment_base_offset < 0
-
-    def on_older_segment(self, other: "LogOffsetMetadata") -> bool:
-        assert not (self.message_offset_only or other.message_offset_only), "segment unknown"
-        return self.segment_base_offset < other.segment_base_offset
-
-    def on_same_segment(self, other: "LogOffsetMetadata") -> bool:
-        assert not (self.message_offset_only or other.message_offset_only), "segment unknown"
-        return self.segment_base_offset == other.segment_base_offset
-
-    def position_diff(self, other: "LogOffsetMetadata") -> int:
-        """Bytes from ``other`` to ``self``, both on the same segment."""
-        assert self.on_same_segment(other), "positions on different segments"
-        return self.relative_position_in_segment - other.relative_position_in_segment
-
-
-class FileSlice:
-    """``length`` bytes of a segment file from ``position``: what a fetch returns.
-
-    Read it promptly: a slice of a segment that retention or truncation removed
-    afterwards raises ``ValueError`` (closed file) or reads short (``StorageError``).
-    Call ``fileno()`` at the moment of ``sendfile``, do not keep the number.
-    """
-
-    __slots__ = ("handle", "position", "length")
-
-    def __init__(self, handle: FileHandle | None, position: int, length: int):
-        self.handle = handle
-        self.position = position
-        self.length = length
-
-    def read_bytes(self) -> bytes:
-        if self.length == 0:
-            return b""
-        data = self.handle.pread(self.length, self.position)
-        if len(data) != self.length:
-            raise StorageError(f"{self.handle.path}: read {len(data)} of {self.length} bytes "
-                               f"at {self.position}; the segment changed under the read")
-        return data
-
-    def fileno(self) -> int:
-        if self.handle is None:
-            raise ValueError("an empty slice has no file")
-        return self.handle.fileno()
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __repr__(self) -> str:
-        path = self.handle.path if self.handle is not None else None
-        return f"FileSlice({path!r}, position={self.position}, length={self.length})"
-
-
-class FetchDataInfo(NamedTuple):
-    fetch_offset_metadata: LogOffsetMetadata
-    records: FileSlice
-
-
 def _io_guard(method):
     """Turn an ``OSError`` into ``StorageError`` and take the log offline."""
 
     @functools.wraps(method)
     def guarded(self: "Log", *args, **kwargs):
-        if self._offline:
+        local_log = self._local_log
+        if local_log.offline:
             raise OfflineLogDirError(f"{self.topic_partition}: the log directory is offline")
         try:
             return method(self, *args, **kwargs)
         except OSError as e:
-            self._go_offline(e)
+            local_log.go_offline(e)
             raise StorageError(f"{self.topic_partition}: I/O error in {self.directory}: {e}") from e
 
     return guarded
@@ -234,20 +158,14 @@ class Log:
         self.config = config
         self.clock = clock
         self.fs = fs
-        self._segments = segments
-        self._base_offsets = [segment.base_offset for segment in segments]
+        self._local_log = LocalLog(directory, self.topic_partition, config, clock, fs, segments,
+                                   log_end_offset=log_end_offset, recovery_point=recovery_point,
+                                   on_roll_durable=self._take_snapshot, on_io_error=on_io_error,
+                                   background=background)
         self._leader_epoch_cache = leader_epoch_cache
         self._log_start_offset = log_start_offset
-        self._log_end_offset = log_end_offset
         self._high_watermark = min(max(high_watermark, log_start_offset), log_end_offset)
-        self._recovery_point = recovery_point
         self._cleaner_checkpoint = min(cleaner_checkpoint, log_end_offset)
-        self._truncations = 0
-        self._last_flush_ms = clock.now_ms()
-        self._on_io_error = on_io_error
-        self._background = background
-        self._rolls = self._rolls_durable = 0    # rolls, and those whose new file is durably listed
-        self._offline = False
         self._check_segments()
         self._producer_state = ProducerStateManager()
         self._aborted: list[AbortedTxn] = []     # by marker offset; the .txnindex files' content
@@ -288,7 +206,7 @@ class Log:
 
     @property
     def log_end_offset(self) -> int:
-        return self._log_end_offset
+        return self._local_log.log_end_offset
 
     @property
     def high_watermark(self) -> int:
@@ -334,7 +252,7 @@ class Log:
 
     @property
     def recovery_point(self) -> int:
-        return self._recovery_point
+        return self._local_log.recovery_point
 
     @property
     def cleaner_checkpoint(self) -> int:
@@ -343,14 +261,14 @@ class Log:
         return self._cleaner_checkpoint
 
     def set_cleaner_checkpoint(self, offset: int) -> None:
-        assert 0 <= offset <= self._log_end_offset, (offset, self._log_end_offset)
+        assert 0 <= offset <= self.log_end_offset, (offset, self.log_end_offset)
         self._cleaner_checkpoint = offset
 
     @property
     def truncations(self) -> int:
         """How many times data was removed from the end; the cleaner abandons a pass
         whose offset map a truncation may have made wrong."""
-        return self._truncations
+        return self._local_log.truncations
 
     @property
     def leader_epoch_cache(self) -> LeaderEpochCache:
@@ -362,29 +280,28 @@ class Log:
 
     @property
     def size_bytes(self) -> int:
-        return sum(segment.size_bytes for segment in self._segments)
+        return self._local_log.size_bytes
 
     @property
     def segments(self) -> list[LogSegment]:
         """The segments, oldest first (a copy; for tools and tests)."""
-        return list(self._segments)
+        return list(self._local_log.segments)
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._segments[-1]
+        return self._local_log.active_segment
 
     @property
     def log_end_offset_metadata(self) -> LogOffsetMetadata:
-        active = self._segments[-1]
-        return LogOffsetMetadata(self._log_end_offset, active.base_offset, active.size_bytes)
+        return self._local_log.log_end_offset_metadata
 
     @property
     def is_offline(self) -> bool:
-        return self._offline
+        return self._local_log.offline
 
     def update_config(self, config: LogConfig) -> None:
         """Apply a changed topic config; takes effect from the next append/roll/retention."""
-        self.config = config
+        self.config = self._local_log.config = config
 
     # -- appends ----------------------------------------------------------------------
 
@@ -403,7 +320,7 @@ class Log:
         if config.compression_type != PRODUCER:
             buffer = _in_topic_codec(buffer, config.compression_type)
         log_append_time = now_ms if config.uses_log_append_time else -1
-        first_offset = next_offset = self._log_end_offset
+        first_offset = next_offset = self._local_log.log_end_offset
         batches: list[BatchInfo] = []
         appended_producers: list = []       # (header, first offset) of idempotent batches
         in_request: dict[int, tuple[int, int]] = {}   # producer id → (epoch, last sequence) so far
@@ -454,7 +371,7 @@ class Log:
         if batches:
             self._check_append_size(end)
             self._leader_epoch_cache.assign(leader_epoch, first_offset)
-            self._write(buffer, batches, first_offset, next_offset, max_timestamp, now_ms)
+            self._local_log.append(buffer, batches, first_offset, next_offset, max_timestamp, now_ms)
             for header, batch_first_offset, control in appended_producers:
                 self._update_producer_state(header, batch_first_offset, control)
         return LogAppendInfo(first_offset, next_offset - 1, max_timestamp, offset_of_max_timestamp,
@@ -471,10 +388,11 @@ class Log:
         a damaged one is deleted and an older one (or the whole log) used instead."""
         state = self._producer_state
         state.clear()
+        local_log = self._local_log
         start = 0
-        for offset in reversed(self._snapshot_offsets()):
-            path = self._snapshot_path(offset)
-            if offset > self._log_end_offset:
+        for offset in reversed(local_log.snapshot_offsets()):
+            path = local_log.snapshot_path(offset)
+            if offset > local_log.log_end_offset:
                 self.fs.remove(path)
                 continue
             try:
@@ -486,8 +404,9 @@ class Log:
                 self.fs.remove(path)
                 state.clear()
         self._load_txn_indexes(below_offset=start)
-        for i, segment in enumerate(self._segments):
-            following = self._base_offsets[i + 1] if i + 1 < len(self._segments) else None
+        segments, base_offsets = local_log.segments, local_log.base_offsets
+        for i, segment in enumerate(segments):
+            following = base_offsets[i + 1] if i + 1 < len(segments) else None
             if following is not None and following <= start:
                 continue                               # wholly covered by the snapshot
             try:
@@ -505,32 +424,22 @@ class Log:
         state.truncate_head(self._log_start_offset)
         state.on_high_watermark_updated(self._high_watermark)
 
-    def _snapshot_path(self, offset: int) -> str:
-        return os.path.join(self.directory, segment_file_name(offset, SNAPSHOT_SUFFIX))
-
-    def _snapshot_offsets(self) -> list[int]:
-        offsets = []
-        for name in self.fs.listdir(self.directory):
-            stem = name[:-len(SNAPSHOT_SUFFIX)]
-            if name.endswith(SNAPSHOT_SUFFIX) and stem.isdigit():
-                offsets.append(int(stem))
-        return sorted(offsets)
-
     def _take_snapshot(self) -> None:
         """Save the producer state as of the log end offset (Kafka does it at each roll
         and at a clean shutdown), and drop snapshots below the first segment."""
-        offset = self._log_end_offset
+        local_log = self._local_log
+        offset = local_log.log_end_offset
         self._write_txn_indexes()                      # before the snapshot that lets a scan skip them
-        write_file_atomically(self.fs, self._snapshot_path(offset), self._producer_state.encode_snapshot())
-        for old in self._snapshot_offsets():
-            if old < min(self._base_offsets[0], offset):
-                self.fs.remove(self._snapshot_path(old))
+        write_file_atomically(self.fs, local_log.snapshot_path(offset), self._producer_state.encode_snapshot())
+        for old in local_log.snapshot_offsets():
+            if old < min(local_log.base_offsets[0], offset):
+                self.fs.remove(local_log.snapshot_path(old))
 
     @_io_guard
     def append_as_follower(self, records) -> LogAppendInfo:
         """Write batches the leader already numbered; they must start at or after the LEO."""
         now_ms = self.clock.now_ms()
-        first_offset = expected_offset = self._log_end_offset
+        first_offset = expected_offset = self._local_log.log_end_offset
         batches: list[BatchInfo] = []
         epochs: list[tuple[int, int]] = []
         follower_producers: list = []
@@ -563,7 +472,7 @@ class Log:
             self._check_append_size(end)
             for epoch, start_offset in epochs:
                 self._leader_epoch_cache.assign(epoch, start_offset)
-            self._write(records, batches, first_offset, expected_offset, max_timestamp, now_ms)
+            self._local_log.append(records, batches, first_offset, expected_offset, max_timestamp, now_ms)
             for header, control in follower_producers:
                 self._update_producer_state(header, header.base_offset, control)
         return LogAppendInfo(first_offset, expected_offset - 1, max_timestamp, offset_of_max_timestamp,
@@ -587,22 +496,11 @@ class Log:
     # clean shutdown) and rewritten when truncation, retention or compaction changes
     # it; markers after the newest snapshot are found again by the header scan at open.
 
-    def _txn_index_path(self, base_offset: int) -> str:
-        return os.path.join(self.directory, segment_file_name(base_offset, TXN_INDEX_SUFFIX))
-
-    def _txn_index_bases(self) -> list[int]:
-        bases = []
-        for name in self.fs.listdir(self.directory):
-            stem = name[:-len(TXN_INDEX_SUFFIX)]
-            if name.endswith(TXN_INDEX_SUFFIX) and stem.isdigit():
-                bases.append(int(stem))
-        return sorted(bases)
-
     def _load_txn_indexes(self, below_offset: int) -> None:
         """The aborted transactions recorded on disk whose markers lie below ``below_offset``."""
         self._aborted = []
-        for base in self._txn_index_bases():
-            path = self._txn_index_path(base)
+        for base in self._local_log.txn_index_bases():
+            path = self._local_log.txn_index_path(base)
             data = read_whole_file(self.fs, path, TXN_INDEX_SIZE_MAX_BYTES)
             if len(data) % _TXN_INDEX_ENTRY.size:
                 logger.warning("%s: %s has a partial entry; ignoring its tail", self.topic_partition, path)
@@ -614,18 +512,20 @@ class Log:
 
     def _write_txn_indexes(self) -> None:
         """Make every segment's ``.txnindex`` match ``_aborted`` (absent when empty)."""
+        local_log = self._local_log
+        base_offsets = local_log.base_offsets
         wanted: dict[int, list[AbortedTxn]] = {}
         for txn in self._aborted:
-            i = bisect_right(self._base_offsets, txn.last_offset) - 1
+            i = bisect_right(base_offsets, txn.last_offset) - 1
             if i >= 0:
-                wanted.setdefault(self._base_offsets[i], []).append(txn)
-        for base in self._txn_index_bases():
+                wanted.setdefault(base_offsets[i], []).append(txn)
+        for base in local_log.txn_index_bases():
             if base not in wanted:
-                self.fs.remove(self._txn_index_path(base))
+                self.fs.remove(local_log.txn_index_path(base))
         for base, entries in wanted.items():
             data = b"".join(_TXN_INDEX_ENTRY.pack(0, t.producer_id, t.first_offset, t.last_offset,
                                                   t.last_stable_offset) for t in entries)
-            path = self._txn_index_path(base)
+            path = local_log.txn_index_path(base)
             if not self.fs.exists(path) or read_whole_file(self.fs, path, TXN_INDEX_SIZE_MAX_BYTES) != data:
                 write_file_atomically(self.fs, path, data)
 
@@ -634,62 +534,6 @@ class Log:
             raise RecordTooLargeError(
                 f"{self.topic_partition}: an append of {size_bytes} bytes is above segment.bytes "
                 f"{self.config.segment_bytes}", ErrorCode.RECORD_LIST_TOO_LARGE)
-
-    def _write(self, buffer, batches: list[BatchInfo], first_offset: int, next_offset: int,
-               max_timestamp: int, now_ms: int) -> None:
-        # Offsets only move forward (gaps are allowed: a follower copies compacted batches).
-        assert self._log_end_offset <= first_offset < next_offset, (first_offset, next_offset, self._log_end_offset)
-        segment = self._maybe_roll(len(buffer), max_timestamp, first_offset, next_offset - 1, now_ms)
-        segment.append(buffer, batches, next_offset, now_ms)
-        self._log_end_offset = next_offset
-        assert self._high_watermark <= next_offset
-        self._maybe_flush(now_ms)
-
-    def _maybe_roll(self, append_bytes: int, max_timestamp: int, first_offset: int, last_offset: int,
-                    now_ms: int) -> LogSegment:
-        segment = self._segments[-1]
-        size = segment.size_bytes
-        config = self.config
-        offsets_fit = last_offset - segment.base_offset <= RELATIVE_OFFSET_MAX
-        if size == 0:
-            if not offsets_fit:  # an empty active segment whose base is too far back
-                self._roll(max(first_offset, self._log_end_offset))
-        elif (size > config.segment_bytes - append_bytes
-              or segment.offset_index.is_full or segment.time_index.is_full or not offsets_fit
-              or segment.time_waited_for_roll(now_ms, max_timestamp) > config.max_segment_ms):
-            self._roll(max(first_offset, self._log_end_offset))
-        return self._segments[-1]
-
-    def _roll(self, new_base_offset: int) -> None:
-        """Start a new active segment; the old one is fsynced and the recovery point moves.
-
-        Order on disk: the old segment's bytes, then the directory entry of the new one,
-        then the producer snapshot. A new segment file that outlived its predecessor's
-        unsynced tail would leave a hole after a crash (offsets served past lost ones), so
-        with a background runner the directory is fsynced there, after the old data, and
-        the snapshot taken when that is done."""
-        roll = self._rolls + 1
-        old = self._segments[-1]
-        scheduled = False
-        if old.size_bytes == 0:
-            old.delete()
-            self._segments.pop()
-            self._base_offsets.pop()
-        else:
-            scheduled = self._flush_in_background(min(new_base_offset, self._log_end_offset), roll)
-            old.on_become_inactive()
-        segment = LogSegment.create(self.fs, self.directory, new_base_offset,
-                                    index_size_max_bytes=self.config.segment_index_bytes,
-                                    index_interval_bytes=self.config.index_interval_bytes,
-                                    now_ms=self.clock.now_ms())
-        self._segments.append(segment)
-        self._base_offsets.append(new_base_offset)
-        self._rolls = roll
-        if not scheduled and self._rolls_durable == roll - 1:   # nothing in flight before it
-            self.fs.fsync_dir(self.directory)
-            self._rolls_durable = self._rolls
-            self._take_snapshot()
-        logger.debug("%s: rolled segment %d", self.topic_partition, new_base_offset)
 
     # -- reads ------------------------------------------------------------------------
 
@@ -704,32 +548,13 @@ class Log:
         log end offset, or at/after ``max_offset``, is empty; outside
         ``[log_start_offset, log_end_offset]`` raises ``OffsetOutOfRangeError``.
         """
-        log_end_offset = self._log_end_offset
+        local_log = self._local_log
+        log_end_offset = local_log.log_end_offset
         if fetch_offset < self._log_start_offset or fetch_offset > log_end_offset:
             raise OffsetOutOfRangeError(
                 f"{self.topic_partition}: offset {fetch_offset} is outside the log "
                 f"[{self._log_start_offset}, {log_end_offset}]")
-        if fetch_offset == log_end_offset:
-            return FetchDataInfo(self.log_end_offset_metadata, FileSlice(self._segments[-1].log, 0, 0))
-        if max_offset is not None and fetch_offset >= max_offset:
-            max_bytes, min_one_batch = 0, False  # only the offset metadata is wanted
-        segments = self._segments
-        i = bisect_right(self._base_offsets, fetch_offset) - 1
-        assert i >= 0, f"offset {fetch_offset} is below the first segment"
-        while i < len(segments):
-            segment = segments[i]
-            try:
-                found = segment.read(fetch_offset, max_bytes, max_offset, min_one_batch)
-            except CorruptRecordError as e:
-                logger.error("%s: corrupt data while reading offset %d: %s",
-                             self.topic_partition, fetch_offset, e)
-                raise CorruptSegmentError(f"{self.topic_partition}: {e}") from None
-            if found is not None:
-                position, length = found
-                return FetchDataInfo(LogOffsetMetadata(fetch_offset, segment.base_offset, position),
-                                     FileSlice(segment.log, position, length))
-            i += 1
-        return FetchDataInfo(self.log_end_offset_metadata, FileSlice(self._segments[-1].log, 0, 0))
+        return local_log.read(fetch_offset, max_bytes, max_offset, min_one_batch)
 
     def offset_metadata(self, offset: int) -> LogOffsetMetadata:
         """Where ``offset`` lives (Kafka's convertToOffsetMetadataOrThrow)."""
@@ -748,16 +573,17 @@ class Log:
         if timestamp_ms in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             start = self._log_start_offset
             return OffsetAndTimestamp(start, -1, cache.epoch_for_offset(start))
+        segments = self._local_log.segments
         if timestamp_ms == LATEST_TIMESTAMP:
-            return OffsetAndTimestamp(self._log_end_offset, -1, cache.latest_epoch)
+            return OffsetAndTimestamp(self._local_log.log_end_offset, -1, cache.latest_epoch)
         if timestamp_ms == MAX_TIMESTAMP:
-            segment = max(self._segments, key=lambda s: s.max_timestamp)  # the first of equals
+            segment = max(segments, key=lambda s: s.max_timestamp)  # the first of equals
             if segment.max_timestamp < 0:
                 return None
             return segment.find_offset_by_timestamp(segment.max_timestamp, self._log_start_offset)
         if timestamp_ms < 0:
             raise ValueError(f"timestamp {timestamp_ms} is neither a time nor a special value")
-        for segment in self._segments:
+        for segment in segments:
             if segment.max_timestamp >= timestamp_ms:
                 found = segment.find_offset_by_timestamp(timestamp_ms, self._log_start_offset)
                 if found is not None:
@@ -767,7 +593,7 @@ class Log:
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
         """``(epoch, end offset)`` as Kafka's ``LeaderEpochFileCache.endOffsetFor`` gives it;
         ``(-1, -1)`` when undefined."""
-        return self._leader_epoch_cache.end_offset_for(leader_epoch, self._log_end_offset)
+        return self._leader_epoch_cache.end_offset_for(leader_epoch, self._local_log.log_end_offset)
 
     @_io_guard
     def assign_leader_epoch(self, leader_epoch: int, start_offset: int) -> bool:
@@ -781,14 +607,14 @@ class Log:
 
     def update_high_watermark(self, offset: int) -> int:
         """Set the HW, clamped to ``[log_start_offset, log_end_offset]``; returns it."""
-        self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
+        self._high_watermark = min(max(offset, self._log_start_offset), self._local_log.log_end_offset)
         self._producer_state.on_high_watermark_updated(self._high_watermark)
         self._check_invariants()
         return self._high_watermark
 
     def maybe_increment_high_watermark(self, offset: int) -> bool:
         """Raise the HW to ``offset`` if that is higher (a leader's HW never goes back)."""
-        assert offset <= self._log_end_offset, f"HW {offset} above the log end offset {self._log_end_offset}"
+        assert offset <= self.log_end_offset, f"HW {offset} above the log end offset {self.log_end_offset}"
         if offset <= self._high_watermark:
             return False
         self._high_watermark = offset
@@ -819,7 +645,7 @@ class Log:
         self._producer_state.truncate_head(offset)
         if self._aborted and self._aborted[0].last_offset < offset:
             self._aborted = [txn for txn in self._aborted if txn.last_offset >= offset]
-        self._recovery_point = max(self._recovery_point, offset)  # nothing below needs recovery
+        self._local_log.raise_recovery_point(offset)  # nothing below needs recovery
         self._leader_epoch_cache.truncate_from_start(offset)
         self._check_segments()
 
@@ -857,12 +683,13 @@ class Log:
         return deleted
 
     def _delete_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool]) -> int:
-        segments = self._segments
+        local_log = self._local_log
+        segments = local_log.segments
         count = 0
         while count < len(segments):
             segment = segments[count]
             following = segments[count + 1] if count + 1 < len(segments) else None
-            upper_bound = following.base_offset if following is not None else self._log_end_offset
+            upper_bound = following.base_offset if following is not None else local_log.log_end_offset
             if following is None and segment.size_bytes == 0:
                 break
             if self._high_watermark < upper_bound or not predicate(segment, following):
@@ -870,18 +697,10 @@ class Log:
             count += 1
         if count == 0:
             return 0
-        if count == len(segments):
-            self._roll(self._log_end_offset)  # a log always keeps one segment
-        doomed = self._segments[:count]
-        del self._segments[:count]
-        del self._base_offsets[:count]
-        for segment in doomed:
-            segment.delete()
-        self.fs.fsync_dir(self.directory)
-        logger.info("%s: deleted %d segments up to base offset %d", self.topic_partition, count,
-                    self._segments[0].base_offset)
-        if self._segments[0].base_offset > self._log_start_offset:
-            self._set_log_start_offset(self._segments[0].base_offset)
+        local_log.delete_oldest_segments(count)
+        first_base_offset = local_log.segments[0].base_offset
+        if first_base_offset > self._log_start_offset:
+            self._set_log_start_offset(first_base_offset)
         return count
 
     # -- compaction -------------------------------------------------------------------
@@ -896,27 +715,7 @@ class Log:
         the old segments are deleted oldest first, each durably; the ``.swap`` files
         take their final names. Returns the new segment.
         """
-        first = next(i for i, segment in enumerate(self._segments) if segment is replaced[0])
-        end = first + len(replaced)
-        assert self._segments[first:end] == replaced and end < len(self._segments), "not inactive neighbours"
-        base_offset = replaced[0].base_offset
-        final = [os.path.join(self.directory, segment_file_name(base_offset, suffix))
-                 for suffix in SEGMENT_FILE_SUFFIXES]      # the .log last
-        for path in final:
-            self.fs.rename(path + CLEANED_SUFFIX, path + SWAP_SUFFIX)
-        self.fs.fsync_dir(self.directory)
-        for segment in replaced:
-            segment.delete()
-            self.fs.fsync_dir(self.directory)   # oldest first: what a crash leaves is a consistent suffix
-        for path in final:
-            self.fs.rename(path + SWAP_SUFFIX, path)
-        self.fs.fsync_dir(self.directory)
-        cleaned = LogSegment.open_existing(self.fs, self.directory, base_offset,
-                                           index_size_max_bytes=self.config.segment_index_bytes,
-                                           index_interval_bytes=self.config.index_interval_bytes,
-                                           now_ms=self.clock.now_ms())
-        self._segments[first:end] = [cleaned]
-        self._base_offsets[first:end] = [base_offset]
+        cleaned = self._local_log.replace_segments(replaced)
         self._check_segments()
         return cleaned
 
@@ -940,39 +739,23 @@ class Log:
         """
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
-        if offset >= self._log_end_offset:
+        local_log = self._local_log
+        if offset >= local_log.log_end_offset:
             # Kafka's UnifiedLog.truncateTo: the epoch cache is truncated at the log end
             # all the same. A broker that became leader (assigning (epoch, LEO)) and
             # appended nothing before another took over holds an entry no record backs;
             # kept, it is sent as the last fetched epoch forever and the leader answers
             # the same diverging epoch forever (found by the simulator, seed 46).
-            self._leader_epoch_cache.truncate_from_end(self._log_end_offset)
+            self._leader_epoch_cache.truncate_from_end(local_log.log_end_offset)
             return False
-        if offset < self._segments[0].base_offset:
+        if offset < local_log.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return True
-        keep = bisect_right(self._base_offsets, offset)  # segments with base <= offset stay
-        doomed = self._segments[keep:]
-        if doomed:
-            del self._segments[keep:]
-            del self._base_offsets[keep:]
-            for segment in doomed:
-                segment.delete()
-            self.fs.fsync_dir(self.directory)
-        active = self._segments[-1]
-        active.ensure_indexes()
-        _, first_dropped_base = active.truncate_to(offset)
-        new_end = min(offset, first_dropped_base if first_dropped_base is not None else offset)
-        active.next_offset = new_end
-        logger.info("%s: truncated to offset %d (asked %d), deleting %d segments", self.topic_partition,
-                    new_end, offset, len(doomed))
-        self._log_end_offset = new_end
+        new_end = local_log.truncate_to(offset)
         self._leader_epoch_cache.truncate_from_end(new_end)
         self._log_start_offset = min(self._log_start_offset, new_end)
         self._high_watermark = min(self._high_watermark, new_end)
-        self._recovery_point = min(self._recovery_point, new_end)
         self._cleaner_checkpoint = min(self._cleaner_checkpoint, new_end)
-        self._truncations += 1
         self._check_segments()
         self._rebuild_producer_state()       # truncation rolls the producer state back
         return True
@@ -982,26 +765,12 @@ class Log:
         """Empty the log and restart it at ``offset`` (a follower out of range)."""
         if offset < 0:
             raise ValueError(f"cannot start a log at negative offset {offset}")
-        for segment in self._segments:
-            segment.delete()
-        for snapshot in self._snapshot_offsets():
-            self.fs.remove(self._snapshot_path(snapshot))
-        for base in self._txn_index_bases():
-            self.fs.remove(self._txn_index_path(base))
+        self._local_log.truncate_fully_and_start_at(offset)
         self._aborted = []
-        self.fs.fsync_dir(self.directory)
-        self._segments = [LogSegment.create(self.fs, self.directory, offset,
-                                            index_size_max_bytes=self.config.segment_index_bytes,
-                                            index_interval_bytes=self.config.index_interval_bytes,
-                                            now_ms=self.clock.now_ms())]
-        self.fs.fsync_dir(self.directory)
-        self._base_offsets = [offset]
         self._leader_epoch_cache.clear()
         self._producer_state.clear()
-        self._log_start_offset = self._log_end_offset = offset
-        self._high_watermark = self._recovery_point = offset
+        self._log_start_offset = self._high_watermark = offset
         self._cleaner_checkpoint = min(self._cleaner_checkpoint, offset)
-        self._truncations += 1
         logger.info("%s: truncated fully, restarting at offset %d", self.topic_partition, offset)
         self._check_segments()
 
@@ -1010,132 +779,49 @@ class Log:
     @_io_guard
     def flush(self, up_to_offset: int | None = None) -> None:
         """Fsync everything below ``up_to_offset`` (default: the log end offset)."""
-        end = self._log_end_offset
-        self._flush(end if up_to_offset is None else min(up_to_offset, end))
+        end = self._local_log.log_end_offset
+        self._local_log.flush(end if up_to_offset is None else min(up_to_offset, end))
 
     @_io_guard
     def maybe_flush(self) -> bool:
         """Flush if ``flush.messages`` or ``flush.ms`` says so (also checked on every append;
         call this periodically so ``flush.ms`` holds on an idle log). Returns whether it did."""
-        return self._maybe_flush(self.clock.now_ms())
-
-    def _maybe_flush(self, now_ms: int) -> bool:
-        config = self.config
-        if self._log_end_offset == self._recovery_point:
-            return False
-        if (self._log_end_offset - self._recovery_point >= config.flush_messages
-                or now_ms - self._last_flush_ms >= config.flush_ms):
-            self._flush(self._log_end_offset)
-            return True
-        return False
-
-    def _flush(self, offset: int) -> None:
-        if offset <= self._recovery_point:
-            return
-        first = max(0, bisect_right(self._base_offsets, self._recovery_point) - 1)
-        last = max(0, bisect_right(self._base_offsets, offset - 1) - 1)
-        for segment in self._segments[first:last + 1]:
-            segment.flush()
-        if self._rolls_durable < self._rolls:          # a roll's new file, after the data before it
-            self.fs.fsync_dir(self.directory)
-            self._rolls_durable = self._rolls
-        self._recovery_point = offset
-        self._last_flush_ms = self.clock.now_ms()
-
-    def _flush_in_background(self, offset: int, roll: int) -> bool:
-        """Fsync the segments below ``offset`` on the background runner; the recovery point
-        moves once they are durable; then, back on the caller's thread and unless a later
-        roll came meanwhile, the directory is fsynced (the new file listed only after the
-        bytes before it) and the producer snapshot taken. Only the log
-        files: the index files of segments that stopped being active are written and
-        fsynced by ``on_become_inactive``, and a recovery rebuilds those above the recovery
-        point anyway. Returns whether it was scheduled (else it was done inline)."""
-        if self._background is None:
-            self._flush(offset)
-            return False
-        first = max(0, bisect_right(self._base_offsets, self._recovery_point) - 1)
-        last = max(0, bisect_right(self._base_offsets, offset - 1) - 1)
-        syncs = [segment.log.sync_later() for segment in self._segments[first:last + 1]] \
-            if offset > self._recovery_point else []
-        truncations = self._truncations
-
-        def work() -> None:
-            for sync in syncs:
-                sync()
-
-        def done(error: BaseException | None) -> None:
-            if self._offline:
-                return
-            if isinstance(error, OSError):
-                self._go_offline(error)
-                return
-            if error is not None:
-                logger.error("%s: background flush failed", self.topic_partition, exc_info=error)
-                return
-            if self._truncations == truncations and offset > self._recovery_point:
-                self._recovery_point = offset
-                self._last_flush_ms = self.clock.now_ms()
-            if self._rolls != roll:
-                return      # a later roll's flush syncs the bytes before its file, then lists both
-            try:
-                self.fs.fsync_dir(self.directory)   # metadata only: the bytes before are durable
-                self._rolls_durable = roll
-                self._take_snapshot()
-            except OSError as e:
-                self._go_offline(e)
-        self._background(work, done)
-        return True
+        return self._local_log.maybe_flush(self.clock.now_ms())
 
     def close(self) -> None:
         """Write index files and the producer snapshot, and close every file (no fsync
         of the segments: flush first for durability)."""
-        if not self._offline and self._rolls_durable == self._rolls:   # (flush() first makes it so)
+        local_log = self._local_log
+        if not local_log.offline and local_log.rolls_durable:   # (flush() first makes it so)
             try:
                 self._take_snapshot()
             except OSError as e:
                 logger.warning("%s: cannot write the producer snapshot: %s", self.topic_partition, e)
-        for segment in self._segments:
-            try:
-                segment.close()
-            except OSError as e:
-                logger.warning("%s: closing %s: %s", self.topic_partition, segment, e)
-                segment.log.close()
+        local_log.close()
 
     @_io_guard
     def delete(self) -> None:
         """Remove the whole partition directory."""
-        for segment in self._segments:
-            segment.log.close()
-        self.fs.rmtree(self.directory)
-        self.fs.fsync_dir(os.path.dirname(self.directory))
-        self._offline = True  # nothing left to serve
-
-    def _go_offline(self, error: OSError) -> None:
-        if self._offline:
-            return
-        self._offline = True
-        logger.error("%s: I/O error, taking the log offline: %s", self.topic_partition, error)
-        if self._on_io_error is not None:
-            self._on_io_error(os.path.dirname(self.directory), error)
+        self._local_log.delete()
 
     def mark_offline(self) -> None:
         """Refuse every later call (the directory went offline through another log)."""
-        self._offline = True
+        self._local_log.offline = True
 
     def _check_invariants(self) -> None:
-        assert 0 <= self._log_start_offset <= self._high_watermark <= self._log_end_offset, \
-            (self._log_start_offset, self._high_watermark, self._log_end_offset)
-        assert self._recovery_point <= self._log_end_offset, (self._recovery_point, self._log_end_offset)
+        local_log = self._local_log
+        log_end_offset = local_log.log_end_offset
+        assert 0 <= self._log_start_offset <= self._high_watermark <= log_end_offset, \
+            (self._log_start_offset, self._high_watermark, log_end_offset)
+        assert local_log.recovery_point <= log_end_offset, (local_log.recovery_point, log_end_offset)
 
     def _check_segments(self) -> None:
         """The structural invariants, checked after segments come or go."""
         self._check_invariants()
-        assert self._segments and self._segments[-1].next_offset == self._log_end_offset, \
-            (self._segments[-1].next_offset, self._log_end_offset)
-        assert self._base_offsets == [segment.base_offset for segment in self._segments]
-        assert self._base_offsets[0] <= self._log_start_offset or len(self._segments) == 1
+        local_log = self._local_log
+        local_log.check_segments()
+        assert local_log.base_offsets[0] <= self._log_start_offset or len(local_log.segments) == 1
 
     def __repr__(self) -> str:
         return (f"Log({self.topic_partition}, log_start_offset={self._log_start_offset}, "
-                f"high_watermark={self._high_watermark}, log_end_offset={self._log_end_offset})")
-
+                f"high_watermark={self._high_watermark}, log_end_offset={self.log_end_offset})")
