@@ -72,58 +72,29 @@ def _wait(predicate, timeout_s: float, what: str) -> None:
 
 def run_chaos(schedule: tuple[Fault, ...] = SHORT, duration_s: float = SHORT_DURATION_S, brokers: int = 3,
               partitions: int = 3, rate_per_s: int = 400, keep: bool = False, log=print) -> ChaosResult:
-    from confluent_kafka import Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    from tidelog.testing import Cluster
-
     started = time.monotonic()
-    cluster = Cluster(brokers=brokers, overrides=FAST)
-    layout = cluster.processes.layout
-    proxy = LinkProxy([CONTROLLER] + [b.node_id for b in layout.brokers],
-                      target_port=lambda n: layout.node(n).port,
-                      node_pids=lambda: {n.pid: n.node_id for n in layout.nodes if n.pid})
-    proxy.start()
-    for broker in layout.brokers:
-        broker.overrides = {"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port(broker.node_id)}",
-                            "controller.quorum.voters": f"{CONTROLLER}@127.0.0.1:{proxy.port(CONTROLLER)}"}
+    cluster, proxy = _cluster_behind_proxies(brokers)
     history = History()
     nemesis = None
     result = ChaosResult(Report(), directory=cluster.directory)
     try:
         cluster.start()
-        bootstrap = ",".join(f"127.0.0.1:{proxy.port(b.node_id)}" for b in layout.brokers)
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        admin.create_topics([NewTopic(TOPIC, partitions, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(30)
-        _wait(lambda: _full_isr(admin, partitions, 3), 30, "the topic fully in sync")
+        bootstrap, admin = _create_topic(cluster, proxy, partitions)
         log(f"chaos: {brokers} brokers behind proxies, topic {TOPIC} ({partitions} partitions, RF 3, min ISR 2)")
-
         stop_consuming = threading.Event()
         consumer_thread = threading.Thread(target=_consume, args=(bootstrap, partitions, history, stop_consuming),
                                            daemon=True)
         consumer_thread.start()
         workload = _Workload(partitions, history)
-        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False,
-                             "retries": 0, "max.in.flight.requests.per.connection": 1, "linger.ms": 0,
-                             "message.timeout.ms": 10_000, "request.timeout.ms": 5000,
-                             "topic.metadata.refresh.interval.ms": 1000,
-                             "debug": "msg", "logger": workload.logger, "log.queue": True})
-        workload.producer = producer
+        workload.producer = _producer(bootstrap, workload)
         nemesis = Nemesis(cluster, proxy, schedule)
         nemesis.start()
         t0 = time.monotonic()
         while time.monotonic() - t0 < duration_s:
             workload.step(rate_per_s / partitions, time.monotonic() - t0)
-        sequence = workload.sequence
-        log(f"chaos: {sequence} records sent; healing")
+        log(f"chaos: {workload.sequence} records sent; healing")
         nemesis.heal()
-        _wait(lambda: _full_isr(admin, partitions, 3), 90, "every ISR regrown after healing")
-        deadline = time.monotonic() + 120
-        while workload.in_flight and time.monotonic() < deadline:
-            workload.step(0, 0)
-        if workload.in_flight:
-            raise TimeoutError(f"{len(workload.in_flight)} records still undelivered after healing")
-        _wait(lambda: _caught_up(bootstrap, partitions, history), 60, "the consumer caught up")
+        _settle(admin, bootstrap, partitions, workload, history)
         stop_consuming.set()
         consumer_thread.join(30)
         history.final = _final_logs(bootstrap, partitions)
@@ -142,6 +113,59 @@ def run_chaos(schedule: tuple[Fault, ...] = SHORT, duration_s: float = SHORT_DUR
         finally:
             proxy.close()
     return result
+
+
+def _cluster_behind_proxies(brokers: int):
+    """A (not yet started) cluster whose every broker advertises its ``LinkProxy`` port and
+    reaches the controller through the controller's proxy; the proxy is already running."""
+    from tidelog.testing import Cluster
+
+    cluster = Cluster(brokers=brokers, overrides=FAST)
+    layout = cluster.processes.layout
+    proxy = LinkProxy([CONTROLLER] + [b.node_id for b in layout.brokers],
+                      target_port=lambda n: layout.node(n).port,
+                      node_pids=lambda: {n.pid: n.node_id for n in layout.nodes if n.pid})
+    proxy.start()
+    for broker in layout.brokers:
+        broker.overrides = {"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port(broker.node_id)}",
+                            "controller.quorum.voters": f"{CONTROLLER}@127.0.0.1:{proxy.port(CONTROLLER)}"}
+    return cluster, proxy
+
+
+def _create_topic(cluster, proxy: LinkProxy, partitions: int):
+    """The bootstrap servers (the brokers' proxies) and an admin client, once the topic
+    exists with every partition fully in sync."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    bootstrap = ",".join(f"127.0.0.1:{proxy.port(b.node_id)}" for b in cluster.processes.layout.brokers)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(TOPIC, partitions, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(30)
+    _wait(lambda: _full_isr(admin, partitions, 3), 30, "the topic fully in sync")
+    return bootstrap, admin
+
+
+def _producer(bootstrap: str, workload: _Workload):
+    """The workload's producer: acks=all, no retries of its own, one request in flight, and
+    librdkafka's ``debug=msg`` log routed to the workload to count attempts."""
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False,
+                     "retries": 0, "max.in.flight.requests.per.connection": 1, "linger.ms": 0,
+                     "message.timeout.ms": 10_000, "request.timeout.ms": 5000,
+                     "topic.metadata.refresh.interval.ms": 1000,
+                     "debug": "msg", "logger": workload.logger, "log.queue": True})
+
+
+def _settle(admin, bootstrap: str, partitions: int, workload: _Workload, history: History) -> None:
+    """After healing: every ISR full again, every record in flight acknowledged, and the
+    consumer caught up with every high watermark."""
+    _wait(lambda: _full_isr(admin, partitions, 3), 90, "every ISR regrown after healing")
+    deadline = time.monotonic() + 120
+    while workload.in_flight and time.monotonic() < deadline:
+        workload.step(0, 0)
+    if workload.in_flight:
+        raise TimeoutError(f"{len(workload.in_flight)} records still undelivered after healing")
+    _wait(lambda: _caught_up(bootstrap, partitions, history), 60, "the consumer caught up")
 
 
 class _Workload:

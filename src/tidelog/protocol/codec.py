@@ -239,82 +239,98 @@ def _check_lengths(cls, buf, pos: int) -> int:
     refuses it first (``ProtocolError``: the connection closes, as Kafka's parser
     would on a size larger than the request). Runs of fixed-size fields are one
     step, and arrays of fixed-size elements are checked without a loop."""
-    end = len(buf)
-    name = cls.__name__
+    return _LengthWalk(cls.__name__, buf).entity(cls, pos)
 
-    uvarint = functools.partial(_read_uvarint, buf)
 
-    def length(p: int, flexible: bool, size: int) -> tuple[int, int]:
+class _LengthWalk:
+    """One walk of ``_check_lengths`` over ``buf``; ``name`` (the request's class) heads
+    its error messages. Each method takes a position and returns the one after what it read."""
+
+    __slots__ = ("buf", "end", "name")
+
+    def __init__(self, name: str, buf):
+        self.buf, self.end, self.name = buf, len(buf), name
+
+    def length(self, p: int, flexible: bool, size: int) -> tuple[int, int]:
         """A string/bytes length or array count (-1: null) and the position after it."""
         if flexible:
-            n, p = uvarint(p)
+            n, p = _read_uvarint(self.buf, p)
             return n - 1, p
-        if p + size > end:
-            raise ProtocolError(f"{name}: length past the end of the request")
-        return int.from_bytes(buf[p:p + size], "big", signed=True), p + size
+        if p + size > self.end:
+            raise ProtocolError(f"{self.name}: length past the end of the request")
+        return int.from_bytes(self.buf[p:p + size], "big", signed=True), p + size
 
-    def string_length(n: int) -> int:
+    def string_length(self, n: int) -> int:
         """A Kafka string holds at most 32767 bytes (Kafka's parser refuses a compact string
         declaring more: "string field value had invalid length"), so no request carries a
         10 MB config value, topic or group name into the metadata log."""
         if n > STRING_BYTES_MAX:
-            raise ProtocolError(f"{name}: a string declares {n} bytes; a Kafka string has at most "
+            raise ProtocolError(f"{self.name}: a string declares {n} bytes; a Kafka string has at most "
                                 f"{STRING_BYTES_MAX}")
         return n
 
-    def skip(p: int, n: int) -> int:
-        if n < -1 or p + n > end:
-            raise ProtocolError(f"{name}: a field declares {n} bytes; {end - p} remain")
+    def skip(self, p: int, n: int) -> int:
+        if n < -1 or p + n > self.end:
+            raise ProtocolError(f"{self.name}: a field declares {n} bytes; {self.end - p} remain")
         return p + max(n, 0)
 
-    def entity(entity_cls, p: int) -> int:
+    def entity(self, entity_cls, p: int) -> int:
         flexible, steps, _ = _layout(entity_cls)
         for step in steps:
             kind = step[0]
             if kind == _FIXED:
-                p = skip(p, step[1])
+                p = self.skip(p, step[1])
             elif kind == _STRING:
-                n, p = length(p, flexible, 2)
-                p = skip(p, string_length(n))
+                n, p = self.length(p, flexible, 2)
+                p = self.skip(p, self.string_length(n))
             elif kind == _BYTES:
-                n, p = length(p, flexible, 4)
-                p = skip(p, n)
+                n, p = self.length(p, flexible, 4)
+                p = self.skip(p, n)
             elif kind == _ENTITY:                # a nested struct (not an array of them)
-                p = entity(step[1], p)
+                p = self.entity(step[1], p)
             elif kind == _NULLABLE_ENTITY:
-                if p + 1 > end:
-                    raise ProtocolError(f"{name}: a struct marker past the end of the request")
-                present = buf[p] != 0xFF
+                if p + 1 > self.end:
+                    raise ProtocolError(f"{self.name}: a struct marker past the end of the request")
+                present = self.buf[p] != 0xFF
                 p += 1
                 if present:
-                    p = entity(step[1], p)
+                    p = self.entity(step[1], p)
             else:
-                count, p = length(p, flexible, 4)
-                if count < -1 or count > end - p:
-                    raise ProtocolError(f"{entity_cls.__name__}: an array declares {count} elements; "
-                                        f"{end - p} bytes remain")
-                if kind == _ARRAY_FIXED:
-                    p = skip(p, count * step[1] if count > 0 else 0)
-                elif kind == _ARRAY:
-                    for _ in range(count):
-                        p = entity(step[1], p)
-                else:
-                    assert kind == _ARRAY_STRING, kind
-                    width = 2 if step[1] == "string" else 4
-                    for _ in range(count):
-                        n, p = length(p, flexible, width)
-                        p = skip(p, string_length(n) if width == 2 else n)
+                p = self.array(entity_cls, step, p, flexible)
         if flexible:
-            count, p = uvarint(p)
-            if count > end - p:
-                raise ProtocolError(f"{entity_cls.__name__}: {count} tagged fields; {end - p} bytes remain")
-            for _ in range(count):
-                _, p = uvarint(p)
-                size, p = uvarint(p)
-                p = skip(p, size)
+            p = self.tagged_fields(entity_cls, p)
         return p
 
-    return entity(cls, pos)
+    def array(self, entity_cls, step: tuple, p: int, flexible: bool) -> int:
+        """An array field of ``entity_cls``: its count, then each element."""
+        kind = step[0]
+        count, p = self.length(p, flexible, 4)
+        if count < -1 or count > self.end - p:
+            raise ProtocolError(f"{entity_cls.__name__}: an array declares {count} elements; "
+                                f"{self.end - p} bytes remain")
+        if kind == _ARRAY_FIXED:
+            p = self.skip(p, count * step[1] if count > 0 else 0)
+        elif kind == _ARRAY:
+            for _ in range(count):
+                p = self.entity(step[1], p)
+        else:
+            assert kind == _ARRAY_STRING, kind
+            width = 2 if step[1] == "string" else 4
+            for _ in range(count):
+                n, p = self.length(p, flexible, width)
+                p = self.skip(p, self.string_length(n) if width == 2 else n)
+        return p
+
+    def tagged_fields(self, entity_cls, p: int) -> int:
+        """A flexible entity's tagged-field section: a count, then (tag, size, bytes) each."""
+        count, p = _read_uvarint(self.buf, p)
+        if count > self.end - p:
+            raise ProtocolError(f"{entity_cls.__name__}: {count} tagged fields; {self.end - p} bytes remain")
+        for _ in range(count):
+            _, p = _read_uvarint(self.buf, p)
+            size, p = _read_uvarint(self.buf, p)
+            p = self.skip(p, size)
+        return p
 
 
 def decode_request(header: RequestHeader, frame, body_offset: int):

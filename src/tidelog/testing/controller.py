@@ -207,20 +207,9 @@ def random_operation(env: ControllerTestEnv, rng: random.Random) -> str:
     topics = sorted(controller.replication.topic_ids)
     choice = rng.randrange(13)
     if choice == 0 or not brokers:
-        broker_id = rng.randrange(6)
-        if broker_id in controller.cluster.brokers and rng.random() < 0.5:
-            env.restart(broker_id, rng.choice([None, "a", "b"]), log_dirs=rng.randrange(3))
-            return f"restart {broker_id}"
-        env.register(broker_id, rng.choice([None, "a", "b"]), log_dirs=rng.randrange(3))
-        return f"register {broker_id}"
+        return _random_registration(env, rng)
     if choice <= 3:
-        broker_id = rng.choice(brokers)
-        want_fence = rng.random() < 0.2
-        want_shut_down = rng.random() < 0.1
-        online = env.log_dirs(broker_id)
-        offline = tuple(d for d in online if rng.random() < 0.3) if rng.random() < 0.2 else ()
-        env.heartbeat(broker_id, want_fence, want_shut_down, offline_log_dirs=offline)
-        return f"heartbeat {broker_id} fence={want_fence} shutdown={want_shut_down} offline={len(offline)}"
+        return _random_heartbeat(env, rng, rng.choice(brokers))
     if choice == 4:
         env.clock.advance(rng.choice([100, 2000, 5000, 9001]))
         fenced = controller.fire_due_deadlines()
@@ -230,7 +219,32 @@ def random_operation(env: ControllerTestEnv, rng: random.Random) -> str:
         configs = {"unclean.leader.election.enable": "true"} if rng.random() < 0.3 else {}
         env.create_topic(name, rng.randrange(1, 4), rng.randrange(1, 4), configs=configs)
         return f"create-topic {name}"
-    topic = rng.choice(topics)
+    return _random_topic_operation(env, rng, choice, rng.choice(topics))
+
+
+def _random_registration(env: ControllerTestEnv, rng: random.Random) -> str:
+    """A broker (one of 0..5) registers, or restarts if it is registered."""
+    broker_id = rng.randrange(6)
+    if broker_id in env.controller.cluster.brokers and rng.random() < 0.5:
+        env.restart(broker_id, rng.choice([None, "a", "b"]), log_dirs=rng.randrange(3))
+        return f"restart {broker_id}"
+    env.register(broker_id, rng.choice([None, "a", "b"]), log_dirs=rng.randrange(3))
+    return f"register {broker_id}"
+
+
+def _random_heartbeat(env: ControllerTestEnv, rng: random.Random, broker_id: int) -> str:
+    """A heartbeat that may ask to be fenced or to shut down, or report log directories offline."""
+    want_fence = rng.random() < 0.2
+    want_shut_down = rng.random() < 0.1
+    online = env.log_dirs(broker_id)
+    offline = tuple(d for d in online if rng.random() < 0.3) if rng.random() < 0.2 else ()
+    env.heartbeat(broker_id, want_fence, want_shut_down, offline_log_dirs=offline)
+    return f"heartbeat {broker_id} fence={want_fence} shutdown={want_shut_down} offline={len(offline)}"
+
+
+def _random_topic_operation(env: ControllerTestEnv, rng: random.Random, choice: int, topic: str) -> str:
+    """Operation ``choice`` (6..12) on ``topic`` or one of its partitions, drawn here."""
+    controller = env.controller
     topic_id = controller.replication.topic_ids[topic]
     partitions = controller.replication.topics[topic_id].partitions
     partition_id = rng.choice(sorted(partitions))
