@@ -27,76 +27,12 @@ def run(args) -> int:
 
 def _run(args) -> int:
     if args.verb == "up":
-        overrides = {}
-        for item in args.override:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise ClusterError(f"--override expects KEY=VALUE, got {item!r}")
-            overrides[key.strip()] = value.strip()
-        started = time.monotonic()
-        metrics_base_port = None if args.no_metrics else (
-            args.metrics_base_port if args.metrics_base_port is not None else
-            0 if args.base_port == 0 else args.base_port + 100)
-        cluster = ProcessCluster.create(args.dir, args.brokers, args.base_port, overrides=overrides,
-                                        metrics_base_port=metrics_base_port, controllers=args.controllers,
-                                        secure=args.secure)
-        if args.link_proxy:
-            links = cluster.enable_link_proxy()
-            print(f"link proxy on control port {links['control_port']}: brokers advertise proxy ports "
-                  f"{', '.join(f'{k}:{v}' for k, v in sorted(links['ports'].items()))}")
-        controllers = len(cluster.layout.controllers)
-        with Progress(f"starting {'the controller' if controllers == 1 else f'{controllers} controllers'} "
-                      f"and {len(cluster.layout.brokers)} brokers",
-                      total=len(cluster.layout.nodes)) as progress:
-            cluster.up(on_ready=lambda node: progress.advance(note=f"{node.name} ready"))
-        print(f"cluster up in {time.monotonic() - started:.2f} s: {len(cluster.layout.brokers)} brokers, "
-              f"controller.quorum.voters={cluster.layout.quorum_voters}, data in {cluster.layout.directory}")
-        if args.link_proxy:
-            ports = links["ports"]
-            print(f"bootstrap servers (through the proxies): "
-                  f"{','.join(f'{cluster.layout.host}:{ports[str(b.node_id)]}' for b in cluster.layout.brokers)}")
-        else:
-            print(f"bootstrap servers: {cluster.layout.bootstrap}")
-        for node in cluster.layout.nodes:
-            if node.metrics_port is not None:
-                print(f"metrics: {node.name:11} {cluster.metrics_url(node.node_id)}")
-        if cluster.layout.secure:
-            from tidelog.cluster_security import create_client_user, kcat_line, paths
-            first = cluster.layout.brokers[0]
-            create_client_user(cluster.layout.directory, (cluster.layout.host, first.port))
-            files = paths(cluster.layout.directory)
-            print("secure: SASL_SSL on the brokers (SCRAM-SHA-512 user 'client'), TLS between nodes, ACLs on")
-            print(f"client settings: {files['client']}  (CA certificate {files['ca']})")
-            print("  librdkafka's names (bootstrap.servers included): confluent-kafka takes them as they are; "
-                  "so do tidelog's tools (--command-config)")
-            print(f"  kcat: {kcat_line(cluster.layout.directory)}")
-            print(f"  Java clients and Kafka's tools: {files['client_java']}")
-            print(f"admin settings (super user): {files['admin']} (Java: {files['admin_java']})  — e.g. "
-                  f"tidelog topics --command-config {files['admin']} list")
-        if not args.no_ui and metrics_base_port is not None:
-            ui_port = args.ui_port if args.ui_port is not None else 0 if args.base_port == 0 else args.base_port + 200
-            try:
-                print(f"web view: {cluster.start_ui(ui_port, drills=args.ui_drills)}")
-                if args.ui_drills or cluster.layout.secure:
-                    print("  (the URL holds the view's token: keep it private"
-                          + ("; fault drills on)" if args.ui_drills else ")"))
-            except ClusterError as e:   # the cluster is up; the view is a convenience
-                print(f"web view not started: {e}", file=sys.stderr)
-        return 0
+        return _up(args)
     if args.verb in ("partition", "cut", "isolate", "heal", "links"):
         return _links(args)
     cluster = ProcessCluster.load(args.dir)
     if args.verb == "down":
-        cluster.stop_ui()
-        cluster.down()
-        cluster.stop_link_proxy()
-        if not args.purge:
-            print(f"cluster down (its data stays in {cluster.layout.directory} for the next `up`; "
-                  "`down --purge` deletes it)")
-            return 0
-        left = cluster.purge()
-        print(f"cluster down and deleted: {cluster.layout.directory}"
-              + (f" (kept, not the cluster's: {', '.join(left)})" if left else ""))
+        _down(cluster, args.purge)
     elif args.verb == "kill":
         cluster.kill(args.node_id)
         print(f"node {args.node_id} killed (SIGKILL)")
@@ -118,6 +54,103 @@ def _run(args) -> int:
     return 0
 
 
+def _up(args) -> int:
+    """``cluster up``: create (or reuse) the cluster's directory, start every node, print
+    where to reach it, and start the web view."""
+    overrides = _overrides(args.override)
+    started = time.monotonic()
+    metrics_base_port = None if args.no_metrics else (
+        args.metrics_base_port if args.metrics_base_port is not None else
+        0 if args.base_port == 0 else args.base_port + 100)
+    cluster = ProcessCluster.create(args.dir, args.brokers, args.base_port, overrides=overrides,
+                                    metrics_base_port=metrics_base_port, controllers=args.controllers,
+                                    secure=args.secure)
+    links = None
+    if args.link_proxy:
+        links = cluster.enable_link_proxy()
+        print(f"link proxy on control port {links['control_port']}: brokers advertise proxy ports "
+              f"{', '.join(f'{k}:{v}' for k, v in sorted(links['ports'].items()))}")
+    controllers = len(cluster.layout.controllers)
+    with Progress(f"starting {'the controller' if controllers == 1 else f'{controllers} controllers'} "
+                  f"and {len(cluster.layout.brokers)} brokers",
+                  total=len(cluster.layout.nodes)) as progress:
+        cluster.up(on_ready=lambda node: progress.advance(note=f"{node.name} ready"))
+    print(f"cluster up in {time.monotonic() - started:.2f} s: {len(cluster.layout.brokers)} brokers, "
+          f"controller.quorum.voters={cluster.layout.quorum_voters}, data in {cluster.layout.directory}")
+    _print_endpoints(cluster, links)
+    if cluster.layout.secure:
+        _print_secure_settings(cluster)
+    if not args.no_ui and metrics_base_port is not None:
+        _start_ui(cluster, args)
+    return 0
+
+
+def _overrides(items: list[str]) -> dict[str, str]:
+    """``--override KEY=VALUE`` flags as a dict."""
+    overrides = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ClusterError(f"--override expects KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def _print_endpoints(cluster: ProcessCluster, links: dict | None) -> None:
+    """The bootstrap servers (the proxies' ports with ``--link-proxy``) and each node's metrics URL."""
+    if links is not None:
+        ports = links["ports"]
+        print(f"bootstrap servers (through the proxies): "
+              f"{','.join(f'{cluster.layout.host}:{ports[str(b.node_id)]}' for b in cluster.layout.brokers)}")
+    else:
+        print(f"bootstrap servers: {cluster.layout.bootstrap}")
+    for node in cluster.layout.nodes:
+        if node.metrics_port is not None:
+            print(f"metrics: {node.name:11} {cluster.metrics_url(node.node_id)}")
+
+
+def _print_secure_settings(cluster: ProcessCluster) -> None:
+    """A secure cluster's client user, created now, and the settings files for each kind of client."""
+    from tidelog.cluster_security import create_client_user, kcat_line, paths
+    first = cluster.layout.brokers[0]
+    create_client_user(cluster.layout.directory, (cluster.layout.host, first.port))
+    files = paths(cluster.layout.directory)
+    print("secure: SASL_SSL on the brokers (SCRAM-SHA-512 user 'client'), TLS between nodes, ACLs on")
+    print(f"client settings: {files['client']}  (CA certificate {files['ca']})")
+    print("  librdkafka's names (bootstrap.servers included): confluent-kafka takes them as they are; "
+          "so do tidelog's tools (--command-config)")
+    print(f"  kcat: {kcat_line(cluster.layout.directory)}")
+    print(f"  Java clients and Kafka's tools: {files['client_java']}")
+    print(f"admin settings (super user): {files['admin']} (Java: {files['admin_java']})  — e.g. "
+          f"tidelog topics --command-config {files['admin']} list")
+
+
+def _start_ui(cluster: ProcessCluster, args) -> None:
+    """The web view; a failure to start it is reported, not raised: the cluster is up."""
+    ui_port = args.ui_port if args.ui_port is not None else 0 if args.base_port == 0 else args.base_port + 200
+    try:
+        print(f"web view: {cluster.start_ui(ui_port, drills=args.ui_drills)}")
+        if args.ui_drills or cluster.layout.secure:
+            print("  (the URL holds the view's token: keep it private"
+                  + ("; fault drills on)" if args.ui_drills else ")"))
+    except ClusterError as e:   # the cluster is up; the view is a convenience
+        print(f"web view not started: {e}", file=sys.stderr)
+
+
+def _down(cluster: ProcessCluster, purge: bool) -> None:
+    """``cluster down``: stop the view, the nodes and the link proxy; ``--purge`` deletes the data."""
+    cluster.stop_ui()
+    cluster.down()
+    cluster.stop_link_proxy()
+    if not purge:
+        print(f"cluster down (its data stays in {cluster.layout.directory} for the next `up`; "
+              "`down --purge` deletes it)")
+        return
+    left = cluster.purge()
+    print(f"cluster down and deleted: {cluster.layout.directory}"
+          + (f" (kept, not the cluster's: {', '.join(left)})" if left else ""))
+
+
 def _links(args) -> int:
     import os
     from tidelog.chaos.proxyd import LINKS_FILE, send
@@ -136,29 +169,12 @@ def _links(args) -> int:
 async def _status(cluster: ProcessCluster) -> int:
     layout = cluster.layout
     states = cluster.process_states()
-    registrations = {}
-    controller_down = None
-    quorum = None
     broker_security = controller_security = None
     if layout.secure:
         from tidelog import cluster_security
         broker_security = cluster_security.admin_security(layout.directory)
         controller_security = cluster_security.controller_security(layout.directory)
-    channel = RemoteController([(c.node_id, layout.host, c.port) for c in layout.controllers], "tidelog-cluster",
-                               security=controller_security)
-    try:
-        described = await channel.request(ApiKey.DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False},
-                                          timeout_s=3)
-        registrations = {int(b.broker_id): b for b in described.brokers}
-        answer = await channel.request(ApiKey.DESCRIBE_QUORUM, {"topics": [
-            {"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]}, timeout_s=3)
-        partition = answer.topics[0].partitions[0]
-        if int(partition.error_code.value) == 0:
-            quorum = partition
-    except (OSError, asyncio.TimeoutError, ConnectionError) as e:
-        controller_down = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-    finally:
-        channel.close()
+    registrations, quorum, controller_down = await _ask_controllers(layout, controller_security)
     print(f"cluster {layout.cluster_id} at {layout.directory}")
     ui_url = cluster.ui_url()
     if ui_url:
@@ -173,7 +189,50 @@ async def _status(cluster: ProcessCluster) -> int:
         _print_quorum(quorum)
     elif controller_down is None:
         print("  quorum: no leader answered DescribeQuorum (an election may be under way)")
-    unnoticed = []          # brokers whose process is gone or stopped while the controller still counts them
+    unnoticed = _print_brokers(layout, states, registrations, controller_down, metrics)
+    metadata, min_isr = await _ask_a_broker(layout, states, broker_security)
+    if metadata is None:
+        print("no running broker answered: partition state unknown")
+        if controller_down:
+            print(f"UNHEALTHY: no controller is reachable ({controller_down})")
+        return 1
+    _print_partitions(metadata, min_isr, states, unnoticed)
+    if controller_down:
+        print(f"UNHEALTHY: no controller is reachable ({controller_down}); the partition "
+              "state above is the brokers' last view of it, and until the controller is back no broker "
+              "can be fenced, no leader elected and no topic created")
+        return 1
+    return 0
+
+
+async def _ask_controllers(layout, security):
+    """The brokers' registrations and the metadata quorum's state as the controllers tell
+    them, and why no controller answered (``None`` if one did)."""
+    registrations = {}
+    controller_down = None
+    quorum = None
+    channel = RemoteController([(c.node_id, layout.host, c.port) for c in layout.controllers], "tidelog-cluster",
+                               security=security)
+    try:
+        described = await channel.request(ApiKey.DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False},
+                                          timeout_s=3)
+        registrations = {int(b.broker_id): b for b in described.brokers}
+        answer = await channel.request(ApiKey.DESCRIBE_QUORUM, {"topics": [
+            {"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]}, timeout_s=3)
+        partition = answer.topics[0].partitions[0]
+        if int(partition.error_code.value) == 0:
+            quorum = partition
+    except (OSError, asyncio.TimeoutError, ConnectionError) as e:
+        controller_down = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    finally:
+        channel.close()
+    return registrations, quorum, controller_down
+
+
+def _print_brokers(layout, states: dict, registrations: dict, controller_down, metrics: dict) -> list[int]:
+    """One line a broker (its process and its registration); returns the brokers whose
+    process is gone or stopped while the controller still counts them."""
+    unnoticed = []
     for broker in layout.brokers:
         registration = registrations.get(broker.node_id)
         process = states[broker.node_id]
@@ -189,13 +248,18 @@ async def _status(cluster: ProcessCluster) -> int:
             note = "  (running but fenced: catching up with the metadata, or its heartbeats are not getting through)"
         print(f"  broker {broker.node_id}  {layout.host}:{broker.port}  process {process}  {registered}"
               f"{metrics[broker.node_id]}{note}")
-    metadata = None
+    return unnoticed
+
+
+async def _ask_a_broker(layout, states: dict, security):
+    """Metadata for every topic and each topic's ``min.insync.replicas``, from the first
+    running broker that answers; (None, {}) if none does."""
     for broker in layout.brokers:
         if states[broker.node_id] != "running":
             continue
         try:
             connection = await KafkaConnection.connect(layout.host, broker.port, "tidelog-cluster", 3,
-                                                       security=broker_security)
+                                                       security=security)
         except (OSError, asyncio.TimeoutError):
             continue
         try:
@@ -211,12 +275,13 @@ async def _status(cluster: ProcessCluster) -> int:
                         min_isr[result.resource_name] = int(c.value)
         finally:
             connection.close()
-        break
-    if metadata is None:
-        print("no running broker answered: partition state unknown")
-        if controller_down:
-            print(f"UNHEALTHY: no controller is reachable ({controller_down})")
-        return 1
+        return metadata, min_isr
+    return None, {}
+
+
+def _print_partitions(metadata, min_isr: dict, states: dict, unnoticed: list[int]) -> None:
+    """The partitions under-replicated, under min ISR and leaderless, and what the brokers
+    the controller has not yet fenced still hold."""
     under_replicated, under_min_isr, leaderless = [], [], []
     for topic in sorted(metadata.topics, key=lambda t: t.name):
         for p in sorted(topic.partitions, key=lambda p: p.partition_index):
@@ -240,12 +305,6 @@ async def _status(cluster: ProcessCluster) -> int:
         if in_isr or leads:
             print(f"  not yet counted: broker {node_id} is {states[node_id]} but still in the ISR of {in_isr} "
                   f"partitions and leads {leads}; the counts above change once the controller fences it")
-    if controller_down:
-        print(f"UNHEALTHY: no controller is reachable ({controller_down}); the partition "
-              "state above is the brokers' last view of it, and until the controller is back no broker "
-              "can be fenced, no leader elected and no topic created")
-        return 1
-    return 0
 
 
 def _print_quorum(quorum) -> None:

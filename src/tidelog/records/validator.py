@@ -67,56 +67,36 @@ def walk_records(body, count: int, keys_required: bool = False) -> tuple[int, in
     n = 0
     low = high = 0
     refused: dict[int, tuple[str, int]] = {}
-
-    def varint(p: int) -> tuple[int, int]:
-        if p >= end:
-            raise CorruptRecordError(f"record {n} ends inside a varint")
-        b = body[p]
-        if b < 0x80:
-            return (b >> 1) ^ -(b & 1), p + 1
-        result, shift = b & 0x7F, 7
-        p += 1
-        while True:
-            if p >= end:
-                raise CorruptRecordError(f"record {n} ends inside a varint")
-            b = body[p]
-            p += 1
-            result |= (b & 0x7F) << shift
-            if b < 0x80:
-                return (result >> 1) ^ -(result & 1), p
-            shift += 7
-            if shift > 63:
-                raise CorruptRecordError(f"record {n} has a varint longer than 10 bytes")
-
+    varint = _walk_varint
     while pos < end:
-        length, p = varint(pos)
+        length, p = varint(body, pos, end, n)
         record_end = p + length
         if length < 6 or record_end > end:     # attributes + 5 one-byte varints at least
             raise CorruptRecordError(f"record {n} declares {length} bytes; {end - p} remain in the batch")
         p += 1                                  # attributes: unused in v2 records
-        timestamp_delta, p = varint(p)
-        offset_delta, p = varint(p)
+        timestamp_delta, p = varint(body, p, end, n)
+        offset_delta, p = varint(body, p, end, n)
         if offset_delta != n:
             refused[n] = (MISPLACED, offset_delta)
-        key_length, p = varint(p)
+        key_length, p = varint(body, p, end, n)
         if key_length >= 0:
             p += key_length
         elif key_length != -1:
             raise CorruptRecordError(f"record {n} has key length {key_length}")
         elif keys_required and n not in refused:
             refused[n] = (KEYLESS, -1)
-        value_length, p = varint(p)
+        value_length, p = varint(body, p, end, n)
         if value_length >= 0:
             p += value_length
         elif value_length != -1:
             raise CorruptRecordError(f"record {n} has value length {value_length}")
         if p > record_end:
             raise CorruptRecordError(f"record {n}'s key and value run past its length")
-        header_count, p = varint(p)
+        header_count, p = varint(body, p, end, n)
         if not 0 <= header_count <= RECORD_HEADER_COUNT_MAX:       # what iter_records can read back
             raise CorruptRecordError(f"record {n} has {header_count} headers (at most {RECORD_HEADER_COUNT_MAX})")
         for _ in range(header_count):
-            name_length, p = varint(p)
+            name_length, p = varint(body, p, end, n)
             if name_length < 0:
                 raise CorruptRecordError(f"record {n} has a header with a null key")
             try:
@@ -124,7 +104,7 @@ def walk_records(body, count: int, keys_required: bool = False) -> tuple[int, in
             except UnicodeDecodeError:
                 raise CorruptRecordError(f"record {n} has a header key that is not UTF-8") from None
             p += name_length
-            header_value_length, p = varint(p)
+            header_value_length, p = varint(body, p, end, n)
             if header_value_length >= 0:
                 p += header_value_length
             elif header_value_length != -1:
@@ -142,6 +122,29 @@ def walk_records(body, count: int, keys_required: bool = False) -> tuple[int, in
     if n != count:
         raise CorruptRecordError(f"record batch declares {count} records but holds {n}")
     return low, high, refused
+
+
+def _walk_varint(body, p: int, end: int, n: int) -> tuple[int, int]:
+    """(value, next position) of the varint at ``p`` in record ``n`` (``walk_records``'s
+    reader: a varint cut off by ``end`` or longer than 10 bytes is CORRUPT_MESSAGE)."""
+    if p >= end:
+        raise CorruptRecordError(f"record {n} ends inside a varint")
+    b = body[p]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), p + 1
+    result, shift = b & 0x7F, 7
+    p += 1
+    while True:
+        if p >= end:
+            raise CorruptRecordError(f"record {n} ends inside a varint")
+        b = body[p]
+        p += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), p
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError(f"record {n} has a varint longer than 10 bytes")
 
 
 def _varint_raw(body, pos: int) -> tuple[int, int]:
