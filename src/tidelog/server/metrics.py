@@ -320,13 +320,23 @@ class BrokerCollector:
         return [_family(name) for name in BROKER_METRICS]
 
     def collect(self) -> Iterator[Metric]:
-        node = self.node
-        manager = node.replica_manager
         f = {name: _family(name) for name in BROKER_METRICS}
 
         def add(name: str, value, labels=()) -> None:
             f[name].add_metric(list(labels), value)
 
+        self._partitions(add)
+        add("kafka_server_kafkaserver_brokerstate", self.node.state.value)
+        self._topics(add)
+        self._replication(add)
+        self._logs(add)
+        self._groups(add)
+        yield from f.values()
+
+    def _partitions(self, add) -> None:
+        """The replica manager's partitions: each one's under-replicated and under-min-ISR
+        flags, the counts, and the ISR shrinks and expands."""
+        manager = self.node.replica_manager
         leaders = under_replicated = under_min_isr = at_min_isr = offline = 0
         for tp, hosted in sorted(manager.partitions.items()):
             if not isinstance(hosted, Partition):
@@ -350,8 +360,10 @@ class BrokerCollector:
         add("kafka_server_replicamanager_offlinereplicacount", offline)
         add("kafka_server_replicamanager_isrshrinks", manager.isr_shrinks)
         add("kafka_server_replicamanager_isrexpands", manager.isr_expands)
-        add("kafka_server_kafkaserver_brokerstate", node.state.value)
 
+    def _topics(self, add) -> None:
+        """Bytes and messages in, and bytes out to consumers, by topic."""
+        manager = self.node.replica_manager
         for topic, count in sorted(manager.bytes_in.items()):
             add("kafka_server_brokertopicmetrics_bytesin", count, (topic,))
         for topic, count in sorted(manager.messages_in.items()):
@@ -359,6 +371,9 @@ class BrokerCollector:
         for topic, count in sorted(self.requests.bytes_out.items() if self.requests else ()):
             add("kafka_server_brokertopicmetrics_bytesout", count, (topic,))
 
+    def _replication(self, add) -> None:
+        """Each fetched partition's lag and the largest, and the replication quotas."""
+        manager = self.node.replica_manager
         max_lag = 0
         for (source, fetcher_id), fetcher in sorted(manager.fetcher_manager.fetchers.items()):
             client_id = f"ReplicaFetcherThread-{fetcher_id}-{source}"
@@ -367,12 +382,14 @@ class BrokerCollector:
                 max_lag = max(max_lag, lag)
                 add("kafka_server_fetcherlagmetrics_consumerlag", lag, (client_id, tp.topic, str(tp.partition)))
         add("kafka_server_replicafetchermanager_maxlag", max_lag, ("Replica",))
-        quotas, now_ms = node.replication_quotas, manager.clock.monotonic_ms()
+        quotas, now_ms = self.node.replication_quotas, manager.clock.monotonic_ms()
         for side, quota in (("leader", quotas.leader), ("follower", quotas.follower)):
             add(f"kafka_server_{side}replication_byte_rate", quota.byte_rate(now_ms))
             add(f"kafka_server_{side}replication_throttled_partitions", quota.throttled_total)
 
-        logs = node.log_manager
+    def _logs(self, add) -> None:
+        """Each log's offsets, size and segments, and the offline log directories."""
+        logs = self.node.log_manager
         for log_ in sorted(logs.all_logs(), key=lambda l: l.topic_partition):
             tp = log_.topic_partition
             labels = (tp.topic, str(tp.partition))
@@ -382,9 +399,12 @@ class BrokerCollector:
             add("kafka_log_log_numlogsegments", len(log_.segments), labels)
         add("kafka_log_logmanager_offlinelogdirectorycount", len(logs.offline_dirs))
 
+    def _groups(self, add) -> None:
+        """The groups this broker coordinates: each committed offset and its lag, and the counts."""
+        manager = self.node.replica_manager
         groups: set[str] = set()
         offsets = 0
-        for shard in node.group_coordinator.shards()[0]:
+        for shard in self.node.group_coordinator.shards()[0]:
             groups.update(g.group_id for g in shard.list_groups())
             groups.update(g.group_id for g in shard.list_consumer_groups())
             for group_id, committed in sorted(shard.offsets.items()):
@@ -398,7 +418,6 @@ class BrokerCollector:
                         add("kafka_consumergroup_lag", max(0, partition.log.high_watermark - value.offset), labels)
         add("kafka_coordinator_group_groupmetadatamanager_numgroups", len(groups))
         add("kafka_coordinator_group_groupmetadatamanager_numoffsets", offsets)
-        yield from f.values()
 
 
 # ---------------------------------------------------------------- controller
