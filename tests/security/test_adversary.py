@@ -200,7 +200,8 @@ def test_another_certificate_of_the_cluster_ca_is_refused_every_controller_api(s
     results = run(_sweep(secure.host, secure.controller_port, intruder, OPEN))
     names = {name for name, _ in results}
     assert {"FETCH", "BROKER_HEARTBEAT", "BROKER_REGISTRATION", "VOTE", "BEGIN_QUORUM_EPOCH", "CREATE_TOPICS",
-            "ALTER_USER_SCRAM_CREDENTIALS", "CREATE_ACLS", "ELECT_LEADERS", "DESCRIBE_CLUSTER"} <= names
+            "ALTER_USER_SCRAM_CREDENTIALS", "CREATE_ACLS", "ELECT_LEADERS", "DESCRIBE_CLUSTER",
+            "ADD_RAFT_VOTER", "REMOVE_RAFT_VOTER", "UPDATE_RAFT_VOTER"} <= names
     assert _not_refused(results) == {}
 
 

@@ -15,7 +15,7 @@ import sys
 # command -> the module that runs it (``run(args)``; async for the Kafka-protocol tools)
 _MODULES = {"topics": "topics", "groups": "groups", "transactions": "transactions", "acls": "acls",
             "users": "users", "quotas": "quotas", "leader-election": "leader_election", "reassign": "reassign",
-            "cluster": "cluster", "ui": "ui"}
+            "cluster": "cluster", "ui": "ui", "format": "format"}
 _ASYNC = {"topics", "groups", "transactions", "acls", "users", "quotas", "leader-election", "reassign"}
 
 

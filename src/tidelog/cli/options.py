@@ -152,6 +152,24 @@ def _serve(commands) -> None:
                        help="override one setting, after the file (repeatable)")
 
 
+def _format(commands) -> None:
+    parser = _command(commands, "format", "format a node's log directories (kafka-storage format)",
+                      "Write meta.properties into every log directory and, for a controller of a dynamic "
+                      "quorum (KIP-853), its first voter set.")
+    parser.add_argument("properties", nargs="?", metavar="SERVER.PROPERTIES",
+                        help="the node's server.properties file")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one setting, after the file (repeatable)")
+    parser.add_argument("--cluster-id", "-t", help="the cluster id (else cluster.id, else a new one)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--standalone", action="store_true",
+                       help="this controller is the quorum's only voter; add others with add-controller")
+    which.add_argument("--initial-controllers", metavar="ID@HOST:PORT:DIRECTORY_ID,...",
+                       help="the first voters (the same list on each of them)")
+    which.add_argument("--no-initial-controllers", action="store_true",
+                       help="no voter set: the controller joins as an observer and waits to be added")
+
+
 def _topics(commands) -> None:
     topics = _command(commands, "topics", "create, list, describe, alter and delete topics on any Kafka-compatible "
                                           "broker")
@@ -509,7 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "`tidelog COMMAND --help` shows a command's verbs and options.")
     parser.add_argument("--version", action=_Version, help="print tidelog's version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_serve, _topics, _groups, _transactions, _acls, _users, _quotas, _leader_election,
+    for add in (_serve, _format, _topics, _groups, _transactions, _acls, _users, _quotas, _leader_election,
                 _reassign, _cluster, _ui, _bench):
         add(commands)
     return parser

@@ -29,3 +29,6 @@ CONNECTION_READ_AHEAD_BYTES = 64 * 1024  # a connection's stream buffer; reading
 LISTEN_BACKLOG = 100                     # connections the kernel queues while we are not accepting
 ACCEPT_BACKOFF_MS = 100                  # pause in accepting after EMFILE/ENFILE (out of descriptors)
 SENDFILE_MIN_BYTES = 16 * 1024            # a Fetch's records from this size go out by sendfile, smaller ones are copied
+VOTER_LISTENERS_MAX = 16                # endpoints one AddRaftVoter / UpdateRaftVoter may name (KIP-853)
+VOTER_HOST_LENGTH_MAX = 255             # a voter endpoint's host name (DNS's bound)
+VOTER_CHANGE_TIMEOUT_MAX_MS = 600_000   # how long an AddRaftVoter may wait for the new voter to catch up

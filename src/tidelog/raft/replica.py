@@ -436,6 +436,10 @@ class RaftReplica:
         return {replica: (self._follower_end.get(replica, -1), self._last_fetch_ms.get(replica, -1))
                 for replica in set(self._follower_end) | set(self._last_fetch_ms)}
 
+    def fetcher_directory(self, replica: int) -> str:
+        """The directory id ``replica`` named in its last Fetch to this leader ("" if none)."""
+        return self._fetcher_directory.get(replica, "")
+
     def on_leader_unreachable(self, now_ms: int) -> None:
         """The driver could not reach the leader at all (connection refused or lost): a
         voter need not wait the whole fetch timeout to ask for pre-votes — a leader

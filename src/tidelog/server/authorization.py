@@ -184,7 +184,11 @@ WHOLE_REQUEST: dict[int, Callable[[object], list[Need]]] = {
 # (CLUSTER_ACTION), and DescribeCluster needs ALTER on the cluster, as Kafka's controller
 # asks (KIP-919: it names every controller). A broker's DescribeCluster is open, as Kafka's.
 CONTROLLER_LISTENER = {ApiKey.FETCH: _cluster(AclOperation.CLUSTER_ACTION),
-                       ApiKey.DESCRIBE_CLUSTER: _cluster(AclOperation.ALTER)}
+                       ApiKey.DESCRIBE_CLUSTER: _cluster(AclOperation.ALTER),
+                       # KIP-853: an operator's voter changes, and a controller's own update.
+                       ApiKey.ADD_RAFT_VOTER: _cluster(AclOperation.ALTER),
+                       ApiKey.REMOVE_RAFT_VOTER: _cluster(AclOperation.ALTER),
+                       ApiKey.UPDATE_RAFT_VOTER: _cluster(AclOperation.CLUSTER_ACTION)}
 IN_HANDLER = {ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.METADATA, ApiKey.LIST_OFFSETS, ApiKey.CREATE_TOPICS,
               ApiKey.DELETE_TOPICS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS,
               ApiKey.LIST_GROUPS, ApiKey.LIST_TRANSACTIONS}      # these two list what may be described

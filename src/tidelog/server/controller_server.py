@@ -53,7 +53,9 @@ from tidelog.protocol.codec import ZERO_UUID, millis
 from tidelog.raft.metadata_log import RaftMetadataLog
 from tidelog.raft.replica import RaftConfig
 from tidelog.server.admin import AdminApis
-from tidelog.server.controller_channel import parse_quorum_voters
+from tidelog.server.controller_channel import parse_address, parse_quorum_voters
+from tidelog.server.storage_format import directory_id
+from tidelog.server.voter_apis import VoterApis
 from tidelog.server.dispatch import current_connection
 from tidelog.server.raft_driver import RaftDriver
 from tidelog.broker.config import BrokerConfig
@@ -129,15 +131,23 @@ class ControllerServer:
         self.metadata_log = FileMetadataLog(config["log.dirs"][0], clock, follower=True,
                                             segment_bytes=config["metadata.log.segment.bytes"])
         voters = parse_quorum_voters(config["controller.quorum.voters"] or [])
-        if not voters:                      # a lone `tidelog serve`: its own single voter
+        bootstrap = [parse_address(a) for a in config["controller.quorum.bootstrap.servers"] or []]
+        # A dynamic quorum (KIP-853): no static voters, and bootstrap servers or a
+        # formatted VotersRecord (`tidelog format --standalone/--initial-controllers`).
+        dynamic = not voters and (bool(bootstrap) or self.metadata_log.last_voters() is not None)
+        if not voters and not dynamic:      # a lone `tidelog serve`: its own single voter
             voters = [(self.node_id, "127.0.0.1", 0)]
-        if self.node_id not in {voter for voter, _, _ in voters}:
+        if not dynamic and self.node_id not in {voter for voter, _, _ in voters}:
             raise ValueError(f"node {self.node_id} has the controller role but is not in "
                              f"controller.quorum.voters {config['controller.quorum.voters']}")
         self.raft = RaftDriver(self.node_id, voters, self.metadata_log, clock,
                                RaftConfig(election_timeout_ms=config["controller.quorum.election.timeout.ms"],
                                           fetch_timeout_ms=config["controller.quorum.fetch.timeout.ms"]),
-                               cluster_id, self._on_quorum_change, rng, security)
+                               cluster_id, self._on_quorum_change, rng, security,
+                               directory_id=directory_id(config["log.dirs"][0]),
+                               bootstrap=bootstrap if dynamic else None,
+                               listener_name=(config["controller.listener.names"] or ["CONTROLLER"])[0].upper())
+        self.raft.own_endpoint = lambda: self.own_endpoint
         self.controller = QuorumController(
             clock=clock, log=RaftMetadataLog(self.raft.replica, self.metadata_log, self.raft.appended),
             cluster_id=cluster_id, rng=rng or random.Random(),
@@ -274,6 +284,7 @@ class ControllerServer:
         dispatcher.register(ApiKey.BEGIN_QUORUM_EPOCH, self.raft.handle_begin_quorum_epoch, 0, 0)
         dispatcher.register(ApiKey.END_QUORUM_EPOCH, self.raft.handle_end_quorum_epoch, 0, 0)
         dispatcher.register(ApiKey.DESCRIBE_QUORUM, self.handle_describe_quorum, 0, 2)
+        VoterApis(self.raft, self.cluster_id).register(dispatcher)     # KIP-853 (server/voter_apis.py)
         dispatcher.register(ApiKey.DESCRIBE_CLUSTER, self.handle_describe_cluster, 0, 2)
 
     # The broker lifecycle, as the controller's own request objects (an in-process
@@ -499,6 +510,25 @@ class ControllerServer:
         return {"throttle_time": 0, "error_code": 0, "session_id": 0,
                 "responses": [{"topic": METADATA_TOPIC, "topic_id": ZERO_UUID, "partitions": [entry]}]}
 
+    def _voter_nodes(self) -> list[dict]:
+        """DescribeQuorum's nodes: each voter with its listeners. The quorum's only
+        voter knows no address of its own (port 0): its controller listener's, set by
+        the runtime; a lone `tidelog serve` has none, so no endpoint."""
+        # A dynamic quorum's voters are shown with every listener of their VotersRecord entry (v2).
+        nodes = []
+        listed = {v.voter_id: v.endpoints for v in self.raft.replica.voter_set if v.endpoints}
+        for voter in sorted(self.raft.replica.voters):
+            endpoints = list(listed.get(voter, ()))
+            if not endpoints and voter in self.raft.addresses:
+                endpoints = [("CONTROLLER", *self.raft.addresses[voter])]
+            if (not endpoints or not endpoints[0][2]) and voter == self.node_id and self.own_endpoint is not None:
+                endpoints = [self.own_endpoint]
+            endpoints = [e for e in endpoints if e[2]]
+            if endpoints:
+                nodes.append({"node_id": voter, "listeners": [{"name": name, "host": host, "port": port}
+                                                              for name, host, port in endpoints]})
+        return nodes
+
     def handle_describe_quorum(self, header, request):
         """Kafka's DescribeQuorum (``kafka-metadata-quorum describe``), from the leader;
         brokers following the metadata log are the observers."""
@@ -520,17 +550,13 @@ class ControllerServer:
                                            "last_caught_up_timestamp": fetched if offset >= high_watermark else -1})
         # The quorum's only voter knows no address of its own (port 0): its controller
         # listener's, set by the runtime; a lone `tidelog serve` has none, so no endpoint.
-        nodes = []
-        for voter, (host, port) in sorted(self.raft.addresses.items()):
-            name = "CONTROLLER"
-            if not port and voter == self.node_id and self.own_endpoint is not None:
-                name, host, port = self.own_endpoint
-            if port:
-                nodes.append({"node_id": voter, "listeners": [{"name": name, "host": host, "port": port}]})
+        nodes = self._voter_nodes()
         return {"error_code": 0, "topics": [{"topic_name": METADATA_TOPIC, "partitions": [partition]}],
                 "nodes": nodes}
 
     def handle_describe_cluster(self, header, request):
+        if int(getattr(request, "endpoint_type", 1)) == 2:
+            return self._describe_controllers(request)
         brokers = []
         for broker_id in sorted(self.image.brokers):
             registration = self.image.brokers[broker_id]
@@ -542,6 +568,22 @@ class ControllerServer:
         return {"throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 2,
                 "cluster_id": self.cluster_id, "controller_id": self.raft.replica.leader_id, "brokers": brokers,
                 "cluster_authorized_operations": requested_operations(   # KIP-430
+                    request.include_cluster_authorized_operations, getattr(self, "_authorizer", None),
+                    ResourceType.CLUSTER)}
+
+    def _describe_controllers(self, request) -> dict:
+        """DescribeCluster with EndpointType CONTROLLER (KIP-919, an admin client's
+        ``bootstrap.controllers``): the quorum's voters where they are reached, and the
+        leader as the controller to send quorum changes to."""
+        controllers = [{"broker_id": node["node_id"], "host": node["listeners"][0]["host"],
+                        "port": node["listeners"][0]["port"], "rack": None, "is_fenced": False}
+                       for node in self._voter_nodes()]
+        if not controllers and self.own_endpoint is not None:
+            controllers = [{"broker_id": self.node_id, "host": self.own_endpoint[1], "port": self.own_endpoint[2],
+                            "rack": None, "is_fenced": False}]
+        return {"throttle_time": 0, "error_code": 0, "error_message": None, "endpoint_type": 2,
+                "cluster_id": self.cluster_id, "controller_id": self.raft.replica.leader_id, "brokers": controllers,
+                "cluster_authorized_operations": requested_operations(
                     request.include_cluster_authorized_operations, getattr(self, "_authorizer", None),
                     ResourceType.CLUSTER)}
 

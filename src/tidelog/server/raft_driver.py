@@ -39,6 +39,7 @@ import asyncio
 import dataclasses
 import logging
 import random
+import uuid
 from typing import Callable
 
 from tidelog.core.clock import Clock
@@ -60,6 +61,7 @@ from tidelog.raft.replica import (
     QuorumStateRecord,
     RaftConfig,
     RaftReplica,
+    Voter,
     VoteRequest,
     VoteResponse,
 )
@@ -69,7 +71,10 @@ logger = logging.getLogger("tidelog.raft")
 FETCH_WAIT_MAX_MS = 500            # how long a caught-up voter's Fetch is held
 FETCH_MAX_BYTES = 8 * 1024 * 1024
 _PEER_ERRORS = (OSError, ConnectionError, asyncio.TimeoutError, ProtocolError)
-_VOTE_VERSION, _QUORUM_EPOCH_VERSION, _FETCH_VERSION = 2, 0, 12   # Vote v2 carries KIP-996 pre-votes
+# Vote v2 carries KIP-996 pre-votes; Fetch v17 the fetcher's directory id (KIP-853) and
+# the leader's endpoint in its answer (NodeEndpoints), how an observer finds the leader.
+_VOTE_VERSION, _QUORUM_EPOCH_VERSION, _FETCH_VERSION = 2, 0, 17
+METADATA_TOPIC_ID = uuid.UUID(int=1)      # Kafka's Uuid.METADATA_TOPIC_ID (Fetch v13+ names topics by id)
 
 
 def _code(value) -> int:
@@ -79,16 +84,35 @@ def _code(value) -> int:
 class RaftDriver:
     def __init__(self, node_id: int, voters: list[tuple[int, str, int]], metadata_log: FileMetadataLog,
                  clock: Clock, config: RaftConfig, cluster_id: str,
-                 on_change: Callable[[], None], rng: random.Random | None = None, security=None):
+                 on_change: Callable[[], None], rng: random.Random | None = None, security=None,
+                 directory_id: str = "", bootstrap: list[tuple[str, int]] | None = None,
+                 listener_name: str = "CONTROLLER"):
+        """``voters`` are the static ``controller.quorum.voters``; with none and
+        ``bootstrap`` addresses (``controller.quorum.bootstrap.servers``) the quorum is
+        dynamic (KIP-853, kraft.version 1): the voter set is the log's latest
+        VotersRecord (``tidelog format --standalone`` / ``--initial-controllers``
+        writes the first), the addresses of voters come from its endpoints on
+        ``listener_name``, and a controller that is in no set yet is an observer
+        that finds the leader through the bootstrap servers (ids -1, -2, …)."""
         self.node_id = node_id
         self.security = security          # TLS / SASL towards the controller listener
+        self.listener_name = listener_name
         self.addresses = {voter: (host, port) for voter, host, port in voters}
+        dynamic = not voters and bootstrap is not None
+        bootstrap_ids = tuple(-1 - i for i in range(len(bootstrap or ())))
+        if dynamic:
+            self.addresses.update(zip(bootstrap_ids, bootstrap))
+        self.own_endpoint: Callable[[], tuple[str, str, int] | None] = lambda: None   # set by the server
+        self._voters_seen = None
+        self._voter_waiters: dict[object, asyncio.Future] = {}     # AddRaftVoter & co. awaiting the commit
         self.metadata_log = metadata_log
         self.clock = clock
         self.cluster_id = cluster_id
         self.on_change = on_change
-        self.replica = RaftReplica(node_id, tuple(sorted(self.addresses)), metadata_log, rng or random.Random(),
-                                   config)
+        self.replica = RaftReplica(node_id, () if dynamic else tuple(sorted(self.addresses)), metadata_log,
+                                   rng or random.Random(), config, kraft_version=int(dynamic),
+                                   directory_id=directory_id, bootstrap_servers=bootstrap_ids)
+        self._learn_voter_addresses()
         self.state_file = QuorumStateFile(metadata_log.directory, metadata_log.fs)
         self._connections: dict[tuple[int, str], KafkaConnection] = {}
         self._connecting: dict[tuple[int, str], asyncio.Lock] = {}
@@ -170,6 +194,11 @@ class RaftDriver:
             self.state_file.write(state.epoch, state.voted_for, state.leader_id, replica.voters)
         log_ = self.metadata_log.log
         log_.update_high_watermark(min(replica.high_watermark, log_.log_end_offset))
+        self._learn_voter_addresses()
+        for token, error in replica.take_voter_change_results():
+            waiter = self._voter_waiters.pop(token, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(error)
         answer = None
         for envelope in replica.take_outbox():
             if answer is None and envelope.destination == answer_to and isinstance(envelope.message, answer_type):
@@ -185,6 +214,46 @@ class RaftDriver:
             self._notify()
         self._wake.set()
         return answer
+
+    def _learn_voter_addresses(self) -> None:
+        """A dynamic quorum's voters are reached at their VotersRecord endpoints (the
+        controller listener's, else the first): learned whenever the set in force
+        changes. Addresses of voters that left stay known (a removed voter may still
+        lead, or be named as leader, until its removal commits)."""
+        replica = self.replica
+        if replica.voters_offset == self._voters_seen:
+            return
+        self._voters_seen = replica.voters_offset
+        for voter in replica.voter_set:
+            endpoints = [e for e in voter.endpoints if e[0] == self.listener_name] or list(voter.endpoints)
+            if endpoints and voter.voter_id != self.node_id:
+                self.addresses[voter.voter_id] = (endpoints[0][1], endpoints[0][2])
+
+    async def change_voters(self, kind: str, voter: Voter, timeout_ms: int) -> ErrorCode:
+        """AddRaftVoter / RemoveRaftVoter / UpdateRaftVoter on this replica (``kind``
+        "add", "remove", "update"): the replica's refusal at once, or its answer once the
+        VotersRecord is committed (or REQUEST_TIMED_OUT after ``timeout_ms``, or
+        NOT_LEADER_OR_FOLLOWER when leadership is lost first)."""
+        token = object()
+        errors = []
+        replica = self.replica
+
+        def feed(now: int) -> None:
+            if kind == "add":
+                errors.append(replica.add_voter(voter, now, timeout_ms, token))
+            elif kind == "remove":
+                errors.append(replica.remove_voter(voter.voter_id, voter.directory_id, now, timeout_ms, token))
+            else:
+                errors.append(replica.update_voter(voter, now, timeout_ms, token))
+            if errors[0] == ErrorCode.NONE:
+                self._voter_waiters[token] = asyncio.get_running_loop().create_future()
+        self._step(feed)
+        if errors[0] != ErrorCode.NONE:
+            return errors[0]
+        waiter = self._voter_waiters.get(token)
+        if waiter is None:                    # settled inside the step itself
+            return ErrorCode.NONE
+        return await waiter
 
     def _notify(self) -> None:
         replica = self.replica
@@ -285,19 +354,25 @@ class RaftDriver:
         return body
 
     def _fetch_body(self, request: FetchRequest) -> dict:
+        directory = uuid.UUID(request.replica_directory_id) if request.replica_directory_id else ZERO_UUID
         return {"cluster_id": self.cluster_id, "replica_id": request.replica_id,
                 "replica_state": {"replica_id": request.replica_id, "replica_epoch": -1},
                 "max_wait": FETCH_WAIT_MAX_MS, "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES,
                 "isolation_level": 0, "session_id": 0, "session_epoch": -1,
-                "topics": [{"topic": METADATA_TOPIC, "topic_id": ZERO_UUID, "partitions": [{
+                "topics": [{"topic": METADATA_TOPIC, "topic_id": METADATA_TOPIC_ID, "partitions": [{
                     "partition": 0, "current_leader_epoch": request.epoch, "fetch_offset": request.fetch_offset,
                     "last_fetched_epoch": request.last_fetched_epoch, "log_start_offset": -1,
-                    "partition_max_bytes": FETCH_MAX_BYTES}]}],
+                    "partition_max_bytes": FETCH_MAX_BYTES, "replica_directory_id": directory}]}],
                 "forgotten_topics_data": [], "rack_id": ""}
 
     def _fetch_reply(self, response) -> FetchResponse | None:
         if _code(response.error_code) != 0 or not response.responses or not response.responses[0].partitions:
             return None
+        for node in getattr(response, "node_endpoints", None) or ():
+            # The leader's endpoint (Fetch v17): how an observer that knows only the
+            # bootstrap servers reaches it. Positive ids and ports only.
+            if int(node.node_id) >= 0 and int(node.node_id) != self.node_id and 0 < int(node.port) < 65536:
+                self.addresses.setdefault(int(node.node_id), (str(node.host), int(node.port)))
         p = response.responses[0].partitions[0]
         epoch, leader = int(p.current_leader.leader_epoch), int(p.current_leader.leader_id)
         error = _code(p.error_code)
@@ -394,10 +469,18 @@ class RaftDriver:
         return self._handle_quorum_epoch(request, EndQuorumEpoch)
 
     def is_voter_fetch(self, request) -> bool:
+        """A Fetch for the quorum's replica (rather than a broker's, which reads only the
+        committed log): from a voter this node knows, or from any controller that names
+        its directory id (Fetch v17: a KIP-853 observer, maybe about to be added)."""
         replica_id = int(getattr(getattr(request, "replica_state", None), "replica_id", -1))
         if replica_id < 0:
             replica_id = int(getattr(request, "replica_id", -1))
-        return replica_id in self.addresses and replica_id != self.node_id
+        if replica_id < 0 or replica_id == self.node_id:
+            return False
+        if replica_id in self.addresses:
+            return True
+        return any(getattr(p, "replica_directory_id", None) not in (None, ZERO_UUID)
+                   for topic in request.topics for p in topic.partitions)
 
     def handle_fetch(self, header, request):
         """A voter's Fetch: answered at once, or held while there is nothing new."""
@@ -410,8 +493,9 @@ class RaftDriver:
             self._log_refusal("Fetch", refusal, f"from replica {replica_id}")
             return {"throttle_time": 0, "error_code": int(refusal), "session_id": 0, "responses": []}
         p = request.topics[0].partitions[0]
+        directory = getattr(p, "replica_directory_id", None)
         message = FetchRequest(int(p.current_leader_epoch), replica_id, int(p.fetch_offset),
-                               int(p.last_fetched_epoch))
+                               int(p.last_fetched_epoch), "" if directory in (None, ZERO_UUID) else str(directory))
         answer = self._answer_fetch(message)
         if self._nothing_new(replica_id, answer):
             # The event is taken now, so a change before the coroutine first runs wakes it.
@@ -467,8 +551,19 @@ class RaftDriver:
         else:
             entry["records"] = b"".join(batch for _, batch in answer.entries)
             self._sent_high_watermark[replica_id] = answer.high_watermark
-        return {"throttle_time": 0, "error_code": 0, "session_id": 0,
-                "responses": [{"topic": METADATA_TOPIC, "topic_id": ZERO_UUID, "partitions": [entry]}]}
+        return {"throttle_time": 0, "error_code": 0, "session_id": 0, "node_endpoints": self._leader_endpoint(),
+                "responses": [{"topic": METADATA_TOPIC, "topic_id": METADATA_TOPIC_ID, "partitions": [entry]}]}
+
+    def _leader_endpoint(self) -> list[dict]:
+        """Fetch v17's NodeEndpoints: where the leader this node knows is reached."""
+        leader = self.replica.leader_id
+        if leader == self.node_id:
+            own = self.own_endpoint()
+            return [{"node_id": leader, "host": own[1], "port": own[2], "rack": None}] if own and own[2] else []
+        if leader >= 0 and leader in self.addresses:
+            host, port = self.addresses[leader]
+            return [{"node_id": leader, "host": host, "port": port, "rack": None}]
+        return []
 
     # ------------------------------------------------------------ FetchSnapshot (KIP-630)
 
@@ -539,6 +634,7 @@ class RaftDriver:
         now_ms = self.clock.monotonic_ms()
         wall_ms = self.clock.now_ms()
         progress = replica.voter_progress()
+        directories = {v.voter_id: v.directory_id for v in replica.voter_set}
 
         def state(replica_id: int) -> dict:
             if replica_id == self.node_id:
@@ -546,7 +642,10 @@ class RaftDriver:
             else:
                 end, fetched = progress.get(replica_id, (-1, -1))
             last_fetch = wall_ms - (now_ms - fetched) if fetched >= 0 else -1
-            return {"replica_id": replica_id, "log_end_offset": end, "last_fetch_timestamp": last_fetch,
+            directory = directories.get(replica_id) or (replica.directory_id if replica_id == self.node_id
+                                                        else replica.fetcher_directory(replica_id))
+            return {"replica_id": replica_id, "replica_directory_id": uuid.UUID(directory) if directory else ZERO_UUID,
+                    "log_end_offset": end, "last_fetch_timestamp": last_fetch,
                     "last_caught_up_timestamp": last_fetch if end >= replica.high_watermark else -1}
         return {"partition_index": 0, "error_code": 0, "leader_id": replica.leader_id,
                 "leader_epoch": replica.epoch, "high_watermark": replica.high_watermark,

@@ -93,3 +93,27 @@ def format_log_dirs(log_dirs: list[str], node_id: int, configured_cluster_id: st
         os.replace(path + ".tmp", path)
         logger.info("formatted %s for cluster %s", log_dir, cluster_id)
     return cluster_id
+
+
+def uuid_of_kafka_text(text: str) -> str:
+    """Kafka's textual Uuid (22 characters of URL-safe base64) as a standard UUID string;
+    ValueError naming the text when it is not one."""
+    try:
+        raw = base64.urlsafe_b64decode(text + "==")
+    except (ValueError, TypeError):
+        raw = b""
+    if len(text) != 22 or len(raw) != 16:
+        raise ValueError(f"{text!r} is not a Kafka Uuid (22 characters of URL-safe base64)")
+    return str(uuid.UUID(bytes=raw))
+
+
+def kafka_text_of_uuid(value: str) -> str:
+    """A standard UUID string as Kafka writes Uuids (URL-safe base64, unpadded)."""
+    return base64.urlsafe_b64encode(uuid.UUID(value).bytes).decode().rstrip("=")
+
+
+def directory_id(log_dir: str) -> str:
+    """The ``directory.id`` of ``log_dir``'s meta.properties as a UUID string ("" if none)."""
+    path = os.path.join(log_dir, META_PROPERTIES)
+    text = _read(path).get("directory.id", "") if os.path.exists(path) else ""
+    return uuid_of_kafka_text(text) if text else ""
