@@ -16,7 +16,8 @@ from tidelog.protocol.client import KafkaConnection
 from tidelog.testing import Broker, wait_until
 
 CONTROLLER_APIS = {ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.ALTER_PARTITION,
-                   ApiKey.ALLOCATE_PRODUCER_IDS}
+                   ApiKey.ALLOCATE_PRODUCER_IDS,
+                   ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER, ApiKey.UPDATE_RAFT_VOTER}   # KIP-853
 
 
 def free_port() -> int:
