@@ -83,3 +83,35 @@ def test_complete_all_at_shutdown():
         purgatory.try_complete_else_watch(WaitFor(state, target, 100, log), ["a"])
     assert purgatory.complete_all() == 3
     assert len(log) == 3
+
+
+class CountingWaitFor(WaitFor):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.tries = 0
+
+    def try_complete(self):
+        self.tries += 1
+        return super().try_complete()
+
+
+def test_check_and_complete_all_tries_each_operation_once_however_many_of_its_keys_move():
+    """A follower's delayed fetch watches every partition it asked for; waking all of
+    them after a metadata change must try it once, not once per partition (quadratic)."""
+    purgatory, log, state = Purgatory("p"), [], {"value": 0}
+    keys = [f"p{i}" for i in range(1000)]
+    waiting = CountingWaitFor(state, 1, 100, log)
+    other = CountingWaitFor(state, 5, 100, log)
+    purgatory.try_complete_else_watch(waiting, keys)
+    purgatory.try_complete_else_watch(other, keys[:10] + ["elsewhere"])
+    tries_before = waiting.tries, other.tries
+    assert purgatory.check_and_complete_all(keys) == 0
+    assert (waiting.tries, other.tries) == (tries_before[0] + 1, tries_before[1] + 1)
+    state["value"] = 1
+    assert purgatory.check_and_complete_all(keys) == 1
+    assert log == [(1, "done")] and waiting.tries == tries_before[0] + 2
+    # The completed operation left the keys' lists; the other still waits under its keys.
+    assert purgatory.check_and_complete("p500") == 0 and purgatory.pending == 1
+    state["value"] = 5
+    assert purgatory.check_and_complete("elsewhere") == 1
+    assert log == [(1, "done"), (5, "done")]

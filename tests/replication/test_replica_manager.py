@@ -274,3 +274,23 @@ def test_a_delayed_follower_fetch_completes_as_soon_as_a_diverging_epoch_is_foun
     assert len(answers) == 1, "answered at once, not after the max wait"
     assert answers[0][TP].error == ErrorCode.NONE and answers[0][TP].diverging_epoch == (0, 1)
     assert answers[0][TP].records is None
+
+
+def test_a_metadata_change_tries_a_follower_fetch_waiting_on_many_partitions_once(tmp_path, clock):
+    """Each partition of the change used to wake the fetch, and each try walked all its
+    partitions: quadratic (36 s of a 10,000-partition broker's become-follower step)."""
+    rm = manager(tmp_path, clock, broker_id=0)
+    wide = [TopicPartition("wide", i) for i in range(200)]
+    rm.apply_partition_states({tp: state(0, 0) for tp in wide})
+    looked = []
+    bytes_available = rm._bytes_available
+    rm._bytes_available = lambda tp, request, params: looked.append(tp) or bytes_available(tp, request, params)
+    answers = []
+    rm.fetch_messages(FetchParams(1, 500, 1, 1 << 20, Isolation.LOG_END,
+                                  {tp: FetchPartitionRequest(0, 1 << 20, 0) for tp in wide},
+                                  broker_epoch=ALIVE[1]), answers.append)
+    assert answers == []
+    looked.clear()
+    # Same leader epoch, a new partition epoch (ISR shrunk): nothing for the fetch to answer.
+    rm.apply_partition_states({tp: state(0, 0, isr=(0, 1), partition_epoch=1) for tp in wide})
+    assert answers == [] and len(looked) == len(wide)

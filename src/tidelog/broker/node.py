@@ -238,7 +238,7 @@ class BrokerNode:
         self._assignments_sent: dict[TopicPartition, tuple[uuid.UUID, int]] = {}
         # What the last placement check saw (image, placements) and when a retry is due:
         # nothing changed and nothing due means nothing to send, without a scan.
-        self._assignments_checked: tuple[object, dict] | None = None
+        self._assignments_checked: tuple[object, int] | None = None   # (image, placements_version)
         self._assignments_retry_ms: int | None = None
         self._topic_configs_image = None
         self._topic_configs_cache: dict[str, tuple[dict[str, tuple[str, str]], LogConfig]] = {}
@@ -713,12 +713,13 @@ class BrokerNode:
         if self._assignment_in_flight or self.broker_epoch < 0 or not self._may_publish():
             return
         image, hosted = self.image, self.replica_manager.partitions
-        placements = self.log_manager.placements()
+        version = self.log_manager.placements_version
         if (self._assignments_checked is not None and self._assignments_checked[0] is image
-                and self._assignments_checked[1] == placements
+                and self._assignments_checked[1] == version
                 and (self._assignments_retry_ms is None or now_ms < self._assignments_retry_ms)):
             return          # a scan per tick costs O(partitions): only when something changed
-        self._assignments_checked, self._assignments_retry_ms = (image, placements), None
+        self._assignments_checked, self._assignments_retry_ms = (image, version), None
+        placements = self.log_manager.placements()
         items = []
         for tp, directory in sorted(placements.items()):
             registration = image.partition(tp)

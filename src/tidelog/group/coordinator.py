@@ -132,10 +132,9 @@ class CoordinatorRuntime:
 
     def reconcile(self, now_ms: int) -> None:
         led: dict[int, Partition] = {}
-        for tp, hosted in self.replica_manager.partitions.items():
-            if (tp.topic == self.topic and isinstance(hosted, Partition) and hosted.is_leader
-                    and not hosted.log.is_offline):
-                led[tp.partition] = hosted
+        for index, hosted in self.replica_manager.partitions_of(self.topic).items():
+            if isinstance(hosted, Partition) and hosted.is_leader and not hosted.log.is_offline:
+                led[index] = hosted
         unloaded, loading = [], []
         for index in list(self.loaded):
             partition = led.get(index)

@@ -3,7 +3,8 @@
 Theory of operation. An operation is *watched* under keys (topic-partitions).
 Events that may satisfy a waiter — an append, a high-watermark move, a leader or
 ISR change — call ``check_and_complete(key)``, which asks every operation
-watching that key to ``try_complete``. ``expire(now_ms)`` completes operations
+watching that key to ``try_complete`` (``check_and_complete_all(keys)``: each
+operation watching any of the keys, once). ``expire(now_ms)`` completes operations
 whose deadline passed with their timeout outcome. ``on_complete`` runs exactly
 once, whichever path gets there first.
 
@@ -102,6 +103,32 @@ class Purgatory:
         remaining += self._watchers.pop(key, [])
         if remaining:
             self._watchers[key] = remaining
+        return completed
+
+    def check_and_complete_all(self, keys: Iterable[Hashable]) -> int:
+        """``check_and_complete`` for many keys at once, trying each operation watching
+        any of them once (in the order the keys and their watchers come); returns how
+        many completed. A delayed follower fetch watches every partition it asked for:
+        waking its partitions one at a time after a metadata change tried it once per
+        partition, each try walking all of them (at 10,000 partitions, a million
+        ``_bytes_available`` calls and 36 s in one become-follower step)."""
+        keys = list(keys)
+        operations: dict[int, DelayedOperation] = {}
+        for key in keys:
+            for operation in self._watchers.get(key, ()):
+                if not operation.completed:
+                    operations.setdefault(id(operation), operation)
+        completed = sum(1 for operation in operations.values()
+                        if not operation.completed and operation.try_complete())
+        if completed:
+            for key in keys:       # completed operations leave these keys' lists now
+                watchers = self._watchers.get(key)
+                if watchers is not None:
+                    alive = [operation for operation in watchers if not operation.completed]
+                    if alive:
+                        self._watchers[key] = alive
+                    else:
+                        del self._watchers[key]
         return completed
 
     def expire(self, now_ms: int) -> int:

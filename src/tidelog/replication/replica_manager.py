@@ -115,6 +115,9 @@ class ReplicaManager:
         # an endpoint). Default: any broker id >= 0.
         self._is_broker_alive = is_broker_alive or (lambda broker_id: broker_id >= 0)
         self.partitions: dict[TopicPartition, Partition | str] = {}
+        # The same entries by topic, in the same order (the coordinators look at their
+        # internal topic's partitions every tick: O(its partitions), not O(all)).
+        self._partitions_by_topic: dict[str, dict[int, Partition | str]] = {}
         self.produce_purgatory = Purgatory("produce")
         self.fetch_purgatory = Purgatory("fetch")
         self.pending_isr_proposals: dict[TopicPartition, IsrProposal] = {}
@@ -206,7 +209,7 @@ class ReplicaManager:
             partition = self.get_partition(topic_partition)
             if partition is not None and partition.pending_proposal is None:
                 self.pending_isr_proposals.pop(topic_partition, None)   # replaced by metadata
-            self._wake(topic_partition)   # delayed operations see the new role
+        self._wake_all(states)   # delayed operations see the new role
         initial_states = {}
         waiting: list[TopicPartition] = []
         for topic_partition, partition in restart.items():
@@ -272,9 +275,9 @@ class ReplicaManager:
             hosted = self.partitions.get(topic_partition)
             self._host(topic_partition, HostingEvent.STOP, None)
             self.pending_isr_proposals.pop(topic_partition, None)
-            self._wake(topic_partition)
             if delete and isinstance(hosted, Partition):
                 self.log_manager.delete_log(topic_partition)
+        self._wake_all(topic_partitions)      # waiting operations answer UNKNOWN_TOPIC_OR_PARTITION
         self.fetcher_manager.shutdown_idle_fetchers()
 
     def mark_offline(self, topic_partition: TopicPartition) -> None:
@@ -291,10 +294,20 @@ class ReplicaManager:
         """The one place hosting changes (``HOSTING_TRANSITIONS``)."""
         target = transition(HOSTING_TRANSITIONS, self.hosting(topic_partition), event, f"{topic_partition} hosting")
         assert (target == Hosting.NONE) == (hosted is None) and (target == Hosting.OFFLINE) == (hosted == OFFLINE)
+        by_topic = self._partitions_by_topic.setdefault(topic_partition.topic, {})
         if hosted is None:
             self.partitions.pop(topic_partition, None)
+            by_topic.pop(topic_partition.partition, None)
+            if not by_topic:
+                del self._partitions_by_topic[topic_partition.topic]
         else:
             self.partitions[topic_partition] = hosted
+            by_topic[topic_partition.partition] = hosted
+
+    def partitions_of(self, topic: str) -> dict[int, "Partition | str"]:
+        """The hosted partitions of ``topic`` by index (``partitions``' entries, in its
+        order); read-only."""
+        return self._partitions_by_topic.get(topic, {})
 
     def wake(self, topic_partition: TopicPartition) -> None:
         """Let delayed produce and fetch operations on the partition look again
@@ -304,6 +317,12 @@ class ReplicaManager:
     def _wake(self, topic_partition: TopicPartition) -> None:
         self.produce_purgatory.check_and_complete(topic_partition)
         self.fetch_purgatory.check_and_complete(topic_partition)
+
+    def _wake_all(self, topic_partitions) -> None:
+        """``_wake`` for many partitions, each waiting operation tried once (linear in
+        the partitions, where waking them one by one is quadratic: purgatory.py)."""
+        self.produce_purgatory.check_and_complete_all(topic_partitions)
+        self.fetch_purgatory.check_and_complete_all(topic_partitions)
 
     # ------------------------------------------------------------ produce
 

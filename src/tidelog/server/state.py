@@ -44,6 +44,7 @@ import time
 from collections import deque
 from typing import Iterable, Iterator
 
+from tidelog.core.ids import TopicPartition
 from tidelog.metadata.image import MetadataImage
 from tidelog.replication.partition import Partition
 
@@ -149,6 +150,24 @@ def _replicas_of(registration) -> tuple[int, ...]:
     return tuple(registration.replicas) if registration is not None else ()
 
 
+def _changed_partitions(old: MetadataImage, new: MetadataImage):
+    """(tp, before, after) of each partition whose registration is not the same object in
+    both images, in TopicPartition order. An image shares what a delta left alone (its
+    TopicImage, each PartitionRegistration), so this is O(topics + what changed), not
+    O(partitions): a publish during the creation of 10,000 partitions diffed every one."""
+    empty: dict = {}
+    for name in sorted(set(old.topics_by_name) | set(new.topics_by_name)):
+        old_topic, new_topic = old.topics_by_name.get(name), new.topics_by_name.get(name)
+        if old_topic is new_topic:
+            continue
+        before_of = old_topic.partitions if old_topic is not None else empty
+        after_of = new_topic.partitions if new_topic is not None else empty
+        for index in sorted(set(before_of) | set(after_of)):
+            before, after = before_of.get(index), after_of.get(index)
+            if before is not after:
+                yield TopicPartition(name, index), before, after
+
+
 def diff_images(old: MetadataImage, new: MetadataImage, local_broker_id: int | None = None) -> list[dict]:
     """The state changes from ``old`` to ``new``, as events without seq/time/broker.
     Partition events only for partitions ``local_broker_id`` is or was a replica of
@@ -171,10 +190,7 @@ def diff_images(old: MetadataImage, new: MetadataImage, local_broker_id: int | N
             events.append({"kind": "broker_controlled_shutdown", "broker_id": broker_id,
                            "broker_epoch": after.broker_epoch})
 
-    old_parts = dict(old.all_partitions())
-    new_parts = dict(new.all_partitions())
-    for tp in sorted(set(old_parts) | set(new_parts)):
-        before, after = old_parts.get(tp), new_parts.get(tp)
+    for tp, before, after in _changed_partitions(old, new):
         if local_broker_id is not None and local_broker_id not in _replicas_of(before) + _replicas_of(after):
             continue
         where = {"topic": tp.topic, "partition": tp.partition}

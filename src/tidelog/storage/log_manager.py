@@ -74,7 +74,7 @@ import logging
 import os
 import uuid
 from collections import Counter
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
 from tidelog.core.clock import Clock
 from tidelog.core.errors import ErrorCode, KafkaError, StorageError
@@ -124,7 +124,7 @@ class LogManager:
         self._background = background           # where a roll's fsync runs (Log._flush_in_background)
         self._logs: dict[TopicPartition, Log] = {}
         self._topic_ids: dict[TopicPartition, uuid.UUID] = {}    # partition.metadata, as read or written
-        self._dir_of: dict[TopicPartition, str] = {}
+        self._dir_of: _CountedDict[TopicPartition, str] = _CountedDict()   # changes counted: placements_version
         self._offline_dirs: set[str] = set()
         self._offline_partitions: set[TopicPartition] = set()
         self._directory_ids: dict[str, uuid.UUID] = {}     # log dir → its directory.id, once read
@@ -629,6 +629,12 @@ class LogManager:
         """The ids of the directories that failed, sorted (what the heartbeat reports)."""
         return tuple(sorted(i for d, i in self._directory_ids.items() if d in self._offline_dirs))
 
+    @property
+    def placements_version(self) -> int:
+        """Moves on every change of ``placements()`` (a log created, deleted, moved or
+        reloaded): a caller compares it instead of the O(logs) mapping each tick."""
+        return self._dir_of.version
+
     def placements(self) -> dict[TopicPartition, uuid.UUID]:
         """Each log this manager loaded or created (online or not) → its directory's id."""
         return {tp: self._directory_ids[d] for tp, d in self._dir_of.items() if d in self._directory_ids}
@@ -655,8 +661,8 @@ class LogManager:
         config = CleanerConfig.from_settings(settings)
         if not config.enable:
             return False
-        compacted = [log for tp, log in self._logs.items() if log.config.compact and tp not in self._futures]
-        cleaning = self._cleaner.clean_one(compacted, config, self.clock.now_ms(), self.clock.monotonic_ms())
+        cleaning = self._cleaner.clean_one(self._compacted_logs(), config, self.clock.now_ms(),
+                                           self.clock.monotonic_ms())
         if cleaning is None:
             return False
         if cleaning.done:
@@ -667,6 +673,14 @@ class LogManager:
                 self._mark_dir_offline(log_dir, e)
                 raise StorageError(f"{log_dir}: cannot write {CLEANER_OFFSET_CHECKPOINT}: {e}") from e
         return True
+
+    def _compacted_logs(self) -> Iterator[Log]:
+        """Lazily: the cleaner reads the logs only when it picks its next one (at most once
+        per ``log.cleaner.backoff.ms`` when idle), not every tick (O(logs): 15 ms a tick
+        with 10,000 logs)."""
+        for tp, log in list(self._logs.items()):
+            if log.config.compact and tp not in self._futures:
+                yield log
 
     def flush_all(self) -> None:
         self._each_log(lambda log: log.flush())
@@ -912,3 +926,25 @@ def _marker_epoch(data: bytes) -> int:
     except (ValueError, UnicodeDecodeError, AttributeError):
         return -1
     return value if isinstance(value, int) and not isinstance(value, bool) else -1
+
+
+class _CountedDict(dict):
+    """A dict that counts its changes (``version``); only the writes LogManager uses."""
+
+    version = 0
+
+    def __setitem__(self, key, value) -> None:
+        self.version += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key) -> None:
+        self.version += 1
+        super().__delitem__(key)
+
+    def pop(self, *args):
+        self.version += 1
+        return super().pop(*args)
+
+    def clear(self) -> None:
+        self.version += 1
+        super().clear()
