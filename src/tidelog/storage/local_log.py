@@ -49,7 +49,13 @@ from tidelog.storage.log_loader import (
     SWAP_SUFFIX,
     TXN_INDEX_SUFFIX,
 )
-from tidelog.storage.segment import RELATIVE_OFFSET_MAX, BatchInfo, LogSegment, segment_file_name
+from tidelog.storage.segment import (
+    RELATIVE_OFFSET_MAX,
+    BatchInfo,
+    LogSegment,
+    OffsetAndTimestamp,
+    segment_file_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -372,6 +378,22 @@ class LocalLog:
                                      FileSlice(segment.log, position, length))
             i += 1
         return FetchDataInfo(self.log_end_offset_metadata, FileSlice(self.segments[-1].log, 0, 0))
+
+    def find_offset_by_timestamp(self, timestamp_ms: int, start_offset: int) -> OffsetAndTimestamp | None:
+        """The first record at or after ``start_offset`` with timestamp ``>= timestamp_ms``."""
+        for segment in self.segments:
+            if segment.max_timestamp >= timestamp_ms:
+                found = segment.find_offset_by_timestamp(timestamp_ms, start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    def find_offset_of_max_timestamp(self, start_offset: int) -> OffsetAndTimestamp | None:
+        """The first record carrying the largest timestamp (None if no record has one)."""
+        segment = max(self.segments, key=lambda s: s.max_timestamp)  # the first of equals
+        if segment.max_timestamp < 0:
+            return None
+        return segment.find_offset_by_timestamp(segment.max_timestamp, start_offset)
 
     # -- removing and replacing segments ----------------------------------------------
 

@@ -1,34 +1,30 @@
-"""A partition's log: ordered segments, offsets, leader epochs (Kafka's ``UnifiedLog``).
+"""A partition's log: offsets, producers and epochs over its segments (Kafka's ``UnifiedLog``).
 
-Theory of operation. A ``Log`` owns one partition directory ``<topic>-<partition>``:
-a list of ``LogSegment`` sorted by base offset (the last one is *active* and
-takes appends), the ``LeaderEpochCache``, and four offsets::
+Theory of operation. A ``Log`` owns one partition directory ``<topic>-<partition>``
+in two layers, as Kafka's ``UnifiedLog`` over its ``LocalLog``: the segments,
+the log end offset, the recovery point, rolls and flushes are the ``LocalLog``'s
+(local_log.py); this class keeps what lies on top and decides for both::
 
     log_start_offset <= high_watermark <= log_end_offset      (asserted on change)
     recovery_point <= log_end_offset
 
 * ``append_as_leader`` validates client batches, gives them offsets from the log
   end offset by rewriting ``baseOffset`` in place, stamps the leader epoch (and
-  LogAppendTime), and writes the whole buffer with one write.
-* ``append_as_follower`` writes batches that already carry offsets and epochs,
-  which must start at or after the log end offset and increase.
-* ``read`` returns a ``FileSlice`` (file, position, length) of whole batches from
-  one segment, so the network layer can ``sendfile`` it or ``pread`` it once.
+  LogAppendTime), checks idempotent producers' sequences, and has the local log
+  write the whole buffer with one write. ``append_as_follower`` takes batches
+  that already carry offsets and epochs, at or after the log end offset.
+* The ``LeaderEpochCache``, the producer state and the aborted-transaction index
+  (producer_state_files.py) follow every append, truncation and retention.
+* ``read`` checks the fetch offset against ``[log_start_offset, log_end_offset]``;
+  the local log returns a ``FileSlice`` of whole batches from one segment.
 * ``truncate_to``, ``truncate_fully_and_start_at``, ``maybe_increment_log_start_offset``
-  and ``delete_old_segments`` (retention, when ``cleanup.policy`` has ``delete``)
-  remove data at either end.
+  and ``delete_old_segments`` (retention.py, when ``cleanup.policy`` has
+  ``delete``) remove data at either end; the high watermark, log start offset,
+  epoch cache and producer state follow.
 * Compaction (``cleanup.policy`` has ``compact``, docs/compaction.md): a leader
   refuses records without a key; the log cleaner (``cleaner.py``) rewrites
   inactive segments below the high watermark and swaps them in through
   ``replace_segments``; ``cleaner_checkpoint`` is where the clean section ends.
-* Durability: segments roll by size, age or full index; a roll fsyncs the old
-  segment and moves the recovery point; ``flush`` does the same on demand (and
-  after ``flush.messages`` / ``flush.ms``). Truncations are fsynced at once, so
-  data a follower dropped can never come back after a crash. Given a
-  ``background`` runner (the server's: a worker thread), a roll's fsync runs
-  there, as Kafka's ``flush-log`` task does, and the recovery point moves when
-  it is done (unless the log was truncated meanwhile); the append that rolled
-  does not wait for a gigabyte to reach the disk.
 
 Everything below the recovery point is durable, so ``Log.open`` recovers only from
 there (``log_loader.py``). An ``OSError`` takes the log offline: it raises
@@ -41,13 +37,10 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import struct
-from bisect import bisect_left, bisect_right
 from typing import Callable, NamedTuple
 
 from tidelog.core.clock import Clock
 from tidelog.core.errors import (
-    CorruptRecordError,
     ErrorCode,
     InvalidRecordError,
     OffsetOutOfRangeError,
@@ -70,7 +63,7 @@ from tidelog.storage.checkpoint import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheck
 from tidelog.storage.config import PRODUCER, LogConfig
 from tidelog.storage.epoch_cache import LeaderEpochCache
 from tidelog.storage.errors import OfflineLogDirError
-from tidelog.storage.files import FileSystem, RealFileSystem, read_whole_file, write_file_atomically
+from tidelog.storage.files import FileSystem, RealFileSystem
 from tidelog.storage.local_log import (  # noqa: F401  (FileSlice: re-exported, part of this module's API)
     Background,
     FetchDataInfo,
@@ -79,20 +72,23 @@ from tidelog.storage.local_log import (  # noqa: F401  (FileSlice: re-exported, 
     LogOffsetMetadata,
 )
 from tidelog.storage.log_loader import load_log
-from tidelog.storage.producer_state import (
-    AbortedTxn,
-    CorruptSnapshotError,
-    DuplicateSequenceError,
-    ProducerStateManager,
-    is_idempotent,
+from tidelog.storage.producer_state import AbortedTxn, DuplicateSequenceError, ProducerStateManager, is_idempotent
+from tidelog.storage.producer_state_files import (
+    TransactionIndex,
+    rebuild_producer_state,
+    take_snapshot,
+    update_producer_state,
+)
+from tidelog.storage.retention import (
+    Rule,
+    below_log_start_offset,
+    deletable_segment_count,
+    retention_bytes_breached,
+    retention_ms_breached,
 )
 from tidelog.storage.segment import BatchInfo, LogSegment, OffsetAndTimestamp
 
 logger = logging.getLogger(__name__)
-
-SNAPSHOT_SIZE_MAX_BYTES = 64 << 20          # a producer snapshot (producer_state.py)
-TXN_INDEX_SIZE_MAX_BYTES = 256 << 20        # one segment's aborted-transaction index
-_TXN_INDEX_ENTRY = struct.Struct(">hqqqq")  # Kafka's AbortedTxn: version, producer id, first, last, LSO
 
 # Kafka's special ListOffsets timestamps (ListOffsetsRequest).
 LATEST_TIMESTAMP = -1
@@ -168,7 +164,7 @@ class Log:
         self._cleaner_checkpoint = min(cleaner_checkpoint, log_end_offset)
         self._check_segments()
         self._producer_state = ProducerStateManager()
-        self._aborted: list[AbortedTxn] = []     # by marker offset; the .txnindex files' content
+        self._txn_index = TransactionIndex(self._local_log)
         self._rebuild_producer_state()
 
     @classmethod
@@ -227,8 +223,7 @@ class Log:
     def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """The aborted transactions with records in ``[start_offset, upper_bound_offset)``
         (what a read_committed fetch tells the client to drop)."""
-        i = bisect_left([txn.last_offset for txn in self._aborted], start_offset)
-        return [txn for txn in self._aborted[i:] if txn.first_offset < upper_bound_offset]
+        return self._txn_index.collect(start_offset, upper_bound_offset)
 
     def active_producers(self) -> list[tuple[int, int, int, int, int, int]]:
         """(producer id, epoch, last sequence, last timestamp, coordinator epoch, open
@@ -373,7 +368,7 @@ class Log:
             self._leader_epoch_cache.assign(leader_epoch, first_offset)
             self._local_log.append(buffer, batches, first_offset, next_offset, max_timestamp, now_ms)
             for header, batch_first_offset, control in appended_producers:
-                self._update_producer_state(header, batch_first_offset, control)
+                update_producer_state(self._producer_state, self._txn_index, header, batch_first_offset, control)
         return LogAppendInfo(first_offset, next_offset - 1, max_timestamp, offset_of_max_timestamp,
                              log_append_time, record_count, len(batches), end, self._log_start_offset)
 
@@ -382,58 +377,14 @@ class Log:
         return self._producer_state.remove_expired(self.clock.now_ms(), expiration_ms)
 
     def _rebuild_producer_state(self) -> None:
-        """Derive the producer state (at open and after a truncation): the newest
-        ``.snapshot`` at or below the log end offset, then the batch headers after it;
-        snapshots above the log end (left by a truncation or a lost tail) are deleted,
-        a damaged one is deleted and an older one (or the whole log) used instead."""
-        state = self._producer_state
-        state.clear()
-        local_log = self._local_log
-        start = 0
-        for offset in reversed(local_log.snapshot_offsets()):
-            path = local_log.snapshot_path(offset)
-            if offset > local_log.log_end_offset:
-                self.fs.remove(path)
-                continue
-            try:
-                state.load_snapshot(read_whole_file(self.fs, path, SNAPSHOT_SIZE_MAX_BYTES))
-                start = offset
-                break
-            except (CorruptSnapshotError, ValueError) as e:
-                logger.warning("%s: deleting producer snapshot %s: %s", self.topic_partition, path, e)
-                self.fs.remove(path)
-                state.clear()
-        self._load_txn_indexes(below_offset=start)
-        segments, base_offsets = local_log.segments, local_log.base_offsets
-        for i, segment in enumerate(segments):
-            following = base_offsets[i + 1] if i + 1 < len(segments) else None
-            if following is not None and following <= start:
-                continue                               # wholly covered by the snapshot
-            try:
-                for position, header in segment.headers(0, segment.size_bytes):
-                    if header.base_offset < start:
-                        continue
-                    if header.is_control and header.producer_id >= 0:   # a transaction marker
-                        batch = segment.log.pread(header.size_bytes, position)
-                        self._update_producer_state(header, header.base_offset, read_control(batch, 0))
-                    elif is_idempotent(header):
-                        state.update(header, header.base_offset)
-            except CorruptRecordError as e:   # reads report it; the state stops where the damage starts
-                logger.warning("%s: producer state stops at damaged batch: %s", self.topic_partition, e)
-                break
-        state.truncate_head(self._log_start_offset)
-        state.on_high_watermark_updated(self._high_watermark)
+        """Derive the producer state, at open and after a truncation (producer_state_files.py)."""
+        rebuild_producer_state(self._producer_state, self._txn_index, self._local_log,
+                               self._log_start_offset, self._high_watermark)
 
     def _take_snapshot(self) -> None:
         """Save the producer state as of the log end offset (Kafka does it at each roll
-        and at a clean shutdown), and drop snapshots below the first segment."""
-        local_log = self._local_log
-        offset = local_log.log_end_offset
-        self._write_txn_indexes()                      # before the snapshot that lets a scan skip them
-        write_file_atomically(self.fs, local_log.snapshot_path(offset), self._producer_state.encode_snapshot())
-        for old in local_log.snapshot_offsets():
-            if old < min(local_log.base_offsets[0], offset):
-                self.fs.remove(local_log.snapshot_path(old))
+        and at a clean shutdown)."""
+        take_snapshot(self._producer_state, self._txn_index, self._local_log)
 
     @_io_guard
     def append_as_follower(self, records) -> LogAppendInfo:
@@ -474,60 +425,9 @@ class Log:
                 self._leader_epoch_cache.assign(epoch, start_offset)
             self._local_log.append(records, batches, first_offset, expected_offset, max_timestamp, now_ms)
             for header, control in follower_producers:
-                self._update_producer_state(header, header.base_offset, control)
+                update_producer_state(self._producer_state, self._txn_index, header, header.base_offset, control)
         return LogAppendInfo(first_offset, expected_offset - 1, max_timestamp, offset_of_max_timestamp,
                              -1, record_count, len(batches), end, self._log_start_offset)
-
-    def _update_producer_state(self, header, first_offset: int, control: tuple[int, int] | None) -> None:
-        """One appended batch into the producer state; an ABORT marker that closes a
-        transaction also goes into the aborted-transaction index."""
-        if control is None:
-            self._producer_state.update(header, first_offset)
-            return
-        aborted = self._producer_state.update_marker(header, first_offset, *control)
-        if aborted is not None:
-            self._aborted.append(aborted)
-
-    # -- the aborted-transaction index (.txnindex) ------------------------------------
-    #
-    # In memory, ``_aborted`` holds every aborted transaction whose marker is in the
-    # log, by marker offset. On disk each segment's share is ``<base>.txnindex``
-    # (Kafka's entry format), written with the producer snapshot (at each roll and at a
-    # clean shutdown) and rewritten when truncation, retention or compaction changes
-    # it; markers after the newest snapshot are found again by the header scan at open.
-
-    def _load_txn_indexes(self, below_offset: int) -> None:
-        """The aborted transactions recorded on disk whose markers lie below ``below_offset``."""
-        self._aborted = []
-        for base in self._local_log.txn_index_bases():
-            path = self._local_log.txn_index_path(base)
-            data = read_whole_file(self.fs, path, TXN_INDEX_SIZE_MAX_BYTES)
-            if len(data) % _TXN_INDEX_ENTRY.size:
-                logger.warning("%s: %s has a partial entry; ignoring its tail", self.topic_partition, path)
-            for i in range(len(data) // _TXN_INDEX_ENTRY.size):
-                _version, producer_id, first, last, stable = _TXN_INDEX_ENTRY.unpack_from(data, i * _TXN_INDEX_ENTRY.size)
-                if self._log_start_offset <= last < below_offset:
-                    self._aborted.append(AbortedTxn(producer_id, first, last, stable))
-        self._aborted.sort(key=lambda txn: txn.last_offset)
-
-    def _write_txn_indexes(self) -> None:
-        """Make every segment's ``.txnindex`` match ``_aborted`` (absent when empty)."""
-        local_log = self._local_log
-        base_offsets = local_log.base_offsets
-        wanted: dict[int, list[AbortedTxn]] = {}
-        for txn in self._aborted:
-            i = bisect_right(base_offsets, txn.last_offset) - 1
-            if i >= 0:
-                wanted.setdefault(base_offsets[i], []).append(txn)
-        for base in local_log.txn_index_bases():
-            if base not in wanted:
-                self.fs.remove(local_log.txn_index_path(base))
-        for base, entries in wanted.items():
-            data = b"".join(_TXN_INDEX_ENTRY.pack(0, t.producer_id, t.first_offset, t.last_offset,
-                                                  t.last_stable_offset) for t in entries)
-            path = local_log.txn_index_path(base)
-            if not self.fs.exists(path) or read_whole_file(self.fs, path, TXN_INDEX_SIZE_MAX_BYTES) != data:
-                write_file_atomically(self.fs, path, data)
 
     def _check_append_size(self, size_bytes: int) -> None:
         if size_bytes > self.config.segment_bytes:
@@ -573,22 +473,13 @@ class Log:
         if timestamp_ms in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             start = self._log_start_offset
             return OffsetAndTimestamp(start, -1, cache.epoch_for_offset(start))
-        segments = self._local_log.segments
         if timestamp_ms == LATEST_TIMESTAMP:
             return OffsetAndTimestamp(self._local_log.log_end_offset, -1, cache.latest_epoch)
         if timestamp_ms == MAX_TIMESTAMP:
-            segment = max(segments, key=lambda s: s.max_timestamp)  # the first of equals
-            if segment.max_timestamp < 0:
-                return None
-            return segment.find_offset_by_timestamp(segment.max_timestamp, self._log_start_offset)
+            return self._local_log.find_offset_of_max_timestamp(self._log_start_offset)
         if timestamp_ms < 0:
             raise ValueError(f"timestamp {timestamp_ms} is neither a time nor a special value")
-        for segment in segments:
-            if segment.max_timestamp >= timestamp_ms:
-                found = segment.find_offset_by_timestamp(timestamp_ms, self._log_start_offset)
-                if found is not None:
-                    return found
-        return None
+        return self._local_log.find_offset_by_timestamp(timestamp_ms, self._log_start_offset)
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
         """``(epoch, end offset)`` as Kafka's ``LeaderEpochFileCache.endOffsetFor`` gives it;
@@ -636,15 +527,13 @@ class Log:
         if offset <= self._log_start_offset:
             return False
         self._set_log_start_offset(offset)
-        self._delete_segments(lambda segment, following: following is not None
-                              and following.base_offset <= self._log_start_offset)
+        self._delete_segments(below_log_start_offset(offset))
         return True
 
     def _set_log_start_offset(self, offset: int) -> None:
         self._log_start_offset = offset
         self._producer_state.truncate_head(offset)
-        if self._aborted and self._aborted[0].last_offset < offset:
-            self._aborted = [txn for txn in self._aborted if txn.last_offset >= offset]
+        self._txn_index.truncate_head(offset)
         self._local_log.raise_recovery_point(offset)  # nothing below needs recovery
         self._leader_epoch_cache.truncate_from_start(offset)
         self._check_segments()
@@ -662,39 +551,18 @@ class Log:
         """
         now_ms = self.clock.now_ms()
         config = self.config
-        deleted = self._delete_segments(lambda segment, following: following is not None
-                                        and following.base_offset <= self._log_start_offset)
+        deleted = self._delete_segments(below_log_start_offset(self._log_start_offset))
         if not config.delete:
             return deleted
         if config.retention_ms >= 0:
-            deleted += self._delete_segments(
-                lambda segment, following: now_ms - segment.largest_timestamp > config.retention_ms)
+            deleted += self._delete_segments(retention_ms_breached(config.retention_ms, now_ms))
         if config.retention_bytes >= 0:
-            excess = self.size_bytes - config.retention_bytes
-
-            def over_retention_bytes(segment: LogSegment, following) -> bool:
-                nonlocal excess
-                if excess - segment.size_bytes < 0:
-                    return False
-                excess -= segment.size_bytes
-                return True
-
-            deleted += self._delete_segments(over_retention_bytes)
+            deleted += self._delete_segments(retention_bytes_breached(config.retention_bytes, self.size_bytes))
         return deleted
 
-    def _delete_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool]) -> int:
+    def _delete_segments(self, rule: Rule) -> int:
         local_log = self._local_log
-        segments = local_log.segments
-        count = 0
-        while count < len(segments):
-            segment = segments[count]
-            following = segments[count + 1] if count + 1 < len(segments) else None
-            upper_bound = following.base_offset if following is not None else local_log.log_end_offset
-            if following is None and segment.size_bytes == 0:
-                break
-            if self._high_watermark < upper_bound or not predicate(segment, following):
-                break
-            count += 1
+        count = deletable_segment_count(local_log.segments, local_log.log_end_offset, self._high_watermark, rule)
         if count == 0:
             return 0
         local_log.delete_oldest_segments(count)
@@ -766,7 +634,7 @@ class Log:
         if offset < 0:
             raise ValueError(f"cannot start a log at negative offset {offset}")
         self._local_log.truncate_fully_and_start_at(offset)
-        self._aborted = []
+        self._txn_index.aborted = []
         self._leader_epoch_cache.clear()
         self._producer_state.clear()
         self._log_start_offset = self._high_watermark = offset
