@@ -2,9 +2,11 @@
 
 Layers, bottom up: ``files`` (every byte goes through a ``FileSystem``; tests crash
 it), ``checkpoint`` (Kafka's text files), ``index`` and ``segment`` (one
-``.log``/``.index``/``.timeindex`` triple), ``epoch_cache``, ``log`` (one
-partition) with ``log_loader`` (open + recovery), ``log_manager`` (log
-directories). See docs/storage.md.
+``.log``/``.index``/``.timeindex`` triple), ``epoch_cache``, ``local_log`` (one
+partition's segments, Kafka's ``LocalLog``), ``log`` (the partition on top,
+Kafka's ``UnifiedLog``, with ``producer_state_files`` and ``retention``) and
+``log_loader`` (open + recovery), ``log_manager`` (log directories). See
+docs/storage.md.
 """
 
 from tidelog.storage.config import LogConfig

@@ -121,7 +121,7 @@ class LogManager:
         self.fs = fs or RealFileSystem()
         self.default_config = default_config or LogConfig()
         self.topic_configs = dict(topic_configs or {})
-        self._background = background           # where a roll's fsync runs (Log._flush_in_background)
+        self._background = background           # where a roll's fsync runs (LocalLog._flush_in_background)
         self._logs: dict[TopicPartition, Log] = {}
         self._topic_ids: dict[TopicPartition, uuid.UUID] = {}    # partition.metadata, as read or written
         self._dir_of: _CountedDict[TopicPartition, str] = _CountedDict()   # changes counted: placements_version
