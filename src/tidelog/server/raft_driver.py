@@ -642,8 +642,10 @@ class RaftDriver:
             else:
                 end, fetched = progress.get(replica_id, (-1, -1))
             last_fetch = wall_ms - (now_ms - fetched) if fetched >= 0 else -1
-            directory = directories.get(replica_id) or (replica.directory_id if replica_id == self.node_id
-                                                        else replica.fetcher_directory(replica_id))
+            # A voter's directory id is its VotersRecord entry's (none in a static quorum, as
+            # Kafka's); an observer's is the one its fetches name.
+            directory = directories.get(replica_id, "") if replica_id in replica.voters \
+                else replica.fetcher_directory(replica_id)
             return {"replica_id": replica_id, "replica_directory_id": uuid.UUID(directory) if directory else ZERO_UUID,
                     "log_end_offset": end, "last_fetch_timestamp": last_fetch,
                     "last_caught_up_timestamp": last_fetch if end >= replica.high_watermark else -1}
