@@ -46,45 +46,12 @@ def _run_one(job, echo: bool = False):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tidelog.sim", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seed", type=int, help="run (replay) one seed")
-    parser.add_argument("--seeds", help="a range or list of seeds: 0-999 or 1,5,9")
-    parser.add_argument("--long", action="store_true", help="longer fault phases (sim-long)")
-    parser.add_argument("--defect", help="plant a defect (see tidelog/sim/defects.py)")
-    parser.add_argument("--trace", action="store_true", help="print every event")
-    parser.add_argument("--tail", type=int, default=60, help="trace lines shown on failure (default 60)")
-    parser.add_argument("--scenario", help="run a named fault scenario; 'list' lists them")
-    parser.add_argument("--digest", action="store_true", help="print the trace digest")
-    parser.add_argument("--keep-going", action="store_true", help="with --seeds: do not stop at a failure")
-    parser.add_argument("--jobs", type=int, default=1, help="run seeds in this many processes")
-    parser.add_argument("--controllers", type=int, choices=(1, 3, 5),
-                        help="force the size of the controller quorum (default: chosen per seed)")
-    parser.add_argument("--elr", choices=("on", "off"), default="on",
-                        help="eligible leader replicas (KIP-966) finalized in the new cluster: on (Kafka "
-                             "4.4's default) or off (then the last replica standing is excused)")
-    args = parser.parse_args(argv)
-    elr = args.elr == "on"
-
-    from tidelog.sim.config import RunStats
-    from tidelog.sim.loop import Trace
-
+    args = _parser().parse_args(argv)
     if args.scenario:
-        from tidelog.sim.scenarios import SCENARIOS, run_scenario
-        if args.scenario == "list":
-            for name, scenario in SCENARIOS.items():
-                print(f"{name:<28} {scenario.expected}")
-            return 0
-        from tidelog.sim.disk import scratch_directory
-        directory = scratch_directory("tidelog-sim-")
-        try:
-            outcome = run_scenario(args.scenario, directory, defect=args.defect,
-                                   trace=Trace(echo=args.trace))
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
-        print(outcome.report())
-        return 0 if outcome.as_expected else 1
+        return _run_scenario(args)
+    from tidelog.sim.config import RunStats
 
+    elr = args.elr == "on"
     seeds = [args.seed] if args.seed is not None else _seeds(args.seeds or "0-49")
     total, failures, started = RunStats(), [], time.monotonic()
     if args.jobs > 1 and len(seeds) > 1:
@@ -110,42 +77,91 @@ def main(argv: list[str] | None = None) -> int:
         failures.append(result)
         print(result.summary(), flush=True)
         if len(seeds) == 1 or not args.keep_going:
-            print(f"  {result.detail}")
-            if not args.trace:
-                print(f"  last {args.tail} events:")
-                for line in result.trace_tail[-args.tail:]:
-                    print(f"    {line}")
-            print(f"  replay: python -m tidelog.sim --seed {result.seed}"
-                  + (" --long" if args.long else "") + (f" --defect {args.defect}" if args.defect else "")
-                  + (f" --controllers {args.controllers}" if args.controllers else "")
-                  + (" --elr off" if not elr else "") + " --trace")
+            _print_failure(result, args)
             if not args.keep_going:
                 break
     if pool is not None:
         pool.shutdown(cancel_futures=True)
-    elapsed = time.monotonic() - started
+    if len(seeds) > 1:
+        passed = len(seeds) - len(failures) if not failures or args.keep_going else "?"
+        _print_totals(total, sizes, f"{passed} of {len(seeds)} seeds passed in {time.monotonic() - started:.1f} s")
+    return 1 if failures else 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tidelog.sim", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, help="run (replay) one seed")
+    parser.add_argument("--seeds", help="a range or list of seeds: 0-999 or 1,5,9")
+    parser.add_argument("--long", action="store_true", help="longer fault phases (sim-long)")
+    parser.add_argument("--defect", help="plant a defect (see tidelog/sim/defects.py)")
+    parser.add_argument("--trace", action="store_true", help="print every event")
+    parser.add_argument("--tail", type=int, default=60, help="trace lines shown on failure (default 60)")
+    parser.add_argument("--scenario", help="run a named fault scenario; 'list' lists them")
+    parser.add_argument("--digest", action="store_true", help="print the trace digest")
+    parser.add_argument("--keep-going", action="store_true", help="with --seeds: do not stop at a failure")
+    parser.add_argument("--jobs", type=int, default=1, help="run seeds in this many processes")
+    parser.add_argument("--controllers", type=int, choices=(1, 3, 5),
+                        help="force the size of the controller quorum (default: chosen per seed)")
+    parser.add_argument("--elr", choices=("on", "off"), default="on",
+                        help="eligible leader replicas (KIP-966) finalized in the new cluster: on (Kafka "
+                             "4.4's default) or off (then the last replica standing is excused)")
+    return parser
+
+
+def _run_scenario(args) -> int:
+    """``--scenario NAME`` (or ``list``): 0 if it ends as the scenario expects."""
+    from tidelog.sim.loop import Trace
+    from tidelog.sim.scenarios import SCENARIOS, run_scenario
+    if args.scenario == "list":
+        for name, scenario in SCENARIOS.items():
+            print(f"{name:<28} {scenario.expected}")
+        return 0
+    from tidelog.sim.disk import scratch_directory
+    directory = scratch_directory("tidelog-sim-")
+    try:
+        outcome = run_scenario(args.scenario, directory, defect=args.defect,
+                               trace=Trace(echo=args.trace))
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    print(outcome.report())
+    return 0 if outcome.as_expected else 1
+
+
+def _print_failure(result, args) -> None:
+    """What failed, the trace's last events, and the command that replays the seed."""
+    print(f"  {result.detail}")
+    if not args.trace:
+        print(f"  last {args.tail} events:")
+        for line in result.trace_tail[-args.tail:]:
+            print(f"    {line}")
+    print(f"  replay: python -m tidelog.sim --seed {result.seed}"
+          + (" --long" if args.long else "") + (f" --defect {args.defect}" if args.defect else "")
+          + (f" --controllers {args.controllers}" if args.controllers else "")
+          + (" --elr off" if args.elr != "on" else "") + " --trace")
+
+
+def _print_totals(total, sizes: dict[int, int], headline: str) -> None:
+    """One line adding up a run of many seeds (``RunStats``), after ``headline``."""
     quorums = ", ".join(f"{n} seeds with {size} controller{'s' if size > 1 else ''}"
                         for size, n in sorted(sizes.items()))
-    if len(seeds) > 1:
-        acked = ", ".join(f"acks={k}: {v}" for k, v in sorted(total.acked.items()))
-        print(f"{len(seeds) - len(failures) if not failures or args.keep_going else '?'} of {len(seeds)} seeds "
-              f"passed in {elapsed:.1f} s: {total.events} events, {total.sim_ms / 1000:.0f} s simulated, "
-              f"{total.produce_requests} produce requests, acknowledged records ({acked}), "
-              f"{total.consumed} records consumed, faults {sum(total.faults.values())} "
-              f"({', '.join(f'{k} {v}' for k, v in sorted(total.faults.items()))}), acks=all lost "
-              f"{total.acked_all_lost}, excused losses {total.excused_losses} ({total.excused_losses_clean} on "
-              f"clean-election topics; history resets {total.history_resets}: "
-              f"{', '.join(f'{k} {v}' for k, v in sorted(total.reset_reasons.items()))}); groups: "
-              f"{total.group_commits} commits acknowledged ({total.group_commits_excused} excused), "
-              f"{total.rebalances} generations assigned, {total.coordinator_moves} coordinator moves, "
-              f"member faults {sum(total.member_faults.values())} ({', '.join(f'{k} {v}' for k, v in sorted(total.member_faults.items()))}); "
-              f"transactions: {', '.join(f'{k} {v}' for k, v in sorted(total.transactions.items())) or 'none'}; "
-              f"controller quorum: {quorums}, {total.controller_elections} Raft leaders elected, "
-              f"{total.controller_activations} activations, controller faults "
-              f"{sum(total.controller_faults.values())} "
-              f"({', '.join(f'{k} {v}' for k, v in sorted(total.controller_faults.items()))}), "
-              f"{total.metadata_records_committed} metadata offsets committed")
-    return 1 if failures else 0
+    acked = ", ".join(f"acks={k}: {v}" for k, v in sorted(total.acked.items()))
+    print(f"{headline}: {total.events} events, {total.sim_ms / 1000:.0f} s simulated, "
+          f"{total.produce_requests} produce requests, acknowledged records ({acked}), "
+          f"{total.consumed} records consumed, faults {sum(total.faults.values())} "
+          f"({', '.join(f'{k} {v}' for k, v in sorted(total.faults.items()))}), acks=all lost "
+          f"{total.acked_all_lost}, excused losses {total.excused_losses} ({total.excused_losses_clean} on "
+          f"clean-election topics; history resets {total.history_resets}: "
+          f"{', '.join(f'{k} {v}' for k, v in sorted(total.reset_reasons.items()))}); groups: "
+          f"{total.group_commits} commits acknowledged ({total.group_commits_excused} excused), "
+          f"{total.rebalances} generations assigned, {total.coordinator_moves} coordinator moves, "
+          f"member faults {sum(total.member_faults.values())} ({', '.join(f'{k} {v}' for k, v in sorted(total.member_faults.items()))}); "
+          f"transactions: {', '.join(f'{k} {v}' for k, v in sorted(total.transactions.items())) or 'none'}; "
+          f"controller quorum: {quorums}, {total.controller_elections} Raft leaders elected, "
+          f"{total.controller_activations} activations, controller faults "
+          f"{sum(total.controller_faults.values())} "
+          f"({', '.join(f'{k} {v}' for k, v in sorted(total.controller_faults.items()))}), "
+          f"{total.metadata_records_committed} metadata offsets committed")
 
 
 if __name__ == "__main__":

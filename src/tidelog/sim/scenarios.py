@@ -712,7 +712,16 @@ def replication_steps(s: Script) -> tuple[bool, dict]:
     s.expect("1-2. the leader's (LEO, HW) after appending m0-m4", (s.leo(leader), s.hw(leader)), (5, 5))
     healed = s.mark()
     s.sim.network.heal()
+    answered = _first_fetch_round(s, leader, follower, epoch, healed)
+    _back_into_the_isr(s, leader, follower, epoch, answered)
+    _acks_all_write(s, leader, follower)
+    s.converge([leader, follower])
+    return s.outcome()
 
+
+def _first_fetch_round(s: Script, leader: int, follower: int, epoch: int, healed: int) -> int:
+    """Steps 3-9 of ``replication_steps``: the follower's first fetch after ``healed``, the
+    leader's side of it, its answer and the follower's append; returns the mark after the answer."""
     fetch = s.wait_request(FetchRequestPlan, "b2", "b1", "the follower's first fetch after healing", healed)
     asked = fetch.message.body.partitions[TP]
     s.expect("3. fetch (offset, current leader epoch, last fetched epoch, log start)",
@@ -732,7 +741,12 @@ def replication_steps(s: Script) -> tuple[bool, dict]:
              (ErrorCode.NONE, 5, 0, [(i, f"m{i}".encode()) for i in range(5)]))
     s.wait(lambda: s.leo(follower) == 5, "the follower appended the answer")
     s.expect("8-9. the follower's (LEO, HW)", (s.leo(follower), s.hw(follower)), (5, 5))
+    return answered
 
+
+def _back_into_the_isr(s: Script, leader: int, follower: int, epoch: int, answered: int) -> None:
+    """The follower's next fetch (after ``answered``) reaches the leader's LEO: the leader
+    proposes it back into the ISR and the controller commits that."""
     fetch = s.wait_request(FetchRequestPlan, "b2", "b1", "the follower's next fetch", answered)
     asked = fetch.message.body.partitions[TP]
     s.expect("next fetch (offset, last fetched epoch)", (asked.fetch_offset, asked.last_fetched_epoch), (5, epoch))
@@ -747,6 +761,10 @@ def replication_steps(s: Script) -> tuple[bool, dict]:
            "AlterPartition committed")
     s.expect("ISR (controller, leader)", (s.isr(), s.partition(leader).isr), ((1, 2), (1, 2)))
 
+
+def _acks_all_write(s: Script, leader: int, follower: int) -> None:
+    """An acks=all write: answered once the follower's fetch past it moves the leader's HW;
+    the follower learns that HW one round trip later."""
     box = s.client.produce(leader, TP, [b"m5"], -1)
     s.wait(lambda: s.leo(leader) == 6, "the leader appended m5")
     s.expect("acks=all: (answered, leader HW) right after the append", ("error_code" in box, s.hw(leader)), (False, 5))
@@ -758,8 +776,6 @@ def replication_steps(s: Script) -> tuple[bool, dict]:
     s.wait(lambda: "error_code" in box, "the acks=all answer")
     s.expect("acks=all answer", ErrorCode(box["error_code"]).name, "NONE")
     s.wait(lambda: s.hw(follower) == 6, "the follower learns HW 6")
-    s.converge([leader, follower])
-    return s.outcome()
 
 
 # ---------------------------------------------------------------------- DeleteRecords
