@@ -38,7 +38,7 @@ def _format(cluster: ProcessCluster, node, *how: str) -> None:
     layout = cluster.layout
     data = os.path.join(cluster._node_dir(node), "data")
     result = subprocess.run(
-        [sys.executable, "-m", "tidelog.cli.main", "format", "--cluster-id", layout.cluster_id,
+        [sys.executable, "-m", "tidelog.cli.main", "format", f"--cluster-id={layout.cluster_id}",
          "--override", f"node.id={node.node_id}", "--override", "process.roles=controller",
          "--override", f"log.dirs={data}", "--override", f"listeners=CONTROLLER://{layout.host}:{node.port}",
          *how], capture_output=True, text=True, timeout=60)

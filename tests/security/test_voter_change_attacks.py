@@ -45,7 +45,7 @@ def cluster(tmp_path_factory):
     layout.overrides.update({"controller.quorum.voters": "",
                              "controller.quorum.bootstrap.servers": f"{layout.host}:{controller.port}"})
     result = subprocess.run(
-        [sys.executable, "-m", "tidelog.cli.main", "format", "--cluster-id", layout.cluster_id, "--standalone",
+        [sys.executable, "-m", "tidelog.cli.main", "format", f"--cluster-id={layout.cluster_id}", "--standalone",
          "--override", f"node.id={controller.node_id}", "--override", "process.roles=controller",
          "--override", f"log.dirs={os.path.join(processes._node_dir(controller), 'data')}",
          "--override", f"listeners=CONTROLLER://{layout.host}:{controller.port}"],
