@@ -24,7 +24,10 @@ Inputs, each a method that returns the effects to carry out, in order:
                                              retention, heartbeat, AlterPartition,
                                              AssignReplicasToDirs, the group
                                              coordinator's deadlines, a step of each
-                                             replica moving between log directories
+                                             replica moving between log directories,
+                                             ResolveInDoubt for a transaction an
+                                             unclean election left in doubt
+    on_in_doubt_answer                     → a doubt still open is asked about again
     alter_replica_log_dirs(dirs)           → AlterReplicaLogDirs: moves started
     on_stop_requested(now_ms)              → controlled shutdown, or StopNow
     shutdown()                             → final checkpoints; logs closed
@@ -174,8 +177,21 @@ class StopNow:
     reason: str
 
 
+@dataclass(frozen=True)
+class ResolveInDoubt:
+    """Ask the coordinators about producer ``producer_id``'s transaction this leader holds
+    in doubt at ``producer_epoch`` since its unclean election at ``leader_epoch``, and
+    write the verdict's marker (``TxnRequests.resolve_in_doubt``); the outcome comes
+    back as ``on_in_doubt_answer``."""
+
+    topic_partition: TopicPartition
+    producer_id: int
+    producer_epoch: int
+    leader_epoch: int
+
+
 Effect = (SendRegistration | SendHeartbeat | SendAlterPartition | SendAssignReplicasToDirs | FetcherAdded
-          | FetcherRemoved | StateChanged | MetadataPublished | StopNow)
+          | FetcherRemoved | StateChanged | MetadataPublished | StopNow | ResolveInDoubt)
 
 
 class BrokerNode:
@@ -247,8 +263,8 @@ class BrokerNode:
         self._next_isr_check_ms = 0
         self._next_high_watermark_checkpoint_ms = 0
         self._next_recovery_checkpoint_ms = 0
-        self._next_retention_ms = 0
-        self._next_producer_expiration_ms = 0
+        self._next_retention_ms = self._next_producer_expiration_ms = 0
+        self._partitions_in_doubt: set[TopicPartition] = set()    # led here, transactions in doubt
 
     # ============================================================ inputs
 
@@ -403,6 +419,17 @@ class BrokerNode:
             return self._drain()
         self._maybe_send_alter_partition()
         self._maybe_send_assignments(now_ms)
+        self._ask_about_transactions_in_doubt(now_ms)
+        return self._drain()
+
+    def on_in_doubt_answer(self, asked: ResolveInDoubt, answered: bool, reason: str, now_ms: int) -> list[Effect]:
+        """The outcome of a ``ResolveInDoubt`` (``answered`` False: no answer, or the
+        verdict's marker was not written): a transaction still in doubt is asked about
+        again after a backoff."""
+        partition = self.replica_manager.get_partition(asked.topic_partition)
+        if partition is not None:
+            partition.on_in_doubt_answer(asked.producer_id, asked.producer_epoch, asked.leader_epoch, answered,
+                                         reason, now_ms)
         return self._drain()
 
     def on_stop_requested(self, now_ms: int) -> list[Effect]:
@@ -455,6 +482,10 @@ class BrokerNode:
                       self._shutdown_deadline_ms, self.replica_manager.next_deadline_ms()]
         if self.log_manager.has_future_work():
             candidates.append(self.clock.monotonic_ms() + REPLICA_MOVE_INTERVAL_MS)
+        for tp in self._partitions_in_doubt:
+            partition = self.replica_manager.get_partition(tp)
+            if partition is not None and partition.is_leader:
+                candidates.append(partition.next_in_doubt_question_ms())
         for coordinator in (self.group_coordinator, self.txn_coordinator):
             deadline = coordinator.next_wakeup_ms()      # on the coordinator's clock (monotonic or wall)
             if deadline is not None:
@@ -601,6 +632,8 @@ class BrokerNode:
             partition = self.replica_manager.get_partition(tp)
             if restored is not None and partition is not None and partition.is_leader:
                 partition.log.update_high_watermark(min(restored, partition.log.log_end_offset))
+            if partition is not None and partition.transactions_in_doubt:
+                self._partitions_in_doubt.add(tp)
         self._apply_config_changes()
         self.group_coordinator.reconcile(self.group_coordinator.now_ms())
         self.txn_coordinator.reconcile(self.txn_coordinator.now_ms())
@@ -706,6 +739,18 @@ class BrokerNode:
             self._isr_in_flight = True
             self._effects.append(SendAlterPartition(
                 AlterPartitionRequest(self.node_id, self.broker_epoch, tuple(items)), sent))
+
+    def _ask_about_transactions_in_doubt(self, now_ms: int) -> None:
+        """A ``ResolveInDoubt`` for each transaction in doubt whose question is due
+        (``Partition.in_doubt_questions_due``); a partition whose doubts are settled, or
+        that this broker no longer leads, is forgotten."""
+        for tp in sorted(self._partitions_in_doubt):
+            partition = self.replica_manager.get_partition(tp)
+            if partition is None or not partition.is_leader or not partition.transactions_in_doubt:
+                self._partitions_in_doubt.discard(tp)
+                continue
+            for producer_id, epoch in partition.in_doubt_questions_due(now_ms):
+                self._effects.append(ResolveInDoubt(tp, producer_id, epoch, partition.leader_epoch))
 
     def _maybe_send_assignments(self, now_ms: int) -> None:
         """AssignReplicasToDirs for each hosted replica whose log is not where the

@@ -50,6 +50,10 @@ PRODUCER_EPOCH_MAX = 0x7FFF        # a producer epoch is an int16
 UNDEFINED_OFFSET = -1
 NO_TIMESTAMP = -1
 LATEST_TIERED_TIMESTAMP = -5       # ListOffsets: the last tiered offset (no tiered storage: none, -1)
+# A transaction in doubt after an unclean election: its coordinators are asked at once, then
+# again after a backoff doubling from MIN to MAX while they have not settled it.
+IN_DOUBT_QUESTION_BACKOFF_MS_MIN = 100
+IN_DOUBT_QUESTION_BACKOFF_MS_MAX = 10_000
 
 
 class Isolation(enum.IntEnum):
@@ -210,6 +214,9 @@ class Partition:
         # open, until its coordinator's marker (or a newer epoch of the producer) settles it
         # (``transactions_in_doubt_after_recovery``). Memory only, per leader epoch.
         self.transactions_in_doubt: dict[int, int] = {}
+        # Leader only: producer id -> [when to ask its coordinators next (None: a question is
+        # out), questions asked], for each transaction in doubt (``in_doubt_questions_due``).
+        self._in_doubt_asks: dict[int, list] = {}
 
     def __repr__(self) -> str:
         return (f"Partition({self.topic_partition}, broker={self.local_broker_id}, leader={self.leader}, "
@@ -253,6 +260,7 @@ class Partition:
             self.leader_epoch = state.leader_epoch
             self.transactions_in_doubt = (self.transactions_in_doubt_after_recovery()
                                           if state.leader_recovery_state == RECOVERING else {})
+            self._in_doubt_asks = {producer_id: [0, 0] for producer_id in self.transactions_in_doubt}
         else:
             # Same leader epoch: only the assignment or ISR changed; states are kept.
             self.replica_states = {r: self.replica_states.get(r) or ReplicaState(r) for r in followers}
@@ -282,6 +290,7 @@ class Partition:
         self.replica_states = {}
         self.leader_epoch_start_offset = None
         self.transactions_in_doubt = {}
+        self._in_doubt_asks = {}
         self.partition_epoch = state.partition_epoch
         self.leader_recovery_state = state.leader_recovery_state
         return bumped
@@ -298,18 +307,28 @@ class Partition:
         1375, 1086, 5335, 5434: aborting there lost transactions the coordinator had
         committed). It cannot tell which, so it decides nothing alone; it refuses the
         producer's records at that epoch (INVALID_PRODUCER_EPOCH: a record joining the
-        open transaction might join one whose marker was lost) and waits for the
-        coordinator: its marker settles the transaction as the coordinator decided
-        (``append_records_to_leader``), and a batch of the producer at a newer epoch
-        proves the coordinator has finished with the old one (a producer's epoch moves
-        only once its transaction is completed, or aborted at the new epoch), so the
-        leader aborts it then (``abort_in_doubt_transaction``)."""
+        open transaction might join one whose marker was lost) and settles each as the
+        coordinator says: its marker (``append_records_to_leader``), or its answer to the
+        question this leader asks it (``in_doubt_questions_due``: the verdict's marker is
+        written as the coordinator's, ``tidelog.txn.in_doubt``). A batch of the producer
+        at a newer epoch proves the coordinator has finished with the old one (a
+        producer's epoch moves only once its transaction is completed, or aborted at the
+        new epoch), so the leader aborts it then (``abort_in_doubt_transaction``)."""
         in_doubt = {producer_id: epoch for producer_id, epoch, _, _, _, first_offset in self.log.active_producers()
                     if first_offset >= 0}
         if in_doubt:
             logger.warning("%s: elected RECOVERING at leader epoch %d; transactions left open (producer: epoch) "
                            "wait for their coordinator: %s", self.topic_partition, self.leader_epoch, in_doubt)
         return in_doubt
+
+    def in_doubt_coordinator_epoch(self, producer_id: int) -> int | None:
+        """The coordinator epoch a marker settling ``producer_id``'s doubted transaction
+        carries: the last this partition saw, so the real coordinator's later markers are
+        not fenced. None if the transaction is no longer open here."""
+        for pid, _, _, _, coordinator_epoch, first_offset in self.log.active_producers():
+            if pid == producer_id and first_offset >= 0:
+                return coordinator_epoch
+        return None
 
     def abort_in_doubt_transaction(self, producer_id: int) -> tuple[int, int, int] | None:
         """Abort the in-doubt transaction of ``producer_id``: an ABORT marker at its epoch
@@ -318,16 +337,50 @@ class Partition:
         fenced epoch, first offset)``, or None if it is no longer open."""
         epoch = self.transactions_in_doubt.pop(producer_id)
         log = self.log
-        for pid, _, _, _, coordinator_epoch, first_offset in log.active_producers():
-            if pid == producer_id and first_offset >= 0:
-                marker = build_marker(producer_id, min(epoch + 1, PRODUCER_EPOCH_MAX), False, coordinator_epoch,
-                                      log.clock.now_ms())
-                log.append_as_leader(marker, self.leader_epoch, from_coordinator=True)
-                logger.warning("%s: aborted the in-doubt transaction of producer %d (epoch %d, first offset %d): "
-                               "the producer came back at a newer epoch", self.topic_partition, producer_id,
-                               epoch, first_offset)
-                return producer_id, epoch, first_offset
-        return None
+        coordinator_epoch = self.in_doubt_coordinator_epoch(producer_id)
+        if coordinator_epoch is None:
+            return None
+        first_offset = log.ongoing_transactions()[producer_id]
+        marker = build_marker(producer_id, min(epoch + 1, PRODUCER_EPOCH_MAX), False, coordinator_epoch,
+                              log.clock.now_ms())
+        log.append_as_leader(marker, self.leader_epoch, from_coordinator=True)
+        logger.warning("%s: aborted the in-doubt transaction of producer %d (epoch %d, first offset %d): "
+                       "the producer came back at a newer epoch", self.topic_partition, producer_id,
+                       epoch, first_offset)
+        return producer_id, epoch, first_offset
+
+    def in_doubt_questions_due(self, now_ms: int) -> list[tuple[int, int]]:
+        """``(producer id, epoch)`` of each transaction in doubt whose coordinators are due
+        to be asked; its question is then out until ``on_in_doubt_answer``."""
+        due = []
+        for producer_id, ask in list(self._in_doubt_asks.items()):
+            if producer_id not in self.transactions_in_doubt:
+                del self._in_doubt_asks[producer_id]            # settled meanwhile
+            elif ask[0] is not None and ask[0] <= now_ms:
+                ask[0], ask[1] = None, ask[1] + 1
+                due.append((producer_id, self.transactions_in_doubt[producer_id]))
+        return due
+
+    def next_in_doubt_question_ms(self) -> int | None:
+        due = [ask[0] for producer_id, ask in self._in_doubt_asks.items()
+               if ask[0] is not None and producer_id in self.transactions_in_doubt]
+        return min(due) if due else None
+
+    def on_in_doubt_answer(self, producer_id: int, epoch: int, leader_epoch: int, answered: bool, reason: str,
+                           now_ms: int) -> None:
+        """The answer to a question ``in_doubt_questions_due`` gave out. A transaction still
+        in doubt (the coordinator has not decided, no answer came, or the verdict's marker
+        was not written) is asked about again after a backoff that doubles up to
+        ``IN_DOUBT_QUESTION_BACKOFF_MS_MAX``."""
+        ask = self._in_doubt_asks.get(producer_id)
+        if ask is None or leader_epoch != self.leader_epoch or self.transactions_in_doubt.get(producer_id) != epoch:
+            return                                             # settled, or another leader epoch
+        backoff_ms = min(IN_DOUBT_QUESTION_BACKOFF_MS_MIN << min(ask[1] - 1, 16), IN_DOUBT_QUESTION_BACKOFF_MS_MAX)
+        ask[0] = now_ms + backoff_ms
+        logger.log(logging.INFO if answered else logging.WARNING,
+                   "%s: the transaction of producer %d at epoch %d is still in doubt after %d questions to its "
+                   "coordinators (%s); asking again in %d ms", self.topic_partition, producer_id, epoch, ask[1],
+                   reason, backoff_ms)
 
     def _settle_transactions_in_doubt(self, records: bytes, from_coordinator: bool) -> None:
         """Before an append on a leader with transactions in doubt: a client's batch at the

@@ -53,6 +53,7 @@ from tidelog.broker.node import (
     FetcherAdded,
     FetcherRemoved,
     MetadataPublished,
+    ResolveInDoubt,
     SendAlterPartition,
     SendAssignReplicasToDirs,
     SendHeartbeat,
@@ -458,6 +459,10 @@ class Server:
                 self._record_state_changes(lambda log_: log_.on_broker_state(effect.old, effect.new, effect.reason))
                 if effect.new == BrokerState.RUNNING:
                     self._running.set()
+            elif isinstance(effect, ResolveInDoubt):
+                self.txn_apis.requests.resolve_in_doubt(
+                    effect, lambda answered, reason, asked=effect: self._carry_out(
+                        lambda node: node.on_in_doubt_answer(asked, answered, reason, node.clock.monotonic_ms())))
             elif isinstance(effect, StopNow):
                 logger.info("stopping: %s", effect.reason)
                 self._stop_now.set()

@@ -32,6 +32,7 @@ from tidelog.broker.requests import (
     TxnRequests,
     WriteTxnMarkers,
 )
+from tidelog.broker.requests.effects import SendDescribeTransactions, SendListTransactions
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.group.coordinator import OFFSETS_TOPIC
@@ -271,6 +272,10 @@ class TxnApis:
             self.channel.send_markers(effect)
         elif isinstance(effect, SendAddPartitionsToTxn):
             self.channel.send_add_partitions(effect)
+        elif isinstance(effect, SendListTransactions):
+            self.channel.send_list_transactions(effect)
+        elif isinstance(effect, SendDescribeTransactions):
+            self.channel.send_describe_transactions(effect)
         else:
             raise AssertionError(f"unknown effect {effect!r}")
 
@@ -385,8 +390,9 @@ class TxnApis:
 
 
 class MarkerChannel:
-    """Requests to other brokers (WriteTxnMarkers, verifications): one connection per
-    broker, opened on demand and dropped on any failure (the caller retries)."""
+    """Requests to other brokers (WriteTxnMarkers, verifications, an uncleanly elected
+    leader's ListTransactions / DescribeTransactions): one connection per broker, opened
+    on demand and dropped on any failure (the caller retries)."""
 
     def __init__(self, node, listener_name: str, security=None):
         self.node = node
@@ -420,6 +426,27 @@ class MarkerChannel:
                     for result in response.results_by_transaction for topic in result.topic_results
                     for p in topic.results_by_partition}
         self._send(effect, ApiKey.ADD_PARTITIONS_TO_TXN, body, answer)
+
+    def send_list_transactions(self, effect: SendListTransactions) -> None:
+        """ListTransactions v1 filtered by one producer id (an uncleanly elected leader's
+        question); ``(transactional id, producer id, state)`` rows, or None on an error."""
+        def answer(response):
+            if ErrorCode(response.error_code.value) != ErrorCode.NONE:
+                return None
+            return [(t.transactional_id, int(t.producer_id), t.transaction_state) for t in response.transaction_states]
+        self._send(effect, ApiKey.LIST_TRANSACTIONS, {"state_filters": [], "producer_id_filters": [effect.producer_id],
+                                                      "duration_filter": -1}, answer)
+
+    def send_describe_transactions(self, effect: SendDescribeTransactions) -> None:
+        """DescribeTransactions of one id at its coordinator: ``(state, producer id, epoch)``,
+        "unknown" (TRANSACTIONAL_ID_NOT_FOUND) or None."""
+        def answer(response):
+            state = response.transaction_states[0]
+            error = ErrorCode(state.error_code.value)
+            if error != ErrorCode.NONE:
+                return "unknown" if error == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND else None
+            return state.transaction_state, int(state.producer_id), int(state.producer_epoch)
+        self._send(effect, ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [effect.transactional_id]}, answer)
 
     def _send(self, effect, api_key: int, body: dict, read: Callable) -> None:
         async def send() -> None:

@@ -29,7 +29,11 @@ requests from brokers and clients      the request layer
                                        Produce, Fetch, ClientFetch, FindCoordinator,
                                        WriteTxnMarkers, AddPartitionsToTxn
 ``SendMarkers`` /                      an RPC to that broker; the answer (None on
-``SendAddPartitionsToTxn``             failure) goes to the effect's ``on_done``
+``SendAddPartitionsToTxn`` /           failure) goes to the effect's ``on_done``
+``SendListTransactions`` /
+``SendDescribeTransactions``
+``ResolveInDoubt``                     the request layer's ``resolve_in_doubt``; its
+                                       outcome back as ``on_in_doubt_answer``
 group requests from members            the request layer (``GroupRequests``)
 =====================================  =========================================
 
@@ -66,12 +70,14 @@ from tidelog.broker.requests import (
     SendMarkers,
     TxnRequests,
 )
+from tidelog.broker.requests.effects import SendDescribeTransactions, SendListTransactions
 from tidelog.broker.requests.fetch import READ_COMMITTED
 from tidelog.broker.requests.group import GROUP_KEY, TRANSACTION_KEY, OffsetCommit, SyncGroup
 from tidelog.broker.node import (
     BrokerNode,
     FetcherAdded,
     MetadataPublished,
+    ResolveInDoubt,
     SendAlterPartition,
     SendAssignReplicasToDirs,
     SendHeartbeat,
@@ -284,6 +290,9 @@ class SimBroker(NetworkNode):
             elif isinstance(effect, StateChanged):
                 self.loop.trace.add(self.loop.now_ms, self.name,
                                     f"{effect.old.name} → {effect.new.name} ({effect.reason})")
+            elif isinstance(effect, ResolveInDoubt):
+                self.txn.resolve_in_doubt(effect, lambda answered, reason, asked=effect: self._carry_out(
+                    node, node.on_in_doubt_answer(asked, answered, reason, self.clock.monotonic_ms())))
             elif isinstance(effect, StopNow):
                 self._stop_now()
                 return
@@ -441,13 +450,16 @@ class SimBroker(NetworkNode):
         """A request to another broker the request layer asked for; its answer (None: none)
         goes back to the effect while this process lives."""
         node = self.node
-        kind = {SendMarkers: "WriteTxnMarkers", SendAddPartitionsToTxn: "AddPartitionsToTxnV4"}[type(effect)]
+        kind, body = {SendMarkers: ("WriteTxnMarkers", "request"),
+                      SendAddPartitionsToTxn: ("AddPartitionsToTxnV4", "request"),
+                      SendListTransactions: ("ListTransactions", "producer_id"),
+                      SendDescribeTransactions: ("DescribeTransactions", "transactional_id")}[type(effect)]
 
         def answered(errors) -> None:
             if self.up and self.node is node:
                 effect.on_done(errors)
                 self._carry_out(node, [])
-        self.rpc.request(f"b{effect.broker_id}", kind, effect.request, effect.timeout_ms, answered,
+        self.rpc.request(f"b{effect.broker_id}", kind, getattr(effect, body), effect.timeout_ms, answered,
                          lambda error: answered(None))
 
     def _handle_WriteTxnMarkers(self, message) -> None:
@@ -455,6 +467,12 @@ class SimBroker(NetworkNode):
 
     def _handle_AddPartitionsToTxnV4(self, message) -> None:
         self.txn.add_partitions_to_txn(message.body, self._answer(message))
+
+    def _handle_ListTransactions(self, message) -> None:
+        self.reply(message, self.node.txn_coordinator.transactions_of_producer(message.body))
+
+    def _handle_DescribeTransactions(self, message) -> None:
+        self.reply(message, self.node.txn_coordinator.describe_transaction(message.body))
 
     # ================================================================ group coordinator
 

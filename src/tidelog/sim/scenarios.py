@@ -1323,6 +1323,51 @@ def txn_produce_verified(s: Script) -> tuple[bool, dict]:
     return s.outcome()
 
 
+def unclean_transaction_settled_by_coordinator(s: Script, commit: bool) -> tuple[bool, dict]:
+    """Issue 28: a transaction's marker lost with the old leader, settled by asking the
+    coordinator. t0-0 lives on brokers 1 (leader) and 2, min ISR 1, unclean elections on;
+    the transaction's coordinator is broker 3. The producer's record reaches both
+    replicas; 1 and 2 are cut apart and 2 leaves the ISR; EndTxn: the marker is written
+    to 1 alone and the coordinator completes the transaction. 1 dies; 2 is elected
+    uncleanly (RECOVERING) without the marker and holds the transaction in doubt. The
+    producer never comes back: 2 asks the coordinators (ListTransactions by producer id,
+    then DescribeTransactions at broker 3), writes the marker the coordinator's answer
+    says, and its last stable offset moves on — the record read with read_committed if
+    the coordinator committed, never if it aborted."""
+    name = "COMMIT" if commit else "ABORT"
+    producer = _ScriptedProducer(s, _transactional_id_on(s, 3))
+    s.expect("the coordinator", producer.coordinator, 3)
+    s.expect("AddPartitionsToTxn t0-0", producer.add(TP).name, "NONE")
+    s.expect("the transaction's record", producer.produce(TP, "tx-record", 0).name, "NONE")
+    s.wait(lambda: s.leo(2) == 1 and s.hw(1) == 1, "the record on both replicas")
+    s.sim.network.partition("b1", "b2")
+    s.shrink((1,), "2 leaves the ISR")
+    s.expect(f"EndTxn({name.lower()})", producer.end(commit).name, "NONE")
+    coordinator = s.sim.brokers[3].node.txn_coordinator
+    s.wait(lambda: coordinator.describe_transaction(producer.transactional_id)[0] == f"Complete{name.capitalize()}",
+           "the coordinator completed the transaction")
+    s.expect("markers on 1", _markers(s, 1), [name])
+    s.sim.kill(1)
+    s.sim.network.heal()
+    s.wait(lambda: s.leads(2), "2 is elected uncleanly")
+    s.expect("2 elected RECOVERING (KIP-704)", s.sim.controller.image.partition(TP).leader_recovery_state, 1)
+    s.expect("2's markers when elected", _markers(s, 2), [])
+    s.expect("2's transactions in doubt once it leads", dict(s.partition(2).transactions_in_doubt),
+             {producer.producer_id: producer.producer_epoch})
+    try:
+        s.wait(lambda: not s.partition(2).transactions_in_doubt, "2 settles the transaction with its coordinator")
+    except TimeoutError:
+        pass
+    log = s.partition(2).log
+    s.expect("2's transactions in doubt after asking", dict(s.partition(2).transactions_in_doubt), {})
+    s.expect("markers on 2", _markers(s, 2), [name])
+    s.expect("2's last stable offset is its log end", log.last_stable_offset, log.log_end_offset)
+    s.expect("the record read with read_committed on 2", b"tx-record" in _read_committed(s, 2), commit)
+    s.expect("the producer's epoch on 2 (it never came back)",
+             {pid: epoch for pid, epoch, *_ in log.active_producers()}.get(producer.producer_id), 0)
+    return s.outcome()
+
+
 SCENARIOS = {scenario.name: scenario for scenario in [
     Scenario("kip-101-1", "KIP-101 scenario 1", "m2 survives: A asks where epoch 0 ends instead of truncating to its HW",
              _config(2, (2, 1), 1, True), kip_101_1),
@@ -1353,6 +1398,16 @@ SCENARIOS = {scenario.name: scenario for scenario in [
              "its batch at a newer epoch aborts T1 first; T1's record never read with read_committed; RECOVERED "
              "reported; the old leader follows and keeps the abort",
              _config(2, (1, 2), 1, True), unclean_open_transaction),
+    Scenario("unclean-committed-transaction", "issue 28 (KIP-664 ListTransactions, DescribeTransactions)",
+             "the coordinator completed COMMIT, its marker lost with the old leader: the uncleanly elected leader "
+             "asks the coordinators, writes the COMMIT, and read_committed reads the record without the producer "
+             "coming back", _config(3, (1, 2), 1, True, flush_messages=None, txn_partitions=3),
+             lambda s: unclean_transaction_settled_by_coordinator(s, True)),
+    Scenario("unclean-aborted-transaction", "issue 28 (KIP-664 ListTransactions, DescribeTransactions)",
+             "the coordinator completed ABORT, its marker lost with the old leader: the uncleanly elected leader "
+             "asks the coordinators and writes the ABORT; the LSO moves and the record is never read with "
+             "read_committed", _config(3, (1, 2), 1, True, flush_messages=None, txn_partitions=3),
+             lambda s: unclean_transaction_settled_by_coordinator(s, False)),
     Scenario("stale-leader-write", "Kafka: stale leader write", "the stale leader's acks=1 write is acknowledged "
              "and truncated away, its acks=all write never acknowledged; logs converge",
              _config(3, (1, 2, 3), 2, False), stale_leader_write),

@@ -95,6 +95,26 @@ class TransactionCoordinator(CoordinatorRuntime):
         return TxnShard(index, leader_epoch, self.config, self._writer(index), self._send_markers,
                         self.clock.now_ms, lambda: self.take_producer_id())
 
+    def transactions_of_producer(self, producer_id: int) -> list[tuple[str, int, str]] | None:
+        """ListTransactions filtered by one producer id, answered here: ``(transactional id,
+        producer id, state name)`` of each id this broker coordinates with it, or None
+        while a shard is still loading (COORDINATOR_LOAD_IN_PROGRESS)."""
+        shards, loading = self.shards()
+        if loading:
+            return None
+        return [(meta.transactional_id, meta.producer_id, meta.state.display) for shard in shards
+                for meta in shard.transactions.values() if meta.producer_id == producer_id]
+
+    def describe_transaction(self, transactional_id: str) -> tuple | str | None:
+        """DescribeTransactions of one id, answered here: ``(state name, producer id, producer
+        epoch)``, "unknown" if no id of that name, None if this broker cannot tell (not its
+        coordinator, or loading)."""
+        shard = self.shard_for(transactional_id)
+        if isinstance(shard, ErrorCode):
+            return None
+        meta = shard.describe(transactional_id)
+        return "unknown" if meta is None else (meta.state.display, meta.producer_id, meta.producer_epoch)
+
     def _send_markers(self, producer_id: int, producer_epoch: int, commit: bool, partitions: frozenset,
                       coordinator_epoch: int, on_done: Callable[[bool], None]) -> None:
         by_leader: dict[int, list[TopicPartition]] = {}

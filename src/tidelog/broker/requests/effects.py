@@ -63,3 +63,28 @@ class SendMarkers:
     request: WriteTxnMarkers
     timeout_ms: int
     on_done: Callable[[Answer], None]
+
+
+@dataclass(frozen=True, eq=False)
+class SendListTransactions:
+    """ListTransactions (KIP-664) filtered by ``producer_id`` to ``broker_id``: the
+    ``(transactional id, producer id, state name)`` of each id it coordinates with that
+    producer id, or None (no answer, or an error such as COORDINATOR_LOAD_IN_PROGRESS),
+    to ``on_done``. An uncleanly elected leader's question about a transaction in doubt."""
+
+    broker_id: int
+    producer_id: int
+    timeout_ms: int
+    on_done: Callable[[list | None], None]
+
+
+@dataclass(frozen=True, eq=False)
+class SendDescribeTransactions:
+    """DescribeTransactions of ``transactional_id`` to its coordinator ``broker_id``: its
+    ``(state name, producer id, producer epoch)``, "unknown" (TRANSACTIONAL_ID_NOT_FOUND)
+    or None (no answer, another error) to ``on_done``."""
+
+    broker_id: int
+    transactional_id: str
+    timeout_ms: int
+    on_done: Callable[[tuple | str | None], None]

@@ -24,23 +24,38 @@ side, so that a leader's REQUEST_TIMED_OUT (or a success just before it) is
 heard rather than lost to a timeout that expires at the same moment (Kafka's
 equal timeouts lose it; the simulator showed the retries that costs). Markers
 that failed are retried by the shard after its backoff.
+
+A leader elected uncleanly asks about each transaction it holds in doubt
+(``resolve_in_doubt``, for the node's ``ResolveInDoubt``): ListTransactions
+filtered by the producer id at every broker leading a ``__transaction_state``
+partition, DescribeTransactions of the id found at its coordinator (each at once
+when that is this broker, else a ``SendListTransactions`` /
+``SendDescribeTransactions`` effect), and writes the verdict's marker
+(``tidelog.txn.in_doubt``) through ``append_markers``, as a WriteTxnMarkers from
+the coordinator would be.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 from tidelog.broker.requests.effects import (
     AddPartitionsToTxn,
     Answer,
     SendAddPartitionsToTxn,
+    SendDescribeTransactions,
+    SendListTransactions,
     SendMarkers,
     WriteTxnMarkers,
 )
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.records.batch import build_marker
+from tidelog.txn.in_doubt import STATES_BY_NAME, CoordinatorView, Decision, Verdict, decide
 from tidelog.txn.shard import TRANSACTION_VERSION_EPOCH_BUMP
+
+logger = logging.getLogger("tidelog.txn")
 
 # Time for a leader's answer to travel back after its own request.timeout.ms ran out.
 ANSWER_MARGIN_MS = 500
@@ -158,3 +173,73 @@ class TxnRequests:
             on_done({tp: ErrorCode(response["error_code"]) for tp, response in responses.items()})
         self.node.replica_manager.append_records(-1, self.request_timeout_ms, entries, appended,
                                                  internal=True, from_coordinator=True)
+
+    # ============================================== transactions in doubt
+
+    def resolve_in_doubt(self, asked, on_done: Callable[[bool, str], None]) -> None:
+        """A ``ResolveInDoubt`` (module docstring): ``on_done(answered, reason)`` once the
+        verdict's marker is written (the doubt is over), the coordinator said to wait, or
+        no answer came (``answered`` False)."""
+        image, topic_name = self.node.image, self.coordinator.topic
+        topic = image.topic(topic_name)
+        leaders = {registration.leader for registration in topic.partitions.values()} if topic is not None else set()
+        answers: dict[int, list | None] = {}
+
+        def listed(broker_id: int, rows: list | None) -> None:
+            answers[broker_id] = rows
+            if len(answers) == len(leaders):
+                self._on_listed(asked, answers, on_done)
+        if -1 in leaders:
+            return on_done(False, f"a partition of {topic_name} has no leader")
+        if not leaders:
+            return self._settle(asked, decide(asked.producer_id, asked.producer_epoch, None), on_done)
+        for broker_id in sorted(leaders):
+            if broker_id == self.node.node_id:
+                listed(broker_id, self.coordinator.transactions_of_producer(asked.producer_id))
+            else:
+                self.send(SendListTransactions(broker_id, asked.producer_id, self.request_timeout_ms,
+                                               lambda rows, b=broker_id: listed(b, rows)))
+
+    def _on_listed(self, asked, answers: dict[int, list | None], on_done: Callable[[bool, str], None]) -> None:
+        found = [(broker_id, row[0]) for broker_id, rows in sorted(answers.items()) for row in rows or ()
+                 if row[1] == asked.producer_id]
+        silent = sorted(broker_id for broker_id, rows in answers.items() if rows is None)
+        if not found and silent:
+            return on_done(False, f"no ListTransactions answer from brokers {silent}")
+        if not found:
+            return self._settle(asked, decide(asked.producer_id, asked.producer_epoch, None), on_done)
+        coordinator, transactional_id = found[0]
+
+        def described(answer) -> None:
+            if not isinstance(answer, tuple) or answer[0] not in STATES_BY_NAME:
+                return on_done(False, f"no DescribeTransactions answer for {transactional_id!r} from broker "
+                                      f"{coordinator} ({answer})")
+            view = CoordinatorView(transactional_id, coordinator, STATES_BY_NAME[answer[0]], answer[1], answer[2])
+            self._settle(asked, decide(asked.producer_id, asked.producer_epoch, view), on_done)
+        if coordinator == self.node.node_id:
+            return described(self.coordinator.describe_transaction(transactional_id))
+        self.send(SendDescribeTransactions(coordinator, transactional_id, self.request_timeout_ms, described))
+
+    def _settle(self, asked, decision: Decision, on_done: Callable[[bool, str], None]) -> None:
+        """Write the verdict's marker, as the coordinator's, if the doubt is still there."""
+        tp = asked.topic_partition
+        if decision.verdict in (Verdict.WAIT, Verdict.NO_ANSWER):
+            return on_done(decision.verdict == Verdict.WAIT, decision.reason)
+        partition = self.node.replica_manager.get_partition(tp)
+        if (partition is None or not partition.is_leader or partition.leader_epoch != asked.leader_epoch
+                or partition.transactions_in_doubt.get(asked.producer_id) != asked.producer_epoch):
+            return on_done(True, "settled meanwhile")
+        coordinator_epoch = partition.in_doubt_coordinator_epoch(asked.producer_id)
+        if coordinator_epoch is None:
+            return on_done(True, "no longer open")
+        commit = decision.verdict == Verdict.COMMIT
+        logger.warning("%s: settling the transaction of producer %d at epoch %d, in doubt since an unclean "
+                       "election, with %s at epoch %d: %s", tp, asked.producer_id, asked.producer_epoch,
+                       "COMMIT" if commit else "ABORT", decision.marker_epoch, decision.reason)
+        request = WriteTxnMarkers(asked.producer_id, decision.marker_epoch, commit, coordinator_epoch, (tp,))
+
+        def written(errors: Errors) -> None:
+            error = errors.get(tp, ErrorCode.NONE)
+            on_done(error == ErrorCode.NONE, decision.reason if error == ErrorCode.NONE
+                    else f"its {'COMMIT' if commit else 'ABORT'} marker was not written: {error.name}")
+        self.append_markers(request, written)
