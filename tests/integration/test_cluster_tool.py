@@ -18,7 +18,7 @@ def tidelog(*args, timeout=120) -> subprocess.CompletedProcess:
 @pytest.fixture
 def cluster(tmp_path):
     directory = str(tmp_path / "cluster")
-    up = tidelog("up", "--dir", directory, "-n", "1", "--base-port", "0")
+    up = tidelog("up", "--dir", directory, "-n", "1", "--base-port", "0", "--no-ui", "--no-metrics")
     assert up.returncode == 0, up.stdout + up.stderr
     yield directory
     tidelog("down", "--dir", directory)
