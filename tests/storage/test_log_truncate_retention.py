@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -192,6 +193,20 @@ def test_retention_bytes_deletes_the_oldest_segments(log_dir, clock, fs):
         log.read(0, 100)
     assert not any(f.startswith("00000000000000000000") for f in os.listdir(log_dir))
     assert log.delete_old_segments() == 0
+
+
+def test_retention_bytes_deletes_a_segment_that_leaves_the_log_exactly_at_the_limit(log_dir, clock, fs):
+    # Kafka's deleteRetentionSizeBreachedSegments: a segment goes when the log without
+    # it is still >= retention.bytes, so equality deletes; one byte more keeps it.
+    config = LogConfig(segment_bytes=1024, index_interval_bytes=100, retention_ms=-1)
+    sizes = [s.size_bytes for s in filled_log(log_dir, config, clock, fs).segments]
+    for partition, extra, deleted in ((1, 0, 2), (2, 1, 1)):
+        limit = sum(sizes[2:]) + extra
+        log = filled_log(os.path.join(os.path.dirname(log_dir), f"orders-{partition}"),
+                         dataclasses.replace(config, retention_bytes=limit), clock, fs)
+        log.update_high_watermark(log.log_end_offset)
+        assert log.delete_old_segments() == deleted
+        assert log.size_bytes == sum(sizes[deleted:]) >= limit
 
 
 def test_retention_ms_deletes_segments_whose_newest_record_is_too_old(log_dir, clock, fs):
