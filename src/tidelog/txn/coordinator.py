@@ -18,8 +18,10 @@ loading its metadata says the same of a live partition, and its marker must be
 retried — or INVALID_PRODUCER_EPOCH: the partition has already settled the
 transaction at a newer epoch (an uncleanly elected leader that held it in doubt aborts
 it once the producer comes back at a newer epoch, which the coordinator allows only
-after the transaction is finished; ``_RESOLVED``); otherwise the shard retries after a
-backoff.
+after the transaction is finished, or once the coordinators it asked showed the
+transaction not committing; ``_RESOLVED``); otherwise the shard retries after a
+backoff. ``transactions_of_producer`` and ``describe_transaction`` answer such a
+leader's questions (ListTransactions by producer id, DescribeTransactions).
 
 Time: the shards' timers (marker retries, the periodic timeout and expiration
 check) run on the runtime's monotonic ``now_ms()``; the timestamps stored in
@@ -51,12 +53,18 @@ WriteMarkers = Callable[[int, int, int, bool, int, list, Callable[[dict], None]]
 # coordinator's metadata (deleted); a broker still loading may say the same of a live one.
 _UNKNOWN = {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID}
 # A partition that answers INVALID_PRODUCER_EPOCH has seen a newer epoch of the producer
-# than the marker's. Only two writers raise it there: this transaction's own coordinator
-# at a later step (so this coordinator is deposed and its COMPLETE write will fail), or
-# an uncleanly elected leader that held the transaction in doubt and aborted it when the
-# producer came back at a newer epoch (Partition.abort_in_doubt_transaction) — which a
-# coordinator still sending this marker does not allow. Either way the partition's
-# outcome is settled and retrying cannot change it: the marker counts as delivered.
+# than the marker's. Three writers raise it there: this transaction's own coordinator at
+# a later step (so this coordinator is deposed and its COMPLETE write will fail); an
+# uncleanly elected leader that held the transaction in doubt and aborted it when the
+# producer came back at a newer epoch (Partition.abort_in_doubt_transaction), which a
+# coordinator still sending this marker does not allow; or such a leader's ABORT at the
+# next epoch after asking the coordinators (TxnRequests.resolve_in_doubt), which it
+# writes only when no coordinator showed this transaction deciding or decided to commit
+# — a coordinator still sending a COMMIT shows PrepareCommit, and the leader commits.
+# The one way left to drop a COMMIT here is a ListTransactions answer from a broker whose
+# metadata lags (it no longer serves the shard and says so with no error, while the
+# asking leader's metadata still names it): logged at WARN below. Either way retrying
+# cannot change the partition's outcome: the marker counts as delivered.
 _RESOLVED = {ErrorCode.NONE, ErrorCode.INVALID_PRODUCER_EPOCH}
 
 
@@ -133,9 +141,10 @@ class TransactionCoordinator(CoordinatorRuntime):
             for tp, e in errors.items():
                 if ErrorCode(e) == ErrorCode.INVALID_PRODUCER_EPOCH:
                     logger.warning("%s has moved past epoch %d of producer %d: its uncleanly elected leader "
-                                "aborted the transaction there (or a newer coordinator wrote the markers); "
-                                "no %s marker is written there", tp, producer_epoch, producer_id,
-                                "COMMIT" if commit else "ABORT")
+                                   "aborted the transaction there (or a newer coordinator wrote the markers); "
+                                   "no %s marker is written there%s", tp, producer_epoch, producer_id,
+                                   "COMMIT" if commit else "ABORT",
+                                   ": a committed transaction aborted on that partition" if commit else "")
             failed.extend((tp, e) for tp, e in errors.items() if ErrorCode(e) not in _RESOLVED
                           and not (ErrorCode(e) in _UNKNOWN and not self._partition_exists(tp)))
             if not waiting:
