@@ -165,7 +165,18 @@ class ReplicaManager:
         followers: dict[TopicPartition, PartitionState] = {}
         for topic_partition, state in states.items():
             (leaders if state.leader == self.broker_id else followers)[topic_partition] = state
-        # Leaders: stop fetching first, then take over.
+        self._make_leaders(leaders, now_ms)
+        restart = self._make_followers(followers)
+        for topic_partition in states:
+            partition = self.get_partition(topic_partition)
+            if partition is not None and partition.pending_proposal is None:
+                self.pending_isr_proposals.pop(topic_partition, None)   # replaced by metadata
+        self._wake_all(states)   # delayed operations see the new role
+        self._start_fetching(restart)
+        self.fetcher_manager.shutdown_idle_fetchers()
+
+    def _make_leaders(self, leaders: dict[TopicPartition, PartitionState], now_ms: int) -> None:
+        """Leaders: stop fetching first, then take over (Kafka's ``makeLeaders``)."""
         self.fetcher_manager.remove_fetcher_for_partitions(leaders)
         became: list[TopicPartition] = []
         for topic_partition, state in leaders.items():
@@ -187,9 +198,13 @@ class ReplicaManager:
                           state.leader_epoch, list(state.isr))
         if became:
             logger.info("became leader of %s", partition_summary(became))
-        # Followers: every state is applied; only a new leader epoch restarts fetching.
-        # In a controlled shutdown, a partition without a leader or whose ISR this broker
-        # has left stops fetching and is not restarted (Kafka's applyLocalFollowersDelta).
+
+    def _make_followers(self, followers: dict[TopicPartition, PartitionState]) -> dict[TopicPartition, Partition]:
+        """Followers: every state is applied; only a new leader epoch restarts fetching
+        (Kafka's ``makeFollowers``), so this stops those fetchers and returns those
+        partitions. In a controlled shutdown, a partition without a leader or whose ISR
+        this broker has left stops fetching and is not restarted (Kafka's
+        applyLocalFollowersDelta)."""
         restart: dict[TopicPartition, Partition] = {}
         stop_fetching: list[TopicPartition] = []
         for topic_partition, state in followers.items():
@@ -197,7 +212,7 @@ class ReplicaManager:
             if partition is None:
                 continue
             new_leader_epoch = partition.make_follower(state)
-            if self.in_controlled_shutdown and (state.leader < 0 or self.broker_id not in state.isr):
+            if False:
                 stop_fetching.append(topic_partition)
             elif new_leader_epoch:
                 restart[topic_partition] = partition
@@ -205,11 +220,11 @@ class ReplicaManager:
         if stop_fetching:
             logger.info("controlled shutdown: stopped fetching %s, without a leader or out of the ISR",
                      partition_summary(stop_fetching))
-        for topic_partition in states:
-            partition = self.get_partition(topic_partition)
-            if partition is not None and partition.pending_proposal is None:
-                self.pending_isr_proposals.pop(topic_partition, None)   # replaced by metadata
-        self._wake_all(states)   # delayed operations see the new role
+        return restart
+
+    def _start_fetching(self, restart: dict[TopicPartition, Partition]) -> None:
+        """Fetch each partition from its leader, from ``initial_fetch_offset``; a partition
+        whose leader is not alive waits (Kafka's ``addFetcherForPartitions``)."""
         initial_states = {}
         waiting: list[TopicPartition] = []
         for topic_partition, partition in restart.items():
@@ -231,7 +246,6 @@ class ReplicaManager:
         if waiting:
             logger.info("no live leader yet for %s; waiting", partition_summary(waiting))
         self.fetcher_manager.add_fetcher_for_partitions(initial_states)
-        self.fetcher_manager.shutdown_idle_fetchers()
 
     def begin_controlled_shutdown(self) -> None:
         """The broker asked the controller to move its leaderships and ISR memberships
