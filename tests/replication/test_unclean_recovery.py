@@ -264,3 +264,37 @@ def test_the_replica_manager_recovers_on_a_recovering_state(tmp_path):
     with pytest.raises(KafkaError) as refused:
         partition.append_records_to_leader(client_txn_batch(1, "tx-2-0-0"), 1)
     assert refused.value.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_a_transaction_in_doubt_is_asked_about_at_once_then_after_a_doubling_backoff(make, clock):
+    """The question the leader asks its coordinators (``in_doubt_questions_due``): due as
+    the leader takes the epoch, one out at a time, asked again after 100, 200, 400 … ms
+    (at most 10 s) while the answer leaves it in doubt; a marker settling it, or another
+    leader epoch, ends the questions."""
+    from tidelog.replication.partition import IN_DOUBT_QUESTION_BACKOFF_MS_MAX
+    follower = stale_follower(make, txn_batch(0, 0, 0, "a"))
+    elect(follower, RECOVERING, clock.monotonic_ms())
+    now = clock.monotonic_ms()
+    assert follower.in_doubt_questions_due(now) == [(PID, EPOCH)]
+    assert follower.in_doubt_questions_due(now + 60_000) == []             # one question out at a time
+    assert follower.next_in_doubt_question_ms() is None
+    waits = []
+    for _ in range(9):
+        follower.on_in_doubt_answer(PID, EPOCH, 1, False, "no answer", now)
+        waits.append(follower.next_in_doubt_question_ms() - now)
+        assert follower.in_doubt_questions_due(now + waits[-1] - 1) == []
+        assert follower.in_doubt_questions_due(now + waits[-1]) == [(PID, EPOCH)]
+    assert waits == [100, 200, 400, 800, 1600, 3200, 6400, IN_DOUBT_QUESTION_BACKOFF_MS_MAX,
+                     IN_DOUBT_QUESTION_BACKOFF_MS_MAX]
+    follower.on_in_doubt_answer(PID, EPOCH, 0, True, "an answer for an older leader epoch", now)
+    assert follower.next_in_doubt_question_ms() is None                     # ignored: still out
+    follower.append_records_to_leader(marker(commit=True), 1, from_coordinator=True)
+    follower.on_in_doubt_answer(PID, EPOCH, 1, True, "settled", now)
+    assert follower.transactions_in_doubt == {} and follower.in_doubt_questions_due(now + 60_000) == []
+    assert follower.next_in_doubt_question_ms() is None
+
+
+def test_a_clean_election_asks_nothing(make, clock):
+    follower = stale_follower(make, txn_batch(0, 0, 0, "a"))
+    elect(follower, RECOVERED, clock.monotonic_ms())
+    assert follower.in_doubt_questions_due(clock.monotonic_ms() + 60_000) == []

@@ -212,7 +212,7 @@ class ReplicaManager:
             if partition is None:
                 continue
             new_leader_epoch = partition.make_follower(state)
-            if False:
+            if self.in_controlled_shutdown and (state.leader < 0 or self.broker_id not in state.isr):
                 stop_fetching.append(topic_partition)
             elif new_leader_epoch:
                 restart[topic_partition] = partition
