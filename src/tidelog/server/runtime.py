@@ -175,6 +175,44 @@ class Server:
 
     async def start(self) -> None:
         config = self.config
+        self._reach_controllers(config)
+        self._check_addresses(config)     # before anything is written to the log directories
+        self.cluster_id = format_log_dirs(config["log.dirs"], self.node_id, await self._discover_cluster_id())
+        if config["metrics.port"] is not None:
+            self.metrics = ServerMetrics(config["metrics.host"], config["metrics.port"])
+            self.metrics.http.bind()
+        self.dispatcher = Dispatcher(self._observer())
+        self.dispatcher.metadata_image = self._published_image
+        self.authorizer = self._request_authorizer()
+        # Each server's listeners share a memory pool and connection quotas (Kafka's SocketServer).
+        self.listener = self._new_listener(self.dispatcher, self.bind_host, self.bind_port,
+                                           ServerLimits.from_config(config))
+        self.bind_port = self.listener.bind()
+        if self.is_controller:
+            self._start_controller_role(config)
+        if self.is_broker:
+            self.state_changes = StateChangeLog(config["log.dirs"][0], self.node_id)
+            self._start_broker_role()
+        if self.metrics is not None:
+            await self._start_metrics()
+        await self.listener.start()
+        for listener in self.controller_listeners:
+            await listener.start()
+        self._tasks.append(asyncio.create_task(self._guarded(self._tick_loop())))
+        self._tasks.append(asyncio.create_task(self._guarded(self.loop_monitor.run())))
+        if self.is_broker:
+            await self._until_running()
+        roles = "broker+controller" if self.is_broker and self.is_controller else (
+            "broker" if self.is_broker else "controller")
+        logger.info("tidelog node %d (%s) ready: listening on %s://%s:%d (cluster %s, data in %s)%s",
+                 self.node_id, roles, self.listener_name, self.bind_host, self.listener.port,
+                 self.cluster_id, ",".join(config["log.dirs"]),
+                 f", metrics on {self.metrics.http.url}" if self.metrics is not None else "")
+
+    def _reach_controllers(self, config) -> None:
+        """How this node reaches the controllers: the voters (or, known by address only,
+        the bootstrap servers), TLS towards other nodes, and a broker's channel to the
+        active controller unless its own process is the quorum's only voter."""
         voters = parse_quorum_voters(config["controller.quorum.voters"] or [])
         if not voters and not self.is_controller:
             # Controllers known by address only: their ids are learned from the leader
@@ -191,78 +229,59 @@ class Server:
         if self.is_broker and not self.in_process_controller:
             self.channel = RemoteController(voters, client_id=f"broker-{self.node_id}",
                                             security=self.controller_security)
-        self._check_addresses(config)     # before anything is written to the log directories
-        self.cluster_id = format_log_dirs(config["log.dirs"], self.node_id, await self._discover_cluster_id())
-        if config["metrics.port"] is not None:
-            self.metrics = ServerMetrics(config["metrics.host"], config["metrics.port"])
-            self.metrics.http.bind()
-        self.dispatcher = Dispatcher(self._observer())
-        self.dispatcher.metadata_image = self._published_image
-        self.authorizer = self._request_authorizer()
-        # Each server's listeners share a memory pool and connection quotas (Kafka's SocketServer).
-        self.listener = self._new_listener(self.dispatcher, self.bind_host, self.bind_port,
-                                           ServerLimits.from_config(config))
-        self.bind_port = self.listener.bind()
+
+    def _start_controller_role(self, config) -> None:
+        """The ControllerServer, and the controller listeners its APIs are served on (bound, not yet serving)."""
+        self.controller_server = ControllerServer(
+            config, self.clock, self.cluster_id,
+            co_located_broker_id=self.node_id if self.is_broker else None, security=self.controller_security)
+        self.controller = self.controller_server.controller
+        self.controller_server.start()
+        # The controller's APIs only on controller listeners (Kafka's "listeners"
+        # scopes): on a client listener anyone could fence or stop a broker. A
+        # combined node's broker reaches its controller in-process.
+        # With an authorizer, every controller listener checks the same ACLs as the
+        # client listener, and the nodes' APIs need CLUSTER_ACTION (Kafka's ControllerApis).
+        if not self.is_broker:
+            self._serve_controller_apis(self.dispatcher)
+        controller_limits = ServerLimits.from_config(config)   # KRaft's controller has its own
+        for name, host, port in (self.controller_endpoints if self.is_broker else []):
+            dispatcher = Dispatcher(self._observer())
+            dispatcher.metadata_image = self._published_image
+            self._serve_controller_apis(dispatcher)
+            listener = self._new_listener(dispatcher, host, port, controller_limits, name)
+            listener.bind()
+            self.controller_listeners.append(listener)
+        # Where this controller is reached, for DescribeQuorum's voter endpoints.
+        self.controller_server.own_endpoint = (
+            (self.listener_name, self.bind_host, self.bind_port) if not self.is_broker else
+            (self.controller_endpoints[0][0], self.controller_endpoints[0][1], self.controller_listeners[0].port)
+            if self.controller_listeners else None)
+
+    async def _start_metrics(self) -> None:
+        """``/metrics`` (the node's and the controller's collectors), ``/state`` and ``/event-loop``, served."""
+        self.metrics.add_state(self)
+        self.metrics.http.routes["/event-loop"] = lambda query: self.loop_monitor.summary()
         if self.is_controller:
-            self.controller_server = ControllerServer(
-                config, self.clock, self.cluster_id,
-                co_located_broker_id=self.node_id if self.is_broker else None, security=self.controller_security)
-            self.controller = self.controller_server.controller
-            self.controller_server.start()
-            # The controller's APIs only on controller listeners (Kafka's "listeners"
-            # scopes): on a client listener anyone could fence or stop a broker. A
-            # combined node's broker reaches its controller in-process.
-            # With an authorizer, every controller listener checks the same ACLs as the
-            # client listener, and the nodes' APIs need CLUSTER_ACTION (Kafka's ControllerApis).
-            if not self.is_broker:
-                self._serve_controller_apis(self.dispatcher)
-            controller_limits = ServerLimits.from_config(config)   # KRaft's controller has its own
-            for name, host, port in (self.controller_endpoints if self.is_broker else []):
-                dispatcher = Dispatcher(self._observer())
-                dispatcher.metadata_image = self._published_image
-                self._serve_controller_apis(dispatcher)
-                listener = self._new_listener(dispatcher, host, port, controller_limits, name)
-                listener.bind()
-                self.controller_listeners.append(listener)
-            # Where this controller is reached, for DescribeQuorum's voter endpoints.
-            self.controller_server.own_endpoint = (
-                (self.listener_name, self.bind_host, self.bind_port) if not self.is_broker else
-                (self.controller_endpoints[0][0], self.controller_endpoints[0][1], self.controller_listeners[0].port)
-                if self.controller_listeners else None)
+            self.metrics.add_controller(self.controller_server)
         if self.is_broker:
-            self.state_changes = StateChangeLog(config["log.dirs"][0], self.node_id)
-            self._start_broker_role()
-        if self.metrics is not None:
-            self.metrics.add_state(self)
-            self.metrics.http.routes["/event-loop"] = lambda query: self.loop_monitor.summary()
-            if self.is_controller:
-                self.metrics.add_controller(self.controller_server)
-            if self.is_broker:
-                self.metrics.add_broker(self.node)
-            await self.metrics.http.start()
-        await self.listener.start()
-        for listener in self.controller_listeners:
-            await listener.start()
-        self._tasks.append(asyncio.create_task(self._guarded(self._tick_loop())))
-        self._tasks.append(asyncio.create_task(self._guarded(self.loop_monitor.run())))
-        if self.is_broker:
-            if not self.is_controller:
-                self._tasks.append(asyncio.create_task(self._guarded(self._metadata_loop())))
-            self._carry_out(lambda node: node.start(self.clock.monotonic_ms()))
-            waiting = [asyncio.create_task(self._running.wait()), asyncio.create_task(self._stop_now.wait())]
-            done, pending = await asyncio.wait(waiting, timeout=INITIAL_REGISTRATION_TIMEOUT_MS / 1000,
-                                               return_when=asyncio.FIRST_COMPLETED)
-            for task in pending:
-                task.cancel()
-            if not self._running.is_set():
-                raise BrokerStartupError("the broker did not become RUNNING within "
-                                         f"{INITIAL_REGISTRATION_TIMEOUT_MS} ms (is the controller up?)")
-        roles = "broker+controller" if self.is_broker and self.is_controller else (
-            "broker" if self.is_broker else "controller")
-        logger.info("tidelog node %d (%s) ready: listening on %s://%s:%d (cluster %s, data in %s)%s",
-                 self.node_id, roles, self.listener_name, self.bind_host, self.listener.port,
-                 self.cluster_id, ",".join(config["log.dirs"]),
-                 f", metrics on {self.metrics.http.url}" if self.metrics is not None else "")
+            self.metrics.add_broker(self.node)
+        await self.metrics.http.start()
+
+    async def _until_running(self) -> None:
+        """Start the broker (register, catch up, heartbeat until unfenced) and wait until it
+        is RUNNING; BrokerStartupError after INITIAL_REGISTRATION_TIMEOUT_MS."""
+        if not self.is_controller:
+            self._tasks.append(asyncio.create_task(self._guarded(self._metadata_loop())))
+        self._carry_out(lambda node: node.start(self.clock.monotonic_ms()))
+        waiting = [asyncio.create_task(self._running.wait()), asyncio.create_task(self._stop_now.wait())]
+        done, pending = await asyncio.wait(waiting, timeout=INITIAL_REGISTRATION_TIMEOUT_MS / 1000,
+                                           return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        if not self._running.is_set():
+            raise BrokerStartupError("the broker did not become RUNNING within "
+                                     f"{INITIAL_REGISTRATION_TIMEOUT_MS} ms (is the controller up?)")
 
     def _check_addresses(self, config) -> None:
         """Every address this node will listen on can be bound, or the start fails naming it."""
