@@ -294,3 +294,31 @@ def test_a_metadata_change_tries_a_follower_fetch_waiting_on_many_partitions_onc
     # Same leader epoch, a new partition epoch (ISR shrunk): nothing for the fetch to answer.
     rm.apply_partition_states({tp: state(0, 0, isr=(0, 1), partition_epoch=1) for tp in wide})
     assert answers == [] and len(looked) == len(wide)
+
+
+def test_a_follower_fetch_moving_many_high_watermarks_tries_another_waiting_fetch_once(tmp_path, clock):
+    """A follower back in sync moves the high watermark of every partition its fetch
+    names; waking them one at a time tried the other follower's waiting fetch once per
+    partition, each try walking all of its partitions (a 74 s stall rejoining at 3k)."""
+    rm = manager(tmp_path, clock, broker_id=0)
+    wide = [TopicPartition("wide", i) for i in range(200)]
+    rm.apply_partition_states({tp: state(0, 0) for tp in wide})
+    rm.append_records(1, 30_000, {tp: values("a") for tp in wide}, lambda r: None)
+
+    def fetch(replica_id, offset, answers):
+        rm.fetch_messages(FetchParams(replica_id, 500, 1, 1 << 20, Isolation.LOG_END,
+                                      {tp: FetchPartitionRequest(offset, 1 << 20, 0) for tp in wide},
+                                      broker_epoch=ALIVE[replica_id]), answers.append)
+
+    looked = []
+    bytes_available = rm._bytes_available
+    rm._bytes_available = lambda tp, request, params: looked.append(params.replica_id) or bytes_available(
+        tp, request, params)
+    waiting = []
+    fetch(2, 1, waiting)              # broker 2 has everything: it waits for more
+    assert waiting == [] and all(rm.get_partition(tp).log.high_watermark == 0 for tp in wide)
+    looked.clear()
+    answered = []
+    fetch(1, 1, answered)             # broker 1 catches up: every high watermark moves to 1
+    assert all(rm.get_partition(tp).log.high_watermark == 1 for tp in wide)
+    assert waiting == [] and looked.count(2) == len(wide)

@@ -423,6 +423,7 @@ class ReplicaManager:
         is_follower = params.replica_id >= 0
         now_ms = self.clock.monotonic_ms()
         remaining = params.max_bytes
+        woken: list[TopicPartition] = []     # a follower's fetch moved their high watermark
         for topic_partition, request in params.partitions.items():
             partition = self._partition_or_error(topic_partition)
             if isinstance(partition, ErrorCode):
@@ -457,8 +458,10 @@ class ReplicaManager:
                     if proposal is not None:
                         self.pending_isr_proposals[topic_partition] = proposal
                 if moved:
-                    self._wake(topic_partition)
+                    woken.append(topic_partition)
             results[topic_partition] = result
+        if woken:       # once for the whole fetch: a rejoining follower moves all its partitions at once
+            self._wake_all(woken)
         return results
 
     def _bytes_available(self, topic_partition, request, params: FetchParams) -> int | None:
