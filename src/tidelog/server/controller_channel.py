@@ -91,6 +91,7 @@ class RemoteController:
         self.client_id = client_id
         self.security = security          # TLS / SASL towards the controller listener
         self._index = 0
+        self._next_learn_s = 0.0          # when _learn_controllers may ask again
         self._connections: dict[tuple[str, int], KafkaConnection] = {}
         self._lock = asyncio.Lock()
 
@@ -112,6 +113,28 @@ class RemoteController:
         connection = self._connections.pop((lane, index), None)
         if connection is not None:
             connection.close()
+
+    async def _learn_controllers(self, connection: KafkaConnection, hint: int) -> int:
+        """A controller that is not the active one named a leader this channel has no
+        address for (or none): a dynamic quorum's voters change (KIP-853), so ask it for
+        the voters it knows (DescribeCluster, EndpointType CONTROLLER) and add the new
+        ones; the leader it names then, else ``hint``. At most once a second."""
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._next_learn_s or ApiKey.DESCRIBE_CLUSTER not in connection.api_versions \
+                or connection.api_versions[ApiKey.DESCRIBE_CLUSTER][1] < 1:
+            return hint
+        self._next_learn_s = loop.time() + 1.0
+        try:
+            answer = await connection.request(ApiKey.DESCRIBE_CLUSTER, {
+                "include_cluster_authorized_operations": False, "endpoint_type": 2}, timeout_s=self.ATTEMPT_TIMEOUT_S)
+        except (ConnectionError, OSError, asyncio.TimeoutError):
+            return hint
+        known = {voter for voter, _, _ in self.voters}
+        for node in answer.brokers if _code(answer.error_code) == 0 else ():
+            if int(node.broker_id) >= 0 and int(node.broker_id) not in known and 0 < int(node.port) < 65536:
+                self.voters.append((int(node.broker_id), str(node.host), int(node.port)))
+        leader = int(getattr(answer, "controller_id", -1))
+        return leader if leader in {voter for voter, _, _ in self.voters} else hint
 
     def _move_on(self, index: int, hint: int) -> None:
         ids = [voter for voter, _, _ in self.voters]
@@ -145,6 +168,8 @@ class RemoteController:
             hint = not_active_hint(api_key, response)
             if hint is None or loop.time() + backoff_s >= deadline:
                 return response
+            if hint not in [voter for voter, _, _ in self.voters]:
+                hint = await self._learn_controllers(connection, hint)
             self._move_on(index, hint)
             await asyncio.sleep(backoff_s)
             backoff_s = min(backoff_s * 2, 0.25)
