@@ -27,13 +27,19 @@ from tidelog.spark.producer import Producer  # noqa: E402
 from tidelog.spark.wire import LATEST, ClientConfig, Cluster, error_of  # noqa: E402
 from tidelog.testing import Broker  # noqa: E402
 
+from .spark_processes import TEST_JAVA_OPTIONS  # noqa: E402
+
 
 _shared: dict = {}   # "session": the classic session the modules share, while it runs
 
-# Spark settings for the tests only: the driver JVM runs short jobs, where JIT
-# compiling at C2 and a parallel collector cost more CPU than they win back on a
-# busy two-core machine (the benchmark keeps Spark's defaults).
-TEST_SPARK_CONF = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+# Spark settings for the tests only (TEST_JAVA_OPTIONS: the benchmark keeps Spark's defaults).
+TEST_SPARK_CONF = {"spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS}
+
+
+def driver_submit_args() -> str:
+    """``PYSPARK_SUBMIT_ARGS`` giving a Spark program that a test starts as a subprocess
+    (an example, run as the README writes it) the tests' driver JVM settings."""
+    return f'--conf "spark.driver.extraJavaOptions={TEST_JAVA_OPTIONS}" pyspark-shell'
 
 
 def shared_spark():

@@ -40,6 +40,13 @@ MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
 
+# Every Spark JVM a test starts runs short jobs, where JIT compiling at C2 and a parallel
+# collector cost more CPU than they win back on a busy two-core machine: drivers, executors,
+# a standalone master and workers, a Connect server. Only for tests (the benchmark keeps
+# Spark's defaults).
+TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 def java_missing() -> str | None:
     """Why Spark cannot start here, or None."""
     if shutil.which("java") or os.environ.get("JAVA_HOME"):
@@ -67,7 +74,8 @@ def spark_env(directory: str) -> dict[str, str]:
     os.makedirs(conf_dir, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_GATEWAY", "SPARK_"))}
     env.update({"SPARK_HOME": SPARK_HOME, "SPARK_CONF_DIR": conf_dir, "SPARK_LOCAL_IP": "127.0.0.1",
-                "SPARK_DAEMON_MEMORY": "256m", "PYSPARK_PYTHON": worker_python(directory),
+                "SPARK_DAEMON_MEMORY": "256m", "SPARK_DAEMON_JAVA_OPTS": TEST_JAVA_OPTIONS,
+                "PYSPARK_PYTHON": worker_python(directory),
                 "PYSPARK_DRIVER_PYTHON": sys.executable})
     return env
 
@@ -168,7 +176,8 @@ class StandaloneCluster:
         settings = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
                     "spark.ui.enabled": "false", "spark.executor.memory": "512m", "spark.driver.memory": "512m",
                     "spark.pyspark.python": self.env["PYSPARK_PYTHON"], "spark.pyspark.driver.python": sys.executable,
-                    **(conf or {})}
+                    "spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS,
+                    "spark.executor.extraJavaOptions": TEST_JAVA_OPTIONS, **(conf or {})}
         args = [SPARK_SUBMIT, "--master", self.master_url, "--deploy-mode", "client"]
         for key, value in settings.items():
             args += ["--conf", f"{key}={value}"]
@@ -212,7 +221,7 @@ class ConnectServer:
                     "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
                     "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                     "spark.sql.session.timeZone": "UTC", "spark.pyspark.python": self.env["PYSPARK_PYTHON"],
-                    **self.conf}
+                    "spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS, **self.conf}
         args = [SPARK_SUBMIT, "--master", self.master, "--class", CONNECT_SERVER_CLASS, "--name", "tidelog-connect"]
         for key, value in settings.items():
             args += ["--conf", f"{key}={value}"]
