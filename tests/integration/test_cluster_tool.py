@@ -86,7 +86,9 @@ def test_a_stopped_cluster_of_another_shape_names_the_ways_out(tmp_path):
 
 def test_status_says_a_dead_broker_is_not_yet_fenced_and_survives_a_closed_pipe(tmp_path):
     directory = str(tmp_path / "cluster")
-    up = tidelog("up", "--dir", directory, "-n", "2", "--base-port", "0", "--no-ui", "--no-metrics")
+    # A session long enough that `status` runs inside it however loaded the machine is.
+    up = tidelog("up", "--dir", directory, "-n", "2", "--base-port", "0", "--no-ui", "--no-metrics",
+                 "--override", "broker.session.timeout.ms=120000")
     assert up.returncode == 0, up.stderr
     try:
         bootstrap = up.stdout.split("bootstrap servers: ")[1].split()[0]
