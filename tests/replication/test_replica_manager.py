@@ -322,3 +322,27 @@ def test_a_follower_fetch_moving_many_high_watermarks_tries_another_waiting_fetc
     fetch(1, 1, answered)             # broker 1 catches up: every high watermark moves to 1
     assert all(rm.get_partition(tp).log.high_watermark == 1 for tp in wide)
     assert waiting == [] and looked.count(2) == len(wide)
+
+
+def test_alter_partition_answers_for_many_partitions_can_wake_a_waiting_fetch_once(tmp_path, clock):
+    """BrokerNode.on_alter_partition_reply routes every partition's answer with one
+    ``woken`` list and wakes them together: a rejoining follower's ~1,500 ISR expansions
+    answered in one reply tried the other follower's waiting fetch once per partition
+    (2.3 million looks, an 18.8 s stall at 3k partitions)."""
+    rm = manager(tmp_path, clock, broker_id=0)
+    wide = [TopicPartition("wide", i) for i in range(200)]
+    rm.apply_partition_states({tp: state(0, 0) for tp in wide})
+    looked = []
+    bytes_available = rm._bytes_available
+    rm._bytes_available = lambda tp, request, params: looked.append(tp) or bytes_available(tp, request, params)
+    waiting = []
+    rm.fetch_messages(FetchParams(2, 500, 1, 1 << 20, Isolation.LOG_END,
+                                  {tp: FetchPartitionRequest(0, 1 << 20, 0) for tp in wide},
+                                  broker_epoch=ALIVE[2]), waiting.append)
+    looked.clear()
+    woken = []
+    for tp in wide:
+        rm.on_alter_partition_response(tp, ErrorCode.NONE, 0, 1, (0, 1, 2), woken=woken)
+    assert looked == [] and woken == wide
+    rm.wake_all(woken)
+    assert waiting == [] and len(looked) == len(wide)

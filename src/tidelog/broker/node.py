@@ -357,13 +357,15 @@ class BrokerNode:
         self._isr_in_flight = False
         manager = self.replica_manager
         answered = {(r.topic_id, r.partition_id): r for r in response.partitions}
+        woken: list[TopicPartition] = []     # woken once: a rejoining follower's ISR expansions come together
         for key, (tp, proposal) in sent.items():
             result = answered.get(key)
             if result is None:
-                manager.on_alter_partition_response(tp, response.error_code, proposal=proposal)
+                manager.on_alter_partition_response(tp, response.error_code, proposal=proposal, woken=woken)
             else:
                 manager.on_alter_partition_response(tp, result.error_code, result.leader_epoch,
-                                                    result.partition_epoch, result.isr, proposal)
+                                                    result.partition_epoch, result.isr, proposal, woken)
+        manager.wake_all(woken)
         return self._drain()
 
     def on_alter_partition_failed(self, sent, now_ms: int, error: str = "") -> list[Effect]:

@@ -332,6 +332,9 @@ class ReplicaManager:
         self.produce_purgatory.check_and_complete(topic_partition)
         self.fetch_purgatory.check_and_complete(topic_partition)
 
+    def wake_all(self, topic_partitions) -> None:
+        self._wake_all(topic_partitions)
+
     def _wake_all(self, topic_partitions) -> None:
         """``_wake`` for many partitions, each waiting operation tried once (linear in
         the partitions, where waking them one by one is quadratic: purgatory.py)."""
@@ -584,9 +587,12 @@ class ReplicaManager:
 
     def on_alter_partition_response(self, topic_partition: TopicPartition, error: ErrorCode,
                                     leader_epoch: int = -1, partition_epoch: int = -1,
-                                    isr: tuple[int, ...] = (), proposal: IsrProposal | None = None) -> bool:
+                                    isr: tuple[int, ...] = (), proposal: IsrProposal | None = None,
+                                    woken: list[TopicPartition] | None = None) -> bool:
         """Route one partition's AlterPartition answer to its ``Partition``. A retriable
-        error queues the same proposal again; returns whether it did."""
+        error queues the same proposal again; returns whether it did. With ``woken``, a
+        partition whose waiting operations must look again is added to it (the caller
+        wakes them all at once: ``wake_all``) instead of woken here."""
         partition = self.get_partition(topic_partition)
         if partition is None:
             return False
@@ -599,7 +605,10 @@ class ReplicaManager:
         if retry and partition.pending_proposal is not None:
             self.pending_isr_proposals.setdefault(topic_partition, partition.pending_proposal)
         if partition.log.high_watermark != before or error == ErrorCode.NONE:
-            self._wake(topic_partition)
+            if woken is None:
+                self._wake(topic_partition)
+            else:
+                woken.append(topic_partition)
         return retry
 
     def _count_isr_change(self, pending: IsrState) -> None:
