@@ -266,10 +266,15 @@ class QuorumController:
             self.cluster, self.replication)).response
 
     def fire_due_deadlines(self) -> list[int]:
-        """Fire every deadline that is due now; the brokers fenced, in order."""
+        """Fire every deadline that is due now; the brokers fenced, in order.
+
+        "Now" is read once, on entry: fencing a broker that leads many partitions can
+        take the controller seconds, and heartbeats that arrived meanwhile are not yet
+        read. Only the sessions that had expired when the check began are ended;
+        the others are judged at the next check, after those heartbeats."""
+        now_ms = self.clock.monotonic_ms()
         fenced = []
-        while (deadline := self.next_deadline_ms()) is not None \
-                and deadline <= self.clock.monotonic_ms():
+        while (deadline := self.next_deadline_ms()) is not None and deadline <= now_ms:
             broker_id = self.on_deadline()
             if broker_id is None:
                 break
