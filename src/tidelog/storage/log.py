@@ -575,14 +575,8 @@ class Log:
 
     @_io_guard
     def replace_segments(self, replaced: list[LogSegment]) -> LogSegment:
-        """Swap in the cleaned copy of ``replaced`` (consecutive inactive segments) that the
-        log cleaner wrote and fsynced as ``<base>.log.cleaned`` plus its two indexes.
-
-        Crash-safe in three durable steps (docs/compaction.md): the ``.cleaned`` files
-        become ``.swap`` (the commit point: ``Log.open`` finishes a swap it finds);
-        the old segments are deleted oldest first, each durably; the ``.swap`` files
-        take their final names. Returns the new segment.
-        """
+        """The log cleaner's crash-safe swap (``LocalLog.replace_segments``), then the
+        segment checks. Returns the new segment."""
         cleaned = self._local_log.replace_segments(replaced)
         self._check_segments()
         return cleaned
