@@ -7,8 +7,12 @@ layout and pids are kept in ``cluster.json`` so separate invocations of
 nodes. The controllers (node ids 1000, 1001, …, ``process.roles=controller``; one
 by default, three for a quorum that survives a controller's death) start first;
 brokers (ids 1..N, ``process.roles=broker``) find the active one through
-``controller.quorum.voters``, which lists every controller. A quorum of several
-controllers needs its ports before any starts (each voter must know the others):
+``controller.quorum.voters``, which lists every controller — or, in a dynamic
+quorum (KIP-853, ``dynamic_quorum``), ``controller.quorum.bootstrap.servers``: the
+controllers are formatted with one ``--initial-controllers`` set up front, and
+``add_controller`` / ``remove_controller`` change the voters (AddRaftVoter /
+RemoveRaftVoter at the leader) while the cluster runs. The voters' ports are
+needed before any starts (each voter must know the others, or format writes them):
 with a base port of 0 free ports are picked for them up front. All nodes share one cluster id, fixed at ``up``.
 A port of 0 lets a node pick a free port; its real port is read from the
 node's ready line and recorded. With metrics (``metrics_base_port``), every node
@@ -33,6 +37,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.server.storage_format import new_cluster_id
 
 CONTROLLER_ID = 1000
@@ -63,6 +68,9 @@ class Node:
     overrides: dict[str, str] = field(default_factory=dict)
     # Where it serves Prometheus /metrics (metrics.port); None = metrics off.
     metrics_port: int | None = None
+    # A dynamic quorum's controller: its log directory's directory id (Kafka's Uuid
+    # text), written by ``format`` and named in AddRaftVoter / RemoveRaftVoter.
+    directory_id: str | None = None
 
     @property
     def name(self) -> str:
@@ -85,6 +93,11 @@ class Layout:
     overrides: dict[str, str] = field(default_factory=dict)
     nodes: list[Node] = field(default_factory=list)
     secure: bool = False       # TLS + SASL on every listener (cluster_security.py)
+    # KIP-853: the voter set lives in the metadata log (formatted --initial-controllers,
+    # changed by add-controller / remove-controller); nodes find the controllers through
+    # controller.quorum.bootstrap.servers. False: the static controller.quorum.voters
+    # (a layout written before dynamic quorums, the link proxy, the tests' Cluster).
+    dynamic_quorum: bool = False
 
     @property
     def controller(self) -> Node:
@@ -99,6 +112,18 @@ class Layout:
     def quorum_voters(self) -> str:
         """``controller.quorum.voters``: every controller as id@host:port."""
         return ",".join(f"{n.node_id}@{self.host}:{n.port}" for n in self.controllers)
+
+    @property
+    def quorum_bootstrap_servers(self) -> str:
+        """``controller.quorum.bootstrap.servers``: every controller as host:port."""
+        return ",".join(f"{self.host}:{n.port}" for n in self.controllers)
+
+    @property
+    def quorum_setting(self) -> str:
+        """How nodes find the controllers, as printed by ``up``."""
+        if self.dynamic_quorum:
+            return f"controller.quorum.bootstrap.servers={self.quorum_bootstrap_servers} (dynamic quorum)"
+        return f"controller.quorum.voters={self.quorum_voters}"
 
     @property
     def brokers(self) -> list[Node]:
@@ -197,6 +222,37 @@ def _free_port(host: str) -> int:
         return probe.getsockname()[1]
 
 
+def _uuid(kafka_text: str):
+    import uuid
+    from tidelog.server.storage_format import uuid_of_kafka_text
+    return uuid.UUID(uuid_of_kafka_text(kafka_text))
+
+
+def _voter_ids(quorum) -> set[int]:
+    return {int(v.replica_id) for v in quorum.current_voters}
+
+
+def _caught_up(quorum, node_id: int) -> bool:
+    """``node_id`` fetches from the leader and its log reaches the high watermark."""
+    return any(int(o.replica_id) == node_id and int(o.log_end_offset) >= int(quorum.high_watermark)
+               for o in quorum.observers)
+
+
+def _fetched_since(quorum, brokers: list[int], since_ms: int) -> bool:
+    """Every broker in ``brokers`` fetched the metadata log from this leader at or after ``since_ms``."""
+    fetched = {int(o.replica_id): o.last_fetch_timestamp for o in quorum.observers}
+    millis = lambda t: int(t.timestamp() * 1000) if hasattr(t, "timestamp") else int(t)
+    return all(b in fetched and millis(fetched[b]) >= since_ms for b in brokers)
+
+
+def _describe(quorum) -> str:
+    if quorum is None:
+        return "no leader answered"
+    return (f"leader {int(quorum.leader_id)}, voters {sorted(_voter_ids(quorum))}, observers "
+            f"{[(int(o.replica_id), int(o.log_end_offset)) for o in quorum.observers]}, high watermark "
+            f"{int(quorum.high_watermark)}")
+
+
 class ProcessCluster:
     def __init__(self, layout: Layout):
         import threading
@@ -228,13 +284,16 @@ class ProcessCluster:
     @classmethod
     def create(cls, directory: str, brokers: int | None = None, base_port: int = 9092, host: str = "127.0.0.1",
                overrides: dict[str, str] | None = None, metrics_base_port: int | None = None,
-               controllers: int | None = None, secure: bool | None = None) -> "ProcessCluster":
+               controllers: int | None = None, secure: bool | None = None,
+               dynamic_quorum: bool = False) -> "ProcessCluster":
         """A new cluster layout (or the stopped one at ``directory``). Brokers listen on
         ``base_port``, +1, …, the controllers after them. ``metrics_base_port`` turns on
         /metrics in the same order (0: free ports). ``brokers``, ``controllers`` and
         ``secure`` left None take the stopped cluster's shape (new: 3, 1, plaintext); a
         shape given that differs from the stopped cluster's is refused, naming the ways
-        out (another ``--dir``, or ``down --purge``)."""
+        out (another ``--dir``, or ``down --purge``). ``dynamic_quorum`` (a new cluster
+        only; a stopped one keeps its kind) formats the controllers as a KIP-853 quorum
+        whose voters can be added and removed (``add_controller``/``remove_controller``)."""
         if brokers is not None and brokers < 1:
             raise ClusterError("a cluster needs at least one broker")
         if controllers is not None and controllers < 1:
@@ -266,16 +325,50 @@ class ProcessCluster:
         controllers = 1 if controllers is None else controllers
         secure = bool(secure)
         port = lambda offset: 0 if base_port == 0 else base_port + offset
-        controller_port = port if controllers == 1 or base_port != 0 else lambda offset: _free_port(host)
+        # The voters' ports are written by format (dynamic) or named to each voter (static): known up front.
+        controller_port = port if (controllers == 1 and not dynamic_quorum) or base_port != 0 \
+            else lambda offset: _free_port(host)
         nodes = [Node(CONTROLLER_ID + i, "controller", controller_port(brokers + i)) for i in range(controllers)]
         nodes += [Node(i, "broker", port(i - 1)) for i in range(1, brokers + 1)]
         os.makedirs(directory, mode=0o700, exist_ok=True)       # the nodes' data and logs: private
         if secure:
             from tidelog.cluster_security import secure_cluster
             secure_cluster(directory, host, [n.node_id for n in nodes])
-        cluster = cls(Layout(directory, new_cluster_id(), host, dict(overrides or {}), nodes, secure))
+        cluster = cls(Layout(directory, new_cluster_id(), host, dict(overrides or {}), nodes, secure,
+                             dynamic_quorum))
         cluster._assign_metrics_ports(metrics_base_port)
+        if dynamic_quorum:
+            cluster._format_initial_controllers()
+            cluster.save()
         return cluster
+
+    def _format_controller(self, node: Node, initial_controllers: str | None) -> None:
+        """``tidelog format`` for a dynamic quorum's controller: with the first voter set
+        (``--initial-controllers``), or none (``--no-initial-controllers``: it starts as an
+        observer and waits for AddRaftVoter). Records its directory id."""
+        from tidelog.cli.format import FormatError, format_storage
+        from tidelog.server.runtime import SERVER_UMASK, load_config
+        from tidelog.server.storage_format import directory_id, kafka_text_of_uuid
+        settings = self._settings(node)
+        config = load_config(None, [f"{key}={value}" for key, value in settings.items()])
+        os.makedirs(self._node_dir(node), mode=0o700, exist_ok=True)       # private, as start_node makes it
+        umask = os.umask(SERVER_UMASK)          # what format writes is private, as the server's files are
+        try:
+            format_storage(config, self.layout.cluster_id, initial_controllers=initial_controllers)
+        except FormatError as e:
+            raise ClusterError(f"cannot format {node.name}: {e}") from None
+        finally:
+            os.umask(umask)
+        node.directory_id = kafka_text_of_uuid(directory_id(config["log.dirs"][0]))
+
+    def _format_initial_controllers(self) -> None:
+        """Every controller of a new dynamic quorum, formatted with the same voter set."""
+        controllers = self.layout.controllers
+        for node in controllers:
+            node.directory_id = new_cluster_id()        # a Kafka Uuid, as kafka-storage random-uuid
+        initial = ",".join(f"{n.node_id}@{self.layout.host}:{n.port}:{n.directory_id}" for n in controllers)
+        for node in controllers:
+            self._format_controller(node, initial)
 
     def _assign_metrics_ports(self, base: int | None) -> None:
         if base is None:
@@ -294,13 +387,24 @@ class ProcessCluster:
     def _node_dir(self, node: Node) -> str:
         return os.path.join(self.layout.directory, node.name)
 
-    def _args(self, node: Node) -> list[str]:
+    def _quorum_settings(self, node: Node) -> dict[str, str]:
+        """How ``node`` finds the controllers: the static voters, or (dynamic) the
+        controllers' addresses as bootstrap servers — a controller's the others', so a
+        new one asks the quorum, not itself."""
         layout = self.layout
-        settings = {
+        if not layout.dynamic_quorum:
+            return {"controller.quorum.voters": layout.quorum_voters}
+        others = [c for c in layout.controllers if c is not node] or [node]
+        return {"controller.quorum.voters": "",
+                "controller.quorum.bootstrap.servers": ",".join(f"{layout.host}:{c.port}" for c in others)}
+
+    def _settings(self, node: Node) -> dict[str, str]:
+        layout = self.layout
+        return {
             "node.id": str(node.node_id), "process.roles": node.role, "cluster.id": layout.cluster_id,
             "log.dirs": os.path.join(self._node_dir(node), "data"),
             "listeners": f"{'CONTROLLER' if node.role == 'controller' else 'PLAINTEXT'}://{layout.host}:{node.port}",
-            "controller.quorum.voters": layout.quorum_voters,
+            **self._quorum_settings(node),
             **({"metrics.port": str(node.metrics_port), "metrics.host": layout.host}
                if node.metrics_port is not None else {}),
             # A secure cluster's /state and /state-changes need a token (the path is not secret).
@@ -309,6 +413,10 @@ class ProcessCluster:
             **layout.overrides,
             **node.overrides,
         }
+
+    def _args(self, node: Node) -> list[str]:
+        layout = self.layout
+        settings = self._settings(node)
         args = [sys.executable, "-m", "tidelog.cli.main", "serve"]
         if layout.secure:            # secrets stay in a private file, not on command lines
             from tidelog.cluster_security import node_keystore, secure_cluster
@@ -389,6 +497,164 @@ class ProcessCluster:
             self.save()
             raise
         return node
+
+    # --------------------------------------------- controller membership (KIP-853)
+
+    def add_controller(self, timeout_s: float = 120.0, on_step=None) -> Node:
+        """Kafka's ``kafka-metadata-quorum add-controller`` for this cluster: a new controller
+        (the next id, a free port) formatted ``--no-initial-controllers``, started as an
+        observer of the quorum, waited for until its log is at the leader's high watermark,
+        then AddRaftVoter to the leader (answered once the new voter set is committed).
+        Kept in the layout. ``on_step(text)`` is told each step. A refused AddRaftVoter
+        leaves the new controller running as an observer (``remove_controller`` stops it)."""
+        layout = self._membership_checks("add-controller")
+        step = on_step or (lambda text: None)
+        node = Node(max(c.node_id for c in layout.controllers) + 1, "controller", _free_port(layout.host))
+        if any(n.metrics_port is not None for n in layout.controllers):
+            node.metrics_port = 0
+        self._format_controller(node, None)
+        layout.nodes.append(node)
+        try:
+            self.start_node(node)
+        except ClusterError:
+            layout.nodes.remove(node)
+            self.save()
+            raise
+        step(f"{node.name} started on {layout.host}:{node.port} as an observer (directory id {node.directory_id})")
+        deadline = time.monotonic() + timeout_s
+        quorum = self._until(lambda q: q is not None and _caught_up(q, node.node_id), deadline,
+                             f"{node.name} to catch up with the metadata log")
+        step(f"{node.name} caught up (log end offset {int(quorum.high_watermark)}); AddRaftVoter to leader "
+             f"{int(quorum.leader_id)}")
+        request = {"cluster_id": layout.cluster_id, "timeout": int(max(1.0, deadline - time.monotonic()) * 1000),
+                   "voter_id": node.node_id, "voter_directory_id": _uuid(node.directory_id),
+                   "listeners": [{"name": "CONTROLLER", "host": layout.host, "port": node.port}]}
+        self._change_voters(ApiKey.ADD_RAFT_VOTER, request, deadline)
+        self._until(lambda q: q is not None and node.node_id in _voter_ids(q), deadline,
+                    f"{node.name} among the voters")
+        return node
+
+    def remove_controller(self, node_id: int, timeout_s: float = 120.0, on_step=None) -> None:
+        """Kafka's ``kafka-metadata-quorum remove-controller``: RemoveRaftVoter for
+        ``node_id`` (its directory id from DescribeQuorum) at the leader, answered once the
+        smaller set is committed (a leader removing itself resigns then); once a leader
+        other than it is elected and every running broker has fetched from that leader,
+        the process is stopped, and it leaves the layout with its directory. A controller
+        that is not a voter (an observer whose add failed) is only stopped. The last voter
+        is refused: the metadata log would have no voter left."""
+        layout = self._membership_checks("remove-controller")
+        step = on_step or (lambda text: None)
+        node = layout.node(node_id)
+        if node.role != "controller":
+            raise ClusterError(f"node {node_id} is a broker, not a controller")
+        deadline = time.monotonic() + timeout_s
+        quorum = self._until(lambda q: q is not None, deadline, "a quorum leader")
+        voters = {int(v.replica_id): v for v in quorum.current_voters}
+        if node_id in voters:
+            if len(voters) == 1:
+                raise ClusterError(f"controller {node_id} is the quorum's last voter: without it the metadata log "
+                                   f"has no voter and the cluster no controller (Kafka refuses it too, "
+                                   f"VOTER_NOT_FOUND); add another first: tidelog cluster add-controller")
+            step(f"RemoveRaftVoter {node_id} at leader {int(quorum.leader_id)}")
+            self._change_voters(ApiKey.REMOVE_RAFT_VOTER, {
+                "cluster_id": layout.cluster_id, "voter_id": node_id,
+                "voter_directory_id": voters[node_id].replica_directory_id}, deadline)
+            removed_at_ms = int(time.time() * 1000)
+            brokers = [b.node_id for b in layout.brokers if b.alive()]
+            quorum = self._until(lambda q: q is not None and node_id not in _voter_ids(q)
+                                 and int(q.leader_id) != node_id
+                                 and _fetched_since(q, brokers, removed_at_ms), deadline,
+                                 f"a leader other than {node_id} followed by brokers {brokers}")
+            step(f"voters now {sorted(_voter_ids(quorum))}, leader {int(quorum.leader_id)}; the brokers follow it")
+        else:
+            step(f"controller {node_id} is not a voter (an observer): nothing to remove from the quorum")
+        self.stop_node(node_id)
+        import shutil
+        shutil.rmtree(self._node_dir(node), ignore_errors=True)
+        layout.nodes.remove(node)
+        self.save()
+        step(f"{node.name} stopped and its directory deleted")
+
+    def _membership_checks(self, verb: str) -> Layout:
+        layout = self.layout
+        if not layout.dynamic_quorum:
+            raise ClusterError(f"{verb} needs a dynamic quorum (KIP-853); the cluster at {layout.directory} was "
+                               "started with a static controller.quorum.voters (an older `cluster up`, or "
+                               "--link-proxy), whose voters cannot change")
+        if layout.secure:
+            raise ClusterError(f"{verb} does not support a --secure cluster yet: its certificates are made for "
+                               "the nodes that existed at `up`")
+        if not any(n.alive() for n in layout.controllers):
+            raise ClusterError(f"the cluster at {layout.directory} is not running (`tidelog cluster up` first)")
+        return layout
+
+    def describe_quorum(self):
+        """The leader's DescribeQuorum partition (v2: directory ids), or None while no
+        running controller names a leader that answers."""
+        import asyncio
+        from tidelog.metadata.log import METADATA_TOPIC
+        from tidelog.server.controller_channel import RemoteController
+        layout = self.layout
+        running = [(c.node_id, layout.host, c.port) for c in layout.controllers if c.alive()]
+
+        async def ask():
+            channel = RemoteController(running, "tidelog-cluster")
+            try:
+                answer = await channel.request(ApiKey.DESCRIBE_QUORUM, {"topics": [
+                    {"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]}, version=2,
+                    timeout_s=5)
+            finally:
+                channel.close()
+            partition = answer.topics[0].partitions[0]
+            return partition if int(partition.error_code.value) == 0 else None
+        if not running:
+            return None
+        try:
+            return asyncio.run(ask())
+        except (OSError, ConnectionError, asyncio.TimeoutError):
+            return None
+
+    def _until(self, condition, deadline: float, what: str):
+        """DescribeQuorum until ``condition(answer)`` holds; that answer (ClusterError at the deadline)."""
+        while True:
+            quorum = self.describe_quorum()
+            if condition(quorum):
+                return quorum
+            if time.monotonic() > deadline:
+                raise ClusterError(f"timed out waiting for {what}; the quorum last described: {_describe(quorum)}")
+            time.sleep(0.1)
+
+    def _change_voters(self, api_key: int, request: dict, deadline: float) -> None:
+        """AddRaftVoter / RemoveRaftVoter at the quorum leader, again while no leader
+        answers or another change is in progress, until ``deadline``; a refusal is raised."""
+        import asyncio
+        from tidelog.core.errors import ErrorCode
+        from tidelog.protocol.client import KafkaConnection
+        layout = self.layout
+
+        async def ask(port: int):
+            connection = await KafkaConnection.connect(layout.host, port, "tidelog-cluster", timeout_s=5)
+            try:
+                return await connection.request(api_key, request, timeout_s=max(1.0, deadline - time.monotonic()))
+            finally:
+                connection.close()
+        retried = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_CONTROLLER)
+        while True:
+            quorum = self._until(lambda q: q is not None, deadline, "a quorum leader")
+            leader = next((c for c in layout.controllers if c.node_id == int(quorum.leader_id)), None)
+            error, message = ErrorCode.NOT_LEADER_OR_FOLLOWER, f"leader {int(quorum.leader_id)} has no address here"
+            if leader is not None:
+                try:
+                    answer = asyncio.run(ask(leader.port))
+                    error, message = ErrorCode(int(answer.error_code)), getattr(answer, "error_message", None)
+                except (OSError, ConnectionError, asyncio.TimeoutError) as e:
+                    message = f"{type(e).__name__}: {e}"
+            if error == ErrorCode.NONE:
+                return
+            if error not in retried or time.monotonic() > deadline:
+                raise ClusterError(f"{'AddRaftVoter' if api_key == ApiKey.ADD_RAFT_VOTER else 'RemoveRaftVoter'} "
+                                   f"{request['voter_id']} answered {error.name}: {message}")
+            time.sleep(0.2)
 
     def _start_parallel(self, brokers: list[Node], on_ready=None) -> None:
         import threading

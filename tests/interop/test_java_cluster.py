@@ -120,8 +120,9 @@ def test_metadata_quorum_tool_on_a_cluster(java, plain):
         key, _, value = line.partition(":")
         status[key] = value.strip()
     assert status["LeaderId"] == "1000"
-    assert re.fullmatch(r'\[\{"id": 1000, "endpoints": \["CONTROLLER://127\.0\.0\.1:\d+"\]\}\]',
-                        status["CurrentVoters"]), status
+    # `cluster up` formats a dynamic quorum (KIP-853): the voter's directory id is shown.
+    assert re.fullmatch(r'\[\{"id": 1000, "directoryId": "[A-Za-z0-9_-]{22}", '
+                        r'"endpoints": \["CONTROLLER://127\.0\.0\.1:\d+"\]\}\]', status["CurrentVoters"]), status
     assert [o["id"] for o in json.loads(status["CurrentObservers"])] == [1, 2, 3]
     replication = java.tool("MetadataQuorumCommand", "--bootstrap-server", plain.bootstrap, "describe",
                             "--replication").lines()

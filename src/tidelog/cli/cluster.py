@@ -1,4 +1,6 @@
 """``tidelog cluster up|down|status|kill|pause|resume|restart`` — a local cluster of processes;
+``add-broker``, and ``add-controller|remove-controller`` to change its controller quorum's voters
+(KIP-853: ``up`` formats the controllers as a dynamic quorum, unless ``--link-proxy``);
 ``partition|cut|isolate|heal|links`` cut its links (with ``up --link-proxy``, tidelog.chaos).
 ``up`` also starts the live web view (``tidelog ui``, unless ``--no-ui``; its fault drills only
 with ``--ui-drills``); ``down`` stops it."""
@@ -51,7 +53,20 @@ def _run(args) -> int:
         node = cluster.add_broker(args.port)
         print(f"broker {node.node_id} up on {cluster.layout.host}:{node.port}; it holds no partition until one is "
               f"created or moved onto it (tidelog reassign)")
+    elif args.verb == "add-controller":
+        node = cluster.add_controller(on_step=print)
+        print(f"controller {node.node_id} added: voters {_voters(cluster)}")
+    elif args.verb == "remove-controller":
+        cluster.remove_controller(args.node_id, on_step=print)
+        print(f"controller {args.node_id} removed: voters {_voters(cluster)}")
     return 0
+
+
+def _voters(cluster: ProcessCluster) -> str:
+    quorum = cluster.describe_quorum()
+    if quorum is None:
+        return "unknown (no leader answered)"
+    return f"{sorted(int(v.replica_id) for v in quorum.current_voters)}, leader {int(quorum.leader_id)}"
 
 
 def _up(args) -> int:
@@ -62,9 +77,11 @@ def _up(args) -> int:
     metrics_base_port = None if args.no_metrics else (
         args.metrics_base_port if args.metrics_base_port is not None else
         0 if args.base_port == 0 else args.base_port + 100)
+    # A dynamic quorum (KIP-853: add-controller / remove-controller), except behind the
+    # link proxy, which points the brokers at the controller's proxy by controller.quorum.voters.
     cluster = ProcessCluster.create(args.dir, args.brokers, args.base_port, overrides=overrides,
                                     metrics_base_port=metrics_base_port, controllers=args.controllers,
-                                    secure=args.secure)
+                                    secure=args.secure, dynamic_quorum=not args.link_proxy)
     links = None
     if args.link_proxy:
         links = cluster.enable_link_proxy()
@@ -76,7 +93,7 @@ def _up(args) -> int:
                   total=len(cluster.layout.nodes)) as progress:
         cluster.up(on_ready=lambda node: progress.advance(note=f"{node.name} ready"))
     print(f"cluster up in {time.monotonic() - started:.2f} s: {len(cluster.layout.brokers)} brokers, "
-          f"controller.quorum.voters={cluster.layout.quorum_voters}, data in {cluster.layout.directory}")
+          f"{cluster.layout.quorum_setting}, data in {cluster.layout.directory}")
     _print_endpoints(cluster, links)
     if cluster.layout.secure:
         _print_secure_settings(cluster)
@@ -176,13 +193,17 @@ async def _status(cluster: ProcessCluster) -> int:
         controller_security = cluster_security.controller_security(layout.directory)
     registrations, quorum, controller_down = await _ask_controllers(layout, controller_security)
     print(f"cluster {layout.cluster_id} at {layout.directory}")
+    print("  controller quorum: " + ("dynamic (KIP-853: add-controller / remove-controller)" if layout.dynamic_quorum
+                                     else "static (controller.quorum.voters)"))
     ui_url = cluster.ui_url()
     if ui_url:
         print(f"  web view {ui_url}")
     metrics = {n.node_id: f"  metrics {cluster.metrics_url(n.node_id)}" if n.metrics_port is not None else ""
                for n in layout.nodes}
+    voters = set() if quorum is None else {int(v.replica_id) for v in quorum.current_voters}
     for controller in layout.controllers:
-        role = "" if quorum is None else "  leader" if int(quorum.leader_id) == controller.node_id else "  voter"
+        role = "" if quorum is None else "  leader" if int(quorum.leader_id) == controller.node_id else \
+            "  voter" if controller.node_id in voters else "  observer (not a voter)"
         print(f"  controller {controller.node_id}  {layout.host}:{controller.port}  "
               f"process {states[controller.node_id]}{role}{metrics[controller.node_id]}")
     if quorum is not None:

@@ -457,6 +457,13 @@ def _cluster(commands) -> None:
     add = _verb(verbs, "add-broker", "start one more broker (the next id) in the running cluster; move partitions "
                                      "onto it with `tidelog reassign`", [common])
     add.add_argument("--port", type=int, default=None, metavar="PORT", help="its port (default: a free one)")
+    _verb(verbs, "add-controller", "start one more controller (the next id) as an observer, wait until it caught "
+                                   "up, and make it a voter (AddRaftVoter, as kafka-metadata-quorum "
+                                   "add-controller)", [common])
+    remove = _verb(verbs, "remove-controller", "remove a controller from the quorum's voters (RemoveRaftVoter), "
+                                               "then stop it and delete its directory; not the last voter",
+                   [common])
+    remove.add_argument("node_id", type=int, metavar="ID", help=f"the controller's id ({CONTROLLER_ID}, ...)")
     node_help = f"broker id, or a controller's ({CONTROLLER_ID}, {CONTROLLER_ID + 1}, ...)"
     for name, text in (("kill", "SIGKILL a node: it dies at once"),
                        ("pause", "SIGSTOP a node: it stops answering, its sessions expire"),
