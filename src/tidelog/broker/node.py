@@ -264,6 +264,7 @@ class BrokerNode:
         self._next_high_watermark_checkpoint_ms = 0
         self._next_recovery_checkpoint_ms = 0
         self._next_retention_ms = self._next_producer_expiration_ms = 0
+        self._next_old_transaction_check_ms = 0
         self._partitions_in_doubt: set[TopicPartition] = set()    # led here, transactions in doubt
 
     # ============================================================ inputs
@@ -275,6 +276,8 @@ class BrokerNode:
         self._next_recovery_checkpoint_ms = now_ms + RECOVERY_CHECKPOINT_INTERVAL_MS
         self._next_retention_ms = now_ms + self.config["log.retention.check.interval.ms"]
         self._next_producer_expiration_ms = now_ms + self.config["producer.id.expiration.check.interval.ms"]
+        self._next_old_transaction_check_ms = now_ms + self.config[
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms"]
         self._next_tick_ms = now_ms + self.tick_interval_ms
         self._send_registration()
         return self._drain()
@@ -421,6 +424,7 @@ class BrokerNode:
             return self._drain()
         self._maybe_send_alter_partition()
         self._maybe_send_assignments(now_ms)
+        self._question_old_transactions(now_ms)
         self._ask_about_transactions_in_doubt(now_ms)
         return self._drain()
 
@@ -634,7 +638,7 @@ class BrokerNode:
             partition = self.replica_manager.get_partition(tp)
             if restored is not None and partition is not None and partition.is_leader:
                 partition.log.update_high_watermark(min(restored, partition.log.log_end_offset))
-            if partition is not None and partition.transactions_in_doubt:
+            if partition is not None and partition.has_questions:
                 self._partitions_in_doubt.add(tp)
         self._apply_config_changes()
         self.group_coordinator.reconcile(self.group_coordinator.now_ms())
@@ -742,13 +746,28 @@ class BrokerNode:
             self._effects.append(SendAlterPartition(
                 AlterPartitionRequest(self.node_id, self.broker_epoch, tuple(items)), sent))
 
+    def _question_old_transactions(self, now_ms: int) -> None:
+        """The age rule (``Partition.maybe_question_old_transactions``), checked as often as
+        a coordinator looks for its own timed-out transactions
+        (``transaction.abort.timed.out.transaction.cleanup.interval.ms``): a transaction open
+        longer than ``transaction.max.timeout.ms`` on a partition led here is asked about."""
+        if now_ms < self._next_old_transaction_check_ms:
+            return
+        self._next_old_transaction_check_ms = now_ms + self.config[
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms"]
+        max_age_ms, wall_now_ms = self.config["transaction.max.timeout.ms"], self.clock.now_ms()
+        for tp, partition in self.replica_manager.partitions.items():
+            if (isinstance(partition, Partition) and partition.is_leader
+                    and partition.maybe_question_old_transactions(wall_now_ms, max_age_ms, now_ms)):
+                self._partitions_in_doubt.add(tp)
+
     def _ask_about_transactions_in_doubt(self, now_ms: int) -> None:
         """A ``ResolveInDoubt`` for each transaction in doubt whose question is due
         (``Partition.in_doubt_questions_due``); a partition whose doubts are settled, or
         that this broker no longer leads, is forgotten."""
         for tp in sorted(self._partitions_in_doubt):
             partition = self.replica_manager.get_partition(tp)
-            if partition is None or not partition.is_leader or not partition.transactions_in_doubt:
+            if partition is None or not partition.is_leader or not partition.has_questions:
                 self._partitions_in_doubt.discard(tp)
                 continue
             for producer_id, epoch in partition.in_doubt_questions_due(now_ms):

@@ -50,8 +50,9 @@ PRODUCER_EPOCH_MAX = 0x7FFF        # a producer epoch is an int16
 UNDEFINED_OFFSET = -1
 NO_TIMESTAMP = -1
 LATEST_TIERED_TIMESTAMP = -5       # ListOffsets: the last tiered offset (no tiered storage: none, -1)
-# A transaction in doubt after an unclean election: its coordinators are asked at once, then
-# again after a backoff doubling from MIN to MAX while they have not settled it.
+# A transaction in question (in doubt after an unclean election, or open longer than
+# transaction.max.timeout.ms): its coordinators are asked at once, then again after a
+# backoff doubling from MIN to MAX while they have not settled it.
 IN_DOUBT_QUESTION_BACKOFF_MS_MIN = 100
 IN_DOUBT_QUESTION_BACKOFF_MS_MAX = 10_000
 
@@ -215,8 +216,13 @@ class Partition:
         # (``transactions_in_doubt_after_recovery``). Memory only, per leader epoch.
         self.transactions_in_doubt: dict[int, int] = {}
         # Leader only: producer id -> [when to ask its coordinators next (None: a question is
-        # out), questions asked], for each transaction in doubt (``in_doubt_questions_due``).
+        # out), questions asked, the epoch asked about], for each transaction in question: in
+        # doubt, or open too long (``maybe_question_old_transactions``). Ends when the
+        # transaction is no longer open here at that epoch (``in_doubt_questions_due``).
         self._in_doubt_asks: dict[int, list] = {}
+        # Leader only: (producer id, first offset) -> the largest timestamp of the open
+        # transaction's first batch, read from the log once (``_transaction_start_ms``).
+        self._transaction_start_ms: dict[tuple[int, int], int] = {}
 
     def __repr__(self) -> str:
         return (f"Partition({self.topic_partition}, broker={self.local_broker_id}, leader={self.leader}, "
@@ -260,7 +266,8 @@ class Partition:
             self.leader_epoch = state.leader_epoch
             self.transactions_in_doubt = (self.transactions_in_doubt_after_recovery()
                                           if state.leader_recovery_state == RECOVERING else {})
-            self._in_doubt_asks = {producer_id: [0, 0] for producer_id in self.transactions_in_doubt}
+            self._in_doubt_asks = {producer_id: [0, 0, epoch] for producer_id, epoch in self.transactions_in_doubt.items()}
+            self._transaction_start_ms = {}
         else:
             # Same leader epoch: only the assignment or ISR changed; states are kept.
             self.replica_states = {r: self.replica_states.get(r) or ReplicaState(r) for r in followers}
@@ -291,6 +298,7 @@ class Partition:
         self.leader_epoch_start_offset = None
         self.transactions_in_doubt = {}
         self._in_doubt_asks = {}
+        self._transaction_start_ms = {}
         self.partition_epoch = state.partition_epoch
         self.leader_recovery_state = state.leader_recovery_state
         return bumped
@@ -349,36 +357,101 @@ class Partition:
                        epoch, first_offset)
         return producer_id, epoch, first_offset
 
+    @property
+    def has_questions(self) -> bool:
+        """Whether a transaction here is in question (in doubt, or open too long)."""
+        return bool(self._in_doubt_asks)
+
+    def in_question(self, producer_id: int, epoch: int) -> bool:
+        """Whether producer ``producer_id``'s transaction at ``epoch`` is still in question:
+        asked about, and still open here at that epoch (no marker settled it)."""
+        ask = self._in_doubt_asks.get(producer_id)
+        return ask is not None and ask[2] == epoch and self._open_transaction_epoch(producer_id) == epoch
+
+    def _open_transaction_epoch(self, producer_id: int) -> int | None:
+        if producer_id not in self.log.ongoing_transactions():
+            return None
+        for pid, epoch, _, _, _, first_offset in self.log.active_producers():
+            if pid == producer_id and first_offset >= 0:
+                return epoch
+        return None
+
+    def maybe_question_old_transactions(self, wall_now_ms: int, max_age_ms: int, now_ms: int) -> list[int]:
+        """The age rule (docs/transactions.md, "Hanging transactions"): any leader asks the
+        coordinators about a transaction its producer state shows open for longer than
+        ``max_age_ms`` (``transaction.max.timeout.ms``: the coordinator would have ended it
+        by then, so its marker is lost), by the largest timestamp of the transaction's
+        first batch against ``wall_now_ms``. Needs no memory of an unclean election: a
+        doubt a later clean election forgot is found this way. Returns the producer ids
+        newly in question (asked at once: due at ``now_ms``)."""
+        if not self.is_leader:
+            return []
+        ongoing = self.log.ongoing_transactions()
+        if not ongoing:
+            self._transaction_start_ms = {}
+            return []
+        self._transaction_start_ms = {key: ts for key, ts in self._transaction_start_ms.items()
+                                      if ongoing.get(key[0]) == key[1]}
+        added = []
+        for producer_id, first_offset in sorted(ongoing.items()):
+            if producer_id in self._in_doubt_asks:
+                continue
+            started_ms = self._transaction_start_ms.get((producer_id, first_offset))
+            if started_ms is None:
+                started_ms = self._transaction_start_ms[(producer_id, first_offset)] = self._batch_timestamp(
+                    first_offset)
+            epoch = self._open_transaction_epoch(producer_id)
+            if epoch is None or started_ms is None or wall_now_ms - started_ms <= max_age_ms:
+                continue
+            self._in_doubt_asks[producer_id] = [now_ms, 0, epoch]
+            added.append(producer_id)
+            logger.warning("%s: the transaction of producer %d at epoch %d (first offset %d) has been open for "
+                           "%d ms, longer than transaction.max.timeout.ms (%d): asking its coordinators",
+                           self.topic_partition, producer_id, epoch, first_offset, wall_now_ms - started_ms,
+                           max_age_ms)
+        return added
+
+    def _batch_timestamp(self, offset: int) -> int | None:
+        """The largest timestamp of the batch holding ``offset``; None if not in the local log."""
+        try:
+            records = self.log.read(offset, 1, min_one_batch=True).records.read_bytes()
+        except (KafkaError, OSError):
+            return None
+        for _, header in iter_batches(records):
+            return header.max_timestamp
+        return None
+
     def in_doubt_questions_due(self, now_ms: int) -> list[tuple[int, int]]:
-        """``(producer id, epoch)`` of each transaction in doubt whose coordinators are due
-        to be asked; its question is then out until ``on_in_doubt_answer``."""
+        """``(producer id, epoch)`` of each transaction in question whose coordinators are
+        due to be asked; its question is then out until ``on_in_doubt_answer``. A
+        transaction no longer open at the epoch asked about is settled: forgotten."""
         due = []
         for producer_id, ask in list(self._in_doubt_asks.items()):
-            if producer_id not in self.transactions_in_doubt:
+            if self._open_transaction_epoch(producer_id) != ask[2]:
                 del self._in_doubt_asks[producer_id]            # settled meanwhile
+                self.transactions_in_doubt.pop(producer_id, None)
             elif ask[0] is not None and ask[0] <= now_ms:
                 ask[0], ask[1] = None, ask[1] + 1
-                due.append((producer_id, self.transactions_in_doubt[producer_id]))
+                due.append((producer_id, ask[2]))
         return due
 
     def next_in_doubt_question_ms(self) -> int | None:
-        due = [ask[0] for producer_id, ask in self._in_doubt_asks.items()
-               if ask[0] is not None and producer_id in self.transactions_in_doubt]
+        due = [ask[0] for ask in self._in_doubt_asks.values() if ask[0] is not None]
         return min(due) if due else None
 
     def on_in_doubt_answer(self, producer_id: int, epoch: int, leader_epoch: int, answered: bool, reason: str,
                            now_ms: int) -> None:
         """The answer to a question ``in_doubt_questions_due`` gave out. A transaction still
-        in doubt (the coordinator has not decided, no answer came, or the verdict's marker
-        was not written) is asked about again after a backoff that doubles up to
+        in question (the coordinator has not decided, no answer came, or the verdict's
+        marker was not written) is asked about again after a backoff that doubles up to
         ``IN_DOUBT_QUESTION_BACKOFF_MS_MAX``."""
         ask = self._in_doubt_asks.get(producer_id)
-        if ask is None or leader_epoch != self.leader_epoch or self.transactions_in_doubt.get(producer_id) != epoch:
+        if ask is None or leader_epoch != self.leader_epoch or not self.in_question(producer_id, epoch):
             return                                             # settled, or another leader epoch
         backoff_ms = min(IN_DOUBT_QUESTION_BACKOFF_MS_MIN << min(ask[1] - 1, 16), IN_DOUBT_QUESTION_BACKOFF_MS_MAX)
         ask[0] = now_ms + backoff_ms
         logger.log(logging.INFO if answered else logging.WARNING,
-                   "%s: the transaction of producer %d at epoch %d is still in doubt after %d questions to its "
+                   "%s: the transaction of producer %d at epoch %d is still in question after %d questions to its "
                    "coordinators (%s); asking again in %d ms", self.topic_partition, producer_id, epoch, ask[1],
                    reason, backoff_ms)
 

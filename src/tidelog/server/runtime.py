@@ -40,6 +40,8 @@ import asyncio
 import logging
 import os
 import signal
+import ssl
+import tempfile
 import secrets
 import time
 import uuid
@@ -85,6 +87,7 @@ from tidelog.server.group_apis import GroupApis
 from tidelog.server.txn_apis import TxnApis
 from tidelog.server import tls
 from tidelog.metadata.authorizer import Authorizer, ResourceType
+from tidelog.txn.in_doubt import missing_describe_acl
 from tidelog.server.authorization import AUTHORIZER_CLASS_NAMES, RequestAuthorizer
 from tidelog.server.sasl import SaslAuthenticator, listener_jaas
 from tidelog.server.sasl_apis import SaslApis
@@ -377,6 +380,33 @@ class Server:
             return ClientSecurity(context, mechanism, jaas.options["username"], jaas.options["password"])
         return ClientSecurity(context)
 
+    def _inter_broker_principal(self) -> str | None:
+        """The principal the other brokers see this broker's own connections as (its
+        ListTransactions questions are filtered by what that principal may DESCRIBE):
+        the SASL username, the certificate's DN mapped by ssl.principal.mapping.rules
+        when the listener asks for client certificates, else User:ANONYMOUS; None if the
+        certificate cannot be read."""
+        security, name = self.inter_broker_security, self.listener_name
+        if security is not None and security.sasl_mechanism:
+            return f"User:{security.username}"
+        if security is None or security.ssl_context is None:
+            return "User:ANONYMOUS"
+        if str(tls.setting(self.config, name, "ssl.client.auth") or "none").lower() == "none":
+            return "User:ANONYMOUS"
+        location = tls.setting(self.config, name, "ssl.keystore.location")
+        chain = tls.setting(self.config, name, "ssl.keystore.certificate.chain")
+        try:
+            with tempfile.TemporaryDirectory(prefix="tidelog-principal-") as directory:
+                if not location and chain:
+                    location = os.path.join(directory, "chain.pem")
+                    with open(location, "w") as f:
+                        f.write(tls._pem(str(chain)) + "\n")
+                certificate = ssl._ssl._test_decode_cert(location)     # the first certificate of the file
+        except (OSError, ssl.SSLError, TypeError):
+            return None
+        return tls.principal_for(tls.distinguished_name(certificate),
+                                 tls.setting(self.config, name, "ssl.principal.mapping.rules"))
+
     def _start_broker_role(self) -> None:
         config = self.config
         if self.is_controller:
@@ -416,6 +446,9 @@ class Server:
             group_apis.may_describe = self.authorizer.visible(ResourceType.GROUP)
             group_apis.authorizer = self.authorizer
             self.txn_apis.may_describe = self.authorizer.visible(ResourceType.TRANSACTIONAL_ID)
+            principal, acls = self._inter_broker_principal(), self.authorizer.authorizer
+            self.txn_apis.requests.missing_describe_acl = lambda: missing_describe_acl(
+                acls, self.image.acls.values(), principal)
         kafka_apis.produce.txn = self.txn_apis.requests     # KIP-890 verification, if enabled
         self.admin.register(self.dispatcher)
         # Client quotas (KIP-13/124; server/quotas.py): from the metadata image, on the client listener.

@@ -40,7 +40,7 @@ from tidelog.sim.checker import InvariantViolation
 from tidelog.sim.controller import WRITES, sim_directory_id
 from tidelog.sim.config import SimConfig, TopicSpec
 from tidelog.sim.defects import planted
-from tidelog.sim.loop import NodeClock, Trace
+from tidelog.sim.loop import T0_WALL_MS, NodeClock, Trace
 from tidelog.sim.network import Message, NetworkNode
 from tidelog.sim.simulation import Simulation
 
@@ -1151,7 +1151,7 @@ def unclean_open_transaction(s: Script) -> tuple[bool, dict]:
     b = next(r for r in s.sim.controller.image.partition(TP).replicas if r != a)
 
     def txn_batch(sequence: int, value: str, epoch: int = 0) -> bytes:
-        return build_batch([value.encode()], timestamp_ms=s.now, producer_id=7, producer_epoch=epoch,
+        return build_batch([value.encode()], timestamp_ms=T0_WALL_MS + s.now, producer_id=7, producer_epoch=epoch,
                            base_sequence=sequence, is_transactional=True)
 
     def marker(broker: int, commit: bool) -> str:
@@ -1243,7 +1243,7 @@ class _ScriptedProducer:
                               "AddPartitionsToTxn")["error_code"])
 
     def produce(self, tp: TopicPartition, value: str, sequence: int) -> ErrorCode:
-        batch = build_batch([value.encode()], timestamp_ms=self.s.now, producer_id=self.producer_id,
+        batch = build_batch([value.encode()], timestamp_ms=T0_WALL_MS + self.s.now, producer_id=self.producer_id,
                             producer_epoch=self.producer_epoch, base_sequence=sequence, is_transactional=True)
         body = {"tp": tp, "acks": -1, "timeout_ms": 2000, "values": [value.encode()], "batch": batch,
                 "transactional_id": self.transactional_id}
@@ -1368,6 +1368,67 @@ def unclean_transaction_settled_by_coordinator(s: Script, commit: bool) -> tuple
     return s.outcome()
 
 
+def hanging_transaction_after_second_election(s: Script) -> tuple[bool, dict]:
+    """Issue 28's age rule: a doubt forgotten by a second, clean election still ends.
+    t0-0 lives on brokers 1 (leader), 2 and 3, min ISR 1, unclean elections on; the
+    transaction's coordinator is broker 4. The record reaches all three replicas; 1 is
+    cut from 2 and 3, the ISR shrinks to {1}, and the COMMIT marker is written to 1
+    alone. 1 dies; another replica (L) is elected uncleanly and holds the transaction in
+    doubt, but its questions are lost (2 and 3 are cut from the coordinator). The third
+    replica (F) joins L's ISR, L reports RECOVERED and dies: F is elected cleanly and
+    holds no doubt — its producer state only shows the transaction open, so its LSO
+    waits. Nothing but the age rule settles it: once the transaction has been open
+    longer than transaction.max.timeout.ms (900 s), F asks the coordinator like any
+    in-doubt question, writes the COMMIT, and the record is read with read_committed."""
+    producer = _ScriptedProducer(s, _transactional_id_on(s, 4))
+    s.expect("the coordinator", producer.coordinator, 4)
+    s.expect("AddPartitionsToTxn t0-0", producer.add(TP).name, "NONE")
+    s.expect("the transaction's record", producer.produce(TP, "tx-record", 0).name, "NONE")
+    s.wait(lambda: s.leo(2) == 1 and s.leo(3) == 1 and s.hw(1) == 1, "the record on all three replicas")
+    s.sim.network.partition("b1", "b2")
+    s.sim.network.partition("b1", "b3")
+    s.shrink((1,), "2 and 3 leave the ISR")
+    s.expect("EndTxn(commit)", producer.end(True).name, "NONE")
+    coordinator = s.sim.brokers[4].node.txn_coordinator
+    s.wait(lambda: coordinator.describe_transaction(producer.transactional_id)[0] == "CompleteCommit",
+           "the coordinator completed the commit")
+    s.expect("markers on 1", _markers(s, 1), ["COMMIT"])
+    s.sim.kill(1)
+    s.sim.network.heal()
+    s.sim.network.partition("b2", "b4")                   # the in-doubt questions are lost
+    s.sim.network.partition("b3", "b4")
+    s.wait(lambda: s.leads(2) or s.leads(3), "2 or 3 is elected uncleanly")
+    first = 2 if s.leads(2) else 3
+    third = 5 - first
+    s.expect("the unclean leader's transactions in doubt", dict(s.partition(first).transactions_in_doubt),
+             {producer.producer_id: producer.producer_epoch})
+    s.wait(lambda: s.isr() == tuple(sorted((first, third))) or set(s.isr()) == {first, third},
+           "the third replica joins the ISR")
+    s.wait(lambda: s.sim.controller.image.partition(TP).leader_recovery_state == 0, "RECOVERED reported")
+    s.expect("the unclean leader's transaction still in doubt (its questions unanswered)",
+             dict(s.partition(first).transactions_in_doubt), {producer.producer_id: producer.producer_epoch})
+    s.sim.kill(first)
+    s.wait(lambda: s.leads(third), "the third replica is elected cleanly")
+    s.sim.network.heal()
+    s.expect("elected RECOVERED", s.sim.controller.image.partition(TP).leader_recovery_state, 0)
+    s.expect("the new leader's transactions in doubt (a clean election)",
+             dict(s.partition(third).transactions_in_doubt), {})
+    log = s.partition(third).log
+    elected = s.now
+    s.wait(lambda: s.now >= elected + 60_000, "a minute later", timeout_ms=70_000)
+    s.expect("the LSO still waits a minute later (nothing else settles it)", log.last_stable_offset, 0)
+    try:
+        s.wait(lambda: log.last_stable_offset == log.log_end_offset, "the age rule settles the transaction",
+               timeout_ms=1_000_000)
+    except TimeoutError:
+        pass
+    s.expect("the LSO reached the log end", log.last_stable_offset == log.log_end_offset, True)
+    s.expect("settled after transaction.max.timeout.ms", s.now - elected >= 800_000, True)
+    s.expect("markers on the third replica", _markers(s, third), ["COMMIT"])
+    s.expect("the record read with read_committed", b"tx-record" in _read_committed(s, third), True)
+    return s.outcome()
+
+
 SCENARIOS = {scenario.name: scenario for scenario in [
     Scenario("kip-101-1", "KIP-101 scenario 1", "m2 survives: A asks where epoch 0 ends instead of truncating to its HW",
              _config(2, (2, 1), 1, True), kip_101_1),
@@ -1408,6 +1469,11 @@ SCENARIOS = {scenario.name: scenario for scenario in [
              "asks the coordinators and writes the ABORT; the LSO moves and the record is never read with "
              "read_committed", _config(3, (1, 2), 1, True, flush_messages=None, txn_partitions=3),
              lambda s: unclean_transaction_settled_by_coordinator(s, False)),
+    Scenario("hanging-transaction-second-election", "issue 28 (hanging transactions, KIP-664)",
+             "an unclean leader's doubt is forgotten by a clean election to a third replica before its question "
+             "is answered; the transaction open longer than transaction.max.timeout.ms is asked about anyway, "
+             "its COMMIT written, the LSO moves and read_committed reads the record",
+             _config(4, (1, 2, 3), 1, True, txn_partitions=3), hanging_transaction_after_second_election),
     Scenario("stale-leader-write", "Kafka: stale leader write", "the stale leader's acks=1 write is acknowledged "
              "and truncated away, its acks=all write never acknowledged; logs converge",
              _config(3, (1, 2, 3), 2, False), stale_leader_write),

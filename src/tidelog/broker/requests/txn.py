@@ -59,6 +59,8 @@ logger = logging.getLogger("tidelog.txn")
 
 # Time for a leader's answer to travel back after its own request.timeout.ms ran out.
 ANSWER_MARGIN_MS = 500
+# How often the ERROR about a ListTransactions answer that may hide ids is repeated.
+BLIND_LOG_INTERVAL_MS = 300_000
 # The coordinator's answers that mean "ask again later, maybe elsewhere".
 _COORDINATOR_TROUBLE = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
                         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
@@ -73,6 +75,11 @@ class TxnRequests:
         self.send = send                        # the driver's outbox for effects
         self.request_timeout_ms = node.config["request.timeout.ms"]
         node.txn_coordinator.write_markers = self.write_markers
+        # The ACL this broker's inter-broker principal lacks to see every transactional id
+        # in a ListTransactions answer ("" none: ACLs off, or a driver without them), from
+        # ``tidelog.txn.in_doubt.missing_describe_acl``; set by the driver.
+        self.missing_describe_acl: Callable[[], str] = lambda: ""
+        self._blind_logged_ms: int | None = None      # the last ERROR about it (rate-limited)
 
     @property
     def coordinator(self):
@@ -207,7 +214,8 @@ class TxnRequests:
         if not found and silent:
             return on_done(False, f"no ListTransactions answer from brokers {silent}")
         if not found:
-            return self._settle(asked, decide(asked.producer_id, asked.producer_epoch, None), on_done)
+            return self._settle(asked, decide(asked.producer_id, asked.producer_epoch, None,
+                                              self.missing_describe_acl()), on_done)
         coordinator, transactional_id = found[0]
 
         def described(answer) -> None:
@@ -223,11 +231,18 @@ class TxnRequests:
     def _settle(self, asked, decision: Decision, on_done: Callable[[bool, str], None]) -> None:
         """Write the verdict's marker, as the coordinator's, if the doubt is still there."""
         tp = asked.topic_partition
+        if decision.verdict == Verdict.BLIND:
+            now_ms = self.clock.monotonic_ms()
+            if self._blind_logged_ms is None or now_ms - self._blind_logged_ms >= BLIND_LOG_INTERVAL_MS:
+                self._blind_logged_ms = now_ms
+                logger.error("%s: the transaction of producer %d at epoch %d stays open (read_committed waits): "
+                             "%s", tp, asked.producer_id, asked.producer_epoch, decision.reason)
+            return on_done(False, decision.reason)
         if decision.verdict in (Verdict.WAIT, Verdict.NO_ANSWER):
             return on_done(decision.verdict == Verdict.WAIT, decision.reason)
         partition = self.node.replica_manager.get_partition(tp)
         if (partition is None or not partition.is_leader or partition.leader_epoch != asked.leader_epoch
-                or partition.transactions_in_doubt.get(asked.producer_id) != asked.producer_epoch):
+                or not partition.in_question(asked.producer_id, asked.producer_epoch)):
             return on_done(True, "settled meanwhile")
         coordinator_epoch = partition.in_doubt_coordinator_epoch(asked.producer_id)
         if coordinator_epoch is None:
