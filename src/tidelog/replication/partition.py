@@ -366,15 +366,7 @@ class Partition:
         """Whether producer ``producer_id``'s transaction at ``epoch`` is still in question:
         asked about, and still open here at that epoch (no marker settled it)."""
         ask = self._in_doubt_asks.get(producer_id)
-        return ask is not None and ask[2] == epoch and self._open_transaction_epoch(producer_id) == epoch
-
-    def _open_transaction_epoch(self, producer_id: int) -> int | None:
-        if producer_id not in self.log.ongoing_transactions():
-            return None
-        for pid, epoch, _, _, _, first_offset in self.log.active_producers():
-            if pid == producer_id and first_offset >= 0:
-                return epoch
-        return None
+        return ask is not None and ask[2] == epoch and self.log.has_ongoing_transaction(producer_id, epoch)
 
     def maybe_question_old_transactions(self, wall_now_ms: int, max_age_ms: int, now_ms: int) -> list[int]:
         """The age rule (docs/transactions.md, "Hanging transactions"): any leader asks the
@@ -392,7 +384,7 @@ class Partition:
             return []
         self._transaction_start_ms = {key: ts for key, ts in self._transaction_start_ms.items()
                                       if ongoing.get(key[0]) == key[1]}
-        added = []
+        added, epochs = [], None
         for producer_id, first_offset in sorted(ongoing.items()):
             if producer_id in self._in_doubt_asks:
                 continue
@@ -400,8 +392,12 @@ class Partition:
             if started_ms is None:
                 started_ms = self._transaction_start_ms[(producer_id, first_offset)] = self._batch_timestamp(
                     first_offset)
-            epoch = self._open_transaction_epoch(producer_id)
-            if epoch is None or started_ms is None or wall_now_ms - started_ms <= max_age_ms:
+            if started_ms is None or wall_now_ms - started_ms <= max_age_ms:
+                continue
+            if epochs is None:
+                epochs = {pid: epoch for pid, epoch, *_ in self.log.active_producers()}
+            epoch = epochs.get(producer_id)
+            if epoch is None:
                 continue
             self._in_doubt_asks[producer_id] = [now_ms, 0, epoch]
             added.append(producer_id)
@@ -427,7 +423,7 @@ class Partition:
         transaction no longer open at the epoch asked about is settled: forgotten."""
         due = []
         for producer_id, ask in list(self._in_doubt_asks.items()):
-            if self._open_transaction_epoch(producer_id) != ask[2]:
+            if not self.log.has_ongoing_transaction(producer_id, ask[2]):
                 del self._in_doubt_asks[producer_id]            # settled meanwhile
                 self.transactions_in_doubt.pop(producer_id, None)
             elif ask[0] is not None and ask[0] <= now_ms:
