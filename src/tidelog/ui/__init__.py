@@ -385,7 +385,12 @@ class UiServer:
             state = node.state
             if state is None:
                 continue
-            controller_id = state.get("controller_id", controller_id)
+            # A controller's own view wins; a broker of a dynamic quorum knows the
+            # controllers only by bootstrap address (a negative id) until one redirects it.
+            said = state.get("controller_id")
+            if isinstance(said, int) and said >= 0 and (controller_id is None
+                                                        or "controller" in state.get("roles", ())):
+                controller_id = said
             for b in state.get("brokers", ()):
                 if b["id"] not in views or views[b["id"]][0] < state["metadata_offset"]:
                     views[b["id"]] = (state["metadata_offset"], b)
