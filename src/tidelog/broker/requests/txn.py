@@ -25,14 +25,17 @@ heard rather than lost to a timeout that expires at the same moment (Kafka's
 equal timeouts lose it; the simulator showed the retries that costs). Markers
 that failed are retried by the shard after its backoff.
 
-A leader elected uncleanly asks about each transaction it holds in doubt
+A leader elected uncleanly asks about each transaction it holds in doubt, and any
+leader about a transaction open longer than ``transaction.max.timeout.ms``
 (``resolve_in_doubt``, for the node's ``ResolveInDoubt``): ListTransactions
 filtered by the producer id at every broker leading a ``__transaction_state``
 partition, DescribeTransactions of the id found at its coordinator (each at once
 when that is this broker, else a ``SendListTransactions`` /
 ``SendDescribeTransactions`` effect), and writes the verdict's marker
 (``tidelog.txn.in_doubt``) through ``append_markers``, as a WriteTxnMarkers from
-the coordinator would be.
+the coordinator would be. "No coordinator lists the producer id" aborts only when
+the listing could see every transactional id (``missing_describe_acl``, set by the
+driver); any answer that may be partial means asking again.
 """
 
 from __future__ import annotations
@@ -248,8 +251,8 @@ class TxnRequests:
         if coordinator_epoch is None:
             return on_done(True, "no longer open")
         commit = decision.verdict == Verdict.COMMIT
-        logger.warning("%s: settling the transaction of producer %d at epoch %d, in doubt since an unclean "
-                       "election, with %s at epoch %d: %s", tp, asked.producer_id, asked.producer_epoch,
+        logger.warning("%s: settling the transaction of producer %d at epoch %d (in doubt since an unclean "
+                       "election, or open longer than transaction.max.timeout.ms) with %s at epoch %d: %s", tp, asked.producer_id, asked.producer_epoch,
                        "COMMIT" if commit else "ABORT", decision.marker_epoch, decision.reason)
         request = WriteTxnMarkers(asked.producer_id, decision.marker_epoch, commit, coordinator_epoch, (tp,))
 
