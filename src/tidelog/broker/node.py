@@ -26,7 +26,8 @@ Inputs, each a method that returns the effects to carry out, in order:
                                              coordinator's deadlines, a step of each
                                              replica moving between log directories,
                                              ResolveInDoubt for a transaction an
-                                             unclean election left in doubt
+                                             unclean election left in doubt, or open
+                                             longer than transaction.max.timeout.ms
     on_in_doubt_answer                     → a doubt still open is asked about again
     alter_replica_log_dirs(dirs)           → AlterReplicaLogDirs: moves started
     on_stop_requested(now_ms)              → controlled shutdown, or StopNow
