@@ -264,8 +264,7 @@ class BrokerNode:
         self._next_isr_check_ms = 0
         self._next_high_watermark_checkpoint_ms = 0
         self._next_recovery_checkpoint_ms = 0
-        self._next_retention_ms = self._next_producer_expiration_ms = 0
-        self._next_old_transaction_check_ms = 0
+        self._next_retention_ms = self._next_producer_expiration_ms = self._next_old_transaction_check_ms = 0
         self._partitions_in_doubt: set[TopicPartition] = set()    # led here, transactions in doubt
 
     # ============================================================ inputs
