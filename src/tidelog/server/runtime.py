@@ -40,7 +40,6 @@ import asyncio
 import logging
 import os
 import signal
-import ssl
 import tempfile
 import secrets
 import time
@@ -401,8 +400,8 @@ class Server:
                     location = os.path.join(directory, "chain.pem")
                     with open(location, "w") as f:
                         f.write(tls._pem(str(chain)) + "\n")
-                certificate = ssl._ssl._test_decode_cert(location)     # the first certificate of the file
-        except (OSError, ssl.SSLError, TypeError):
+                certificate = tls.certificate_subject(location)
+        except (OSError, ValueError, TypeError):
             return None
         return tls.principal_for(tls.distinguished_name(certificate),
                                  tls.setting(self.config, name, "ssl.principal.mapping.rules"))

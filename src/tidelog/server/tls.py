@@ -184,6 +184,24 @@ _RDN_NAMES = {"commonName": "CN", "organizationName": "O", "organizationalUnitNa
               "domainComponent": "DC", "userId": "UID"}
 
 
+def certificate_subject(path: str) -> dict:
+    """The first certificate of PEM file ``path`` as ``SSLSocket.getpeercert()`` gives a
+    peer's (only ``subject``, in the certificate's order), so that this node's own
+    principal is derived exactly as its peers' are. Raises OSError or ValueError."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    names = {NameOID.COMMON_NAME: "commonName", NameOID.ORGANIZATION_NAME: "organizationName",
+             NameOID.ORGANIZATIONAL_UNIT_NAME: "organizationalUnitName", NameOID.COUNTRY_NAME: "countryName",
+             NameOID.LOCALITY_NAME: "localityName", NameOID.STATE_OR_PROVINCE_NAME: "stateOrProvinceName",
+             NameOID.STREET_ADDRESS: "streetAddress", NameOID.DOMAIN_COMPONENT: "domainComponent",
+             NameOID.USER_ID: "userId"}
+    with open(path, "rb") as f:
+        certificate = x509.load_pem_x509_certificate(f.read())
+    return {"subject": tuple(tuple((names.get(attribute.oid, attribute.oid.dotted_string), str(attribute.value))
+                                   for attribute in rdn) for rdn in certificate.subject.rdns)}
+
+
 def distinguished_name(peer_certificate: dict | None) -> str | None:
     """The subject as Java's ``X500Principal.getName()`` writes it (RFC 2253: the most
     specific RDN first): ``CN=alice,OU=eng,O=Example,C=US``."""
