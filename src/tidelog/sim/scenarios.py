@@ -1205,6 +1205,18 @@ def _ask(s: Script, broker: int, kind: str, body: dict, what: str, timeout_ms: i
     return box
 
 
+def _transaction_on_both_then_cut(s) -> "_ScriptedProducer":
+    """A transaction coordinated by broker 3 writes one record to t0-0, which both of
+    its replicas (1 leading, 2) then hold; then 1 and 2 are cut apart."""
+    producer = _ScriptedProducer(s, _transactional_id_on(s, 3))
+    s.expect("the coordinator", producer.coordinator, 3)
+    s.expect("AddPartitionsToTxn t0-0", producer.add(TP).name, "NONE")
+    s.expect("the transaction's record", producer.produce(TP, "tx-record", 0).name, "NONE")
+    s.wait(lambda: s.leo(2) == 1 and s.hw(1) == 1, "the record on both replicas")
+    s.sim.network.partition("b1", "b2")
+    return producer
+
+
 def _transactional_id_on(s: Script, coordinator: int, other_than: bool = False) -> str:
     """A transactional id whose coordinator is ``coordinator`` (or, with ``other_than``,
     any other broker); the first lookup creates __transaction_state."""
@@ -1270,12 +1282,7 @@ def txn_markers_acks_all(s: Script) -> tuple[bool, dict]:
     acknowledged, writes it again to 2 once 1 is back in the ISR: the record is committed
     on the new leader. (Written with acks=1, the marker would be acknowledged at once, the
     transaction completed, and the new leader would hold an open transaction for good.)"""
-    producer = _ScriptedProducer(s, _transactional_id_on(s, 3))
-    s.expect("the coordinator", producer.coordinator, 3)
-    s.expect("AddPartitionsToTxn t0-0", producer.add(TP).name, "NONE")
-    s.expect("the transaction's record", producer.produce(TP, "tx-record", 0).name, "NONE")
-    s.wait(lambda: s.leo(2) == 1 and s.hw(1) == 1, "the record on both replicas")
-    s.sim.network.partition("b1", "b2")
+    producer = _transaction_on_both_then_cut(s)
     s.expect("EndTxn(commit)", producer.end(commit=True).name, "NONE")
     s.wait(lambda: s.leo(1) == 2, "the COMMIT marker on the leader")
     s.sim.run_for(50)                                # time for an acks=1 answer to reach the coordinator
@@ -1335,12 +1342,7 @@ def unclean_transaction_settled_by_coordinator(s: Script, commit: bool) -> tuple
     says, and its last stable offset moves on — the record read with read_committed if
     the coordinator committed, never if it aborted."""
     name = "COMMIT" if commit else "ABORT"
-    producer = _ScriptedProducer(s, _transactional_id_on(s, 3))
-    s.expect("the coordinator", producer.coordinator, 3)
-    s.expect("AddPartitionsToTxn t0-0", producer.add(TP).name, "NONE")
-    s.expect("the transaction's record", producer.produce(TP, "tx-record", 0).name, "NONE")
-    s.wait(lambda: s.leo(2) == 1 and s.hw(1) == 1, "the record on both replicas")
-    s.sim.network.partition("b1", "b2")
+    producer = _transaction_on_both_then_cut(s)
     s.shrink((1,), "2 leaves the ISR")
     s.expect(f"EndTxn({name.lower()})", producer.end(commit).name, "NONE")
     coordinator = s.sim.brokers[3].node.txn_coordinator
