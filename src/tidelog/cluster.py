@@ -573,7 +573,7 @@ class ProcessCluster:
         shutil.rmtree(self._node_dir(node), ignore_errors=True)
         layout.nodes.remove(node)
         self.save()
-        step(f"{node.name} stopped and its directory deleted")
+        step(f"controller {node_id} stopped and its directory {self._node_dir(node)} deleted")
 
     def _membership_checks(self, verb: str) -> Layout:
         layout = self.layout
