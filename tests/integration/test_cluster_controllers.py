@@ -8,12 +8,10 @@ import json
 import os
 import subprocess
 import sys
-import threading
-
-from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tidelog.cluster import ProcessCluster
-from tidelog.testing import wait_until
+
+from tests.acked_writes import AckedWriter, read_all
 
 TOPIC = "membership"
 
@@ -21,61 +19,6 @@ TOPIC = "membership"
 def tidelog(*args, timeout=200) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tidelog.cli.main", *args], capture_output=True, text=True,
                           timeout=timeout)
-
-
-class _Writer:
-    """An idempotent acks=all producer writing numbered records until stopped."""
-
-    def __init__(self, bootstrap: str):
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                                  "linger.ms": 5, "message.timeout.ms": 120000})
-        self.acked: set[str] = set()
-        self.failed: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _delivered(self, error, message) -> None:
-        if error is None:
-            self.acked.add(message.value().decode())
-        else:
-            self.failed.append(str(error))
-
-    def _run(self) -> None:
-        n = 0
-        while not self._stop.is_set():
-            self.producer.produce(TOPIC, f"r{n}".encode(), on_delivery=self._delivered)
-            n += 1
-            self.producer.poll(0.02)
-        self.producer.flush(120)
-
-    def more(self, count: int = 20) -> None:
-        """Wait until ``count`` more records are acknowledged."""
-        start = len(self.acked)
-        wait_until(lambda: len(self.acked) >= start + count, timeout_s=60)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(150)
-
-
-def _read_all(bootstrap: str) -> set[str]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "controllers-check",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    try:
-        partition = TopicPartition(TOPIC, 0, 0)
-        end = consumer.get_watermark_offsets(partition, timeout=10)[1]
-        consumer.assign([partition])
-        seen, position = set(), 0
-        while position < end:
-            message = consumer.poll(1)
-            if message is None or message.error():
-                continue
-            seen.add(message.value().decode())
-            position = message.offset() + 1
-        return seen
-    finally:
-        consumer.close()
 
 
 def _status_roles(directory: str) -> dict[int, str]:
@@ -102,7 +45,7 @@ def test_controllers_are_added_and_the_leader_removed_while_records_are_written(
         created = tidelog("topics", "create", TOPIC, "--partitions", "1", "--replication-factor", "1",
                           "-b", bootstrap, timeout=60)
         assert created.returncode == 0, created.stderr
-        writer = _Writer(bootstrap)
+        writer = AckedWriter(bootstrap, TOPIC)
         writer.more()
 
         for added in (1001, 1002):
@@ -135,7 +78,7 @@ def test_controllers_are_added_and_the_leader_removed_while_records_are_written(
         writer.more()
         writer.stop()
         assert writer.failed == []
-        assert writer.acked and writer.acked <= _read_all(bootstrap)
+        assert writer.acked and writer.acked <= read_all(bootstrap, TOPIC, "controllers-check")
     finally:
         if writer is not None:
             writer.stop()

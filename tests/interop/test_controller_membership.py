@@ -22,12 +22,13 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidelog.cluster import ProcessCluster
 from tidelog.server.storage_format import new_cluster_id
 from tidelog.testing import wait_until
+
+from tests.acked_writes import AckedWriter, read_all
 
 FAST = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "300",
         "replica.lag.time.max.ms": "3000"}
@@ -118,64 +119,12 @@ def _leader(java, cluster) -> int:
     return int(_status(java, cluster).get("LeaderId", -1))
 
 
-class _Writer:
-    """An idempotent acks=all producer writing numbered records until stopped."""
-
-    def __init__(self, bootstrap: str):
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                                  "linger.ms": 5, "message.timeout.ms": 120000})
-        self.acked: set[str] = set()
-        self.failed: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _delivered(self, error, message) -> None:
-        if error is None:
-            self.acked.add(message.value().decode())
-        else:
-            self.failed.append(str(error))
-
-    def _run(self) -> None:
-        n = 0
-        while not self._stop.is_set():
-            self.producer.produce(TOPIC, f"r{n}".encode(), on_delivery=self._delivered)
-            n += 1
-            self.producer.poll(0.02)
-        self.producer.flush(120)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(150)
-
-
 def _created(admin, name: str) -> bool:
     try:
         admin.create_topics([NewTopic(name, 1, 3)])[name].result(15)
         return True
     except Exception as e:                  # noqa: BLE001 - retried until the deadline
         return "already exists" in str(e).lower()
-
-
-def _read_all(bootstrap: str) -> set[str]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "membership-check",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    try:
-        metadata = consumer.list_topics(TOPIC, timeout=10)
-        partitions = [TopicPartition(TOPIC, p, 0) for p in metadata.topics[TOPIC].partitions]
-        ends = {p.partition: consumer.get_watermark_offsets(p, timeout=10)[1] for p in partitions}
-        consumer.assign(partitions)
-        seen, positions = set(), {p: 0 for p in ends}
-        deadline = time.monotonic() + 60
-        while any(positions[p] < ends[p] for p in ends) and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None or message.error():
-                continue
-            seen.add(message.value().decode())
-            positions[message.partition()] = message.offset() + 1
-        return seen
-    finally:
-        consumer.close()
 
 
 def test_controllers_join_and_leave_while_records_are_written(java, cluster, tmp_path):
@@ -186,7 +135,7 @@ def test_controllers_join_and_leave_while_records_are_written(java, cluster, tmp
     assert JOINER in [o["id"] for o in json.loads(status["CurrentObservers"])]
     admin = AdminClient({"bootstrap.servers": layout.bootstrap})
     admin.create_topics([NewTopic(TOPIC, 3, 3)])[TOPIC].result(30)
-    writer = _Writer(layout.bootstrap)
+    writer = AckedWriter(layout.bootstrap, TOPIC)
     try:
         wait_until(lambda: len(writer.acked) > 50, timeout_s=30)
 
@@ -241,7 +190,7 @@ def test_controllers_join_and_leave_while_records_are_written(java, cluster, tmp
     finally:
         writer.stop()
     assert writer.failed == []
-    assert writer.acked <= _read_all(layout.bootstrap)
+    assert writer.acked <= read_all(layout.bootstrap, TOPIC, "membership-check")
 
 
 def test_format_refuses_what_kafka_storage_refuses(cluster, tmp_path):

@@ -276,9 +276,9 @@ def test_a_delayed_follower_fetch_completes_as_soon_as_a_diverging_epoch_is_foun
     assert answers[0][TP].records is None
 
 
-def test_a_metadata_change_tries_a_follower_fetch_waiting_on_many_partitions_once(tmp_path, clock):
-    """Each partition of the change used to wake the fetch, and each try walked all its
-    partitions: quadratic (36 s of a 10,000-partition broker's become-follower step)."""
+def _a_fetch_waiting_on_200_partitions(tmp_path, clock, replica_id: int):
+    """A manager leading 200 partitions; a fetch of ``replica_id`` waiting on all of them
+    (its answers list); and the list of partitions each later try of it looks at."""
     rm = manager(tmp_path, clock, broker_id=0)
     wide = [TopicPartition("wide", i) for i in range(200)]
     rm.apply_partition_states({tp: state(0, 0) for tp in wide})
@@ -286,11 +286,18 @@ def test_a_metadata_change_tries_a_follower_fetch_waiting_on_many_partitions_onc
     bytes_available = rm._bytes_available
     rm._bytes_available = lambda tp, request, params: looked.append(tp) or bytes_available(tp, request, params)
     answers = []
-    rm.fetch_messages(FetchParams(1, 500, 1, 1 << 20, Isolation.LOG_END,
+    rm.fetch_messages(FetchParams(replica_id, 500, 1, 1 << 20, Isolation.LOG_END,
                                   {tp: FetchPartitionRequest(0, 1 << 20, 0) for tp in wide},
-                                  broker_epoch=ALIVE[1]), answers.append)
-    assert answers == []
+                                  broker_epoch=ALIVE[replica_id]), answers.append)
     looked.clear()
+    return rm, wide, looked, answers
+
+
+def test_a_metadata_change_tries_a_follower_fetch_waiting_on_many_partitions_once(tmp_path, clock):
+    """Each partition of the change used to wake the fetch, and each try walked all its
+    partitions: quadratic (36 s of a 10,000-partition broker's become-follower step)."""
+    rm, wide, looked, answers = _a_fetch_waiting_on_200_partitions(tmp_path, clock, replica_id=1)
+    assert answers == []
     # Same leader epoch, a new partition epoch (ISR shrunk): nothing for the fetch to answer.
     rm.apply_partition_states({tp: state(0, 0, isr=(0, 1), partition_epoch=1) for tp in wide})
     assert answers == [] and len(looked) == len(wide)
@@ -329,17 +336,7 @@ def test_alter_partition_answers_for_many_partitions_can_wake_a_waiting_fetch_on
     ``woken`` list and wakes them together: a rejoining follower's ~1,500 ISR expansions
     answered in one reply tried the other follower's waiting fetch once per partition
     (2.3 million looks, an 18.8 s stall at 3k partitions)."""
-    rm = manager(tmp_path, clock, broker_id=0)
-    wide = [TopicPartition("wide", i) for i in range(200)]
-    rm.apply_partition_states({tp: state(0, 0) for tp in wide})
-    looked = []
-    bytes_available = rm._bytes_available
-    rm._bytes_available = lambda tp, request, params: looked.append(tp) or bytes_available(tp, request, params)
-    waiting = []
-    rm.fetch_messages(FetchParams(2, 500, 1, 1 << 20, Isolation.LOG_END,
-                                  {tp: FetchPartitionRequest(0, 1 << 20, 0) for tp in wide},
-                                  broker_epoch=ALIVE[2]), waiting.append)
-    looked.clear()
+    rm, wide, looked, waiting = _a_fetch_waiting_on_200_partitions(tmp_path, clock, replica_id=2)
     woken = []
     for tp in wide:
         rm.on_alter_partition_response(tp, ErrorCode.NONE, 0, 1, (0, 1, 2), woken=woken)

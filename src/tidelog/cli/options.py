@@ -142,24 +142,25 @@ def _file_bootstrap(path: str | None) -> str | None:
 
 # ---------------------------------------------------------------------- commands
 
+def _node_settings(parser, file_help: str) -> None:
+    """A node's settings: a server.properties file, then --override KEY=VALUE."""
+    parser.add_argument("properties", nargs="?", metavar="SERVER.PROPERTIES", help=file_help)
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one setting, after the file (repeatable)")
+
+
 def _serve(commands) -> None:
     serve = _command(commands, "serve", "run a broker (broker + controller in one process)",
                      "Run a tidelog node: by default a broker and controller in one process on 127.0.0.1:9092 with "
                      "its data in ./data. It prints one `tidelog ready: ...` line once it serves.")
-    serve.add_argument("properties", nargs="?", metavar="SERVER.PROPERTIES",
-                       help="a server.properties file (Kafka's setting names); without one, the defaults")
-    serve.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                       help="override one setting, after the file (repeatable)")
+    _node_settings(serve, "a server.properties file (Kafka's setting names); without one, the defaults")
 
 
 def _format(commands) -> None:
     parser = _command(commands, "format", "format a node's log directories (kafka-storage format)",
                       "Write meta.properties into every log directory and, for a controller of a dynamic "
                       "quorum (KIP-853), its first voter set.")
-    parser.add_argument("properties", nargs="?", metavar="SERVER.PROPERTIES",
-                        help="the node's server.properties file")
-    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one setting, after the file (repeatable)")
+    _node_settings(parser, "the node's server.properties file")
     parser.add_argument("--cluster-id", "-t", help="the cluster id (else cluster.id, else a new one)")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--standalone", action="store_true",
