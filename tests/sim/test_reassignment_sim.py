@@ -7,7 +7,7 @@ cluster converges once healed."""
 import pytest
 
 from tests.sim.conftest import failure_report
-from tidelog.sim.config import OPT_IN_FAULT_KINDS, SimConfig
+from tidelog.sim.config import SimConfig
 
 SEEDS = (0, 1, 3, 5, 6, 7, 8)   # seeds whose nemesis moves partitions (not 2 and 4)
 
@@ -15,7 +15,7 @@ SEEDS = (0, 1, 3, 5, 6, 7, 8)   # seeds whose nemesis moves partitions (not 2 an
 @pytest.mark.parametrize("seed", SEEDS)
 def test_seed_with_reassignments(run, seed):
     config = SimConfig.from_seed(seed)
-    config = config.with_options(fault_kinds=config.fault_kinds + OPT_IN_FAULT_KINDS * 4)   # "reassign": about one strike in 4
+    config = config.with_options(fault_kinds=config.fault_kinds + ("reassign",) * 4)   # about one strike in 4
     result = run(seed, config=config)
     assert result.passed, failure_report(result)
     assert result.stats.acked_all_lost == 0

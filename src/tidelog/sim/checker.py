@@ -92,6 +92,7 @@ from tidelog.group.coordinator import OFFSETS_TOPIC
 from tidelog.metadata.delta import MetadataDelta
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.records import iter_batch_records
+from tidelog.raft.control_records import voters_of_batch
 from tidelog.raft.replica import LEADER
 from tidelog.records.batch import iter_batches, iter_records
 from tidelog.replication.partition import Partition
@@ -213,6 +214,7 @@ class Checker:
         self.raft_leading_seen: set[tuple[int, int, int]] = set()   # (voter, process start, epoch)
         self.committed: dict[int, CommittedBatch] = {}   # base offset -> the committed metadata batch
         self.committed_end = 0                   # the longest committed prefix seen ends here
+        self.committed_voters: set[int] | None = None   # ids of the last committed VotersRecord (KIP-853)
         self.raft_verified: dict[int, tuple[int, int]] = {}   # voter -> (truncations seen, verified up to)
         self.controller_images: dict[int, object] = {}   # voter -> the image last looked at
         self.images: dict[int, MetadataImage] = {}   # offset -> the committed image as of it
@@ -441,7 +443,9 @@ class Checker:
         """raft-one-leader-per-epoch; raft-committed-kept: a voter's committed prefix (its
         log below its high watermark) is the longest committed prefix seen, byte for byte;
         a voter never cuts a committed entry it held; a new leader holds every entry
-        committed in an earlier epoch (Raft's leader completeness)."""
+        committed in an earlier epoch (Raft's leader completeness); raft-voters-one-change
+        for each newly committed VotersRecord and on a leader's uncommitted tail
+        (``_on_committed_voters``, ``_check_uncommitted_voters``)."""
         replica, log, voter = controller.replica, controller.log, controller.node_id
         if replica.state == LEADER:
             holder = self.raft_leaders.setdefault(replica.epoch, voter)
@@ -474,6 +478,7 @@ class Checker:
                 if known is None and batch.base_offset == self.committed_end:
                     self.committed[batch.base_offset] = CommittedBatch(batch.next_offset, batch.data, replica.epoch)
                     self.committed_end = batch.next_offset
+                    self._on_committed_voters(voter, batch)
                     self._on_committed_batch(batch)
                 elif known is None or known.data != batch.data:
                     raise InvariantViolation("raft-committed-kept", (
@@ -482,6 +487,39 @@ class Checker:
                         f"before{'' if known is None else f' in epoch {known.commit_epoch}'}"))
             upto = high_watermark
         self.raft_verified[voter] = (len(log.truncations), upto)
+        if replica.state == LEADER:
+            self._check_uncommitted_voters(controller)
+
+    def _check_uncommitted_voters(self, controller) -> None:
+        """raft-voters-one-change on a leader: past the longest committed prefix seen it
+        holds at most one VotersRecord — a leader appends a voter change only once the
+        one before it is committed (KIP-853), so two changes never overlap."""
+        pending = [batch.base_offset for batch in controller.log.batches(self.committed_end)
+                   if batch.is_control and batch.base_offset >= self.committed_end
+                   and voters_of_batch(batch.data) is not None]
+        if len(pending) > 1:
+            raise InvariantViolation("raft-voters-one-change", (
+                f"controller {controller.node_id} leads epoch {controller.replica.epoch} with VotersRecords at "
+                f"offsets {pending}, none committed (committed up to {self.committed_end})"))
+
+    def _on_committed_voters(self, voter: int, batch) -> None:
+        """raft-voters-one-change (KIP-853): a committed VotersRecord names the voters of
+        the last committed one with at most one voter added or removed (or one voter's
+        endpoints updated), so every majority of the new set meets every majority of the
+        old one and no two leaders can be elected in one epoch across the change."""
+        voters = voters_of_batch(batch.data)
+        if voters is None:
+            return
+        ids = {v.voter_id for v in voters}
+        if self.committed_voters is not None:
+            changed = ids ^ self.committed_voters
+            if len(changed) > 1:
+                raise InvariantViolation("raft-voters-one-change", (
+                    f"controller {voter} committed the voters {sorted(ids)} at offset {batch.base_offset} "
+                    f"after {sorted(self.committed_voters)}: {sorted(changed)} changed at once"))
+            if changed:
+                self.sim.stats.voter_changes += 1
+        self.committed_voters = ids
 
     def _on_committed_batch(self, batch) -> None:
         """The committed image, one controller write (one batch) at a time: the checker's

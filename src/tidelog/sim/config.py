@@ -26,7 +26,7 @@ FAULT_KINDS = ("partition", "asymmetric", "isolate", "split", "swizzle", "lossy"
                "power", "stop", "pause", "controller", "disk-full", "disk-fail", "clock")
 # Kinds no seed draws (adding one to FAULT_KINDS would change every seed's draws):
 # a test enables them with SimConfig.with_options(fault_kinds=...).
-OPT_IN_FAULT_KINDS = ("reassign",)
+OPT_IN_FAULT_KINDS = ("reassign", "voters")
 
 
 @dataclass(frozen=True)
@@ -242,6 +242,7 @@ class RunStats:
     controller_activations: int = 0   # a leader becoming the active controller
     controller_faults: dict[str, int] = field(default_factory=dict)   # kill / pause / isolate-leader …
     metadata_records_committed: int = 0   # the quorum's committed log end at the end of the run
+    voter_changes: int = 0            # committed VotersRecords that added or removed a voter (KIP-853)
 
     def add(self, other: "RunStats") -> None:
         self.events += other.events
@@ -271,3 +272,4 @@ class RunStats:
         for k, v in other.controller_faults.items():
             self.controller_faults[k] = self.controller_faults.get(k, 0) + v
         self.metadata_records_committed += other.metadata_records_committed
+        self.voter_changes += other.voter_changes

@@ -30,6 +30,11 @@ reassign       a partition moved (KIP-455) to a random replica set (its replicat
                controller; cancelled later if still running.
                Opt-in (``OPT_IN_FAULT_KINDS``): no seed draws it, so the fixed
                seeds replay as before; tests/sim/test_reassignment_sim.py runs it
+voters         on a dynamic quorum of 3 or 5 (KIP-853): RemoveRaftVoter of a voter
+               (the leader one time in four) through the active controller, and
+               AddRaftVoter of it again later, once it caught up as an observer;
+               at most (controllers - 1) // 2 voters out at a time. Opt-in;
+               tests/sim/test_voter_changes_sim.py runs it
 =============  ===============================================================
 
 At most ``faults_at_once`` faults (a swarm option, 1–4) are active at a time and
@@ -42,8 +47,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from tidelog.core.errors import ErrorCode
+
 if TYPE_CHECKING:
     from tidelog.sim.world import World
+
+VOTER_RETRY_MS = 1000       # how often a removed voter's AddRaftVoter is tried again
 
 
 class Nemesis:
@@ -303,6 +312,55 @@ class Nemesis:
                 self.sim.loop.trace.add(self.sim.loop.now_ms, "nemesis", f"cancel {where}: {code.name}")
         self._later(f"reassign {where}", cancel)
         return True
+
+    def _voters(self) -> bool:
+        """A voter change (KIP-853) through the active controller, on a dynamic quorum
+        of three or five (``SimConfig.initial_voters``): RemoveRaftVoter of a voter —
+        the leader itself one time in four — and, as the undo, AddRaftVoter of it again
+        (the Raft leader appends it once it has fetched up to the log end as an
+        observer). At most ``(controllers - 1) // 2`` voters are out at a time, what the
+        full quorum tolerates down, so the smallest set is still a majority of the
+        formatted one; a strike that finds the most out adds one back instead."""
+        if len(self.sim.controllers) < 3 or not self.sim.config.initial_voters:
+            return False
+        active = [c for c in self.sim.controllers.values() if c.active]
+        if not active:
+            return False
+        leader = active[0]
+        out = [c for c in self.sim.controller_ids if c not in leader.replica.voters]
+        if len(out) >= (len(self.sim.controllers) - 1) // 2:
+            return self._add_voter(self.rng.choice(out))
+        others = [v for v in leader.replica.voters if v != leader.node_id]
+        target = leader.node_id if self.rng.random() < 0.25 else self.rng.choice(others)
+        number, error = leader.change_voters("remove", target)
+        self.sim.loop.trace.add(self.sim.loop.now_ms, "nemesis",
+                                f"RemoveRaftVoter {target} on {leader.name}: {error.name}")
+        if error != ErrorCode.NONE:
+            return False             # another change is not committed yet: try another time
+        self._later(f"remove voter {target}", lambda: self._add_voter_back(target))
+        return True
+
+    def _add_voter(self, voter_id: int) -> bool:
+        """AddRaftVoter of ``voter_id`` on the active controller; whether it was accepted."""
+        active = [c for c in self.sim.controllers.values() if c.active]
+        if not active or voter_id in active[0].replica.voters:
+            return False
+        number, error = active[0].change_voters("add", voter_id)
+        self.sim.loop.trace.add(self.sim.loop.now_ms, "nemesis",
+                                f"AddRaftVoter {voter_id} on {active[0].name}: {error.name}")
+        return error == ErrorCode.NONE
+
+    def _add_voter_back(self, voter_id: int) -> None:
+        """The undo of a removal: AddRaftVoter until ``voter_id`` is a voter again. A
+        refusal (no active controller, another change not committed) or an add that
+        times out (the voter killed or cut off while catching up) is retried every
+        ``VOTER_RETRY_MS`` — after healing too, so the run converges to the full quorum."""
+        active = [c for c in self.sim.controllers.values() if c.active]
+        if active and voter_id in active[0].replica.voters and \
+                active[0].replica.voters_offset < active[0].replica.high_watermark:
+            return                   # a voter again, and that VotersRecord is committed
+        self._add_voter(voter_id)
+        self.sim.loop.after(VOTER_RETRY_MS, lambda: self._add_voter_back(voter_id))
 
     def _clock(self) -> bool:
         b = self.rng.choice(self.sim.broker_ids)
