@@ -161,7 +161,8 @@ def _print_totals(total, sizes: dict[int, int], headline: str) -> None:
           f"{total.controller_activations} activations, controller faults "
           f"{sum(total.controller_faults.values())} "
           f"({', '.join(f'{k} {v}' for k, v in sorted(total.controller_faults.items()))}), "
-          f"{total.metadata_records_committed} metadata offsets committed")
+          f"{total.metadata_records_committed} metadata offsets committed"
+          + (f", {total.voter_changes} voter changes committed" if total.voter_changes else ""))
 
 
 if __name__ == "__main__":
