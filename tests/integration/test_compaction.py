@@ -154,8 +154,10 @@ def test_records_refused_one_by_one_are_named_and_the_others_fail_as_different_r
         now = int(time.time() * 1000)
         codes = _deliver(producer, "recent-only",
                          [(b"k", b"t%d" % i, now - 3 * 3_600_000 if i in (0, 7) else now) for i in range(20)])
-        assert [i for i, code in enumerate(codes) if code == KafkaError.INVALID_RECORD] == [0, 7], codes   # as librdkafka names them
-        assert codes.count(KafkaError._INVALID_DIFFERENT_RECORD) == 18, codes
+        # Once in a fresh-clone run every record failed INVALID_TIMESTAMP (32), as if the answer
+        # named none; never reproduced since (alone or under load): the message shows them all.
+        assert [i for i, code in enumerate(codes) if code == KafkaError.INVALID_RECORD] == [0, 7], str(codes)
+        assert codes.count(KafkaError._INVALID_DIFFERENT_RECORD) == 18, str(codes)
 
         # kafka-python (as the Java client) fails each named record with its own message; with one
         # record named, with the partition's error (INVALID_TIMESTAMP).
