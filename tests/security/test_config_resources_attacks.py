@@ -499,10 +499,13 @@ def test_http_endpoints_read_no_configs_and_change_nothing(attack):
     before = attack.config_records()
     for node in attack.cluster.layout.nodes:
         port = node.metrics_port
-        assert http(port, "GET", "/state")[0] == 401
-        assert http(port, "GET", "/state", {"Authorization": "Bearer " + "x" * len(token)})[0] == 401
+        for target in ("/state", "/event-loop", "/event-loop?since=-1&limit=99999999999999999999"):
+            assert http(port, "GET", target)[0] == 401, target
+            assert http(port, "GET", target, {"Authorization": "Bearer " + "x" * len(token)})[0] == 401, target
+        status, body = http(port, "GET", "/event-loop?limit=-5&x=%00", {"Authorization": f"Bearer {token}"})
+        assert status == 200 and b"stall_max_ms" in body, (status, body)
         for method in ("POST", "PUT", "DELETE", "PATCH"):
-            for target in ("/metrics", "/state", "/configs"):
+            for target in ("/metrics", "/state", "/event-loop", "/configs"):
                 status, _ = http(port, method, target, {"Authorization": f"Bearer {token}"})
                 assert 400 <= status < 500, (method, target, status)
         for target in ("/configs", "/config", "/admin", "/state/../configs", "/metrics?name=sasl.jaas.config"):
