@@ -685,6 +685,16 @@ async def follower_truncation(side: Side, mode: str) -> dict:
     answers["a_rejoined"] = described(rejoined)
 
     async def ask(at: Side, label: str, epoch_now: int) -> None:
+        # The third broker's metadata names the new leader before the leader itself has
+        # taken the role (Kafka's broker publishes its metadata cache, then applies the
+        # delta to its ReplicaManager): wait until the leader answers as one.
+        async def leading():
+            answer = await at.raw(ApiKey.OFFSET_FOR_LEADER_EPOCH, {
+                "replica_id": -1, "topics": [{"topic": topic, "partitions": [
+                    {"partition": 0, "current_leader_epoch": epoch_now, "leader_epoch": epoch_now}]}]},
+                at.version(ApiKey.OFFSET_FOR_LEADER_EPOCH, mode))
+            return answer.topics[0].partitions[0].error_code.name.upper() == "NONE"
+        await wait_for(leading, f"{side.name}: {label} answering as leader of {topic}", timeout_s=30)
         for e in sorted({0, epoch_now} | {rejoined.leader_epoch}):
             answers[f"{label}_end_of_epoch_{e}"] = await at.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, {
                 "replica_id": -1, "topics": [{"topic": topic, "partitions": [

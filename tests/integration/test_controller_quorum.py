@@ -59,10 +59,14 @@ def _fenced(cluster) -> dict[int, bool]:
     return {int(b.broker_id): bool(b.is_fenced) for b in answer.brokers}
 
 
-def _create(admin, name, partitions=3, replication=3, timeout_s=30.0):
+def _create(bootstrap: str, name, partitions=3, replication=3, timeout_s=60.0):
+    """CreateTopics until it succeeds, each attempt with a new admin client: librdkafka's
+    keeps the broker its last metadata named as controller and, once that broker is
+    killed, can wait for it for the whole request timeout."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
+            admin = AdminClient({"bootstrap.servers": bootstrap})    # kept alive until answered
             admin.create_topics([NewTopic(name, partitions, replication)],
                                 operation_timeout=10, request_timeout=15)[name].result()
             return
@@ -97,7 +101,7 @@ def test_only_the_active_controller_counts_itself_active_and_all_name_the_leader
 
 def test_killing_the_active_controller_and_a_broker_loses_no_acknowledged_record(cluster):
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    _create(admin, "quorum-writes")
+    _create(cluster.bootstrap, "quorum-writes")
     acked: list[bytes] = []
     failed: list[str] = []
     stop = threading.Event()
@@ -123,6 +127,7 @@ def test_killing_the_active_controller_and_a_broker_loses_no_acknowledged_record
 
     writer = threading.Thread(target=produce)
     writer.start()
+    old_leader = None
     try:
         wait_until(lambda: len(acked) > 500, 30, "records acknowledged before the kills")
         old_leader = _quorum(cluster)[0]
@@ -134,7 +139,7 @@ def test_killing_the_active_controller_and_a_broker_loses_no_acknowledged_record
                    "a new quorum leader")
         # It fences the dead broker and moves the leadership of its partitions.
         wait_until(lambda: _fenced(cluster).get(1) is True, 20, "broker 1 fenced by the new controller")
-        _create(admin, "after-failover")
+        _create(cluster.bootstrap, "after-failover")
         created_s = time.monotonic() - killed_at
 
         def leaders():
@@ -144,6 +149,12 @@ def test_killing_the_active_controller_and_a_broker_loses_no_acknowledged_record
                    "new leaders for broker 1's partitions")
         acked_at_kill = len(acked)
         wait_until(lambda: len(acked) > acked_at_kill + 500, 30, "writes acknowledged after the failover")
+    except BaseException:
+        # The module's other tests run on this cluster: give them its nodes back.
+        for node in (old_leader, 1):
+            if node is not None and not cluster.processes.layout.node(node).alive():
+                cluster.start_node(node)
+        raise
     finally:
         stop.set()
         writer.join(90)
@@ -169,8 +180,7 @@ def test_killing_the_active_controller_and_a_broker_loses_no_acknowledged_record
 
 
 def test_every_controller_restarted_from_disk_keeps_the_metadata(cluster):
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    _create(admin, "survives-restart", partitions=2)
+    _create(cluster.bootstrap, "survives-restart", partitions=2)
     before_leader, before_epoch, before_ends = _quorum(cluster)
     for controller in CONTROLLERS:
         cluster.stop(controller)
@@ -187,7 +197,7 @@ def test_every_controller_restarted_from_disk_keeps_the_metadata(cluster):
     # known to the leader from its first fetch).
     wait_until(lambda: min(_quorum(cluster)[2].values()) >= max(before_ends.values()), 30,
                "every voter holding the log from before the restart")
-    _create(admin, "after-restart")
+    _create(cluster.bootstrap, "after-restart")
 
 
 def test_snapshots_let_a_lagging_controller_and_a_fresh_broker_catch_up():
@@ -203,9 +213,8 @@ def test_snapshots_let_a_lagging_controller_and_a_fresh_broker_catch_up():
         leader = _quorum(cluster)[0]
         lagging = next(c for c in CONTROLLERS if c != leader)
         cluster.stop(lagging)
-        admin = Admin({"bootstrap.servers": cluster.bootstrap})
         for i in range(25):
-            _create(admin, f"snap-{i}", partitions=2, replication=2)
+            _create(cluster.bootstrap, f"snap-{i}", partitions=2, replication=2)
         directory = cluster.processes.directory if hasattr(cluster.processes, "directory") else cluster.directory
 
         def checkpoints(node_id):
