@@ -99,14 +99,10 @@ $(JS_BUILT): $(JS_INTEROP)/package.json $(JS_INTEROP)/package-lock.json
 # tests in parallel worker processes (pytest-xdist; the suite mostly waits on process
 # start-ups and timeouts, so more workers than cores), then the few marked `serial`, alone.
 # Both phases run; the target fails if either does (no serial test at all is no failure).
-# Up to 3 tests failed in phase 1 are run once more, alone, as Kafka's CI retries
-# (tests/rerun.py); one that then passes is printed as FLAKY.
 TEST_WORKERS ?= 4
 test: $(STAMP) kcat browser java-interop go-interop js-interop
 	@status=0; \
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" --cache-clear \
-	  || status=$$?; \
-	if [ $$status = 1 ]; then $(PY) -m tests.rerun; status=$$?; fi; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" || status=$$?; \
 	$(PY) -m pytest -q -p no:xdist -m serial || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
 	exit $$status
 
