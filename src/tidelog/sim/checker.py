@@ -352,11 +352,23 @@ class Checker:
             elif (broker_id, tp) in self.amnesiac and (tp, epoch) in self.last_known_leader_elections:
                 # ELR on, but every replica in ISR and ELR came back from an unclean shutdown:
                 # the last known leader is elected (Kafka 4.4's rule) and lost data itself.
+                # Counted apart when another replica, as last seen, held every committed
+                # record: the loss KIP-966's unclean recovery (the longest log) would avoid.
+                complete = [other for (other, mirrored), mirror in self.mirrors.items()
+                            if mirrored == tp and other != broker_id and self._holds_history(mirror, history, epoch)]
+                found = f" (broker {complete[0]} held every committed record)" if complete else ""
                 self._reset(tp, epoch, f"last known leader after every eligible replica's unclean "
-                                       f"shutdown: {self.amnesiac[(broker_id, tp)]}: {detail}")
+                                       f"shutdown{found and ', another replica complete'}: "
+                                       f"{self.amnesiac[(broker_id, tp)]}{found}: {detail}")
             else:
                 raise InvariantViolation("10.4-acknowledged-write-kept", detail)
             return
+
+    @staticmethod
+    def _holds_history(mirror: LogMirror, history, epoch: int) -> bool:
+        """Whether a replica, as last read, holds every record committed before ``epoch``."""
+        return all(mirror.records.get(offset) == record
+                   for offset, (record, commit_epoch) in history.records.items() if commit_epoch < epoch)
 
     def _unclean(self, topic: str) -> bool:
         """Unclean election on for ``topic`` (never for ``__consumer_offsets``)."""
