@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test setup bench clean kcat browser sim-long chaos-long java-interop go-interop js-interop
+.PHONY: run test setup bench clean kcat browser sim-long chaos-long java-interop go-interop js-interop spark-cds
 
 # Every version pinned: constraints.txt (what the suite last passed with), pip itself, and
 # the build backend in pyproject.toml.
@@ -100,11 +100,17 @@ $(JS_BUILT): $(JS_INTEROP)/package.json $(JS_INTEROP)/package-lock.json
 # start-ups and timeouts, so more workers than cores), then the few marked `serial`, alone.
 # Both phases run; the target fails if either does (no serial test at all is no failure).
 TEST_WORKERS ?= 4
-test: $(STAMP) kcat browser java-interop go-interop js-interop
+test: $(STAMP) kcat browser java-interop go-interop js-interop spark-cds
 	@status=0; \
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" || status=$$?; \
 	$(PY) -m pytest -q -p no:xdist -m serial || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
 	exit $$status
+
+# The class archive the tests' Spark JVMs start from (tests/spark/cds.py): written once
+# into the virtual environment, about a minute; without Java, or if it fails, the tests
+# run without it.
+spark-cds: $(STAMP)
+	@$(PY) -m tests.spark.cds
 
 # The deterministic simulator over thousands of seeds (beyond the 50 that `make test`
 # runs), then longer fault phases; and the long real-process chaos run. A failing

@@ -32,6 +32,8 @@ import urllib.request
 
 from tidelog.spark.session import worker_python
 
+from . import cds
+
 SPARK_HOME = os.path.dirname(__import__("pyspark").__file__)
 SPARK_CLASS = os.path.join(SPARK_HOME, "bin", "spark-class")
 SPARK_SUBMIT = os.path.join(SPARK_HOME, "bin", "spark-submit")
@@ -42,9 +44,10 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
 # Every Spark JVM a test starts runs short jobs, where JIT compiling at C2 and a parallel
 # collector cost more CPU than they win back on a busy two-core machine: drivers, executors,
-# a standalone master and workers, a Connect server. Only for tests (the benchmark keeps
+# a standalone master and workers, a Connect server. They map the class archive that
+# `make test` writes once (tests/spark/cds.py). Only for tests (the benchmark keeps
 # Spark's defaults).
-TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+TEST_JAVA_OPTIONS = cds.java_options()
 
 
 def java_missing() -> str | None:
@@ -69,11 +72,10 @@ def _accepts(port: int) -> bool:
 
 
 def spark_env(directory: str) -> dict[str, str]:
-    """The environment of every Spark process: loopback, an empty conf dir, our Python."""
-    conf_dir = os.path.join(directory, "conf")
-    os.makedirs(conf_dir, exist_ok=True)
+    """The environment of every Spark process: loopback, our Python, and Spark's default
+    conf directory (no SPARK_CONF_DIR: the class path the class archive was made with)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_GATEWAY", "SPARK_"))}
-    env.update({"SPARK_HOME": SPARK_HOME, "SPARK_CONF_DIR": conf_dir, "SPARK_LOCAL_IP": "127.0.0.1",
+    env.update({"SPARK_HOME": SPARK_HOME, "SPARK_LOCAL_IP": "127.0.0.1",
                 "SPARK_DAEMON_MEMORY": "256m", "SPARK_DAEMON_JAVA_OPTS": TEST_JAVA_OPTIONS,
                 "PYSPARK_PYTHON": worker_python(directory),
                 "PYSPARK_DRIVER_PYTHON": sys.executable})
