@@ -411,6 +411,29 @@ def test_fenced_leader_epoch_removes_partition(make, clock):
     assert A not in f.fetcher.failed_partitions and f.state(A).current_leader_epoch == 4
 
 
+def test_a_response_fencing_many_partitions_is_logged_as_one_line(make, clock, caplog):
+    """A leader change at scale fences every partition of a fetch response alike: one
+    WARNING line counts and names them (the first few), not a line per partition; the
+    partitions backing off for another error get one INFO line."""
+    tps = tuple(TopicPartition("t", i) for i in range(12))
+    f = Follower(make, clock, tps=tps)
+    for tp in tps:
+        f.add(tp, epoch=3)
+    plan = f.fetcher.poll(f.now)
+    answers = {tp: result(error=ErrorCode.FENCED_LEADER_EPOCH) for tp in tps[:9]}
+    answers.update({tp: result(error=ErrorCode.NOT_LEADER_OR_FOLLOWER) for tp in tps[9:]})
+    with caplog.at_level(logging.INFO, logger="tidelog.fetcher"):
+        f.fetcher.on_fetch_response(plan, answers, f.now)
+    lines = [r for r in caplog.records if r.name == "tidelog.fetcher"]
+    warnings = [r.getMessage() for r in lines if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "fenced leader epoch" in warnings[0] and "9 partitions" in warnings[0] and "and 4 more" in warnings[0]
+    assert "t-0 (epoch 3)" in warnings[0]
+    infos = [r.getMessage() for r in lines if r.levelno == logging.INFO]
+    assert len(infos) == 1 and "NOT_LEADER_OR_FOLLOWER" in infos[0] and "3 partitions" in infos[0], infos
+    assert set(tps[:9]) <= f.fetcher.failed_partitions and set(f.failed) == set(tps[:9])
+
+
 @pytest.mark.parametrize("error", [ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
                                    ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.UNKNOWN_SERVER_ERROR])

@@ -522,6 +522,7 @@ class FetcherState:
         diverging: dict[TopicPartition, tuple[int, int]] = {}
         retry: list[TopicPartition] = []
         high_watermark_moved: list[TopicPartition] = []
+        notes = _ResponseNotes("Fetch", self.source_broker_id)
         for tp, request in plan.partitions.items():
             result = results.get(tp)
             state = self.partition_states.get(tp)
@@ -540,20 +541,19 @@ class FetcherState:
                 elif outcome == "retry":
                     retry.append(tp)
             elif error == ErrorCode.OFFSET_OUT_OF_RANGE:
-                logger.info("%s: fetch offset %d is out of range on broker %d; asking for its offsets",
-                            tp, state.fetch_offset, self.source_broker_id)
+                notes.info("out of range; asking for the leader's offsets", tp, f"offset {state.fetch_offset}")
                 self._update_and_move_to_end(tp, self._moved(tp, state, FetchEvent.OUT_OF_RANGE))
             elif error == ErrorCode.FENCED_LEADER_EPOCH:
                 # The request carried the current epoch (checked above): our metadata is
                 # stale. Stop until a new leader epoch arrives.
-                self._mark_failed(tp, None, f"fenced leader epoch {state.current_leader_epoch}")
+                self._mark_fenced(tp, state.current_leader_epoch, notes)
             else:
-                logger.info("%s: fetch from broker %d failed with %s; backing off", tp,
-                            self.source_broker_id, error.name)
+                notes.info(f"{error.name}; backing off", tp)
                 retry.append(tp)
         for tp, (leader_epoch, end_offset) in diverging.items():
             self._truncate_on_epoch(tp, leader_epoch, end_offset)
         self._delay(retry, now_ms)
+        notes.emit()
         if high_watermark_moved and self._on_high_watermark_moved is not None:
             self._on_high_watermark_moved(high_watermark_moved)
 
@@ -614,6 +614,7 @@ class FetcherState:
             return
         self._done(plan)
         retry = []
+        notes = _ResponseNotes("OffsetsForLeaderEpoch", self.source_broker_id)
         for tp, request in plan.partitions.items():
             state = self.partition_states.get(tp)
             if (state is None or state.current_leader_epoch != request.current_leader_epoch
@@ -623,12 +624,12 @@ class FetcherState:
             if result.error == ErrorCode.NONE:
                 self._truncate_on_epoch(tp, result.leader_epoch, result.end_offset)
             elif result.error == ErrorCode.FENCED_LEADER_EPOCH:
-                self._mark_failed(tp, None, f"fenced leader epoch {state.current_leader_epoch}")
+                self._mark_fenced(tp, state.current_leader_epoch, notes)
             else:
-                logger.info("%s: OffsetsForLeaderEpoch on broker %d failed with %s; retrying", tp,
-                            self.source_broker_id, result.error.name)
+                notes.info(f"{result.error.name}; retrying", tp)
                 retry.append(tp)
         self._delay(retry, now_ms)
+        notes.emit()
 
     def on_list_offsets_response(self, plan: ListOffsetsPlan, results: Mapping[TopicPartition, LeaderOffsets],
                                  now_ms: int) -> None:
@@ -636,6 +637,7 @@ class FetcherState:
         ``fetchOffsetAndTruncate``)."""
         self._done(plan)
         retry = []
+        notes = _ResponseNotes("ListOffsets", self.source_broker_id)
         for tp, current_leader_epoch in plan.partitions.items():
             state = self.partition_states.get(tp)
             if (state is None or state.current_leader_epoch != current_leader_epoch
@@ -646,10 +648,11 @@ class FetcherState:
                 if not self._reset_out_of_range(tp, state, result):
                     retry.append(tp)
             elif result.error == ErrorCode.FENCED_LEADER_EPOCH:
-                self._mark_failed(tp, None, f"fenced leader epoch {state.current_leader_epoch}")
+                self._mark_fenced(tp, state.current_leader_epoch, notes)
             else:
                 retry.append(tp)
         self._delay(retry, now_ms)
+        notes.emit()
 
     # ------------------------------------------------------------ truncation
 
@@ -795,13 +798,51 @@ class FetcherState:
                      self.source_broker_id, exc_info=error)
         self._mark_failed(tp, error, f"unexpected {type(error).__name__} {doing}: {error}")
 
+    def _mark_fenced(self, tp: TopicPartition, epoch: int, notes: "_ResponseNotes") -> None:
+        """The leader fenced our ``epoch``: our metadata is stale. One line for the whole
+        response names every such partition."""
+        notes.warning("fenced leader epoch; stopped fetching until new metadata", tp, f"epoch {epoch}")
+        self._stop(tp, None)
+
     def _mark_failed(self, tp: TopicPartition, error: Exception | None, reason: str) -> None:
         logger.warning("%s: stop fetching from broker %d (%s); waiting for new metadata", tp,
                        self.source_broker_id, reason)
+        self._stop(tp, error)
+
+    def _stop(self, tp: TopicPartition, error: Exception | None) -> None:
         self.partition_states.pop(tp, None)
         self.failed_partitions.add(tp)
         if self._on_partition_failed is not None:
             self._on_partition_failed(tp, error)
+
+
+class _ResponseNotes:
+    """What one response did to its partitions, logged as one line per outcome and
+    level: a leader change at 10,000 partitions answers thousands of partitions alike,
+    and a line for each held the loop and buried the rest of the log."""
+
+    SHOWN = 5      # partitions named per line; the rest counted
+
+    def __init__(self, api: str, broker_id: int):
+        self.api, self.broker_id = api, broker_id
+        self._notes: dict[tuple[int, str], list[str]] = {}
+
+    def info(self, outcome: str, tp: TopicPartition, detail: str = "") -> None:
+        self._add(logging.INFO, outcome, tp, detail)
+
+    def warning(self, outcome: str, tp: TopicPartition, detail: str = "") -> None:
+        self._add(logging.WARNING, outcome, tp, detail)
+
+    def _add(self, level: int, outcome: str, tp: TopicPartition, detail: str) -> None:
+        self._notes.setdefault((level, outcome), []).append(f"{tp} ({detail})" if detail else str(tp))
+
+    def emit(self) -> None:
+        for (level, outcome), partitions in self._notes.items():
+            more = len(partitions) - self.SHOWN
+            named = ", ".join(partitions[:self.SHOWN]) + (f" and {more} more" if more > 0 else "")
+            logger.log(level, "%s from broker %d: %s: %d partition%s: %s", self.api, self.broker_id, outcome,
+                       len(partitions), "" if len(partitions) == 1 else "s", named)
+        self._notes.clear()
 
 
 # --------------------------------------------------------------------- the fetcher manager
