@@ -439,3 +439,28 @@ def test_a_wall_clock_step_back_does_not_hold_a_transactions_markers(tmp_path):
     assert shard.transactions["app"].state == TxnState.COMPLETE_COMMIT
     assert len(markers) == retried + 1 and markers[-1][0] - markers[retried - 1][0] <= 500
     assert call("end_transaction", "app", 7, 0, True) == (ErrorCode.NONE,)     # the client's retry
+
+
+def test_a_publish_resolves_topic_configs_again_only_when_a_config_changed(tmp_path, monkeypatch):
+    """A broker resolves each topic's configs once per set of configs, not once per
+    publish: a publish that changes no config resolves only what it creates, and a
+    config change still reaches every hosted partition's log."""
+    import tidelog.broker.node as node_module
+    from tidelog.controller.messages import AlterConfigsResource
+    world = World(tmp_path)
+    node = world.node(1)
+    world.run(node, node.start(world.clock.monotonic_ms()), until=running)
+    for t in range(20):
+        world.controller.create_topics([CreatableTopic(f"t{t}", assignments=((1,), (1,)))])
+    node.on_metadata_committed()
+    resolved = []
+    real = node_module.topic_config_values
+    monkeypatch.setattr(node_module, "topic_config_values",
+                        lambda image, config, topic: resolved.append(topic) or real(image, config, topic))
+    world.controller.create_topics([CreatableTopic("new", assignments=((1,),))])
+    node.on_metadata_committed()
+    assert set(resolved) == {"new"}, sorted(set(resolved))
+    world.controller.incremental_alter_configs([AlterConfigsResource(2, "t3", {"retention.ms": "12345"})])
+    node.on_metadata_committed()
+    assert node.replica_manager.partitions[TopicPartition("t3", 1)].log.config.retention_ms == 12345
+    assert node.replica_manager.partitions[TopicPartition("t4", 0)].log.config.retention_ms != 12345

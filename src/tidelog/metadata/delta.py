@@ -254,7 +254,7 @@ class MetadataDelta:
         for topic_id, topic_delta in self._topics.items():
             topic = topic_delta.apply()
             by_id[topic_id] = by_name[topic.name] = topic
-        configs = dict(image.configs)
+        configs = dict(image.configs) if self._configs else None
         for resource in self._configs:
             config = self._config(resource)
             if config:
@@ -286,7 +286,7 @@ class MetadataDelta:
             brokers=MappingProxyType(brokers),
             topics_by_id=MappingProxyType(by_id),
             topics_by_name=MappingProxyType(by_name),
-            configs=MappingProxyType(configs),
+            configs=MappingProxyType(configs) if configs is not None else image.configs,   # same object: unchanged
             producer_ids=self._producer_ids or image.producer_ids,
             scram_credentials=MappingProxyType(scram) if self._scram else image.scram_credentials,
             acls=MappingProxyType(acls) if self._acls else image.acls,
