@@ -257,9 +257,8 @@ class BrokerNode:
         # nothing changed and nothing due means nothing to send, without a scan.
         self._assignments_checked: tuple[object, int] | None = None   # (image, placements_version)
         self._assignments_retry_ms: int | None = None
-        self._topic_configs_of = None       # the image.configs the cache was resolved from
+        self._topic_configs_of = self._configs_applied = None   # image.configs: cached / applied
         self._topic_configs_cache: dict[str, tuple[dict[str, tuple[str, str]], LogConfig]] = {}
-        self._configs_applied = None        # the image.configs every hosted partition has
         self._seen_offline_dirs: frozenset[str] = frozenset()
         self._next_tick_ms = 0
         self._next_isr_check_ms = 0
