@@ -463,4 +463,6 @@ def test_a_publish_resolves_topic_configs_again_only_when_a_config_changed(tmp_p
     world.controller.incremental_alter_configs([AlterConfigsResource(2, "t3", {"retention.ms": "12345"})])
     node.on_metadata_committed()
     assert node.replica_manager.partitions[TopicPartition("t3", 1)].log.config.retention_ms == 12345
+    # ... and to the logs the log manager opens later (a log moved between directories).
+    assert node.log_manager.config_for("t3").retention_ms == 12345
     assert node.replica_manager.partitions[TopicPartition("t4", 0)].log.config.retention_ms != 12345

@@ -663,6 +663,7 @@ class BrokerNode:
         for tp, partition in partitions:
             if isinstance(partition, Partition):
                 new_config = self.log_config(tp.topic)
+                self.log_manager.topic_configs[tp.topic] = new_config    # for the logs it opens later
                 if partition.log.config != new_config:
                     partition.log.update_config(new_config)
                 partition.settings = self.replication_settings(tp.topic)
