@@ -157,6 +157,29 @@ def test_isr_expansion_requires_log_end_offset_at_least_hw(make, clock):
     assert leader.maybe_expand_isr(2).new_isr == (0, 1, 2)
 
 
+def test_the_same_registration_applied_again_keeps_an_expansion_in_flight(make, clock):
+    """Simulator seed 2755: a leader proposed adding broker 2 to the ISR, then a metadata
+    snapshot's load applied the partition's unchanged registration again. Resetting the
+    ISR state there forgot the proposal, and the HW passed broker 2's log end while the
+    controller committed the expansion. The proposal stays in flight, so broker 2 (in the
+    maximal ISR) still holds the HW back."""
+    leader = make.leader(replicas=(0, 1, 2), isr=(0, 1))
+    leader.append_records_to_leader(values(*"abc"), 1)
+    fetch(leader, 1, 3, clock)
+    fetch(leader, 2, 3, clock)
+    proposal = leader.maybe_expand_isr(2)
+    assert proposal.new_isr == (0, 1, 2)
+    assert not leader.make_leader(PartitionState(0, 0, (0, 1), (0, 1, 2), 0), clock.monotonic_ms())
+    assert leader.pending_isr == (0, 1, 2) and leader.pending_proposal is proposal
+    leader.append_records_to_leader(values(*"def"), 1)
+    clock.advance(LAG_MS + 1)                 # broker 2 no longer counts as merely caught up
+    fetch(leader, 1, 6, clock)
+    assert leader.log.high_watermark == 3
+    # The controller's answer to that proposal is still taken.
+    leader.on_alter_partition_response(ErrorCode.NONE, 0, 1, (0, 1, 2), clock.monotonic_ms(), proposal)
+    assert leader.isr == (0, 1, 2) and leader.pending_isr is None
+
+
 def test_isr_expansion_requires_eligible_broker(make, clock):
     leader = make.leader(replicas=(0, 1, 2), isr=(0, 1))
     fetch(leader, 2, 0, clock, broker_epoch=-1)   # an old fetch version: no broker epoch

@@ -252,6 +252,14 @@ class Partition:
                         self.topic_partition, state, self.partition_epoch)
             return False
         was_leader = self.is_leader
+        if (was_leader and (state.leader_epoch, state.partition_epoch, tuple(state.isr), tuple(state.replicas),
+                            state.leader_recovery_state) == (self.leader_epoch, self.partition_epoch, self.isr,
+                                                             self.replicas, self.leader_recovery_state)):
+            # The registration this leader already acts on, applied again (a metadata
+            # snapshot's load re-applies every partition): an ISR change in flight stays
+            # in flight. Forgetting a proposed expansion the controller then committed let
+            # the HW pass that follower's log end while the committed ISR held it (seed 2755).
+            return False
         followers = [r for r in state.replicas if r != self.local_broker_id]
         if state.leader_epoch > self.leader_epoch:
             # The new epoch starts at our log end offset: followers holding epochs we
