@@ -131,6 +131,7 @@ bench: $(STAMP) java-interop
 	$(PY) benchmarks/group_bench.py
 	$(PY) benchmarks/replication_bench.py
 	$(PY) benchmarks/metrics_bench.py
+	$(PY) benchmarks/metrics_render_bench.py
 	$(PY) benchmarks/controller_failover_bench.py
 	$(PY) benchmarks/tls_bench.py
 	$(PY) benchmarks/cli_bench.py

@@ -383,3 +383,56 @@ def test_a_silent_scraper_does_not_hold_up_the_stop(tmp_path):
         assert await asyncio.wait_for(reader.read(), 2) == b""      # closed at once, unanswered
         writer.close()
     asyncio.run(main())
+
+
+def test_the_scrape_is_what_prometheus_client_writes_in_every_format(tmp_path):
+    """``/metrics`` is written by server/exposition.py, not by prometheus_client's
+    encoders; what it writes must be byte for byte theirs, in each format a scraper
+    may negotiate, on a broker whose families hold what needs care: label values
+    with a quote, a backslash and a newline (a consumer group's id), values past a
+    million (written as 1.2e+06), counters, the request-time histogram and the
+    quota families. Checked on the loop (both at the same moment), then over HTTP."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as Tp
+    from prometheus_client.exposition import choose_encoder
+
+    group = 'odd "group" \\ with\na newline'
+
+    def commit(port: int) -> None:
+        for group_id in (group, 'only "quoted"', "only \\", "only\n"):
+            consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": group_id,
+                                 "enable.auto.commit": False})
+            try:
+                consumer.commit(offsets=[Tp("t", 0, 3)], asynchronous=False)
+            finally:
+                consumer.close()
+
+    async def main():
+        server = Server(_config(tmp_path, **{"metrics.port": "0", "message.max.bytes": str(4 << 20)}))
+        await server.start()
+        try:
+            connection = await KafkaConnection.connect("127.0.0.1", server.bind_port)
+            await connection.request(ApiKey.METADATA, {"topics": [{"name": "t", "topic_id": None}],
+                                                       "allow_auto_topic_creation": True,
+                                                       "include_topic_authorized_operations": False}, version=12)
+            await _produce(connection, "t", build_batch([os.urandom(1_300_000)]))
+            await asyncio.to_thread(commit, server.bind_port)
+            http = server.metrics.http
+            for accept in ("", "text/plain", "text/plain;version=1.0.0;escaping=allow-utf-8",
+                           "application/openmetrics-text",
+                           "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+                           "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"):     # Prometheus's own
+                encoder, content_type = choose_encoder(accept)
+                status, served_type, body, _ = http._answer(["GET", "/metrics", "HTTP/1.1"], {"accept": accept})
+                assert (status, served_type) == ("200 OK", content_type)
+                assert body == encoder(server.metrics.registry), accept
+            assert b"e+06" in body and b'consumergroup="odd \\"group\\" \\\\ with\\na newline"' in body
+            assert b"kafka_network_requestmetrics_totaltimems_bucket{" in body
+            samples = await scrape(server)
+            assert value(samples, "kafka_consumergroup_current_offset", consumergroup=group, topic="t",
+                         partition="0") == 3
+            assert value(samples, "kafka_log_log_size", topic="t", partition="0") > 1_300_000
+            connection.close()
+        finally:
+            await server.stop()
+    asyncio.run(main())
