@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from tidelog.broker.node import ResolveInDoubt
-from tidelog.broker.requests.effects import SendListTransactions
+from tidelog.broker.requests.effects import SendListTransactions, SendTopicLeaders
 from tidelog.broker.requests.txn import TxnRequests
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
@@ -82,13 +82,17 @@ class Fixture:
     """A leader (broker 1) of t0-0 holding producer 7's transaction at epoch 3 in question;
     __transaction_state partitions led by brokers 1 (itself) and 2."""
 
-    def __init__(self, local_rows, remote_rows, missing_acl=""):
+    def __init__(self, local_rows, remote_rows, missing_acl="", remote_leaders=None):
         self.sent, self.markers = [], []
+        # What broker 2's Metadata names (partition index → leader, leader epoch): by
+        # default what this broker's image says.
+        self.remote_leaders = {0: (1, 5), 1: (2, 8)} if remote_leaders is None else remote_leaders
         partition = SimpleNamespace(is_leader=True, leader_epoch=4, in_question=lambda pid, epoch: True,
                                     in_doubt_coordinator_epoch=lambda pid: 0)
         coordinator = SimpleNamespace(topic="__transaction_state", transactions_of_producer=lambda pid: local_rows,
                                       describe_transaction=lambda tid: None)
-        topic = SimpleNamespace(partitions={0: SimpleNamespace(leader=1), 1: SimpleNamespace(leader=2)})
+        self.topic = topic = SimpleNamespace(partitions={0: SimpleNamespace(leader=1, leader_epoch=5),
+                                                         1: SimpleNamespace(leader=2, leader_epoch=8)})
         node = SimpleNamespace(node_id=1, config={"request.timeout.ms": 1000}, txn_coordinator=coordinator,
                                image=SimpleNamespace(topic=lambda name: topic),
                                replica_manager=SimpleNamespace(get_partition=lambda tp: partition))
@@ -102,7 +106,11 @@ class Fixture:
 
     def send(self, effect):
         self.sent.append(effect)
-        assert isinstance(effect, SendListTransactions) and effect.broker_id == 2
+        assert effect.broker_id == 2
+        if isinstance(effect, SendTopicLeaders):
+            assert effect.topic == "__transaction_state"
+            return effect.on_done(self.remote_leaders)
+        assert isinstance(effect, SendListTransactions)
         effect.on_done(self.remote_rows)
 
     def ask(self):
@@ -127,6 +135,39 @@ def test_every_coordinator_answering_nothing_aborts_when_the_listing_sees_everyt
     fixture = Fixture(local_rows=[], remote_rows=[])
     [(answered, _)] = fixture.ask()
     assert answered and [(m.commit, m.producer_epoch) for m in fixture.markers] == [(False, EPOCH + 1)]
+
+
+@pytest.mark.parametrize("remote_leaders, named", [
+    ({0: (1, 5), 1: (3, 9)}, "broker 2 names (leader, epoch) (3, 9)"),      # broker 2 gave it up
+    ({0: (1, 5), 1: (2, 9)}, "broker 2 names (leader, epoch) (2, 9)"),      # led again, a newer epoch
+    ({0: (1, 5)}, "broker 2 names (leader, epoch) None"),
+    ({}, "broker 2 names"),
+])
+def test_nothing_listed_by_a_broker_that_no_longer_leads_what_it_was_asked_for_means_ask_again(
+        remote_leaders, named):
+    """Broker 2 lists nothing, but its own metadata no longer names it leader of
+    __transaction_state-1 at the epoch this broker asked with: it may have unloaded
+    that partition's transactions (this broker's metadata lags), so nothing is aborted."""
+    fixture = Fixture(local_rows=[], remote_rows=[], remote_leaders=remote_leaders)
+    [(answered, reason)] = fixture.ask()
+    assert not answered and named in reason and fixture.markers == []
+    assert [type(e).__name__ for e in fixture.sent] == ["SendListTransactions", "SendTopicLeaders"]
+
+
+def test_no_metadata_answer_or_leaders_changed_while_asking_means_ask_again():
+    fixture = Fixture(local_rows=[], remote_rows=[])
+    fixture.remote_leaders = None                                   # no answer, or a topic error
+    [(answered, reason)] = fixture.ask()
+    assert not answered and "no Metadata answer from broker 2" in reason and fixture.markers == []
+    fixture = Fixture(local_rows=[], remote_rows=[])
+    listed = fixture.requests.coordinator.transactions_of_producer
+
+    def list_then_move(pid):                                        # this broker learns of a new leader
+        fixture.topic.partitions[1] = SimpleNamespace(leader=3, leader_epoch=9)
+        return listed(pid)
+    fixture.requests.coordinator.transactions_of_producer = list_then_move
+    [(answered, reason)] = fixture.ask()
+    assert not answered and "changed while asking" in reason and fixture.markers == []
 
 
 def test_every_coordinator_answering_nothing_is_not_trusted_without_describe_on_every_id(caplog):
@@ -157,3 +198,39 @@ def test_an_error_code_in_a_list_transactions_response_is_no_answer(error):
     assert seen[0](response) is None
     response.error_code = SimpleNamespace(value=0)
     assert seen[0](response) == [("tx", PID, "CompleteCommit")]
+
+
+def test_the_wire_driver_reads_a_brokers_topic_leaders_from_its_metadata(tmp_path):
+    """``SendTopicLeaders`` over a real socket (the server's own inter-broker channel,
+    asking its own listener): the broker's (leader, leader epoch) per partition; an
+    unknown topic (a topic error) is None, never an empty (agreeing) answer."""
+    import asyncio
+
+    from tidelog.broker.config import BrokerConfig
+    from tidelog.protocol.api_keys import ApiKey
+    from tidelog.protocol.client import KafkaConnection
+    from tidelog.server.runtime import Server
+
+    async def main():
+        server = Server(BrokerConfig({"node.id": "1", "log.dirs": str(tmp_path / "data"),
+                                      "listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "3"}))
+        await server.start()
+        try:
+            connection = await KafkaConnection.connect("127.0.0.1", server.bind_port)
+            await connection.request(ApiKey.METADATA, {"topics": [{"name": "t", "topic_id": None}],
+                                                       "allow_auto_topic_creation": True,
+                                                       "include_topic_authorized_operations": False}, version=12)
+            connection.close()
+            answers = {}
+            for topic in ("t", "no-such-topic"):
+                done = asyncio.get_running_loop().create_future()
+                server.txn_apis.channel.send_topic_leaders(SendTopicLeaders(1, topic, 5000, done.set_result))
+                answers[topic] = await asyncio.wait_for(done, 10)
+            image = server.node.image.topic("t")
+            assert answers["t"] == {index: (r.leader, r.leader_epoch) for index, r in image.partitions.items()}
+            assert sorted(answers["t"]) == [0, 1, 2] and {leader for leader, _ in answers["t"].values()} == {1}
+            assert answers["no-such-topic"] is None
+        finally:
+            server.txn_apis.channel.close()
+            await server.stop()
+    asyncio.run(main())

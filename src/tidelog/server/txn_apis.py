@@ -32,7 +32,7 @@ from tidelog.broker.requests import (
     TxnRequests,
     WriteTxnMarkers,
 )
-from tidelog.broker.requests.effects import SendDescribeTransactions, SendListTransactions
+from tidelog.broker.requests.effects import SendDescribeTransactions, SendListTransactions, SendTopicLeaders
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.group.coordinator import OFFSETS_TOPIC
@@ -276,6 +276,8 @@ class TxnApis:
             self.channel.send_list_transactions(effect)
         elif isinstance(effect, SendDescribeTransactions):
             self.channel.send_describe_transactions(effect)
+        elif isinstance(effect, SendTopicLeaders):
+            self.channel.send_topic_leaders(effect)
         else:
             raise AssertionError(f"unknown effect {effect!r}")
 
@@ -447,6 +449,18 @@ class MarkerChannel:
                 return "unknown" if error == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND else None
             return state.transaction_state, int(state.producer_id), int(state.producer_epoch)
         self._send(effect, ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [effect.transactional_id]}, answer)
+
+    def send_topic_leaders(self, effect: SendTopicLeaders) -> None:
+        """Metadata of one topic: ``{partition index: (leader id, leader epoch)}`` as the
+        broker's metadata has them, or None on a topic error."""
+        def answer(response):
+            topic = next((t for t in response.topics if t.name == effect.topic), None)
+            if topic is None or ErrorCode(topic.error_code.value) != ErrorCode.NONE:
+                return None
+            return {int(p.partition_index): (int(p.leader_id), int(p.leader_epoch)) for p in topic.partitions}
+        self._send(effect, ApiKey.METADATA, {"topics": [{"name": effect.topic, "topic_id": None}],
+                                             "allow_auto_topic_creation": False,
+                                             "include_topic_authorized_operations": False}, answer)
 
     def _send(self, effect, api_key: int, body: dict, read: Callable) -> None:
         async def send() -> None:

@@ -31,7 +31,8 @@ requests from brokers and clients      the request layer
 ``SendMarkers`` /                      an RPC to that broker; the answer (None on
 ``SendAddPartitionsToTxn`` /           failure) goes to the effect's ``on_done``
 ``SendListTransactions`` /
-``SendDescribeTransactions``
+``SendDescribeTransactions`` /
+``SendTopicLeaders``                   (a Metadata request: ``TopicLeaders``)
 ``ResolveInDoubt``                     the request layer's ``resolve_in_doubt``; its
                                        outcome back as ``on_in_doubt_answer``
 group requests from members            the request layer (``GroupRequests``)
@@ -70,7 +71,7 @@ from tidelog.broker.requests import (
     SendMarkers,
     TxnRequests,
 )
-from tidelog.broker.requests.effects import SendDescribeTransactions, SendListTransactions
+from tidelog.broker.requests.effects import SendDescribeTransactions, SendListTransactions, SendTopicLeaders
 from tidelog.broker.requests.fetch import READ_COMMITTED
 from tidelog.broker.requests.group import GROUP_KEY, TRANSACTION_KEY, OffsetCommit, SyncGroup
 from tidelog.broker.node import (
@@ -163,6 +164,7 @@ class SimBroker(NetworkNode):
             "request.timeout.ms": str(c.request_timeout_ms),
             "group.min.session.timeout.ms": "500", "group.initial.rebalance.delay.ms": "100",
             "transaction.state.log.num.partitions": str(c.txn_partitions),
+            "transactional.id.expiration.ms": str(c.txn_id_expiration_ms),
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"})
 
     # ================================================================ the node's state
@@ -453,7 +455,8 @@ class SimBroker(NetworkNode):
         kind, body = {SendMarkers: ("WriteTxnMarkers", "request"),
                       SendAddPartitionsToTxn: ("AddPartitionsToTxnV4", "request"),
                       SendListTransactions: ("ListTransactions", "producer_id"),
-                      SendDescribeTransactions: ("DescribeTransactions", "transactional_id")}[type(effect)]
+                      SendDescribeTransactions: ("DescribeTransactions", "transactional_id"),
+                      SendTopicLeaders: ("TopicLeaders", "topic")}[type(effect)]
 
         def answered(errors) -> None:
             if self.up and self.node is node:
@@ -473,6 +476,12 @@ class SimBroker(NetworkNode):
 
     def _handle_DescribeTransactions(self, message) -> None:
         self.reply(message, self.node.txn_coordinator.describe_transaction(message.body))
+
+    def _handle_TopicLeaders(self, message) -> None:
+        """A Metadata request for one topic, as ``SendTopicLeaders`` reads its answer."""
+        topic = self.node.image.topic(message.body)
+        self.reply(message, None if topic is None else {
+            index: (registration.leader, registration.leader_epoch) for index, registration in topic.partitions.items()})
 
     # ================================================================ group coordinator
 

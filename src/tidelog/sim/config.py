@@ -105,6 +105,7 @@ class SimConfig:
     transactions: bool = False              # a transactional producer and a read_committed consumer on "tx"
     eligible_leader_replicas: bool = True   # KIP-966 ELR finalized at bootstrap (Kafka 4.4's default)
     txn_partitions: int = 2                 # transaction.state.log.num.partitions
+    txn_id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
     # The transactional producer's protocol: 1 (AddPartitionsToTxn, one epoch for many
     # transactions) or 2 (KIP-890 part 2: partitions added by their leaders, an epoch bump
     # with every EndTxn, as Kafka 4's Java producer). Drawn per seed, from a stream of its own.

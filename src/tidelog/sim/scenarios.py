@@ -1370,6 +1370,48 @@ def unclean_transaction_settled_by_coordinator(s: Script, commit: bool) -> tuple
     return s.outcome()
 
 
+def unclean_transaction_of_a_forgotten_id(s: Script) -> tuple[bool, dict]:
+    """Issue 28: the in-doubt question's one verdict drawn from an absence. As
+    ``unclean-aborted-transaction``, but the coordinator (broker 3) forgets the
+    transactional id (``transactional.id.expiration.ms``) before 2 asks: no coordinator
+    lists the producer. 2 trusts that only once every broker it asked names itself, in
+    its own metadata (a Metadata request, ``SendTopicLeaders``), leader of the
+    ``__transaction_state`` partitions it was asked for at the epochs 2 knows; then it
+    aborts at the next epoch, and the LSO moves without the producer."""
+    producer = _transaction_on_both_then_cut(s)
+    s.shrink((1,), "2 leaves the ISR")
+    s.expect("EndTxn(abort)", producer.end(False).name, "NONE")
+    coordinator = s.sim.brokers[3].node.txn_coordinator
+    s.wait(lambda: coordinator.describe_transaction(producer.transactional_id) == "unknown",
+           "the coordinator forgot the transactional id")
+    s.expect("markers on 1", _markers(s, 1), ["ABORT"])
+    asked: list[tuple[int, str]] = []
+    for broker in s.sim.brokers.values():
+        handle = broker._handle_TopicLeaders
+
+        def counted(message, broker_id=broker.broker_id, handle=handle) -> None:
+            asked.append((broker_id, message.body))
+            handle(message)
+        broker._handle_TopicLeaders = counted
+    s.sim.kill(1)
+    s.sim.network.heal()
+    s.wait(lambda: s.leads(2), "2 is elected uncleanly")
+    s.expect("2's transactions in doubt once it leads", dict(s.partition(2).transactions_in_doubt),
+             {producer.producer_id: producer.producer_epoch})
+    try:
+        s.wait(lambda: not s.partition(2).transactions_in_doubt, "2 settles the transaction")
+    except TimeoutError:
+        pass
+    log = s.partition(2).log
+    s.expect("2's transactions in doubt after asking", dict(s.partition(2).transactions_in_doubt), {})
+    s.expect("markers on 2", _markers(s, 2), ["ABORT"])
+    s.expect("the coordinators' leaders confirmed by Metadata", bool(asked) and {topic for _, topic in asked},
+             {"__transaction_state"})
+    s.expect("2's last stable offset is its log end", log.last_stable_offset, log.log_end_offset)
+    s.expect("the record read with read_committed on 2", b"tx-record" in _read_committed(s, 2), False)
+    return s.outcome()
+
+
 def hanging_transaction_after_second_election(s: Script) -> tuple[bool, dict]:
     """Issue 28's age rule: a doubt forgotten by a second, clean election still ends.
     t0-0 lives on brokers 1 (leader), 2 and 3, min ISR 1, unclean elections on; the
@@ -1471,6 +1513,12 @@ SCENARIOS = {scenario.name: scenario for scenario in [
              "asks the coordinators and writes the ABORT; the LSO moves and the record is never read with "
              "read_committed", _config(3, (1, 2), 1, True, flush_messages=None, txn_partitions=3),
              lambda s: unclean_transaction_settled_by_coordinator(s, False)),
+    Scenario("unclean-forgotten-transaction", "issue 28 (KIP-664 ListTransactions, Metadata)",
+             "the coordinator completed ABORT and then forgot the transactional id; its marker lost with the old "
+             "leader: no coordinator lists the producer, the uncleanly elected leader confirms by Metadata that "
+             "each broker it asked still leads what it was asked for, then aborts; the LSO moves",
+             _config(3, (1, 2), 1, True, flush_messages=None, txn_partitions=3, txn_id_expiration_ms=5000),
+             unclean_transaction_of_a_forgotten_id),
     Scenario("hanging-transaction-second-election", "issue 28 (hanging transactions, KIP-664)",
              "an unclean leader's doubt is forgotten by a clean election to a third replica before its question "
              "is answered; the transaction open longer than transaction.max.timeout.ms is asked about anyway, "

@@ -79,6 +79,20 @@ class SendListTransactions:
 
 
 @dataclass(frozen=True, eq=False)
+class SendTopicLeaders:
+    """Metadata of ``topic`` at ``broker_id``: ``{partition index: (leader id, leader
+    epoch)}`` as that broker's metadata has them, or None (no answer, a topic error) to
+    ``on_done``. Before an in-doubt question trusts "no coordinator lists the producer
+    id", each broker that answered must name itself leader of the ``__transaction_state``
+    partitions it was asked for, at the leader epochs the asking broker knows."""
+
+    broker_id: int
+    topic: str
+    timeout_ms: int
+    on_done: Callable[[dict | None], None]
+
+
+@dataclass(frozen=True, eq=False)
 class SendDescribeTransactions:
     """DescribeTransactions of ``transactional_id`` to its coordinator ``broker_id``: its
     ``(state name, producer id, producer epoch)``, "unknown" (TRANSACTIONAL_ID_NOT_FOUND)

@@ -35,7 +35,11 @@ when that is this broker, else a ``SendListTransactions`` /
 (``tidelog.txn.in_doubt``) through ``append_markers``, as a WriteTxnMarkers from
 the coordinator would be. "No coordinator lists the producer id" aborts only when
 the listing could see every transactional id (``missing_describe_acl``, set by the
-driver); any answer that may be partial means asking again.
+driver) and every broker asked agrees it leads the ``__transaction_state``
+partitions it was asked for, at the leader epochs this broker knows
+(``SendTopicLeaders``, a Metadata request after its answer): a broker that already
+gave a partition up lists nothing of it, and this broker's metadata may lag behind
+that. Any answer that may be partial means asking again.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from tidelog.broker.requests.effects import (
     SendDescribeTransactions,
     SendListTransactions,
     SendMarkers,
+    SendTopicLeaders,
     WriteTxnMarkers,
 )
 from tidelog.core.errors import ErrorCode
@@ -192,13 +197,15 @@ class TxnRequests:
         no answer came (``answered`` False)."""
         image, topic_name = self.node.image, self.coordinator.topic
         topic = image.topic(topic_name)
-        leaders = {registration.leader for registration in topic.partitions.values()} if topic is not None else set()
+        asked_of = {} if topic is None else {index: (registration.leader, registration.leader_epoch)
+                                             for index, registration in topic.partitions.items()}
+        leaders = {leader for leader, _ in asked_of.values()}
         answers: dict[int, list | None] = {}
 
         def listed(broker_id: int, rows: list | None) -> None:
             answers[broker_id] = rows
             if len(answers) == len(leaders):
-                self._on_listed(asked, answers, on_done)
+                self._on_listed(asked, answers, asked_of, on_done)
         if -1 in leaders:
             return on_done(False, f"a partition of {topic_name} has no leader")
         if not leaders:
@@ -210,15 +217,15 @@ class TxnRequests:
                 self.send(SendListTransactions(broker_id, asked.producer_id, self.request_timeout_ms,
                                                lambda rows, b=broker_id: listed(b, rows)))
 
-    def _on_listed(self, asked, answers: dict[int, list | None], on_done: Callable[[bool, str], None]) -> None:
+    def _on_listed(self, asked, answers: dict[int, list | None], asked_of: dict[int, tuple[int, int]],
+                   on_done: Callable[[bool, str], None]) -> None:
         found = [(broker_id, row[0]) for broker_id, rows in sorted(answers.items()) for row in rows or ()
                  if row[1] == asked.producer_id]
         silent = sorted(broker_id for broker_id, rows in answers.items() if rows is None)
         if not found and silent:
             return on_done(False, f"no ListTransactions answer from brokers {silent}")
         if not found:
-            return self._settle(asked, decide(asked.producer_id, asked.producer_epoch, None,
-                                              self.missing_describe_acl()), on_done)
+            return self._confirm_leaders(asked, asked_of, on_done)
         coordinator, transactional_id = found[0]
 
         def described(answer) -> None:
@@ -230,6 +237,50 @@ class TxnRequests:
         if coordinator == self.node.node_id:
             return described(self.coordinator.describe_transaction(transactional_id))
         self.send(SendDescribeTransactions(coordinator, transactional_id, self.request_timeout_ms, described))
+
+    def _confirm_leaders(self, asked, asked_of: dict[int, tuple[int, int]],
+                         on_done: Callable[[bool, str], None]) -> None:
+        """Every coordinator answered that it lists nothing of the producer: trusted (the
+        verdict of ``decide`` without a view) only if each broker asked still names itself
+        leader of the partitions it was asked for, at the epochs asked with, and so does
+        this broker's metadata now. A broker that gave a partition up unloaded its
+        transactions and lists nothing of them, while this broker may not know yet."""
+        others = sorted({leader for leader, _ in asked_of.values()} - {self.node.node_id})
+        seen: dict[int, dict | None] = {}
+
+        def named(broker_id: int | None, leaders: dict | None) -> None:
+            if broker_id is not None:
+                seen[broker_id] = leaders
+            if len(seen) < len(others):
+                return
+            disagreement = self._leaders_disagree(asked_of, seen)
+            if disagreement:
+                return on_done(False, disagreement)
+            self._settle(asked, decide(asked.producer_id, asked.producer_epoch, None,
+                                       self.missing_describe_acl()), on_done)
+        if not others:
+            return named(None, None)
+        for broker_id in others:
+            self.send(SendTopicLeaders(broker_id, self.coordinator.topic, self.request_timeout_ms,
+                                       lambda leaders, b=broker_id: named(b, leaders)))
+
+    def _leaders_disagree(self, asked_of: dict[int, tuple[int, int]], seen: dict[int, dict | None]) -> str:
+        """Why the leaders the question was asked of are not confirmed ("" if they are)."""
+        topic_name = self.coordinator.topic
+        topic = self.node.image.topic(topic_name)
+        mine = {} if topic is None else {index: (registration.leader, registration.leader_epoch)
+                                         for index, registration in topic.partitions.items()}
+        if mine != asked_of:
+            return f"the leaders of {topic_name} changed while asking"
+        for index, (leader, epoch) in sorted(asked_of.items()):
+            if leader == self.node.node_id:
+                continue
+            if seen[leader] is None:
+                return f"no Metadata answer from broker {leader}"
+            if seen[leader].get(index) != (leader, epoch):
+                return (f"broker {leader} names (leader, epoch) {seen[leader].get(index)} for "
+                        f"{topic_name}-{index}, this broker ({leader}, {epoch})")
+        return ""
 
     def _settle(self, asked, decision: Decision, on_done: Callable[[bool, str], None]) -> None:
         """Write the verdict's marker, as the coordinator's, if the doubt is still there."""
