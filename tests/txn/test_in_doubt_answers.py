@@ -177,6 +177,7 @@ def test_every_coordinator_answering_nothing_is_not_trusted_without_describe_on_
         fixture.now += 1000
         fixture.ask()                                           # asked again soon: no second ERROR
     assert not answered and "User:node-1 has no ALLOW DESCRIBE" in reason and fixture.markers == []
+    assert not any(isinstance(e, SendTopicLeaders) for e in fixture.sent)     # blind: no Metadata round
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1 and "User:node-1 has no ALLOW DESCRIBE" in errors[0].getMessage()
     fixture.now += 300_000

@@ -455,7 +455,9 @@ class MarkerChannel:
         broker's metadata has them, or None on a topic error."""
         def answer(response):
             topic = next((t for t in response.topics if t.name == effect.topic), None)
-            if topic is None or ErrorCode(topic.error_code.value) != ErrorCode.NONE:
+            error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if topic is None else ErrorCode(topic.error_code.value)
+            if error != ErrorCode.NONE:     # e.g. TOPIC_AUTHORIZATION_FAILED: no DESCRIBE on the topic
+                logger.warning("Metadata of %s at broker %d: %s", effect.topic, effect.broker_id, error.name)
                 return None
             return {int(p.partition_index): (int(p.leader_id), int(p.leader_epoch)) for p in topic.partitions}
         self._send(effect, ApiKey.METADATA, {"topics": [{"name": effect.topic, "topic_id": None}],

@@ -225,6 +225,10 @@ class TxnRequests:
         if not found and silent:
             return on_done(False, f"no ListTransactions answer from brokers {silent}")
         if not found:
+            missing_acl = self.missing_describe_acl()
+            if missing_acl:     # blind whatever the leaders say: no Metadata round
+                return self._settle(asked, decide(asked.producer_id, asked.producer_epoch, None, missing_acl),
+                                    on_done)
             return self._confirm_leaders(asked, asked_of, on_done)
         coordinator, transactional_id = found[0]
 
