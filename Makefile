@@ -127,6 +127,7 @@ bench: $(STAMP) java-interop
 	$(PY) benchmarks/storage_bench.py
 	$(PY) benchmarks/produce_consume_bench.py
 	$(PY) benchmarks/txn_bench.py
+	$(PY) benchmarks/sustained_produce_bench.py
 	$(PY) benchmarks/validation_bench.py
 	$(PY) benchmarks/group_bench.py
 	$(PY) benchmarks/replication_bench.py

@@ -1,0 +1,193 @@
+"""Sustained produce against one ``tidelog serve``, beside the disk's own sustained write rate.
+
+A produce benchmark of a few seconds measures the page cache: the first gigabytes of
+dirty pages are taken at memory speed (about 0.9 GB/s on this machine), then the
+kernel throttles every writer to what the disk takes (about 0.27 GB/s). This one runs
+long enough to leave the burst, and measures the reference the same way, in the same
+run, on the same file system:
+
+1. **raw**: ``os.write`` of 1 MiB blocks of random bytes to a file in the broker's data
+   directory for ``--seconds`` (no fsync, as the broker does not fsync per request
+   either; random, because this machine's virtual disk takes zeros without storing them);
+2. **tidelog**: the lean client of ``txn_bench.py`` (the project's asyncio protocol
+   client, batches of 900 random 1 KiB records built once, 5 requests in flight, one batch
+   per partition per request, acks=all, 3 partitions, plain or ``--idempotent``)
+   producing to the broker for ``--seconds``;
+3. **raw** again, after the run.
+
+Before each phase it waits until the kernel has written back the previous phase's dirty
+pages (``Dirty`` + ``Writeback`` in ``/proc/meminfo`` under 64 MiB), so each starts from
+the same state. Each phase prints its rate every 5 s, the **burst** (first 5 s) and the
+**sustained** rate (the second half of the phase), and the broker's CPU seconds per GB.
+The ratio printed is tidelog's sustained rate over the raw sustained rate (the lower of
+the two raw phases; issue 30's target: >= 0.9).
+
+    python benchmarks/sustained_produce_bench.py [--seconds 60] [--idempotent]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+
+from confluent_kafka.admin import AdminClient  # noqa: E402
+from txn_bench import (  # noqa: E402
+    LEAN_IN_FLIGHT,
+    LEAN_RECORDS_PER_BATCH,
+    PARTITIONS,
+    process_cpu_s,
+    restamp,
+)
+
+from tidelog.protocol.api_keys import ApiKey  # noqa: E402
+from tidelog.protocol.client import KafkaConnection  # noqa: E402
+from tidelog.records.batch import build_batch  # noqa: E402
+from tidelog.testing import Broker  # noqa: E402
+
+WINDOW_S = 5.0
+SETTLED_BYTES = 64 << 20
+RECORD_BYTES = 1024
+# Random bytes, not zeros or one repeated character: this machine's virtual disk takes
+# blocks of zeros at 2 GB/s (it does not store them), random ones at about 0.27 GB/s.
+RAW_BLOCKS = [os.urandom(1 << 20) for _ in range(64)]
+
+
+def dirty_bytes() -> int:
+    """Dirty + Writeback pages, from /proc/meminfo."""
+    total = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            name, value = line.split(":", 1)
+            if name in ("Dirty", "Writeback"):
+                total += int(value.split()[0]) * 1024
+    return total
+
+
+def settle(limit_s: float = 300.0) -> float:
+    """Wait until the kernel wrote back what earlier phases left dirty; seconds waited."""
+    start = time.monotonic()
+    os.sync()
+    while dirty_bytes() > SETTLED_BYTES and time.monotonic() - start < limit_s:
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
+class Rates:
+    """Bytes done, sampled every WINDOW_S: the per-window rates, burst and sustained."""
+
+    def __init__(self):
+        self.start = time.monotonic()
+        self.samples = [(0.0, 0)]
+
+    def sample(self, done: int) -> None:
+        now = time.monotonic() - self.start
+        if now - self.samples[-1][0] >= WINDOW_S:
+            t0, b0 = self.samples[-1]
+            self.samples.append((now, done))
+            print(f"    {now:5.0f} s {(done - b0) / (now - t0) / 1e6:7.1f} MB/s", flush=True)
+
+    def summary(self, done: int) -> dict:
+        self.samples.append((time.monotonic() - self.start, done))
+        end_s, end_b = self.samples[-1]
+        burst_s, burst_b = self.samples[1] if len(self.samples) > 2 else self.samples[-1]
+        half = next((s for s in self.samples if s[0] >= end_s / 2), self.samples[0])
+        return {"burst": burst_b / burst_s / 1e6, "sustained": (end_b - half[1]) / (end_s - half[0]) / 1e6,
+                "bytes": end_b, "seconds": end_s}
+
+
+def raw_phase(directory: str, seconds: float) -> dict:
+    fd, path = tempfile.mkstemp(dir=directory, prefix="raw-write-")
+    try:
+        rates, written, i = Rates(), 0, 0
+        while time.monotonic() - rates.start < seconds:
+            written += os.write(fd, RAW_BLOCKS[i % len(RAW_BLOCKS)])
+            i += 1
+            rates.sample(written)
+        return rates.summary(written)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+async def produce_phase(port: int, topic: str, seconds: float, idempotent: bool) -> dict:
+    connection = await KafkaConnection.connect("127.0.0.1", port, client_id="sustained-bench")
+    try:
+        await connection.request(ApiKey.METADATA, {"topics": [{"name": topic, "topic_id": None}],
+                                                   "allow_auto_topic_creation": True,
+                                                   "include_topic_authorized_operations": False}, version=12)
+        await asyncio.sleep(1.0)                                   # leaders elected
+        producer_id = epoch = -1
+        if idempotent:
+            init = await connection.request(ApiKey.INIT_PRODUCER_ID, {
+                "transactional_id": None, "transaction_timeout": 60000, "producer_id": -1,
+                "producer_epoch": -1}, version=4)
+            producer_id, epoch = int(init.producer_id), int(init.producer_epoch)
+        template = build_batch([os.urandom(RECORD_BYTES) for _ in range(LEAN_RECORDS_PER_BATCH)], producer_id=producer_id, producer_epoch=epoch,
+                               base_sequence=0 if idempotent else -1, timestamp_ms=int(time.time() * 1000))
+        sequences = [0] * PARTITIONS
+        in_flight: set[asyncio.Task] = set()
+        acked = [0]
+
+        async def produce(body: dict) -> None:
+            response = await connection.request(ApiKey.PRODUCE, body, version=9, timeout_s=120)
+            for partition in response.responses[0].partition_responses:
+                assert int(partition.error_code.value) == 0, partition
+            acked[0] += LEAN_RECORDS_PER_BATCH * PARTITIONS * RECORD_BYTES
+        rates = Rates()
+        while time.monotonic() - rates.start < seconds:
+            partitions = []
+            for p in range(PARTITIONS):
+                partitions.append({"index": p, "records": restamp(template, sequences[p]) if idempotent else template})
+                sequences[p] += LEAN_RECORDS_PER_BATCH
+            task = asyncio.create_task(produce({"transactional_id": None, "acks": -1, "timeout": 30000,
+                                                "topic_data": [{"name": topic, "partition_data": partitions}]}))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+            while len(in_flight) >= LEAN_IN_FLIGHT:
+                await asyncio.wait(set(in_flight), return_when=asyncio.FIRST_COMPLETED)
+            rates.sample(acked[0])
+        if in_flight:
+            await asyncio.gather(*in_flight)
+        return rates.summary(acked[0])
+    finally:
+        connection.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0, help="per phase")
+    parser.add_argument("--idempotent", action="store_true", help="an idempotent producer (sequence numbers)")
+    args = parser.parse_args()
+    with Broker(overrides={"num.partitions": str(PARTITIONS)}) as broker:
+        results = {}
+        for phase in ("raw before", "tidelog", "raw after"):
+            waited = settle()
+            print(f"{phase}: (waited {waited:.0f} s for the page cache to be written back)", flush=True)
+            if phase == "tidelog":
+                cpu_before = process_cpu_s(broker.process.pid)
+                results[phase] = asyncio.run(produce_phase(broker.port, "sustained", args.seconds, args.idempotent))
+                results[phase]["cpu_per_gb"] = ((process_cpu_s(broker.process.pid) - cpu_before)
+                                                / (results[phase]["bytes"] / 1e9))
+                admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+                admin.delete_topics(["sustained"], operation_timeout=60)["sustained"].result()
+            else:
+                results[phase] = raw_phase(broker.data_dir, args.seconds)
+        mode = "idempotent" if args.idempotent else "plain"
+        print(f"\n{args.seconds:g} s per phase, 1 KiB records, {mode}, acks=all")
+        for phase, r in results.items():
+            extra = f"  broker CPU {r['cpu_per_gb']:.2f} s/GB" if "cpu_per_gb" in r else ""
+            print(f"{phase:11} burst {r['burst']:7.1f} MB/s  sustained {r['sustained']:7.1f} MB/s  "
+                  f"({r['bytes'] / 1e9:.1f} GB){extra}")
+        raw = min(results["raw before"]["sustained"], results["raw after"]["sustained"])
+        print(f"tidelog sustained / raw sustained: {results['tidelog']['sustained'] / raw:.2f} (target >= 0.9)")
+
+
+if __name__ == "__main__":
+    main()
