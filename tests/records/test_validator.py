@@ -177,6 +177,50 @@ def test_the_fast_walk_accepts_exactly_what_the_exact_walk_accepts(seed, flips, 
             assert vectorized == exact
 
 
+@given(st.integers(min_value=0, max_value=2**32 - 1), st.integers(min_value=0, max_value=3), st.booleans())
+def test_the_fast_walk_of_same_sized_records_accepts_exactly_what_the_exact_walk_accepts(seed, flips,
+                                                                                        keys_required):
+    """A producer's batch: values of one size, one key (or none), timestamps close
+    together — the batches whose record starts the fast walk guesses instead of walking
+    to them (one byte longer from the 65th record on). With bytes changed, inserted and
+    dropped at random (a length among them, or none), it answers only what the exact
+    walk answers; undamaged, it answers. A batch whose sizes differ is walked."""
+    from tidelog.records import validator
+    rng = random.Random(seed)
+    count, size = rng.choice([64, 65, 100, 300, 900]), rng.choice([0, 20, 57, 58, 63, 64, 100, 1024, 8100, 9000])
+    key = rng.choice([None, b"k", b"key"])
+    # One record a byte longer (the guess cannot fill the body), or one longer and a later
+    # one shorter (it fills it, and is wrong): either way the starts are walked to.
+    shape = rng.choice(["same", "same", "same", "one longer", "longer and shorter"])
+    longer, shorter = sorted(rng.sample(range(count), 2))
+    grow = {"same": {}, "one longer": {longer: 1}, "longer and shorter": {longer: 1, shorter: -1}}[shape]
+    records = [SimpleRecord(os.urandom(size + grow.get(i, 0) if size else 0), key,
+                            timestamp_ms=NOW + rng.choice([0, 1, 5])) for i in range(count)]
+    body = bytearray(build_batch(records, timestamp_ms=NOW)[61:])
+    for _ in range(flips):
+        at, change = rng.randrange(len(body)), rng.randrange(3)
+        if change == 0:
+            body[at] = rng.randrange(256)
+        elif change == 1:
+            body.insert(at, rng.randrange(256))
+        elif len(body) > 1:
+            del body[at]
+    try:
+        low, high, refused = walk_records(bytes(body), count, keys_required)
+        exact = None if refused else (low, high)
+    except CorruptRecordError:
+        exact = None
+    vectorized = accept_records_vectorized(memoryview(body), count, keys_required)
+    assert vectorized in (None, exact)
+    if flips == 0:
+        import numpy
+        guessed = validator._guessed_starts(numpy, body, count)
+        if shape == "same":                 # the guess is made for a producer's batch
+            assert (guessed is None) == (size >= 9000)
+        if size < 9000:
+            assert vectorized == exact
+
+
 def test_the_fast_walk_takes_varints_of_every_length():
     """Records long enough for a three-byte length, 200 records (two-byte offset
     deltas), a timestamp delta of nine bytes and 70 headers: accepted with the

@@ -255,9 +255,53 @@ def _decode_each(numpy, data, positions):
     return z, 1 + two
 
 
+def _walked_starts(numpy, body, count: int):
+    """Where each record starts, found by the one loop in Python: a length varint a record."""
+    starts, end, pos = [], len(body), 0
+    append = starts.append
+    try:
+        while pos < end:
+            append(pos)
+            z = body[pos]
+            if z < 0x80:
+                pos += 1 + (z >> 1)
+            else:
+                pos += 2 + (((z & 0x7F) | (body[pos + 1] << 7)) >> 1)
+    except IndexError:
+        return None
+    if pos != end or len(starts) != count or not starts:
+        return None
+    return numpy.array(starts, numpy.int64)
+
+
+def _guessed_starts(numpy, body, count: int):
+    """Where each record starts, guessed without a loop for a producer's batch of
+    same-sized values: each record as long as the first, one byte longer from the 65th
+    on (its offset delta takes a second varint byte). Only a guess that fills the body
+    exactly is returned; ``accept_records_vectorized`` then checks every record's length
+    against it (each must end where the next starts) and walks to the starts if one does
+    not: a wrong guess costs one vectorized check, never a wrong answer. None (the loop
+    finds them) otherwise."""
+    z = body[0]
+    if z < 0x80:
+        length = z >> 1
+    elif len(body) > 1 and body[1] < 0x80:
+        length = ((z & 0x7F) | (body[1] << 7)) >> 1
+    else:
+        return None
+    if not 0 < count <= 8192:
+        return None
+    lengths = numpy.full(count, length, numpy.int64)
+    lengths[64:] += 1
+    strides = 1 + (lengths >= 64) + lengths           # the zig-zag length varint, then the record
+    ends = numpy.cumsum(strides)
+    return ends - strides if ends[-1] == len(body) else None
+
+
 def accept_records_vectorized(body, count: int, keys_required: bool = False) -> tuple[int, int] | None:
-    """``accept_records`` for a batch of many records without headers: the only loop in
-    Python finds where each record starts (one length varint a record); every field of
+    """``accept_records`` for a batch of many records without headers: where each record
+    starts is guessed for a producer's batch of same-sized values (``_guessed_starts``,
+    checked), else found by the only loop in Python (one length varint a record); every field of
     every record is then decoded and checked at once with numpy (C loops over arrays).
     ``None`` (then ``accept_records`` decides) for what it does not accept, and for
     headers or a varint of three bytes or more, which it leaves to the scalar walk."""
@@ -272,23 +316,16 @@ def accept_records_vectorized(body, count: int, keys_required: bool = False) -> 
     except IndexError:
         return None
     import numpy                    # here, not at import: tidelog's commands start without it
-    starts = []
-    append = starts.append
-    pos = 0
-    try:
-        while pos < end:
-            append(pos)
-            z = body[pos]
-            if z < 0x80:
-                pos += 1 + (z >> 1)
-            else:
-                pos += 2 + (((z & 0x7F) | (body[pos + 1] << 7)) >> 1)
-    except IndexError:
-        return None
-    if pos != end or len(starts) != count or not starts:
-        return None
     data = numpy.frombuffer(body, numpy.uint8)
-    record_starts = numpy.array(starts, numpy.int64)
+    record_starts = _guessed_starts(numpy, body, count)
+    if record_starts is not None:
+        z, width = _decode_each(numpy, data, record_starts)
+        if z is None or ((record_starts + width + (z >> 1))[:-1] != record_starts[1:]).any():
+            record_starts = None            # a wrong guess: walk to them
+    if record_starts is None:
+        record_starts = _walked_starts(numpy, body, count)
+        if record_starts is None:
+            return None
     z, width = _decode_each(numpy, data, record_starts)
     if z is None or (z & 1).any() or (z < 12).any():
         return None
