@@ -502,6 +502,10 @@ def _zero(kafka_type: str | None, optional: bool, kind: str):
     }.get(kafka_type, 0)
 
 
+# The field types ``_convert`` changes; any other value is written as it is.
+_CONVERTED_TYPES = frozenset({"error_code", "timedelta_i32", "timedelta_i64", "datetime_i64"})
+
+
 def _convert(kafka_type: str | None, value, optional: bool = True):
     if kafka_type == "error_code" and not isinstance(value, KioErrorCode):
         return KioErrorCode(int(value))
@@ -524,7 +528,8 @@ def to_entity(cls, data: dict):
             elif kind == "EntityField":
                 value = value if isinstance(value, nested) else to_entity(nested, value)
             elif kind == "PrimitiveTupleField":
-                value = tuple(_convert(kafka_type, v) for v in value)
+                value = (tuple(_convert(kafka_type, v) for v in value) if kafka_type in _CONVERTED_TYPES
+                         else tuple(value))
             else:
                 value = _convert(kafka_type, value, optional)
         elif name in data and optional:
