@@ -38,17 +38,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from confluent_kafka.admin import AdminClient  # noqa: E402
-from txn_bench import (  # noqa: E402
-    LEAN_IN_FLIGHT,
-    LEAN_RECORDS_PER_BATCH,
-    PARTITIONS,
-    process_cpu_s,
-    restamp,
-)
+from txn_bench import LEAN_RECORDS_PER_BATCH, PARTITIONS, lean_run, process_cpu_s  # noqa: E402
 
-from tidelog.protocol.api_keys import ApiKey  # noqa: E402
-from tidelog.protocol.client import KafkaConnection  # noqa: E402
-from tidelog.records.batch import build_batch  # noqa: E402
 from tidelog.testing import Broker  # noqa: E402
 
 WINDOW_S = 5.0
@@ -116,48 +107,15 @@ def raw_phase(directory: str, seconds: float) -> dict:
         os.unlink(path)
 
 
-async def produce_phase(port: int, topic: str, seconds: float, idempotent: bool) -> dict:
-    connection = await KafkaConnection.connect("127.0.0.1", port, client_id="sustained-bench")
-    try:
-        await connection.request(ApiKey.METADATA, {"topics": [{"name": topic, "topic_id": None}],
-                                                   "allow_auto_topic_creation": True,
-                                                   "include_topic_authorized_operations": False}, version=12)
-        await asyncio.sleep(1.0)                                   # leaders elected
-        producer_id = epoch = -1
-        if idempotent:
-            init = await connection.request(ApiKey.INIT_PRODUCER_ID, {
-                "transactional_id": None, "transaction_timeout": 60000, "producer_id": -1,
-                "producer_epoch": -1}, version=4)
-            producer_id, epoch = int(init.producer_id), int(init.producer_epoch)
-        template = build_batch([os.urandom(RECORD_BYTES) for _ in range(LEAN_RECORDS_PER_BATCH)], producer_id=producer_id, producer_epoch=epoch,
-                               base_sequence=0 if idempotent else -1, timestamp_ms=int(time.time() * 1000))
-        sequences = [0] * PARTITIONS
-        in_flight: set[asyncio.Task] = set()
-        acked = [0]
+def produce_phase(port: int, topic: str, seconds: float, idempotent: bool) -> dict:
+    rates = Rates()
 
-        async def produce(body: dict) -> None:
-            response = await connection.request(ApiKey.PRODUCE, body, version=9, timeout_s=120)
-            for partition in response.responses[0].partition_responses:
-                assert int(partition.error_code.value) == 0, partition
-            acked[0] += LEAN_RECORDS_PER_BATCH * PARTITIONS * RECORD_BYTES
-        rates = Rates()
-        while time.monotonic() - rates.start < seconds:
-            partitions = []
-            for p in range(PARTITIONS):
-                partitions.append({"index": p, "records": restamp(template, sequences[p]) if idempotent else template})
-                sequences[p] += LEAN_RECORDS_PER_BATCH
-            task = asyncio.create_task(produce({"transactional_id": None, "acks": -1, "timeout": 30000,
-                                                "topic_data": [{"name": topic, "partition_data": partitions}]}))
-            in_flight.add(task)
-            task.add_done_callback(in_flight.discard)
-            while len(in_flight) >= LEAN_IN_FLIGHT:
-                await asyncio.wait(set(in_flight), return_when=asyncio.FIRST_COMPLETED)
-            rates.sample(acked[0])
-        if in_flight:
-            await asyncio.gather(*in_flight)
-        return rates.summary(acked[0])
-    finally:
-        connection.close()
+    def started() -> None:
+        rates.start = time.monotonic()
+    values = [os.urandom(RECORD_BYTES) for _ in range(LEAN_RECORDS_PER_BATCH)]
+    result = asyncio.run(lean_run(port, topic, "idempotent" if idempotent else "plain", seconds, values,
+                                  started, rates.sample))
+    return rates.summary(result["bytes"])
 
 
 def main() -> None:
@@ -172,7 +130,7 @@ def main() -> None:
             print(f"{phase}: (waited {waited:.0f} s for the page cache to be written back)", flush=True)
             if phase == "tidelog":
                 cpu_before = process_cpu_s(broker.process.pid)
-                results[phase] = asyncio.run(produce_phase(broker.port, "sustained", args.seconds, args.idempotent))
+                results[phase] = produce_phase(broker.port, "sustained", args.seconds, args.idempotent)
                 results[phase]["cpu_per_gb"] = ((process_cpu_s(broker.process.pid) - cpu_before)
                                                 / (results[phase]["bytes"] / 1e9))
                 admin = AdminClient({"bootstrap.servers": broker.bootstrap})

@@ -158,8 +158,13 @@ def restamp(template: bytes, base_sequence: int) -> bytes:
     return bytes(batch)
 
 
-async def lean_run(port: int, topic: str, mode: str, seconds: float) -> dict:
-    """One mode from the lean client: MB/s acknowledged."""
+async def lean_run(port: int, topic: str, mode: str, seconds: float, values: list[bytes] | None = None,
+                   started=None, progress=None) -> dict:
+    """One mode from the lean client: MB/s acknowledged. ``values``: the batch's record
+    values (default: LEAN_RECORDS_PER_BATCH times VALUE); ``started()`` is called as
+    the timed part begins, ``progress(bytes acknowledged)`` after each answer."""
+    values = values or [VALUE] * LEAN_RECORDS_PER_BATCH
+    batch_bytes = sum(map(len, values))
     connection = await KafkaConnection.connect("127.0.0.1", port, client_id="txn-bench")
     try:
         await connection.request(ApiKey.METADATA, {"topics": [{"name": topic, "topic_id": None}],
@@ -173,7 +178,7 @@ async def lean_run(port: int, topic: str, mode: str, seconds: float) -> dict:
                 "transactional_id": transactional_id, "transaction_timeout": 60000,
                 "producer_id": -1, "producer_epoch": -1}, version=4)
             producer_id, epoch = int(init.producer_id), int(init.producer_epoch)
-        template = build_batch([VALUE] * LEAN_RECORDS_PER_BATCH, producer_id=producer_id, producer_epoch=epoch,
+        template = build_batch(values, producer_id=producer_id, producer_epoch=epoch,
                                base_sequence=0 if mode != "plain" else -1,
                                is_transactional=mode == "transactional", timestamp_ms=int(time.time() * 1000))
         sequences = [0] * PARTITIONS
@@ -184,12 +189,16 @@ async def lean_run(port: int, topic: str, mode: str, seconds: float) -> dict:
             response = await connection.request(ApiKey.PRODUCE, body, version=9, timeout_s=60)
             for partition in response.responses[0].partition_responses:
                 assert int(partition.error_code.value) == 0, partition
-            acked[0] += LEAN_RECORDS_PER_BATCH * PARTITIONS
+            acked[0] += batch_bytes * PARTITIONS
+            if progress is not None:
+                progress(acked[0])
 
         async def drain() -> None:
             if in_flight:
                 await asyncio.gather(*in_flight)
                 in_flight.clear()
+        if started is not None:
+            started()
         start = time.monotonic()
         while time.monotonic() - start < seconds:
             if mode == "transactional":
@@ -202,7 +211,7 @@ async def lean_run(port: int, topic: str, mode: str, seconds: float) -> dict:
                 partitions = []
                 for p in range(PARTITIONS):
                     records = restamp(template, sequences[p]) if mode != "plain" else template
-                    sequences[p] += LEAN_RECORDS_PER_BATCH
+                    sequences[p] += len(values)
                     partitions.append({"index": p, "records": records})
                 body = {"transactional_id": transactional_id, "acks": -1, "timeout": 30000,
                         "topic_data": [{"name": topic, "partition_data": partitions}]}
@@ -219,7 +228,7 @@ async def lean_run(port: int, topic: str, mode: str, seconds: float) -> dict:
                 assert int(end.error_code.value) == 0, end
         await drain()
         elapsed = time.monotonic() - start
-        return {"rate": acked[0] * len(VALUE) / elapsed / 1e6, "bytes": acked[0] * len(VALUE)}
+        return {"rate": acked[0] / elapsed / 1e6, "bytes": acked[0]}
     finally:
         connection.close()
 

@@ -32,6 +32,18 @@ def recrc(batch: bytearray) -> bytes:
     return bytes(batch)
 
 
+def damage(body: bytearray, rng: random.Random, flips: int) -> None:
+    """``flips`` bytes changed, inserted or dropped at random."""
+    for _ in range(flips):
+        at, change = rng.randrange(len(body)), rng.randrange(3)
+        if change == 0:
+            body[at] = rng.randrange(256)
+        elif change == 1:
+            body.insert(at, rng.randrange(256))
+        elif len(body) > 1:
+            del body[at]
+
+
 @pytest.mark.parametrize("codec", list(Compression))
 def test_well_formed_batches_of_every_codec_pass(codec):
     records = [SimpleRecord(b"v" * i, None if i % 3 else b"k%d" % i, headers=(("h", b"1"), ("n", None)))
@@ -153,14 +165,7 @@ def test_the_fast_walk_accepts_exactly_what_the_exact_walk_accepts(seed, flips, 
                             timestamp_ms=NOW + rng.choice([0, 1, -1, 5_000, -70_000_000, 2**40]))
                for i in range(count)]
     body = bytearray(build_batch(records, timestamp_ms=NOW)[61:])
-    for _ in range(flips):          # a byte changed, inserted or dropped
-        at, change = rng.randrange(len(body)), rng.randrange(3)
-        if change == 0:
-            body[at] = rng.randrange(256)
-        elif change == 1:
-            body.insert(at, rng.randrange(256))
-        elif len(body) > 1:
-            del body[at]
+    damage(body, rng, flips)
     for candidate in (body, body + b"\x00"):       # and with a trailing byte
         try:
             low, high, refused = walk_records(bytes(candidate), count, keys_required)
@@ -197,14 +202,7 @@ def test_the_fast_walk_of_same_sized_records_accepts_exactly_what_the_exact_walk
     records = [SimpleRecord(os.urandom(size + grow.get(i, 0) if size else 0), key,
                             timestamp_ms=NOW + rng.choice([0, 1, 5])) for i in range(count)]
     body = bytearray(build_batch(records, timestamp_ms=NOW)[61:])
-    for _ in range(flips):
-        at, change = rng.randrange(len(body)), rng.randrange(3)
-        if change == 0:
-            body[at] = rng.randrange(256)
-        elif change == 1:
-            body.insert(at, rng.randrange(256))
-        elif len(body) > 1:
-            del body[at]
+    damage(body, rng, flips)
     try:
         low, high, refused = walk_records(bytes(body), count, keys_required)
         exact = None if refused else (low, high)

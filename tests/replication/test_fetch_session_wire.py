@@ -7,9 +7,9 @@ import asyncio
 from tidelog.broker.config import BrokerConfig
 from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.client import KafkaConnection
 from tidelog.records import build_batch
 from tidelog.server.runtime import Server
+from tests.admin_calls import connect_creating
 
 VERSION = 12          # topics by name; sessions since v7
 
@@ -43,10 +43,7 @@ def run(tmp_path, scenario, **config):
         server = Server(_config(tmp_path, **config))
         await server.start()
         try:
-            connection = await KafkaConnection.connect("127.0.0.1", server.bind_port)
-            await connection.request(ApiKey.METADATA, {"topics": [{"name": "t", "topic_id": None}],
-                                                       "allow_auto_topic_creation": True,
-                                                       "include_topic_authorized_operations": False}, version=12)
+            connection = await connect_creating(server.bind_port, "t")
             for p in range(3):
                 await _produce(connection, p, [b"a", b"b"])
             await scenario(connection)

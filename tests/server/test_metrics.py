@@ -23,6 +23,7 @@ from tidelog.replication.replica_manager import ReplicaManager
 from tidelog.server.metrics import METRICS, request_name
 from tidelog.server.runtime import BrokerStartupError, Server
 from tidelog.storage.log_manager import LogManager
+from tests.admin_calls import connect_creating
 
 
 def _config(tmp_path, **extra) -> BrokerConfig:
@@ -77,10 +78,7 @@ def test_a_scrape_shows_what_the_broker_and_controller_hold(tmp_path):
         server = Server(_config(tmp_path, **{"metrics.port": "0"}))
         await server.start()
         try:
-            connection = await KafkaConnection.connect("127.0.0.1", server.bind_port)
-            await connection.request(ApiKey.METADATA, {"topics": [{"name": "t", "topic_id": None}],
-                                                       "allow_auto_topic_creation": True,
-                                                       "include_topic_authorized_operations": False}, version=12)
+            connection = await connect_creating(server.bind_port, "t")
             before = await scrape(server)
             assert value(before, "kafka_network_requestmetrics_requests_total", request="Produce", version="9") is None
             batches = [build_batch([f"r{i}a".encode(), f"r{i}b".encode()]) for i in range(3)]
@@ -411,10 +409,7 @@ def test_the_scrape_is_what_prometheus_client_writes_in_every_format(tmp_path):
         server = Server(_config(tmp_path, **{"metrics.port": "0", "message.max.bytes": str(4 << 20)}))
         await server.start()
         try:
-            connection = await KafkaConnection.connect("127.0.0.1", server.bind_port)
-            await connection.request(ApiKey.METADATA, {"topics": [{"name": "t", "topic_id": None}],
-                                                       "allow_auto_topic_creation": True,
-                                                       "include_topic_authorized_operations": False}, version=12)
+            connection = await connect_creating(server.bind_port, "t")
             await _produce(connection, "t", build_batch([os.urandom(1_300_000)]))
             await asyncio.to_thread(commit, server.bind_port)
             http = server.metrics.http

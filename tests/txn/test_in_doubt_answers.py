@@ -26,6 +26,7 @@ from tidelog.metadata.authorizer import (
 )
 from tidelog.server.txn_apis import MarkerChannel
 from tidelog.txn.in_doubt import Verdict, decide, missing_describe_acl
+from tests.admin_calls import connect_creating
 
 PRINCIPAL = "User:node-1"
 TP = TopicPartition("t0", 0)
@@ -208,8 +209,6 @@ def test_the_wire_driver_reads_a_brokers_topic_leaders_from_its_metadata(tmp_pat
     import asyncio
 
     from tidelog.broker.config import BrokerConfig
-    from tidelog.protocol.api_keys import ApiKey
-    from tidelog.protocol.client import KafkaConnection
     from tidelog.server.runtime import Server
 
     async def main():
@@ -217,10 +216,7 @@ def test_the_wire_driver_reads_a_brokers_topic_leaders_from_its_metadata(tmp_pat
                                       "listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "3"}))
         await server.start()
         try:
-            connection = await KafkaConnection.connect("127.0.0.1", server.bind_port)
-            await connection.request(ApiKey.METADATA, {"topics": [{"name": "t", "topic_id": None}],
-                                                       "allow_auto_topic_creation": True,
-                                                       "include_topic_authorized_operations": False}, version=12)
+            connection = await connect_creating(server.bind_port, "t")
             connection.close()
             answers = {}
             for topic in ("t", "no-such-topic"):

@@ -1330,6 +1330,24 @@ def txn_produce_verified(s: Script) -> tuple[bool, dict]:
     return s.outcome()
 
 
+def _kill_1_and_let_2_settle_in_doubt(s: Script, producer):
+    """1 dies; 2, without the marker, is elected uncleanly (RECOVERING), holds the
+    producer's transaction in doubt and settles it by asking; 2's log."""
+    s.sim.kill(1)
+    s.sim.network.heal()
+    s.wait(lambda: s.leads(2), "2 is elected uncleanly")
+    s.expect("2 elected RECOVERING (KIP-704)", s.sim.controller.image.partition(TP).leader_recovery_state, 1)
+    s.expect("2's markers when elected", _markers(s, 2), [])
+    s.expect("2's transactions in doubt once it leads", dict(s.partition(2).transactions_in_doubt),
+             {producer.producer_id: producer.producer_epoch})
+    try:
+        s.wait(lambda: not s.partition(2).transactions_in_doubt, "2 settles the transaction with its coordinator")
+    except TimeoutError:
+        pass
+    s.expect("2's transactions in doubt after asking", dict(s.partition(2).transactions_in_doubt), {})
+    return s.partition(2).log
+
+
 def unclean_transaction_settled_by_coordinator(s: Script, commit: bool) -> tuple[bool, dict]:
     """Issue 28: a transaction's marker lost with the old leader, settled by asking the
     coordinator. t0-0 lives on brokers 1 (leader) and 2, min ISR 1, unclean elections on;
@@ -1349,19 +1367,7 @@ def unclean_transaction_settled_by_coordinator(s: Script, commit: bool) -> tuple
     s.wait(lambda: coordinator.describe_transaction(producer.transactional_id)[0] == f"Complete{name.capitalize()}",
            "the coordinator completed the transaction")
     s.expect("markers on 1", _markers(s, 1), [name])
-    s.sim.kill(1)
-    s.sim.network.heal()
-    s.wait(lambda: s.leads(2), "2 is elected uncleanly")
-    s.expect("2 elected RECOVERING (KIP-704)", s.sim.controller.image.partition(TP).leader_recovery_state, 1)
-    s.expect("2's markers when elected", _markers(s, 2), [])
-    s.expect("2's transactions in doubt once it leads", dict(s.partition(2).transactions_in_doubt),
-             {producer.producer_id: producer.producer_epoch})
-    try:
-        s.wait(lambda: not s.partition(2).transactions_in_doubt, "2 settles the transaction with its coordinator")
-    except TimeoutError:
-        pass
-    log = s.partition(2).log
-    s.expect("2's transactions in doubt after asking", dict(s.partition(2).transactions_in_doubt), {})
+    log = _kill_1_and_let_2_settle_in_doubt(s, producer)
     s.expect("markers on 2", _markers(s, 2), [name])
     s.expect("2's last stable offset is its log end", log.last_stable_offset, log.log_end_offset)
     s.expect("the record read with read_committed on 2", b"tx-record" in _read_committed(s, 2), commit)
@@ -1393,17 +1399,7 @@ def unclean_transaction_of_a_forgotten_id(s: Script) -> tuple[bool, dict]:
             asked.append((broker_id, message.body))
             handle(message)
         broker._handle_TopicLeaders = counted
-    s.sim.kill(1)
-    s.sim.network.heal()
-    s.wait(lambda: s.leads(2), "2 is elected uncleanly")
-    s.expect("2's transactions in doubt once it leads", dict(s.partition(2).transactions_in_doubt),
-             {producer.producer_id: producer.producer_epoch})
-    try:
-        s.wait(lambda: not s.partition(2).transactions_in_doubt, "2 settles the transaction")
-    except TimeoutError:
-        pass
-    log = s.partition(2).log
-    s.expect("2's transactions in doubt after asking", dict(s.partition(2).transactions_in_doubt), {})
+    log = _kill_1_and_let_2_settle_in_doubt(s, producer)
     s.expect("markers on 2", _markers(s, 2), ["ABORT"])
     s.expect("the coordinators' leaders confirmed by Metadata", bool(asked) and {topic for _, topic in asked},
              {"__transaction_state"})
