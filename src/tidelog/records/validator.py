@@ -326,7 +326,7 @@ def accept_records_vectorized(body, count: int, keys_required: bool = False) -> 
         record_starts = _walked_starts(numpy, body, count)
         if record_starts is None:
             return None
-    z, width = _decode_each(numpy, data, record_starts)
+        z, width = _decode_each(numpy, data, record_starts)
     if z is None or (z & 1).any() or (z < 12).any():
         return None
     ends = record_starts + width + (z >> 1)

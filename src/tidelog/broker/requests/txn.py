@@ -76,6 +76,12 @@ _COORDINATOR_TROUBLE = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVA
 Errors = dict[TopicPartition, ErrorCode]
 
 
+def _leaders_of(topic) -> dict[int, tuple[int, int]]:
+    """``{partition index: (leader, leader epoch)}`` of a topic's image ({} if it has none)."""
+    return {} if topic is None else {index: (registration.leader, registration.leader_epoch)
+                                     for index, registration in topic.partitions.items()}
+
+
 class TxnRequests:
     def __init__(self, node, clock, send: Callable[[object], None]):
         self.node = node                        # a BrokerNode: image, replica manager, coordinator
@@ -197,8 +203,7 @@ class TxnRequests:
         no answer came (``answered`` False)."""
         image, topic_name = self.node.image, self.coordinator.topic
         topic = image.topic(topic_name)
-        asked_of = {} if topic is None else {index: (registration.leader, registration.leader_epoch)
-                                             for index, registration in topic.partitions.items()}
+        asked_of = _leaders_of(topic)
         leaders = {leader for leader, _ in asked_of.values()}
         answers: dict[int, list | None] = {}
 
@@ -271,10 +276,7 @@ class TxnRequests:
     def _leaders_disagree(self, asked_of: dict[int, tuple[int, int]], seen: dict[int, dict | None]) -> str:
         """Why the leaders the question was asked of are not confirmed ("" if they are)."""
         topic_name = self.coordinator.topic
-        topic = self.node.image.topic(topic_name)
-        mine = {} if topic is None else {index: (registration.leader, registration.leader_epoch)
-                                         for index, registration in topic.partitions.items()}
-        if mine != asked_of:
+        if _leaders_of(self.node.image.topic(topic_name)) != asked_of:
             return f"the leaders of {topic_name} changed while asking"
         for index, (leader, epoch) in sorted(asked_of.items()):
             if leader == self.node.node_id:
