@@ -85,6 +85,38 @@ def test_a_delayed_fetch_on_a_failed_log_directory_completes_instead_of_raising(
     assert fetched[0][TP].error == ErrorCode.KAFKA_STORAGE_ERROR
 
 
+def test_seed_4906_a_directory_failing_while_a_fetch_reads_answers_storage_error(tmp_path):
+    """Seed 4906: broker 2's only directory filled up while a follower's Fetch of t0-1
+    and __transaction_state read it. t0-1's records were read as a slice of its
+    segment; the fetch then moved the other partition's high watermark, which
+    completed a waiting produce whose caller (the transaction coordinator) wrote
+    again, failed, and took the directory offline, closing every log in it. The
+    fetch answered with the slice of a closed file (ValueError). It now answers
+    KAFKA_STORAGE_ERROR for the partitions whose logs closed under it."""
+    clock = ManualClock(0)
+    rm, fs, log_dir = _manager(tmp_path, clock)
+    other = TopicPartition("t0", 1)
+    rm.apply_partition_states({tp: PartitionState(1, 0, (1, 2), (1, 2), 0) for tp in (TP, other)})
+    rm.append_records(1, 1000, {TP: build_batch([b"x"] * 3, timestamp_ms=0)}, lambda answer: None)
+
+    def write_again(answer):                  # the coordinator's next write, on a full disk
+        fs.fail(log_dir)
+        rm.append_records(-1, 1000, {other: build_batch([b"z"], timestamp_ms=0)}, lambda answer: None)
+    rm.append_records(-1, 1000, {other: build_batch([b"y"], timestamp_ms=0)}, write_again)
+    params = FetchParams(replica_id=2, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                         isolation=Isolation.LOG_END, broker_epoch=ALIVE[2],
+                         partitions={TP: FetchPartitionRequest(0, 1 << 20, 0, -1, 0),
+                                     other: FetchPartitionRequest(1, 1 << 20, 0, -1, 0)})
+    fetched = []
+    rm.fetch_messages(params, fetched.append)
+    assert rm.log_manager.offline_dirs == {log_dir}       # the write failed the directory …
+    [results] = fetched
+    assert results[TP].error == ErrorCode.KAFKA_STORAGE_ERROR and results[TP].records is None
+    for result in results.values():                       # … and nothing answers with a closed file
+        if result.records is not None:
+            result.records.read_bytes()
+
+
 def test_completing_a_delayed_operation_may_wake_the_same_key_again():
     """Seed 37: a produce woke a follower's delayed fetch; completing it re-read the
     log, moved the HW, and woke the same key while the purgatory was walking it

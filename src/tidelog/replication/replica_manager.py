@@ -465,7 +465,17 @@ class ReplicaManager:
             results[topic_partition] = result
         if woken:       # once for the whole fetch: a rejoining follower moves all its partitions at once
             self._wake_all(woken)
+            self._drop_offline_reads(results)
         return results
+
+    def _drop_offline_reads(self, results: dict) -> None:
+        """A write made while reading (a follower's fetch moving a high watermark
+        completes produces and checkpoints) may have failed a log directory: its logs
+        are closed, and a slice read from one of them before can no longer be read. It
+        answers KAFKA_STORAGE_ERROR, as the partition will from now on."""
+        for topic_partition, result in results.items():
+            if result.records is not None and self.log_manager.is_offline(topic_partition):
+                results[topic_partition] = ReadResult(ErrorCode.KAFKA_STORAGE_ERROR)
 
     def _bytes_available(self, topic_partition, request, params: FetchParams) -> int | None:
         """What a waiting fetch could read of one partition now (Kafka's

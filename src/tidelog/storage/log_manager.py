@@ -643,6 +643,10 @@ class LogManager:
     def offline_partitions(self) -> frozenset[TopicPartition]:
         return frozenset(self._offline_partitions)
 
+    def is_offline(self, tp: TopicPartition) -> bool:
+        """Whether ``tp``'s directory failed: its log is closed until the restart."""
+        return tp in self._offline_partitions
+
     # -- periodic work and checkpoints ------------------------------------------------------
 
     def remove_expired_producers(self, expiration_ms: int) -> int:
