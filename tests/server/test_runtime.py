@@ -71,6 +71,39 @@ def test_a_broken_invariant_stops_the_process_with_status_1(tmp_path):
     asyncio.run(main())
 
 
+def test_no_response_confirms_a_log_write_that_failed_behind_it(tmp_path, monkeypatch):
+    """The log's appends are made by the write-behind thread (storage/files.py). One
+    fails (ENOSPC; a batch too big to be written inline): the produce it belongs to is never answered NONE, the connection
+    closes instead, and the partition's next write finds the failure and answers
+    KAFKA_STORAGE_ERROR. Writes before it were confirmed and are on file."""
+    import errno
+
+    from tidelog.storage import files
+
+    real = files._write_all
+
+    def write_all(fd, data):
+        if b"doomed" in bytes(data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(fd, data)
+    monkeypatch.setattr(files, "_write_all", write_all)
+
+    async def main():
+        server = Server(_config(tmp_path))
+        await server.start()
+        assert server.write_behind is not None            # tidelog serve's default
+        assert await _produce(server.bind_port, "t", b"kept") == (ErrorCode.NONE, 0)
+        try:
+            answer = await _produce(server.bind_port, "t", b"doomed" + bytes(100_000))   # past inline_bytes
+        except ConnectionError:
+            answer = None                                 # closed: the client retries, or reports
+        assert answer is None or answer[0] != ErrorCode.NONE, answer
+        assert (await _produce(server.bind_port, "t", b"later"))[0] == ErrorCode.KAFKA_STORAGE_ERROR
+        assert server.node.log_manager.offline_dirs
+        await server.stop()
+    asyncio.run(main())
+
+
 def test_a_heartbeat_answered_stale_broker_epoch_registers_again(tmp_path):
     """The fake channel answers one heartbeat STALE_BROKER_EPOCH, as the controller
     does once another registration replaced this one."""

@@ -9,12 +9,21 @@ import pytest
 
 from tidelog.testing.crashable import CrashableFileSystem
 from tidelog.storage.errors import LogDirLockedError
+from tidelog.storage import files
+from tidelog.server.write_behind import WriteBehind
 from tidelog.storage.files import RealFileSystem, read_whole_file, write_file_atomically
 
 
-@pytest.fixture(params=["real", "crashable"])
+@pytest.fixture(params=["real", "behind", "crashable"])
 def any_fs(request, tmp_path):
-    return RealFileSystem() if request.param == "real" else CrashableFileSystem(str(tmp_path))
+    if request.param == "crashable":
+        yield CrashableFileSystem(str(tmp_path))
+    elif request.param == "behind":
+        write_behind = WriteBehind(inline_bytes=0)      # every append through the thread
+        yield RealFileSystem(write_behind)
+        write_behind.close()
+    else:
+        yield RealFileSystem()
 
 
 def test_append_returns_position_and_pread_reads_back(any_fs, tmp_path):
@@ -240,3 +249,126 @@ def test_sync_later_is_an_fsync_for_the_crash_model(tmp_path):
     assert fs.unsynced_bytes(str(tmp_path / "segment.log")) == 3
     sync()
     assert fs.unsynced_bytes(str(tmp_path / "segment.log")) == 0
+
+
+# -- write-behind ----------------------------------------------------------------------
+
+
+class _SlowWrites:
+    """Holds the writer thread in each write until released (``files._write_all`` patched)."""
+
+    def __init__(self, monkeypatch, fail_on: bytes | None = None):
+        import threading
+        self.gate = threading.Event()
+        self.started = threading.Semaphore(0)
+        real = files._write_all
+
+        def write_all(fd, data):
+            self.started.release()
+            assert self.gate.wait(10)
+            if fail_on is not None and fail_on in bytes(data):
+                raise OSError(errno.ENOSPC, "No space left on device")
+            real(fd, data)
+        monkeypatch.setattr(files, "_write_all", write_all)
+
+
+def test_write_behind_reads_see_every_append_at_once(tmp_path, monkeypatch):
+    """The writer has made none of the appends yet: pread of their range, fileno,
+    truncate and fsync wait for them; bytes already on file are read without waiting."""
+    write_behind = WriteBehind(inline_bytes=0)
+    slow = _SlowWrites(monkeypatch)
+    handle = RealFileSystem(write_behind).open(str(tmp_path / "f"))
+    assert handle.append(b"0123456789") == 0
+    assert slow.started.acquire(timeout=10)        # the writer holds the first write
+    assert handle.append(b"abcdef") == 10
+    assert handle.size() == 16 and write_behind.completed == 0
+    import threading
+    threading.Timer(0.2, slow.gate.set).start()
+    assert handle.pread(100, 8) == b"89abcdef"     # waited for both writes
+    assert write_behind.completed == write_behind.submitted == 2
+    assert os.path.getsize(tmp_path / "f") == 16
+    handle.truncate(4)
+    handle.append(b"XY")
+    assert handle.pread(2, 0) == b"01"
+    write_behind.wait(write_behind.submitted)     # "XY" is written
+    slow.gate.clear()
+    handle.append(b"Z")                           # held by the writer
+    assert slow.started.acquire(timeout=10)
+    assert handle.fileno(6) >= 0                  # a region of bytes already written: no wait
+    threading.Timer(0.2, slow.gate.set).start()
+    with open(handle.fileno(), "rb", closefd=False) as f:
+        f.seek(0)
+        assert f.read() == b"0123XYZ"              # fileno waited (a sendfile region)
+    handle.close()
+    write_behind.close()
+
+
+def test_write_behind_queue_is_bounded(tmp_path, monkeypatch):
+    """An append that would take the queue past max_bytes waits for the writer."""
+    import threading
+    write_behind = WriteBehind(max_bytes=10, inline_bytes=0)
+    slow = _SlowWrites(monkeypatch)
+    handle = RealFileSystem(write_behind).open(str(tmp_path / "f"))
+    handle.append(b"x" * 8)
+    assert slow.started.acquire(timeout=10)
+    appended = threading.Event()
+    threading.Thread(target=lambda: (handle.append(b"y" * 8), appended.set()), daemon=True).start()
+    assert not appended.wait(0.3)                  # 16 bytes would be queued: it waits
+    slow.gate.set()
+    assert appended.wait(10)
+    assert handle.pread(16, 0) == b"x" * 8 + b"y" * 8
+    handle.close()
+    write_behind.close()
+
+
+def test_a_failed_write_behind_fails_the_file_and_names_its_number(tmp_path, monkeypatch):
+    """ENOSPC in the writer thread: the write and every later one to that file are
+    not made; the next operation on the file raises OSError (so the log takes its
+    directory offline), and ``failed_between`` names the writes for the network layer."""
+    write_behind = WriteBehind(inline_bytes=0)
+    slow = _SlowWrites(monkeypatch, fail_on=b"doomed")
+    slow.gate.set()
+    handle = RealFileSystem(write_behind).open(str(tmp_path / "f"))
+    other = RealFileSystem(write_behind).open(str(tmp_path / "g"))
+    handle.append(b"kept")
+    handle.append(b"doomed")
+    handle.append(b"after")
+    other.append(b"fine")
+    woken = []
+    write_behind.when_written(write_behind.submitted, lambda: woken.append(True))
+    write_behind.wait(write_behind.submitted)
+    assert woken == [True]
+    assert write_behind.failed_between(0, 4) and write_behind.failed_between(1, 2)
+    assert not write_behind.failed_between(0, 1) and not write_behind.failed_between(3, 4)
+    assert handle.pread(4, 0) == b"kept"           # what was written can still be read
+    with pytest.raises(OSError) as failure:
+        handle.pread(10, 4)
+    assert failure.value.errno == errno.ENOSPC
+    with pytest.raises(OSError):
+        handle.append(b"more")
+    with pytest.raises(OSError):
+        handle.fsync()
+    assert os.path.getsize(tmp_path / "f") == 4    # nothing written after the hole
+    assert other.pread(4, 0) == b"fine"            # other files are not affected
+    with pytest.raises(OSError):
+        handle.close()
+    assert handle.closed
+    other.close()
+    write_behind.close()
+
+
+def test_a_small_append_with_nothing_queued_is_written_at_once(tmp_path, monkeypatch):
+    """Under inline_bytes, with the queue empty, the caller writes (no hand-over); with
+    a write queued, it queues behind it, so the file's order holds."""
+    write_behind = WriteBehind(inline_bytes=100)
+    slow = _SlowWrites(monkeypatch)
+    slow.gate.set()
+    handle = RealFileSystem(write_behind).open(str(tmp_path / "f"))
+    handle.append(b"small")
+    assert write_behind.submitted == 0 and os.path.getsize(tmp_path / "f") == 5
+    handle.append(b"L" * 200)
+    assert write_behind.submitted == 1
+    handle.append(b"tail")
+    assert handle.pread(300, 0) == b"small" + b"L" * 200 + b"tail"
+    handle.close()
+    write_behind.close()

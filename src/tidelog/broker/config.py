@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from tidelog.core.errors import InvalidConfigError
+from tidelog.core.limits import WRITE_BEHIND_MAX_BYTES
 from tidelog.replication.replica_selector import REPLICA_SELECTORS
 
 logger = logging.getLogger("tidelog.config")
@@ -241,6 +242,12 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("tidelog.network.sendfile.enable", bool, True, None,
               "send a Fetch's records from the segment files by sendfile on plaintext listeners "
               "(false: copy them through Python, for debugging)"),
+    # Not Kafka's (its appends return once the bytes are in the page cache; tidelog's event
+    # loop would wait for that copy, and for the kernel's throttling once the cache is full).
+    ConfigDef("tidelog.log.write.behind.max.bytes", int, WRITE_BEHIND_MAX_BYTES, _non_negative,
+              "appends to the log directories are written by a thread of their own, with at most "
+              "this many bytes queued; a response waits until the writes before it are made "
+              "(0: the event loop writes them itself)"),
     # Prometheus metrics with Kafka's names (docs/observability.md); off unless metrics.port is set.
     ConfigDef("metrics.port", int, None, lambda v: 0 <= v <= 65535,
               "serve Prometheus /metrics on this port (0 picks a free one)"),

@@ -106,6 +106,7 @@ from tidelog.core.limits import (
 )
 from tidelog.protocol.codec import ProtocolError, RequestHeader, parse_request_header
 from tidelog.protocol.file_region import FileRegion, ResponseFrame, TruncatedRegionError
+from tidelog.server.write_behind import WriteBehind
 
 logger = logging.getLogger("tidelog.network")
 
@@ -293,6 +294,9 @@ class ServerLimits:
 
     memory_pool: MemoryPool
     quotas: ConnectionQuotas
+    # A broker's log appends, made by a thread (storage/files.py): no response goes out
+    # before the writes submitted ahead of it are made.
+    write_behind: "WriteBehind | None" = None
 
     @classmethod
     def from_config(cls, config) -> "ServerLimits":
@@ -389,6 +393,7 @@ class Connection:
         self.sendfile = False
         self.listener: "Listener | None" = None  # counts the bytes sent by sendfile
         self.close_after_response = False      # a failed authentication: answer, then close
+        self.watch_writes(None)
         # Client quotas (server/quotas.py): no request is read before this loop time (s).
         self.muted_until = 0.0
         self._muted_by = None
@@ -499,6 +504,8 @@ class Connection:
                 logger.exception("request from %s failed; closing its connection", self.peer)
                 self.close()
                 return
+            if data is not None and self._write_behind is not None and not await self._writes_made():
+                self.close()
             if data is None or self.closed:
                 if type(data) is ResponseFrame:
                     data.close()
@@ -521,6 +528,37 @@ class Connection:
                 logger.warning("closing connection from %s: %s", self.peer, e)
                 self.close()
                 return
+
+    def watch_writes(self, write_behind: "WriteBehind | None") -> None:
+        """Hold each response until the log writes submitted before it are made."""
+        self._write_behind = write_behind
+        self._writes_checked = write_behind.submitted if write_behind is not None else 0
+
+    async def _writes_made(self) -> bool:
+        """Wait until every log write submitted so far is made; False if one made since
+        the last response failed (this response may confirm it: it is not sent)."""
+        write_behind = self._write_behind
+        upto = write_behind.submitted
+        if write_behind.completed < upto:
+            loop = asyncio.get_running_loop()
+            made = loop.create_future()
+
+            def wake() -> None:
+                if not made.done():
+                    made.set_result(None)
+
+            def from_the_writer() -> None:
+                try:
+                    loop.call_soon_threadsafe(wake)
+                except RuntimeError:        # the loop has closed: nobody waits any more
+                    pass
+            write_behind.when_written(upto, from_the_writer)
+            await made
+        if write_behind.failed_between(self._writes_checked, upto):
+            logger.warning("closing connection from %s: a log write made before its response failed", self.peer)
+            return False
+        self._writes_checked = upto
+        return True
 
     async def _write_frame(self, frame: ResponseFrame) -> None:
         """Write a response with file regions: its bytes through the transport, each
@@ -754,6 +792,7 @@ class Listener:
         connection.principal = principal or "User:ANONYMOUS"
         connection.sendfile = self.sendfile and self.ssl_context is None
         connection.listener = self
+        connection.watch_writes(self.limits.write_behind)
         if self._sasl is not None:
             connection.sasl = self._sasl.session()
         self.connections.add(connection)

@@ -98,6 +98,8 @@ from tidelog.server.state import StateChangeLog
 from tidelog.server.network import Listener, ServerLimits, address_problem, raise_open_file_limit
 from tidelog.server.storage_format import META_PROPERTIES, StorageFormatError, format_log_dirs
 from tidelog.storage.checkpoint import set_retry_wait
+from tidelog.server.write_behind import WriteBehind
+from tidelog.storage.files import RealFileSystem
 from tidelog.storage.log_manager import random_directory_id
 
 logger = logging.getLogger("tidelog.broker")
@@ -141,6 +143,9 @@ class Server:
         self.node: BrokerNode | None = None
         # One worker thread for the logs' background fsyncs (segment rolls).
         self._background_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flush")
+        # The log directories' appends, made by a thread of their own (storage/files.py).
+        behind = config["tidelog.log.write.behind.max.bytes"]
+        self.write_behind = WriteBehind(behind) if behind > 0 else None
         self.listener: Listener | None = None
         self.controller_listeners: list[Listener] = []   # a combined node's controller.listener.names
         self.controller_server: ControllerServer | None = None
@@ -187,8 +192,9 @@ class Server:
         self.dispatcher.metadata_image = self._published_image
         self.authorizer = self._request_authorizer()
         # Each server's listeners share a memory pool and connection quotas (Kafka's SocketServer).
-        self.listener = self._new_listener(self.dispatcher, self.bind_host, self.bind_port,
-                                           ServerLimits.from_config(config))
+        limits = ServerLimits.from_config(config)
+        limits.write_behind = self.write_behind if self.is_broker else None
+        self.listener = self._new_listener(self.dispatcher, self.bind_host, self.bind_port, limits)
         self.bind_port = self.listener.bind()
         if self.is_controller:
             self._start_controller_role(config)
@@ -424,7 +430,8 @@ class Server:
             self.admin = ForwardingAdminApis(self, self.authorizer)
         endpoint = Endpoint(self.listener_name, self.advertised_host, self.advertised_port or self.bind_port)
         self.node = BrokerNode(config, self.clock, metadata_log, self.cluster_id, uuid.uuid4(), (endpoint,),
-                               tick_interval_ms=TICK_MS, background=self._in_background,
+                               fs=RealFileSystem(self.write_behind), tick_interval_ms=TICK_MS,
+                               background=self._in_background,
                                new_directory_id=lambda: random_directory_id(secrets.randbits))
         self.fetcher_driver = FetcherDriver(self.node, self.listener_name, self._fault, self.inter_broker_security)
         kafka_apis = KafkaApis(ApiContext(
@@ -697,6 +704,8 @@ class Server:
             self.fetcher_driver.shutdown()
             self.node.shutdown()                       # flushes every log inline
             self._background_executor.shutdown(wait=True)
+            if self.write_behind is not None:
+                self.write_behind.close()
             if not self.is_controller:
                 try:
                     self.node.metadata_log.close()

@@ -20,6 +20,22 @@ file is fsynced; a directory entry (a new file, a rename, a removal) is durable
 once its directory is fsynced. ``write_file_atomically`` packages the temp-file /
 fsync / rename / fsync-dir dance for checkpoints.
 
+Write-behind (``RealFileSystem(write_behind)`` with a ``server/write_behind.py``
+``WriteBehind``, what ``tidelog serve`` uses for the log directories): ``append``
+hands the bytes to one writer thread and
+returns at once (a small one is written at once when nothing is queued: a thread
+is not worth its hand-over; ``WriteBehind.inline``), so the event loop goes on reading and validating requests while the
+kernel copies (or, once the page cache is full of dirty pages, throttles) the write.
+Nothing may see the file differ from a synchronous one: ``pread`` of a range not yet
+written, ``fileno`` (a sendfile region), ``truncate``, ``fsync`` and ``close`` first wait
+for this file's writes; ``sync_later``'s function waits in its own thread. The queue
+holds at most ``WriteBehind.max_bytes`` (an append past it waits for the writer). A
+failed write fails every later operation on its file with an ``OSError`` (so the log
+takes its directory offline), and no response may confirm a write that has not
+landed: the network layer sends a response only once every write submitted before it
+is written (``WriteBehind.when_written``), and closes the connection instead if one of
+them failed (``failed_between``).
+
 I/O failures surface as ``OSError``; the log layer turns them into
 ``StorageError`` and takes the directory offline. Using a closed handle is a bug
 in the caller and raises ``ValueError`` (never ``OSError``, so it cannot take a
@@ -28,6 +44,7 @@ healthy directory offline, and never an I/O on a recycled descriptor).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import shutil
@@ -42,7 +59,9 @@ class FileHandle(Protocol):
     path: str
 
     def append(self, data) -> int:
-        """Write all of ``data`` at the end; return the position it starts at."""
+        """Write all of ``data`` at the end; return the position it starts at. The
+        caller gives ``data`` up: it must not change it afterwards (a write-behind
+        file writes it later)."""
 
     def pread(self, size: int, position: int) -> bytes:
         """Read up to ``size`` bytes at ``position`` (short only at end of file)."""
@@ -59,7 +78,8 @@ class FileHandle(Protocol):
 
     def close(self) -> None: ...
 
-    def fileno(self) -> int: ...
+    def fileno(self, end: int | None = None) -> int:
+        """The descriptor, once the bytes before ``end`` (default: all) are in the file."""
 
 
 class FileLock(Protocol):
@@ -88,30 +108,80 @@ class FileSystem(Protocol):
     def lock(self, path: str) -> FileLock: ...
 
 
+def _write_all(fd: int, data) -> None:
+    length = len(data)
+    written = os.write(fd, data)
+    if written != length:  # a short write: rare (signals, quotas); finish it
+        view = memoryview(data).cast("B")
+        while written < length:
+            written += os.write(fd, view[written:])
+
+
 class RealFile:
-    """A raw descriptor opened for reading and appending."""
+    """A raw descriptor opened for reading and appending; its appends made by a
+    ``WriteBehind`` (server/write_behind.py: ``submit`` and ``wait``) when it has one."""
 
-    __slots__ = ("path", "_fd", "_size")
+    __slots__ = ("path", "_fd", "_size", "_write_behind", "_last_write", "_written", "_error")
 
-    def __init__(self, path: str, fd: int):
+    def __init__(self, path: str, fd: int, write_behind=None):
         self.path = path
         self._fd = fd
         self._size = os.fstat(fd).st_size
+        self._write_behind = write_behind
+        self._last_write = 0           # the number of this file's last write-behind write
+        self._written = self._size     # bytes on file (the writer thread moves it)
+        self._error: OSError | None = None
 
     def append(self, data) -> int:
         fd = self._check_open()
         position = self._size
         length = len(data)
-        written = os.write(fd, data)
-        if written != length:  # a short write: rare (signals, quotas); finish it
-            view = memoryview(data).cast("B")
-            while written < length:
-                written += os.write(fd, view[written:])
+        if self._error is not None:
+            raise self._failure()
+        write_behind = self._write_behind
+        if write_behind is None or write_behind.inline(length):
+            _write_all(fd, data)        # nothing queued to pass, and too small to be worth a thread
+            self._written = position + length
+        else:
+            if type(data) is memoryview and not isinstance(data.obj, bytes):
+                data = bytes(data)     # a view of a buffer someone may reuse
+            self._last_write = self._write_behind.submit(self, fd, data)
         self._size = position + length
         return position
 
+    def _write_now(self, fd: int, data) -> bool:
+        """The writer thread's part: the write, unless an earlier one failed."""
+        if self._error is not None:
+            return False
+        try:
+            _write_all(fd, data)
+        except OSError as e:
+            self._error = e
+            return False
+        except Exception as e:          # a bug, not the disk: still a write that did not land
+            self._error = OSError(errno.EIO, f"write failed: {e!r}")
+            return False
+        self._written += len(data)
+        return True
+
+    def _settle(self) -> int:
+        """Wait for this file's queued writes; its descriptor. Raises if one failed."""
+        fd = self._check_open()
+        if self._last_write:
+            self._write_behind.wait(self._last_write)
+            self._last_write = 0
+        if self._error is not None:
+            raise self._failure()
+        return fd
+
+    def _failure(self) -> OSError:
+        e = self._error
+        return OSError(e.errno, f"an earlier write to {self.path} failed: {e.strerror}")
+
     def pread(self, size: int, position: int) -> bytes:
         fd = self._check_open()
+        if self._written < self._size and position + size > self._written:
+            fd = self._settle()
         data = os.pread(fd, size, position)
         if len(data) == size or not data:
             return data
@@ -125,17 +195,22 @@ class RealFile:
         return b"".join(parts)
 
     def truncate(self, size: int) -> None:
-        os.ftruncate(self._check_open(), size)
-        self._size = size
+        os.ftruncate(self._settle(), size)
+        self._size = self._written = size
 
     def fsync(self) -> None:
-        os.fsync(self._check_open())
+        os.fsync(self._settle())
 
     def sync_later(self) -> Callable[[], None]:
         fd = os.dup(self._check_open())  # its own descriptor: closing this handle cannot recycle it
+        last_write, write_behind = self._last_write, self._write_behind
 
         def sync() -> None:
             try:
+                if last_write:
+                    write_behind.wait(last_write)
+                if self._error is not None:
+                    raise self._failure()
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -144,13 +219,19 @@ class RealFile:
     def size(self) -> int:
         return self._size
 
-    def fileno(self) -> int:
+    def fileno(self, end: int | None = None) -> int:
+        if self._written < self._size and (end is None or end > self._written):
+            return self._settle()
         return self._check_open()
 
     def close(self) -> None:
         if self._fd >= 0:
-            fd, self._fd = self._fd, -1
-            os.close(fd)
+            try:
+                if self._last_write or self._error is not None:
+                    self._settle()      # raises if a write never made it
+            finally:
+                fd, self._fd = self._fd, -1
+                os.close(fd)
 
     @property
     def closed(self) -> bool:
@@ -179,11 +260,15 @@ class RealFileLock:
 
 
 class RealFileSystem:
-    """The operating system's files, used directly."""
+    """The operating system's files, used directly; appends made by ``write_behind``
+    when given."""
+
+    def __init__(self, write_behind=None):
+        self.write_behind = write_behind
 
     def open(self, path: str, create: bool = True) -> RealFile:
         flags = _OPEN_FLAGS | (os.O_CREAT if create else 0)
-        return RealFile(path, os.open(path, flags, 0o644))
+        return RealFile(path, os.open(path, flags, 0o644), self.write_behind)
 
     def rename(self, source: str, destination: str) -> None:
         os.replace(source, destination)

@@ -116,7 +116,7 @@ class FileSlice:
     def fileno(self) -> int:
         if self.handle is None:
             raise ValueError("an empty slice has no file")
-        return self.handle.fileno()
+        return self.handle.fileno(self.position + self.length)
 
     def __len__(self) -> int:
         return self.length

@@ -121,8 +121,8 @@ class CrashableFile:
     def size(self) -> int:
         return self._file.size()
 
-    def fileno(self) -> int:
-        return self._file.fileno()
+    def fileno(self, end: int | None = None) -> int:
+        return self._file.fileno(end)
 
     def close(self) -> None:
         self._file.close()
