@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 
 import pytest
 
@@ -258,12 +259,13 @@ class _SlowWrites:
     """Holds the writer thread in each write until released (``files._write_all`` patched)."""
 
     def __init__(self, monkeypatch, fail_on: bytes | None = None):
-        import threading
         self.gate = threading.Event()
         self.started = threading.Semaphore(0)
         real = files._write_all
 
         def write_all(fd, data):
+            if threading.current_thread().name != "tidelog-write-behind":
+                return real(fd, data)              # an inline write: not held
             self.started.release()
             assert self.gate.wait(10)
             if fail_on is not None and fail_on in bytes(data):
@@ -282,7 +284,6 @@ def test_write_behind_reads_see_every_append_at_once(tmp_path, monkeypatch):
     assert slow.started.acquire(timeout=10)        # the writer holds the first write
     assert handle.append(b"abcdef") == 10
     assert handle.size() == 16 and write_behind.completed == 0
-    import threading
     threading.Timer(0.2, slow.gate.set).start()
     assert handle.pread(100, 8) == b"89abcdef"     # waited for both writes
     assert write_behind.completed == write_behind.submitted == 2
@@ -305,7 +306,6 @@ def test_write_behind_reads_see_every_append_at_once(tmp_path, monkeypatch):
 
 def test_write_behind_queue_is_bounded(tmp_path, monkeypatch):
     """An append that would take the queue past max_bytes waits for the writer."""
-    import threading
     write_behind = WriteBehind(max_bytes=10, inline_bytes=0)
     slow = _SlowWrites(monkeypatch)
     handle = RealFileSystem(write_behind).open(str(tmp_path / "f"))
@@ -357,18 +357,25 @@ def test_a_failed_write_behind_fails_the_file_and_names_its_number(tmp_path, mon
     write_behind.close()
 
 
-def test_a_small_append_with_nothing_queued_is_written_at_once(tmp_path, monkeypatch):
-    """Under inline_bytes, with the queue empty, the caller writes (no hand-over); with
-    a write queued, it queues behind it, so the file's order holds."""
+def test_a_small_append_with_nothing_of_its_file_queued_is_written_at_once(tmp_path, monkeypatch):
+    """Under inline_bytes, with none of its file's writes queued, the caller writes (no
+    hand-over), even while another file's write is queued; with one of its own queued,
+    it queues behind it, so the file's order holds."""
     write_behind = WriteBehind(inline_bytes=100)
     slow = _SlowWrites(monkeypatch)
-    slow.gate.set()
     handle = RealFileSystem(write_behind).open(str(tmp_path / "f"))
+    other = RealFileSystem(write_behind).open(str(tmp_path / "g"))
+    other.append(b"O" * 200)                       # queued, held by the writer
+    assert slow.started.acquire(timeout=10)
     handle.append(b"small")
-    assert write_behind.submitted == 0 and os.path.getsize(tmp_path / "f") == 5
+    assert write_behind.submitted == 1 and os.path.getsize(tmp_path / "f") == 5
     handle.append(b"L" * 200)
-    assert write_behind.submitted == 1
-    handle.append(b"tail")
+    assert write_behind.submitted == 2
+    handle.append(b"tail")                         # behind its own queued write
+    assert write_behind.submitted == 3
+    slow.gate.set()
     assert handle.pread(300, 0) == b"small" + b"L" * 200 + b"tail"
+    assert other.pread(300, 0) == b"O" * 200
     handle.close()
+    other.close()
     write_behind.close()

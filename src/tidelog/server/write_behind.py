@@ -5,8 +5,10 @@ Theory of operation. ``tidelog serve`` opens its log directories through
 bytes here and returns, so the event loop goes on reading and checking requests
 while the kernel copies the bytes into the page cache or, once the cache is full of
 dirty pages, throttles the writer (Kafka's request handler threads overlap the same
-way); an append under ``inline_bytes`` (64 KiB) is written by the caller when
-nothing is queued, as handing it over would cost more than it saves. One thread makes the writes in the order they were queued, at most
+way); an append under ``inline_bytes`` (64 KiB) to a file with none of its writes
+queued is made by the caller (storage/files.py), as handing it over would cost more
+than it saves: only a file's own writes need an order (a checkpoint or an index,
+written and fsynced on the spot, does not wait for the queue). One thread makes the writes in the order they were queued, at most
 ``max_bytes`` at a time (``tidelog.log.write.behind.max.bytes``; an append past it
 waits). Writes are numbered from 1: ``submitted`` is the last queued, ``completed``
 the last made.
@@ -68,12 +70,6 @@ class WriteBehind:
                 self._thread.start()
             self._condition.notify_all()
             return self.submitted
-
-    def inline(self, length: int) -> bool:
-        """Whether a write of ``length`` bytes is better made by the caller at once: it is
-        under ``inline_bytes`` and nothing is queued (a write leaves the queue once made,
-        so nothing is passed)."""
-        return length < self.inline_bytes and not self._queue
 
     def wait(self, number: int) -> None:
         """Block until write ``number`` (and every one before it) is done."""

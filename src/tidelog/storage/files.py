@@ -23,8 +23,9 @@ fsync / rename / fsync-dir dance for checkpoints.
 Write-behind (``RealFileSystem(write_behind)`` with a ``server/write_behind.py``
 ``WriteBehind``, what ``tidelog serve`` uses for the log directories): ``append``
 hands the bytes to one writer thread and
-returns at once (a small one is written at once when nothing is queued: a thread
-is not worth its hand-over; ``WriteBehind.inline``), so the event loop goes on reading and validating requests while the
+returns at once (a small one is written at once when nothing of its file is queued:
+a thread is not worth its hand-over, and only a file's own writes need an order;
+``WriteBehind.inline_bytes``), so the event loop goes on reading and validating requests while the
 kernel copies (or, once the page cache is full of dirty pages, throttles) the write.
 Nothing may see the file differ from a synchronous one: ``pread`` of a range not yet
 written, ``fileno`` (a sendfile region), ``truncate``, ``fsync`` and ``close`` first wait
@@ -139,8 +140,8 @@ class RealFile:
         if self._error is not None:
             raise self._failure()
         write_behind = self._write_behind
-        if write_behind is None or write_behind.inline(length):
-            _write_all(fd, data)        # nothing queued to pass, and too small to be worth a thread
+        if write_behind is None or (length < write_behind.inline_bytes and self._written == position):
+            _write_all(fd, data)        # nothing of this file queued to pass, too small to hand over
             self._written = position + length
         else:
             if type(data) is memoryview and not isinstance(data.obj, bytes):
