@@ -116,6 +116,8 @@ def test_a_scrape_shows_what_the_broker_and_controller_hold(tmp_path):
             assert value(samples, "kafka_log_log_size", **tp) == log_.size_bytes > 0
             assert value(samples, "kafka_log_log_numlogsegments", **tp) == 1
             assert value(samples, "kafka_log_logmanager_offlinelogdirectorycount") == 0
+            assert value(samples, "kafka_log_logmanager_writebehind_queued_bytes") == 0    # answered: written
+            assert value(samples, "kafka_log_logmanager_writebehind_full_waits_total") == 0
             assert value(samples, "kafka_server_replicamanager_partitioncount") == 1
             assert value(samples, "kafka_server_replicamanager_leadercount") == 1
             assert value(samples, "kafka_server_replicamanager_underreplicatedpartitions") == 0

@@ -314,6 +314,7 @@ def test_write_behind_queue_is_bounded(tmp_path, monkeypatch):
     appended = threading.Event()
     threading.Thread(target=lambda: (handle.append(b"y" * 8), appended.set()), daemon=True).start()
     assert not appended.wait(0.3)                  # 16 bytes would be queued: it waits
+    assert write_behind.queued_bytes == 8 and write_behind.full_waits == 1
     slow.gate.set()
     assert appended.wait(10)
     assert handle.pread(16, 0) == b"x" * 8 + b"y" * 8

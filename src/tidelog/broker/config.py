@@ -244,7 +244,7 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
               "(false: copy them through Python, for debugging)"),
     # Not Kafka's (its appends return once the bytes are in the page cache; tidelog's event
     # loop would wait for that copy, and for the kernel's throttling once the cache is full).
-    ConfigDef("tidelog.log.write.behind.max.bytes", int, WRITE_BEHIND_MAX_BYTES, _non_negative,
+    ConfigDef("tidelog.log.write.behind.max.bytes", int, WRITE_BEHIND_MAX_BYTES, lambda v: 0 <= v <= 1 << 30,
               "appends to the log directories are written by a thread of their own, with at most "
               "this many bytes queued; a response waits until the writes before it are made "
               "(0: the event loop writes them itself)"),

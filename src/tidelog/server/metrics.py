@@ -136,6 +136,10 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {name: (kind, labels, tex
     ("kafka_log_log_size", "gauge", ("topic", "partition"), "Bytes of the local replica's segments"),
     ("kafka_log_log_numlogsegments", "gauge", ("topic", "partition"), "Segments of the local replica"),
     ("kafka_log_logmanager_offlinelogdirectorycount", "gauge", (), "Log directories that failed"),
+    ("kafka_log_logmanager_writebehind_queued_bytes", "gauge", (),
+     "Not Kafka's: bytes of log appends queued for the write-behind thread (tidelog.log.write.behind.max.bytes)"),
+    ("kafka_log_logmanager_writebehind_full_waits", "counter", (),
+     "Not Kafka's: appends that waited for room in a full write-behind queue (the disk is the bottleneck)"),
     # kafka.network:type=RequestMetrics
     ("kafka_network_requestmetrics_totaltimems", "histogram", ("request",),
      "Time from a request's decode to its encoded response (a delayed one: to completion), ms"),
@@ -412,6 +416,10 @@ class BrokerCollector:
                            ("numlogsegments", segments)):
             add.rows(f"kafka_log_log_{name}", rows)
         add("kafka_log_logmanager_offlinelogdirectorycount", len(logs.offline_dirs))
+        write_behind = getattr(logs.fs, "write_behind", None)
+        if write_behind is not None:
+            add("kafka_log_logmanager_writebehind_queued_bytes", write_behind.queued_bytes)
+            add("kafka_log_logmanager_writebehind_full_waits", write_behind.full_waits)
 
     def _groups(self, add) -> None:
         """The groups this broker coordinates: each committed offset and its lag, and the counts."""

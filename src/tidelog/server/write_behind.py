@@ -47,6 +47,7 @@ class WriteBehind:
         self.inline_bytes = inline_bytes
         self.submitted = 0
         self.completed = 0
+        self.full_waits = 0            # appends that waited for room (a metric)
         self._queue: collections.deque = collections.deque()   # (number, file, fd, data)
         self._queued_bytes = 0
         self._failed: collections.deque = collections.deque(maxlen=1024)   # numbers of failed writes
@@ -60,8 +61,10 @@ class WriteBehind:
         with self._condition:
             if self._closed:
                 raise ValueError(f"write to {file.path} after the writer stopped")
-            while self._queued_bytes and self._queued_bytes + len(data) > self.max_bytes:
-                self._condition.wait()
+            if self._queued_bytes and self._queued_bytes + len(data) > self.max_bytes:
+                self.full_waits += 1
+                while self._queued_bytes and self._queued_bytes + len(data) > self.max_bytes:
+                    self._condition.wait()
             self.submitted += 1
             self._queue.append((self.submitted, file, fd, data))
             self._queued_bytes += len(data)
@@ -70,6 +73,10 @@ class WriteBehind:
                 self._thread.start()
             self._condition.notify_all()
             return self.submitted
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._queued_bytes
 
     def wait(self, number: int) -> None:
         """Block until write ``number`` (and every one before it) is done."""
