@@ -380,3 +380,46 @@ def test_a_small_append_with_nothing_of_its_file_queued_is_written_at_once(tmp_p
     handle.close()
     other.close()
     write_behind.close()
+
+
+def test_a_followers_append_is_never_behind(tmp_path):
+    """A follower's next Fetch reports its log end offset and the leader counts it toward
+    the high watermark: the bytes must be in the page cache by then (a kill -9 keeps
+    them, as a Kafka follower's). A leader's append may be behind: its answer waits."""
+    from tidelog.core.clock import ManualClock
+    from tidelog.records.batch import build_batch
+    from tidelog.storage.config import LogConfig
+    from tidelog.storage.log import Log
+
+    write_behind = WriteBehind(inline_bytes=200)  # the checkpoints inline, the batches (~370 B) not
+    fs = RealFileSystem(write_behind)
+    leader = Log.open(str(tmp_path / "t-0"), LogConfig(), ManualClock(0), fs=fs)
+    leader.append_as_leader(build_batch([b"a" * 100] * 3, timestamp_ms=0), leader_epoch=0)
+    assert write_behind.submitted == 1
+    follower = Log.open(str(tmp_path / "t-1"), LogConfig(), ManualClock(0), fs=fs)
+    follower.append_as_follower(build_batch([b"b" * 100] * 3, base_offset=0, partition_leader_epoch=0,
+                                            timestamp_ms=0))
+    assert write_behind.submitted == 1            # not queued: written at once
+    segment = tmp_path / "t-1" / "00000000000000000000.log"
+    assert os.path.getsize(segment) == follower.size_bytes > 0
+    leader.close()
+    follower.close()
+    write_behind.close()
+
+
+def test_an_append_made_at_once_waits_for_its_files_queued_writes(tmp_path, monkeypatch):
+    """A leader's append is queued (held by the writer); the replica becomes a follower
+    and appends at once: that write waits for the queued one, so the file keeps its
+    order."""
+    write_behind = WriteBehind(inline_bytes=0)
+    slow = _SlowWrites(monkeypatch)
+    handle = RealFileSystem(write_behind).open(str(tmp_path / "f"))
+    handle.append(b"leader;")
+    assert slow.started.acquire(timeout=10)
+    threading.Timer(0.2, slow.gate.set).start()
+    assert handle.append(b"follower", behind=False) == 7
+    assert write_behind.submitted == 1
+    with open(tmp_path / "f", "rb") as f:
+        assert f.read() == b"leader;follower"
+    handle.close()
+    write_behind.close()

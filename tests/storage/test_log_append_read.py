@@ -60,7 +60,8 @@ def test_one_append_may_carry_several_batches_written_with_one_write(log_dir, sm
     writes = []
     original = CrashableFile.append
     monkeypatch.setattr(CrashableFile, "append",
-                        lambda self, data: writes.append((self.path, len(data))) or original(self, data))
+                        lambda self, data, behind=True: (writes.append((self.path, len(data)))
+                                                         or original(self, data, behind)))
     info = log.append_as_leader(buffer, leader_epoch=0)
     assert [size for path, size in writes if path.endswith(".log")] == [len(buffer)]
     assert (info.first_offset, info.last_offset, info.batch_count, info.valid_bytes) == (0, 3, 3, len(buffer))

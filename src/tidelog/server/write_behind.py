@@ -18,7 +18,9 @@ the last made.
     response ──▶ waits until completed ≥ submitted (when_written), then checks
                  failed_between(last checked, submitted): a failure closes the connection
 
-A file never looks different from a synchronously written one (its reads of a range
+A follower's append is never behind (``Log.append_as_follower``): the offset its next
+Fetch reports counts toward the leader's high watermark, so it must be in the page
+cache, where a ``kill -9`` leaves it. A file never looks different from a synchronously written one (its reads of a range
 not yet written wait, and a failed write fails every later operation on the file:
 storage/files.py). The network layer (server/network.py) sends a response only once
 every write queued before it was made, and closes the connection instead when one

@@ -38,9 +38,9 @@ class _SimFile(CrashableFile):
 
     __slots__ = ()
 
-    def append(self, data) -> int:
+    def append(self, data, behind: bool = True) -> int:
         self._fs.check_space(self._file.path)
-        return super().append(data)
+        return super().append(data, behind)
 
 
 _NOTHING_TO_LIFT = nullcontext()

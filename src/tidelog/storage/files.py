@@ -59,10 +59,11 @@ _OPEN_FLAGS = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
 class FileHandle(Protocol):
     path: str
 
-    def append(self, data) -> int:
+    def append(self, data, behind: bool = True) -> int:
         """Write all of ``data`` at the end; return the position it starts at. The
         caller gives ``data`` up: it must not change it afterwards (a write-behind
-        file writes it later)."""
+        file writes it later). ``behind=False``: written before this returns (after
+        the file's queued writes), as a follower's append must be."""
 
     def pread(self, size: int, position: int) -> bytes:
         """Read up to ``size`` bytes at ``position`` (short only at end of file)."""
@@ -133,14 +134,17 @@ class RealFile:
         self._written = self._size     # bytes on file (the writer thread moves it)
         self._error: OSError | None = None
 
-    def append(self, data) -> int:
+    def append(self, data, behind: bool = True) -> int:
         fd = self._check_open()
         position = self._size
         length = len(data)
         if self._error is not None:
             raise self._failure()
         write_behind = self._write_behind
-        if write_behind is None or (length < write_behind.inline_bytes and self._written == position):
+        if not behind and self._written < position:
+            fd = self._settle()
+        if (write_behind is None or not behind
+                or (length < write_behind.inline_bytes and self._written == position)):
             _write_all(fd, data)        # nothing of this file queued to pass, too small to hand over
             self._written = position + length
         else:

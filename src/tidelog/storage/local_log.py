@@ -223,12 +223,12 @@ class LocalLog:
     # -- appends and rolls ----------------------------------------------------------
 
     def append(self, buffer, batches: list[BatchInfo], first_offset: int, next_offset: int,
-               max_timestamp: int, now_ms: int) -> None:
+               max_timestamp: int, now_ms: int, behind: bool = True) -> None:
         """Write batches numbered ``[first_offset, next_offset)`` (rolling first if due)."""
         # Offsets only move forward (gaps are allowed: a follower copies compacted batches).
         assert self.log_end_offset <= first_offset < next_offset, (first_offset, next_offset, self.log_end_offset)
         segment = self._maybe_roll(len(buffer), max_timestamp, first_offset, next_offset - 1, now_ms)
-        segment.append(buffer, batches, next_offset, now_ms)
+        segment.append(buffer, batches, next_offset, now_ms, behind)
         self.log_end_offset = next_offset
         self.maybe_flush(now_ms)
 

@@ -423,7 +423,11 @@ class Log:
             self._check_append_size(end)
             for epoch, start_offset in epochs:
                 self._leader_epoch_cache.assign(epoch, start_offset)
-            self._local_log.append(records, batches, first_offset, expected_offset, max_timestamp, now_ms)
+            # Written before the next Fetch reports it: the leader counts that offset
+            # toward the high watermark, so it must be in this broker's page cache, as
+            # Kafka's followers' are (never behind: a kill -9 would lose it).
+            self._local_log.append(records, batches, first_offset, expected_offset, max_timestamp, now_ms,
+                                   behind=False)
             for header, control in follower_producers:
                 update_producer_state(self._producer_state, self._txn_index, header, header.base_offset, control)
         return LogAppendInfo(first_offset, expected_offset - 1, max_timestamp, offset_of_max_timestamp,

@@ -168,9 +168,10 @@ class LogSegment:
 
     # -- append -----------------------------------------------------------------------
 
-    def append(self, buffer, batches: list[BatchInfo], next_offset: int, now_ms: int) -> int:
-        """Write ``buffer`` (whole batches) with one write; returns its file position."""
-        position = self.log.append(buffer)
+    def append(self, buffer, batches: list[BatchInfo], next_offset: int, now_ms: int, behind: bool = True) -> int:
+        """Write ``buffer`` (whole batches) with one write; returns its file position.
+        ``behind``: the file may make the write later (storage/files.py)."""
+        position = self.log.append(buffer, behind)
         if self._first_batch_timestamp is None and position == 0:
             self._first_batch_timestamp = batches[0].max_timestamp
         self._index_batches(position, batches)

@@ -70,9 +70,9 @@ class CrashableFile:
     def path(self) -> str:
         return self._file.path
 
-    def append(self, data) -> int:
+    def append(self, data, behind: bool = True) -> int:
         self._fs._check(self._file.path)
-        position = self._file.append(data)
+        position = self._file.append(data, behind)
         self._fs._state(self._file.path).last_write = (position, len(data))
         return position
 
