@@ -275,31 +275,35 @@ class _SlowWrites:
 
 
 def test_write_behind_reads_see_every_append_at_once(tmp_path, monkeypatch):
-    """The writer has made none of the appends yet: pread of their range, fileno,
-    truncate and fsync wait for them; bytes already on file are read without waiting."""
+    """The writer has made none of the appends yet: pread of their range reads them from
+    memory (and what lies before them from the file), without waiting; written_through
+    says which bytes are in the file; fileno, truncate and fsync wait for them."""
     write_behind = WriteBehind(inline_bytes=0)
     slow = _SlowWrites(monkeypatch)
     handle = RealFileSystem(write_behind).open(str(tmp_path / "f"))
-    assert handle.append(b"0123456789") == 0
-    assert slow.started.acquire(timeout=10)        # the writer holds the first write
-    assert handle.append(b"abcdef") == 10
-    assert handle.size() == 16 and write_behind.completed == 0
-    threading.Timer(0.2, slow.gate.set).start()
-    assert handle.pread(100, 8) == b"89abcdef"     # waited for both writes
-    assert write_behind.completed == write_behind.submitted == 2
-    assert os.path.getsize(tmp_path / "f") == 16
-    handle.truncate(4)
-    handle.append(b"XY")
-    assert handle.pread(2, 0) == b"01"
-    write_behind.wait(write_behind.submitted)     # "XY" is written
-    slow.gate.clear()
-    handle.append(b"Z")                           # held by the writer
+    slow.gate.set()
+    assert handle.append(b"0123") == 0
+    write_behind.wait(write_behind.submitted)      # "0123" is in the file
     assert slow.started.acquire(timeout=10)
-    assert handle.fileno(6) >= 0                  # a region of bytes already written: no wait
+    slow.gate.clear()
+    assert handle.append(b"456789") == 4
+    assert slow.started.acquire(timeout=10)        # the writer holds it
+    assert handle.append(b"abcdef") == 10
+    assert handle.size() == 16 and write_behind.completed == 1
+    assert handle.pread(100, 2) == b"23456789abcdef"   # file, then both queued writes
+    assert handle.pread(3, 5) == b"567" and handle.pread(4, 9) == b"9abc"
+    assert handle.pread(10, 16) == b"" and handle.pread(2, 0) == b"01"
+    assert write_behind.completed == 1             # nothing waited
+    assert handle.written_through(4) and not handle.written_through(5)
+    assert handle.fileno(4) >= 0                   # a region of bytes already written: no wait
     threading.Timer(0.2, slow.gate.set).start()
     with open(handle.fileno(), "rb", closefd=False) as f:
         f.seek(0)
-        assert f.read() == b"0123XYZ"              # fileno waited (a sendfile region)
+        assert f.read() == b"0123456789abcdef"     # fileno waited (a sendfile region)
+    assert write_behind.completed == write_behind.submitted == 3 and handle.written_through(16)
+    handle.truncate(4)
+    handle.append(b"XY")
+    assert handle.pread(10, 0) == b"0123XY"
     handle.close()
     write_behind.close()
 

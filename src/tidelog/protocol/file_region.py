@@ -49,8 +49,8 @@ class FileRegion:
         """What a response holds for ``file_slice`` (a ``FileSlice``): a region of at
         least ``min_bytes``, else (or when the file has no descriptor) its bytes."""
         length = len(file_slice)
-        if length < min_bytes:
-            return file_slice.read_bytes()
+        if length < min_bytes or not file_slice.on_file():
+            return file_slice.read_bytes()     # small, or reaching into writes still queued
         try:
             fd = os.dup(file_slice.fileno())
         except (AttributeError, NotImplementedError, OSError):

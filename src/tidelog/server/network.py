@@ -104,6 +104,7 @@ from tidelog.core.limits import (
     QUEUED_MAX_REQUEST_BYTES,
     REQUEST_SIZE_MAX_BYTES,
 )
+from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import ProtocolError, RequestHeader, parse_request_header
 from tidelog.protocol.file_region import FileRegion, ResponseFrame, TruncatedRegionError
 from tidelog.server.write_behind import WriteBehind
@@ -442,7 +443,7 @@ class Connection:
             finally:
                 self._pool.finish(request)
             if response is not None:
-                await self._pending.put(response)
+                await self._pending.put((response, header.api_key, self._writes_submitted()))
 
     def mute(self, throttle_ms: int, by=None) -> None:
         """Read no request for ``throttle_ms`` (Kafka mutes a throttled client's channel)."""
@@ -492,9 +493,10 @@ class Connection:
 
     async def _write_loop(self) -> None:
         while True:
-            item = await self._pending.get()
-            if item is None:
+            entry = await self._pending.get()
+            if entry is None:
                 return
+            item, api_key, submitted = entry
             try:
                 data = item if isinstance(item, (bytes, ResponseFrame)) else await item
             except AssertionError:
@@ -504,7 +506,8 @@ class Connection:
                 logger.exception("request from %s failed; closing its connection", self.peer)
                 self.close()
                 return
-            if data is not None and self._write_behind is not None and not await self._writes_made():
+            if (data is not None and self._write_behind is not None
+                    and not await self._writes_made(self._writes_confirmed(api_key, submitted))):
                 self.close()
             if data is None or self.closed:
                 if type(data) is ResponseFrame:
@@ -530,15 +533,32 @@ class Connection:
                 return
 
     def watch_writes(self, write_behind: "WriteBehind | None") -> None:
-        """Hold each response until the log writes submitted before it are made."""
+        """Hold each response until the log writes it may confirm are made."""
         self._write_behind = write_behind
         self._writes_checked = write_behind.submitted if write_behind is not None else 0
 
-    async def _writes_made(self) -> bool:
-        """Wait until every log write submitted so far is made; False if one made since
-        the last response failed (this response may confirm it: it is not sent)."""
+    def _writes_submitted(self) -> int:
+        return self._write_behind.submitted if self._write_behind is not None else 0
+
+    def _writes_confirmed(self, api_key: int, submitted_at_dispatch: int) -> int | None:
+        """The last write a response may confirm: a Produce's own appends were queued
+        while it was handled; anything else may rest on a write made since (a group's or
+        a transaction's state written when its wait ends), so every write queued until
+        now. A Fetch confirms nothing (its records are read from what the file holds,
+        the unwritten tail from memory): None, it is not held."""
+        if api_key == ApiKey.FETCH:
+            return None
+        if api_key == ApiKey.PRODUCE:
+            return submitted_at_dispatch
+        return self._write_behind.submitted
+
+    async def _writes_made(self, upto: int | None) -> bool:
+        """Wait until write ``upto`` (and each one before it) is made; False if one made
+        since the last response checked failed (this response may confirm it: it is not
+        sent)."""
         write_behind = self._write_behind
-        upto = write_behind.submitted
+        if upto is None or upto <= self._writes_checked:
+            return True
         if write_behind.completed < upto:
             loop = asyncio.get_running_loop()
             made = loop.create_future()

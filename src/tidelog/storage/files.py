@@ -45,6 +45,7 @@ healthy directory offline, and never an I/O on a recycled descriptor).
 
 from __future__ import annotations
 
+import collections
 import errno
 import fcntl
 import os
@@ -82,6 +83,9 @@ class FileHandle(Protocol):
 
     def fileno(self, end: int | None = None) -> int:
         """The descriptor, once the bytes before ``end`` (default: all) are in the file."""
+
+    def written_through(self, end: int) -> bool:
+        """Whether the bytes before ``end`` are in the file already (none still queued)."""
 
 
 class FileLock(Protocol):
@@ -123,7 +127,7 @@ class RealFile:
     """A raw descriptor opened for reading and appending; its appends made by a
     ``WriteBehind`` (server/write_behind.py: ``submit`` and ``wait``) when it has one."""
 
-    __slots__ = ("path", "_fd", "_size", "_write_behind", "_last_write", "_written", "_error")
+    __slots__ = ("path", "_fd", "_size", "_write_behind", "_last_write", "_written", "_error", "_queued")
 
     def __init__(self, path: str, fd: int, write_behind=None):
         self.path = path
@@ -133,6 +137,9 @@ class RealFile:
         self._last_write = 0           # the number of this file's last write-behind write
         self._written = self._size     # bytes on file (the writer thread moves it)
         self._error: OSError | None = None
+        # This file's queued writes, (position, bytes), oldest first: a write leaves only
+        # once it is on file, so a range not here and below the size is on file.
+        self._queued: collections.deque = collections.deque()
 
     def append(self, data, behind: bool = True) -> int:
         fd = self._check_open()
@@ -150,24 +157,28 @@ class RealFile:
         else:
             if type(data) is memoryview and not isinstance(data.obj, bytes):
                 data = bytes(data)     # a view of a buffer someone may reuse
+            self._queued.append((position, data))
             self._last_write = self._write_behind.submit(self, fd, data)
         self._size = position + length
         return position
 
     def _write_now(self, fd: int, data) -> bool:
         """The writer thread's part: the write, unless an earlier one failed."""
-        if self._error is not None:
-            return False
         try:
-            _write_all(fd, data)
-        except OSError as e:
-            self._error = e
-            return False
-        except Exception as e:          # a bug, not the disk: still a write that did not land
-            self._error = OSError(errno.EIO, f"write failed: {e!r}")
-            return False
-        self._written += len(data)
-        return True
+            if self._error is not None:
+                return False
+            try:
+                _write_all(fd, data)
+            except OSError as e:
+                self._error = e
+                return False
+            except Exception as e:      # a bug, not the disk: still a write that did not land
+                self._error = OSError(errno.EIO, f"write failed: {e!r}")
+                return False
+            self._written += len(data)
+            return True
+        finally:
+            self._queued.popleft()
 
     def _settle(self) -> int:
         """Wait for this file's queued writes; its descriptor. Raises if one failed."""
@@ -186,7 +197,30 @@ class RealFile:
     def pread(self, size: int, position: int) -> bytes:
         fd = self._check_open()
         if self._written < self._size and position + size > self._written:
-            fd = self._settle()
+            if self._error is not None:
+                raise self._failure()
+            queued = list(self._queued)     # the unwritten tail is read from memory
+            if queued:
+                return self._pread_queued(fd, size, position, queued)
+        return self._pread_file(fd, size, position)
+
+    def _pread_queued(self, fd: int, size: int, position: int, queued: list) -> bytes:
+        """``pread`` of a range reaching into ``queued`` (this file's writes not yet
+        made, contiguous up to its size): what lies before them from the file."""
+        first, end = queued[0][0], min(position + size, self._size)
+        parts = [self._pread_file(fd, min(end, first) - position, position)] if position < first else []
+        for start, data in queued:
+            stop = start + len(data)
+            if start < end and stop > position:
+                parts.append(bytes(memoryview(data)[max(position, start) - start:min(end, stop) - start]))
+        return b"".join(parts)
+
+    def written_through(self, end: int) -> bool:
+        """Whether the bytes before ``end`` are in the file (not queued)."""
+        return end <= self._written or self._written >= self._size
+
+    @staticmethod
+    def _pread_file(fd: int, size: int, position: int) -> bytes:
         data = os.pread(fd, size, position)
         if len(data) == size or not data:
             return data

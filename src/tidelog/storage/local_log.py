@@ -113,6 +113,10 @@ class FileSlice:
                                f"at {self.position}; the segment changed under the read")
         return data
 
+    def on_file(self) -> bool:
+        """Whether every byte of the slice is in the file (none still queued behind)."""
+        return self.handle is None or self.handle.written_through(self.position + self.length)
+
     def fileno(self) -> int:
         if self.handle is None:
             raise ValueError("an empty slice has no file")

@@ -124,6 +124,9 @@ class CrashableFile:
     def fileno(self, end: int | None = None) -> int:
         return self._file.fileno(end)
 
+    def written_through(self, end: int) -> bool:
+        return self._file.written_through(end)
+
     def close(self) -> None:
         self._file.close()
         self._fs._handles.discard(self)
