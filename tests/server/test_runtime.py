@@ -165,3 +165,19 @@ def test_request_sized_buffers_come_from_the_heap_not_fresh_mappings():
         return int(out.stdout.split()[-1])
     assert mapped("default") == 4
     assert mapped("tuned") == 0
+
+
+def test_write_behind_bytes_refuses_absurd_values_and_zero_writes_on_the_loop(tmp_path):
+    """tidelog.log.write.behind.max.bytes: below 0, above 1 GiB or not a number is
+    refused by name at start; 0 turns write-behind off."""
+    import pytest
+
+    from tidelog.core.errors import InvalidConfigError
+
+    for value in ("-1", str((1 << 30) + 1), str(1 << 62), "lots", ""):
+        with pytest.raises(InvalidConfigError, match="tidelog.log.write.behind.max.bytes"):
+            BrokerConfig({"node.id": "1", "log.dirs": str(tmp_path), "tidelog.log.write.behind.max.bytes": value})
+    config = BrokerConfig({"node.id": "1", "log.dirs": str(tmp_path / "data"),
+                           "listeners": "PLAINTEXT://127.0.0.1:0", "tidelog.log.write.behind.max.bytes": "0"})
+    assert Server(config).write_behind is None
+    assert Server(_config(tmp_path)).write_behind.max_bytes == 16 * 1024 * 1024
