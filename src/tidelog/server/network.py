@@ -295,8 +295,8 @@ class ServerLimits:
 
     memory_pool: MemoryPool
     quotas: ConnectionQuotas
-    # A broker's log appends, made by a thread (storage/files.py): no response goes out
-    # before the writes submitted ahead of it are made.
+    # A broker's log appends, made by a thread (server/write_behind.py): no response goes
+    # out before the writes it may confirm are made (Connection._writes_confirmed).
     write_behind: "WriteBehind | None" = None
 
     @classmethod

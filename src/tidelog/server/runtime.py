@@ -143,7 +143,7 @@ class Server:
         self.node: BrokerNode | None = None
         # One worker thread for the logs' background fsyncs (segment rolls).
         self._background_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flush")
-        # The log directories' appends, made by a thread of their own (storage/files.py).
+        # The log directories' appends, made by a thread of their own (server/write_behind.py).
         behind = config["tidelog.log.write.behind.max.bytes"]
         self.write_behind = WriteBehind(behind) if behind > 0 else None
         self.listener: Listener | None = None

@@ -8,23 +8,26 @@ dirty pages, throttles the writer (Kafka's request handler threads overlap the s
 way); an append under ``inline_bytes`` (64 KiB) to a file with none of its writes
 queued is made by the caller (storage/files.py), as handing it over would cost more
 than it saves: only a file's own writes need an order (a checkpoint or an index,
-written and fsynced on the spot, does not wait for the queue). One thread makes the writes in the order they were queued, at most
+written and fsynced on the spot, does not wait for the queue). One thread makes the
+writes in the order they were queued, at most
 ``max_bytes`` at a time (``tidelog.log.write.behind.max.bytes``; an append past it
 waits). Writes are numbered from 1: ``submitted`` is the last queued, ``completed``
 the last made.
 
     event loop: append ─▶ queue (≤ max_bytes) ─▶ writer thread: os.write ─▶ completed = n
-                read of the unwritten tail, fsync, truncate, close: wait for n
-    response ──▶ waits until completed ≥ submitted (when_written), then checks
-                 failed_between(last checked, submitted): a failure closes the connection
+                read of the unwritten tail: from memory; fsync, truncate, close: wait for n
+    response ──▶ waits until the writes it may confirm are made (when_written), then
+                 checks failed_between(last checked, them): a failure closes the connection
 
 A follower's append is never behind (``Log.append_as_follower``): the offset its next
 Fetch reports counts toward the leader's high watermark, so it must be in the page
-cache, where a ``kill -9`` leaves it. A file never looks different from a synchronously written one (its reads of a range
-not yet written wait, and a failed write fails every later operation on the file:
-storage/files.py). The network layer (server/network.py) sends a response only once
-every write queued before it was made, and closes the connection instead when one
-of them failed, so no acknowledgement confirms a write that did not land.
+cache, where a ``kill -9`` leaves it. A file never looks different from a
+synchronously written one (a read of a range not yet written takes it from the
+queued bytes, and a failed write fails every later operation on the file:
+storage/files.py). The network layer (server/network.py) sends a Produce answer only
+once the appends queued while it was handled are made, any other answer but a Fetch's
+once every write queued so far is, and closes the connection instead when one of
+them failed, so no acknowledgement confirms a write that did not land.
 """
 
 from __future__ import annotations

@@ -22,20 +22,21 @@ fsync / rename / fsync-dir dance for checkpoints.
 
 Write-behind (``RealFileSystem(write_behind)`` with a ``server/write_behind.py``
 ``WriteBehind``, what ``tidelog serve`` uses for the log directories): ``append``
-hands the bytes to one writer thread and
-returns at once (a small one is written at once when nothing of its file is queued:
-a thread is not worth its hand-over, and only a file's own writes need an order;
-``WriteBehind.inline_bytes``), so the event loop goes on reading and validating requests while the
-kernel copies (or, once the page cache is full of dirty pages, throttles) the write.
-Nothing may see the file differ from a synchronous one: ``pread`` of a range not yet
-written, ``fileno`` (a sendfile region), ``truncate``, ``fsync`` and ``close`` first wait
-for this file's writes; ``sync_later``'s function waits in its own thread. The queue
-holds at most ``WriteBehind.max_bytes`` (an append past it waits for the writer). A
-failed write fails every later operation on its file with an ``OSError`` (so the log
-takes its directory offline), and no response may confirm a write that has not
-landed: the network layer sends a response only once every write submitted before it
-is written (``WriteBehind.when_written``), and closes the connection instead if one of
-them failed (``failed_between``).
+hands the bytes to one writer thread and returns at once (a small one is written at
+once when nothing of its file is queued: a thread is not worth its hand-over, and
+only a file's own writes need an order; ``WriteBehind.inline_bytes``; ``behind=False``
+always writes at once), so the event loop goes on reading and validating requests
+while the kernel copies (or, once the page cache is full of dirty pages, throttles)
+the write. Nothing may see the file differ from a synchronous one: ``pread`` of a
+range not yet written takes it from the file's queued bytes; ``fileno`` (a sendfile
+region), ``truncate``, ``fsync`` and ``close`` first wait for this file's writes;
+``sync_later``'s function waits in its own thread. The queue holds at most
+``WriteBehind.max_bytes`` (an append past it waits for the writer). A failed write
+fails every later operation on its file with an ``OSError`` (so the log takes its
+directory offline), and no response may confirm a write that has not landed: the
+network layer holds a response until the writes it may confirm are made
+(``WriteBehind.when_written``), and closes the connection instead if one of them
+failed (``failed_between``).
 
 I/O failures surface as ``OSError``; the log layer turns them into
 ``StorageError`` and takes the directory offline. Using a closed handle is a bug
