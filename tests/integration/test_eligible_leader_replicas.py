@@ -9,6 +9,8 @@ be acknowledged while the ISR was below min ISR. Before ELR, the ISR kept A as i
 last member and the partition had no leader until A itself came back.
 """
 
+import os
+import shutil
 import time
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -91,3 +93,48 @@ def test_a_partition_whose_isr_members_die_one_by_one_is_led_again_from_the_elr(
         missing = [(offset, value) for offset, value in acked if got.get(offset) != value]
         assert not missing, f"{len(missing)} acknowledged records lost or changed, e.g. {missing[:3]}"
         assert len(acked) == 450
+
+
+def test_when_every_eligible_replica_restarted_uncleanly_the_longest_log_leads():
+    """KIP-966's unclean recovery. The ISR shrinks to the leader A (C killed, then B:
+    ELR {B}); A is killed too (ISR empty, ELR {A, B}, last known leader A). Every one of
+    them comes back from an unclean shutdown, so all leave the ELR, and A lost its copy
+    of the partition meanwhile (its directory for it is gone: the power cut took the
+    unflushed files). Kafka 4.4 elects the last known leader, A, and the other replicas
+    truncate to its empty log; tidelog's controller knows from the heartbeats where
+    each replica's log ends and elects B, which holds every acknowledged record."""
+    with Cluster(brokers=3, overrides={**FAST, "tidelog.unclean.recovery.log.ends.enable": "true"}) as cluster:
+        a, b, c = (broker.node_id for broker in cluster.brokers)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 1, replica_assignment=[[a, b, c]],
+                                      config={"min.insync.replicas": "2"})])[TOPIC].result(15)
+        wait_until(lambda: sorted(_partition(cluster.bootstrap).isrs) == sorted([a, b, c]), 30, "all in sync")
+        acked = _produce(cluster.bootstrap, [b"all-%d" % i for i in range(200)])
+        cluster.kill(c)
+        alive = f"127.0.0.1:{cluster.port(a)}"
+        wait_until(lambda: sorted(_partition(alive).isrs) == sorted([a, b]), 30, "C out of the ISR")
+        acked += _produce(alive, [b"two-%d" % i for i in range(200)])
+        cluster.kill(b)
+        wait_until(lambda: _partition(alive).isrs == [a], 30, "B out of the ISR")
+        cluster.kill(a)
+        a_dir = os.path.join(cluster.directory, cluster.processes.layout.node(a).name, "data", f"{TOPIC}-0")
+        assert os.path.isdir(a_dir)
+
+        cluster.start_node(b)                                  # back uncleanly: up, eligible for nothing
+        bootstrap_b = f"127.0.0.1:{cluster.port(b)}"
+        wait_until(lambda: b in AdminClient({"bootstrap.servers": bootstrap_b}).list_topics(timeout=5).brokers,
+                   30, "B registered and unfenced")
+        wait_until(lambda: _leader_or_none(bootstrap_b) == -1, 30, "A fenced: no leader")
+        time.sleep(1.5)                                        # a heartbeat or two: B's log end reported
+        assert _leader_or_none(bootstrap_b) == -1              # B may not lead: it is in no ISR or ELR
+        shutil.rmtree(a_dir)
+        cluster.start_node(a)
+        wait_until(lambda: _leader_or_none(bootstrap_b) not in (None, -1), 30, "a leader elected")
+        assert _partition(bootstrap_b).leader == b, "the last known leader's empty log was elected"
+
+        cluster.start_node(c)
+        wait_until(lambda: sorted(_partition(bootstrap_b).isrs) == sorted([a, b, c]), 60, "all back in sync")
+        got = dict(_read_all(bootstrap_b, len(acked)))
+        missing = [(offset, value) for offset, value in acked if got.get(offset) != value]
+        assert not missing, f"{len(missing)} acknowledged records lost or changed, e.g. {missing[:3]}"
+        assert len(acked) == 400

@@ -2,6 +2,7 @@
 the request, checked before kio's native reader allocates anything."""
 
 import struct
+import uuid
 
 import pytest
 
@@ -86,3 +87,48 @@ def test_a_nullable_struct_present_passes_the_walk():
     frame = _frame(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, body)
     header, offset = parse_request_header(frame)
     assert int(decode_request(header, frame, offset).cursor.partition_index) == 3
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
+def _heartbeat(version: int, **extra) -> bytes:
+    return _frame(ApiKey.BROKER_HEARTBEAT, version, {"broker_id": 1, "broker_epoch": 3, "current_metadata_offset": 9,
+                                                     "want_fence": False, "want_shut_down": False, **extra})
+
+
+def test_unknown_tagged_fields_are_skipped_as_kafka_skips_them():
+    """KIP-482: a reader ignores tags it does not know (kio's refuses them): here at the
+    top level of a heartbeat, and inside a Metadata request's topic."""
+    frame = _heartbeat(2)
+    assert frame.endswith(b"\x00")                    # the body's empty tagged-field section
+    frame = frame[:-1] + bytes([2, 77, 2, 0xAB, 0xCD, 78, 0])
+    header, offset = parse_request_header(frame)
+    request = decode_request(header, frame, offset)
+    assert (request.broker_id, request.current_metadata_offset, request.replica_log_ends) == (1, 9, ())
+    metadata = _frame(ApiKey.METADATA, 12, {"topics": [{"topic_id": uuid.UUID(int=0), "name": "abc"}],
+                                            "allow_auto_topic_creation": False,
+                                            "include_topic_authorized_operations": False})
+    at = metadata.index(b"abc") + 3                   # the topic's own tagged-field section
+    metadata = metadata[:at] + bytes([1, 9, 1, 0x55]) + metadata[at + 1:]
+    header, offset = parse_request_header(metadata)
+    assert [t.name for t in decode_request(header, metadata, offset).topics] == ["abc"]
+
+
+def test_the_replica_log_ends_tag_round_trips_and_is_walked_before_kio_reads_it():
+    topic_id = uuid.uuid4()
+    frame = _heartbeat(2, replica_log_ends=[{"topic_id": topic_id, "partition_index": 4, "last_epoch": 7,
+                                             "log_end_offset": 1234}])
+    header, offset = parse_request_header(frame)
+    (end,) = decode_request(header, frame, offset).replica_log_ends
+    assert (end.topic_id, end.partition_index, end.last_epoch, end.log_end_offset) == (topic_id, 4, 7, 1234)
+    content = _uvarint(1 << 28) + b"\x00" * 30        # 2^28 - 1 structs declared in 31 bytes
+    frame = _heartbeat(1)[:-1] + bytes([1]) + _uvarint(10_000) + _uvarint(len(content)) + content
+    header, offset = parse_request_header(frame)
+    with pytest.raises(ProtocolError, match="array declares"):
+        decode_request(header, frame, offset)

@@ -92,6 +92,7 @@ from tidelog.controller.messages import (
     BrokerRegistrationReply,
     BrokerRegistrationRequest,
     ReplicaDirectory,
+    ReplicaLogEnd,
 )
 from tidelog.core.clock import Clock
 from tidelog.core.errors import ErrorCode, StorageError
@@ -610,7 +611,31 @@ class BrokerNode:
             self.node_id, self.broker_epoch, self.image.offset,
             want_fence=self.state == BrokerState.STARTING or self._no_online_log_dir(),
             want_shut_down=self.state == BrokerState.PENDING_CONTROLLED_SHUTDOWN,
-            offline_log_dirs=self._heartbeat_offline_dirs)))
+            offline_log_dirs=self._heartbeat_offline_dirs,
+            replica_log_ends=self._leaderless_log_ends())))
+
+    def _leaderless_log_ends(self) -> tuple[ReplicaLogEnd, ...]:
+        """Where this broker's replicas of partitions with no leader end, for the
+        controller's choice of the longest log (KIP-966 unclean recovery), when
+        ``tidelog.unclean.recovery.log.ends.enable``. Only once this incarnation's metadata is applied; an offline replica says nothing, a
+        replica without a log says it is empty."""
+        if (not self.config["tidelog.unclean.recovery.log.ends.enable"] or self.broker_epoch < 0
+                or self.image.offset < self.broker_epoch):
+            return ()
+        ends = []
+        for name in self.image.topic_names():
+            topic = self.image.topic(name)
+            for partition_id, partition in topic.partitions.items():
+                if partition.leader >= 0 or self.node_id not in partition.replicas:
+                    continue
+                tp = TopicPartition(name, partition_id)
+                if self.log_manager.is_offline(tp):
+                    continue
+                log = self.log_manager.get_log(tp)
+                epoch = -1 if log is None or log.latest_epoch is None else log.latest_epoch
+                ends.append(ReplicaLogEnd(topic.topic_id, partition_id, epoch,
+                                          0 if log is None else log.log_end_offset))
+        return tuple(ends)
 
     def _offline_dirs_unreported(self) -> bool:
         return self.broker_epoch >= 0 and self.log_manager.offline_directory_ids != self._reported_offline_dirs

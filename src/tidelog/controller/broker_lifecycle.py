@@ -24,6 +24,12 @@ Kafka's broker halts instead, and is fenced only when its session expires): the
 same heartbeat fences it, and it stays fenced while it reports them, so its
 partitions move at once and it is never unfenced without a working directory.
 
+Before any of that, the heartbeat's ``replica_log_ends`` (where the broker's
+replicas of partitions with no leader end) replace what the broker reported
+before, in the heartbeat soft state; after it, the elections waiting for such
+reports are tried again. An election of the last known leader elects the longest
+of the reported logs instead (``partition_change.py``, KIP-966 unclean recovery).
+
 Stale sessions are fenced **one broker per call** (the oldest contact only), so
 each fencing's partition changes are visible before the next broker is judged.
 """
@@ -62,6 +68,7 @@ def process_broker_heartbeat(cluster: ClusterControlManager,
                                     if heartbeat_state is not None else -1),
         lowest_active_offset=cluster.heartbeat.lowest_active_offset(),
     )
+    cluster.heartbeat.report_log_ends(broker_id, replication.leaderless_log_ends(broker_id, request.replica_log_ends))
     records: list[MetadataRecord] = []
     overlay: dict = {}     # partitions as the state change leaves them, for the directories' records
     if next_state != current:
@@ -72,6 +79,7 @@ def process_broker_heartbeat(cluster: ClusterControlManager,
         else:
             records = replication.handle_broker_in_controlled_shutdown(broker_id, overlay)
     records += replication.handle_directories_offline(broker_id, offline_dirs, overlay)
+    records += replication.elect_awaiting(overlay)
     cluster.heartbeat.touch(broker_id, next_state.fenced, request.current_metadata_offset)
     return ControllerResult(records, BrokerHeartbeatReply(
         is_caught_up=request.current_metadata_offset >= last_committed_offset,

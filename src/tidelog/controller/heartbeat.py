@@ -14,6 +14,12 @@ the oldest session can be stale (``last_contact_ms + session_timeout_ms + 1``: w
 millisecond time, firing at exactly ``+ timeout`` would find nothing and reschedule
 for the same instant).
 
+The same soft state holds what each broker's latest heartbeat said of where its
+leaderless replicas end (``report_log_ends``) and since when an election has
+waited for those reports (``may_await_log_ends``, at most one session timeout):
+the controller's longest-log rule (``partition_change.py``, KIP-966 unclean
+recovery) reads both.
+
 The next-state table (Kafka's ``calculateNextBrokerState``) is
 ``next_broker_state`` below; docs/controller.md draws it. One row is tidelog's: a
 broker already told SHUTDOWN_NOW (fenced while in controlled shutdown) stays
@@ -103,6 +109,11 @@ class BrokerHeartbeatManager:
         self.session_timeout_ms = session_timeout_ms
         self._brokers: dict[int, BrokerHeartbeatState] = {}
         self._unfenced: dict[int, None] = {}   # insertion order = order of last contact
+        # broker → (topic id, partition) → (last epoch, log end offset), as its latest
+        # heartbeat reported them (``replica_log_ends``); only its leaderless partitions.
+        self._log_ends: dict[int, dict[tuple, tuple[int, int]]] = {}
+        # partition → when its election began waiting for the replicas' reports
+        self._awaiting: dict[tuple, int] = {}
 
     def state(self, broker_id: int) -> BrokerHeartbeatState | None:
         return self._brokers.get(broker_id)
@@ -131,6 +142,35 @@ class BrokerHeartbeatManager:
     def remove(self, broker_id: int) -> None:
         self._brokers.pop(broker_id, None)
         self._unfenced.pop(broker_id, None)
+        self._log_ends.pop(broker_id, None)
+
+    def report_log_ends(self, broker_id: int, log_ends: dict[tuple, tuple[int, int]]) -> None:
+        """What the broker's latest heartbeat says of its leaderless replicas (replaces
+        the previous report; a new incarnation starts with none, see ``remove``)."""
+        if log_ends:
+            self._log_ends[broker_id] = log_ends
+        else:
+            self._log_ends.pop(broker_id, None)
+
+    def may_await_log_ends(self, key: tuple) -> bool:
+        """Whether the election of ``key`` may still wait for replicas to report where
+        their logs end: for one broker session timeout from the first time it waited
+        (every live broker heartbeats more often than that)."""
+        now_ms = self.clock.monotonic_ms()
+        since_ms = self._awaiting.setdefault(key, now_ms)
+        return now_ms < since_ms + self.session_timeout_ms
+
+    def awaiting(self) -> list[tuple]:
+        """Partitions whose election is waiting for reports (see ``may_await_log_ends``)."""
+        return list(self._awaiting)
+
+    def stop_awaiting(self, key: tuple) -> None:
+        self._awaiting.pop(key, None)
+
+    def log_end(self, broker_id: int, key: tuple) -> tuple[int, int] | None:
+        """(last epoch, log end offset) of ``broker_id``'s replica of ``key``, if reported."""
+        reported = self._log_ends.get(broker_id)
+        return None if reported is None else reported.get(key)
 
     def has_valid_session(self, broker_id: int) -> bool:
         state = self._brokers.get(broker_id)

@@ -43,6 +43,16 @@ class BrokerRegistrationReply:
 
 
 @dataclass(frozen=True)
+class ReplicaLogEnd:
+    """Where one replica's log ends: the epoch of its last batch (-1 for an empty
+    log) and its log end offset (tidelog's stand-in for KIP-966's GetReplicaLogInfo)."""
+    topic_id: uuid.UUID
+    partition_id: int
+    last_epoch: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True)
 class BrokerHeartbeatRequest:
     broker_id: int
     broker_epoch: int
@@ -50,6 +60,9 @@ class BrokerHeartbeatRequest:
     want_fence: bool
     want_shut_down: bool = False
     offline_log_dirs: tuple[uuid.UUID, ...] = ()   # the ids of the log directories that failed
+    # Where the broker's replicas of partitions with no leader end: what the controller
+    # needs to elect the longest log (KIP-966 unclean recovery).
+    replica_log_ends: tuple[ReplicaLogEnd, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,26 @@ every committed record, and without it a cluster whose brokers all crashed (a
 lone node after ``kill -9``) would never lead again. On a topic that allows
 unclean elections it comes before any other replica.
 
+Unclean recovery (KIP-966's longest log; tidelog's transport): a broker's
+heartbeat says where its replicas of partitions with no leader, ISR or ELR end —
+(epoch of the last batch, log end offset) — and the controller keeps the latest
+report as soft state (``log_end``). When the last known leader may be elected
+and reported, the replica with the highest (last epoch, log end offset) among it
+and the other acceptable replicas that reported is elected instead (same
+RECOVERING election). The last known leader may have lost unflushed records in
+its own unclean shutdown while another replica, back earlier, kept them::
+
+    candidates = {last known} ∪ {r acceptable, reported};  leader = max by (epoch, LEO),
+                                                             last known on a tie
+
+Once any replica has reported, the election waits (no leader yet) while the last
+known leader or any other acceptable replica has not, for at most one broker session timeout
+(``may_await_log_ends``): a replica's report for a partition comes only once its
+metadata shows the partition leaderless, which may be after the last known
+leader's own restart made it so (the controller tries again at every heartbeat).
+After the wait, whoever reported competes, and an unreported last known leader is
+elected as before.
+
 Reassignment (KIP-455, Kafka's ``completeReassignmentIfNeeded``): while the
 partition has adding or removing replicas, every build first checks whether the
 target ISR, without the replicas being removed, holds every replica of the
@@ -96,8 +116,12 @@ class PartitionChangeBuilder:
     def __init__(self, partition: PartitionRegistration, topic_id: uuid.UUID, partition_id: int,
                  is_acceptable_leader: Callable[[int], bool], election: Election = Election.ONLINE,
                  min_isr: int = 1, elr_enabled: bool = False,
-                 default_dir: Callable[[int], uuid.UUID] = lambda broker_id: UNASSIGNED_DIR):
+                 default_dir: Callable[[int], uuid.UUID] = lambda broker_id: UNASSIGNED_DIR,
+                 log_end: Callable[[int], tuple[int, int] | None] = lambda broker_id: None,
+                 may_await_log_ends: Callable[[], bool] = lambda: False):
         self.partition = partition
+        self.log_end = log_end
+        self.may_await_log_ends = may_await_log_ends
         self.default_dir = default_dir
         self.target_adding: tuple[int, ...] = partition.adding_replicas
         self.target_removing: tuple[int, ...] = partition.removing_replicas
@@ -180,11 +204,37 @@ class PartitionChangeBuilder:
 
     def _last_known_leader(self) -> int:
         """Kafka's ``canElectLastKnownLeader``: with ELR on and ISR and ELR empty, the
-        broker the partition last had as leader, if it may lead; else NO_LEADER."""
+        broker the partition last had as leader, if it may lead; else NO_LEADER. Then
+        the longest log (``_longest_log``) instead, if it is longer."""
         known = self.partition.last_known_elr
         if not self.elr_enabled or self.target_isr or self.target_elr or len(known) != 1:
             return NO_LEADER
-        return known[0] if self.is_acceptable_leader(known[0]) else NO_LEADER
+        return self._longest_log(known[0]) if self.is_acceptable_leader(known[0]) else NO_LEADER
+
+    def _longest_log(self, last_known: int) -> int:
+        """KIP-966's unclean recovery, once the last known leader is back: of it and
+        every other acceptable replica whose broker reported where its log ends, the
+        one with the highest (last epoch, log end offset); the last known leader on a
+        tie, or if it did not report. A replica back from an unclean shutdown holding
+        every committed record is chosen over a last known leader that lost some."""
+        reported = [r for r in self.target_replicas if self.log_end(r) is not None]
+        unreported = [r for r in self.target_replicas
+                      if r not in reported and (r == last_known or self.is_acceptable_leader(r))]
+        if reported and unreported and self.may_await_log_ends():
+            return NO_LEADER                       # not yet: every replica that may lead reports first
+        known_end = self.log_end(last_known)
+        if known_end is None:
+            return last_known
+        best, best_end = last_known, known_end
+        for replica in self.target_replicas:
+            end = self.log_end(replica) if replica != last_known else None
+            if end is not None and end > best_end and self.is_acceptable_leader(replica):
+                best, best_end = replica, end
+        if best != last_known:
+            logger.warning("Partition %s-%d: the last known leader %d ends at %s (epoch, offset); "
+                           "broker %d's replica ends further, at %s, and is elected instead",
+                           self.topic_id, self.partition_id, last_known, known_end, best, best_end)
+        return best
 
     def _populate_target_elr(self) -> None:
         """The KIP-966 rules of the module docstring (Kafka's ``maybePopulateTargetElr``)."""

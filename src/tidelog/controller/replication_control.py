@@ -441,12 +441,38 @@ class ReplicationControlManager:
     def _builder(self, key: PartitionKey, partition: PartitionRegistration, acceptor,
                  election: Election = Election.ONLINE) -> PartitionChangeBuilder:
         """Every partition change starts here: the topic's effective min ISR (at most
-        its replication factor) and whether ELR is on (the finalized feature)."""
+        its replication factor), whether ELR is on (the finalized feature) and where
+        the replicas' logs end as their brokers last reported."""
         topic = self.topics[key[0]].name
         min_isr = min(int(self.configs.min_insync_replicas(topic)), len(partition.replicas))
+        heartbeat = self.cluster.heartbeat
         return PartitionChangeBuilder(partition, key[0], key[1], acceptor, election,
                                       min_isr=min_isr, elr_enabled=self.features.elr_enabled,
-                                      default_dir=self.cluster.default_dir)
+                                      default_dir=self.cluster.default_dir,
+                                      log_end=lambda replica: heartbeat.log_end(replica, key),
+                                      may_await_log_ends=lambda: heartbeat.may_await_log_ends(key))
+
+    def elect_awaiting(self, overlay: Overlay | None = None) -> list[MetadataRecord]:
+        """Try again the elections waiting for replicas' log ends (at every heartbeat);
+        a partition that has a leader, an ISR or an ELR again waits no more."""
+        heartbeat = self.cluster.heartbeat
+        for key in heartbeat.awaiting():
+            partition = self._current(key, overlay) if key[0] in self.topics else None
+            if partition is None or partition.leader != NO_LEADER or partition.isr or partition.elr:
+                heartbeat.stop_awaiting(key)
+        return self._leader_and_isr_updates(heartbeat.awaiting(), overlay=overlay)
+
+    def leaderless_log_ends(self, broker_id: int, reported) -> dict[PartitionKey, tuple[int, int]]:
+        """The part of a heartbeat's ``replica_log_ends`` worth keeping: replicas of
+        ``broker_id`` in partitions without a leader (anything else is dropped, so a
+        report can hold no more than the broker's own replicas)."""
+        kept = {}
+        for end in reported:
+            key = (end.topic_id, end.partition_id)
+            partition = self.partition(*key)
+            if partition is not None and broker_id in partition.replicas and partition.leader == NO_LEADER:
+                kept[key] = (int(end.last_epoch), int(end.log_end_offset))
+        return kept
 
     def _leader_and_isr_updates(self, keys: Iterable[PartitionKey], broker_to_remove: int = -1,
                                 broker_to_add: int = -1, overlay: Overlay | None = None,

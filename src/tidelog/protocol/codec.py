@@ -13,8 +13,9 @@ so this module translates in both directions:
 Request headers are parsed by hand (they are tiny and on the hot path): v1 for
 non-flexible versions, v2 (with tagged fields, skipped) for flexible ones. The
 response header is v0 for non-flexible versions and for ApiVersions always
-(KIP-511), v1 otherwise. Unknown tagged fields in bodies are skipped by kio's
-readers (KIP-482). Malformed bytes raise ``ProtocolError``; the network layer
+(KIP-511), v1 otherwise. Unknown tagged fields in request bodies are skipped, as
+Kafka's readers skip them (KIP-482): kio refuses them, so the length walk that
+runs first notes them and the frame is read without them. Malformed bytes raise ``ProtocolError``; the network layer
 closes that connection.
 """
 
@@ -37,6 +38,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
 from tidelog.protocol.api_keys import ApiKey
+from tidelog.protocol.extensions import EXTENDED_REQUESTS
 from tidelog.protocol.file_region import FileRegion, ResponseFrame
 
 logger = logging.getLogger("tidelog.protocol")
@@ -69,7 +71,8 @@ def kio_versions(api_key: int) -> tuple[int, int] | None:
 
 @functools.cache
 def _request_class(api_key: int, api_version: int):
-    return load_request_schema(api_key, api_version)
+    """kio's class, or tidelog's with its own tagged fields (``extensions``)."""
+    return EXTENDED_REQUESTS.get((api_key, api_version)) or load_request_schema(api_key, api_version)
 
 
 @functools.cache
@@ -242,14 +245,46 @@ def _check_lengths(cls, buf, pos: int) -> int:
     return _LengthWalk(cls.__name__, buf).entity(cls, pos)
 
 
+def _without_unknown_tags(cls, frame, body_offset: int):
+    """``frame`` checked by ``_check_lengths``, and without the tagged fields ``cls``
+    does not declare: Kafka's readers skip them (KIP-482), kio's refuse them. The
+    frame is copied only when there is one. Tags inside a tagged field are left
+    (dropping them would change that field's size); kio refuses those."""
+    walk = _LengthWalk(cls.__name__, memoryview(frame))
+    walk.entity(cls, body_offset)
+    if not walk.dropped:
+        return frame
+    out, pos = bytearray(), 0
+    for start, count_end, count, drops in sorted(walk.dropped):
+        out += frame[pos:start]
+        out += _uvarint(count)
+        pos = count_end
+        for drop_start, drop_end in drops:
+            out += frame[pos:drop_start]
+            pos = drop_end
+    out += frame[pos:]
+    return bytes(out)
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 class _LengthWalk:
     """One walk of ``_check_lengths`` over ``buf``; ``name`` (the request's class) heads
     its error messages. Each method takes a position and returns the one after what it read."""
 
-    __slots__ = ("buf", "end", "name")
+    __slots__ = ("buf", "end", "name", "dropped")
 
     def __init__(self, name: str, buf):
         self.buf, self.end, self.name = buf, len(buf), name
+        # (section start, count end, count kept, [(start, end) of each unknown tag])
+        self.dropped: list[tuple[int, int, int, list[tuple[int, int]]]] = []
 
     def length(self, p: int, flexible: bool, size: int) -> tuple[int, int]:
         """A string/bytes length or array count (-1: null) and the position after it."""
@@ -322,21 +357,53 @@ class _LengthWalk:
         return p
 
     def tagged_fields(self, entity_cls, p: int) -> int:
-        """A flexible entity's tagged-field section: a count, then (tag, size, bytes) each."""
+        """A flexible entity's tagged-field section: a count, then (tag, size, bytes) each.
+        A tag ``entity_cls`` declares as an array of structs is walked like any array,
+        within its size (kio reads it); one it does not declare is noted in ``dropped``."""
+        start = p
         count, p = _read_uvarint(self.buf, p)
         if count > self.end - p:
             raise ProtocolError(f"{entity_cls.__name__}: {count} tagged fields; {self.end - p} bytes remain")
+        count_end, drops = p, []
+        known, arrays = _tags(entity_cls), _tagged_struct_arrays(entity_cls)
         for _ in range(count):
-            _, p = _read_uvarint(self.buf, p)
+            tag_start = p
+            tag, p = _read_uvarint(self.buf, p)
             size, p = _read_uvarint(self.buf, p)
-            p = self.skip(p, size)
+            end = self.skip(p, size)
+            if tag not in known:
+                drops.append((tag_start, end))
+            elif tag in arrays:
+                inner = _LengthWalk(self.name, self.buf[:end])
+                if inner.array(entity_cls, (_ARRAY, arrays[tag]), p, True) != end:
+                    raise ProtocolError(f"{entity_cls.__name__}: tagged field {tag} does not fill its {size} bytes")
+            p = end
+        if drops:
+            self.dropped.append((start, count_end, count - len(drops), drops))
         return p
+
+
+@functools.cache
+def _tags(cls) -> frozenset[int]:
+    return frozenset(f.metadata["tag"] for f in dataclasses.fields(cls) if "tag" in f.metadata)
+
+
+@functools.cache
+def _tagged_struct_arrays(cls) -> dict[int, type]:
+    """tag → element class, for ``cls``'s tagged fields that are arrays of structs."""
+    arrays = {}
+    for field in dataclasses.fields(cls):
+        if "tag" in field.metadata:
+            kind = classify_field(field)
+            if isinstance(kind, EntityTupleField):
+                arrays[field.metadata["tag"]] = kind.type_
+    return arrays
 
 
 def decode_request(header: RequestHeader, frame, body_offset: int):
     """Decode the body of a request whose (key, version) the caller accepted."""
     cls = _request_class(header.api_key, header.api_version)
-    _check_lengths(cls, memoryview(frame), body_offset)
+    frame = _without_unknown_tags(cls, frame, body_offset)
     try:
         entity, size = _reader(cls)(memoryview(frame), body_offset)
     except Exception as e:  # kio raises a variety of errors on malformed input

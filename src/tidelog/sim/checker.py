@@ -59,7 +59,9 @@ the ELR when it registers again, and 10.3 checks the ELR members too. What remai
 is narrower and named apart: when *every* ISR and ELR member came back from an
 unclean shutdown, Kafka elects the last known leader (RECOVERING); if that broker
 lost data, the losses are excused as ``last known leader after every eligible
-replica's unclean shutdown``.
+replica's unclean shutdown``. When another replica that is back reported a longer
+log, the controller elects it instead (KIP-966's unclean recovery); if even that
+one lacks committed records, ``longest reported log after ...``.
 Either resets the partition's history at that leader epoch; acknowledged writes
 missing afterwards are counted as ``excused_losses`` with the reason.
 
@@ -205,7 +207,9 @@ class Checker:
         # The broker epoch registered when it lost them: only a later registration (a new
         # incarnation) can fetch them back, so only then does leaving the ISR end the excuse.
         self.amnesia_epoch: dict[tuple[int, TopicPartition], int] = {}
-        self.last_known_leader_elections: set[tuple[TopicPartition, int]] = set()   # (tp, leader epoch)
+        # (tp, leader epoch) → the last known leader, for the elections made when ISR and
+        # ELR were empty (the last known leader itself, or a longer log than its)
+        self.last_known_leader_elections: dict[tuple[TopicPartition, int], int] = {}
         self.isr_verified: dict[tuple, tuple] = {}
         self.controller_image = None             # the committed image at the highest offset seen
         self.broker_images: dict[int, object] = {}
@@ -349,20 +353,30 @@ class Checker:
                 # Without ELR only: with it, a broker back from an unclean shutdown is out of
                 # the ISR and ELR and is elected cleanly nowhere (KIP-966).
                 self._reset(tp, epoch, f"last replica standing after {self.amnesiac[(broker_id, tp)]}: {detail}")
-            elif (broker_id, tp) in self.amnesiac and (tp, epoch) in self.last_known_leader_elections:
-                # ELR on, but every replica in ISR and ELR came back from an unclean shutdown:
-                # the last known leader is elected (Kafka 4.4's rule) and lost data itself.
-                # Counted apart when another replica, as last seen, held every committed
-                # record: the loss KIP-966's unclean recovery (the longest log) would avoid.
-                complete = [other for (other, mirrored), mirror in self.mirrors.items()
-                            if mirrored == tp and other != broker_id and self._holds_history(mirror, history, epoch)]
-                found = f" (broker {complete[0]} held every committed record)" if complete else ""
-                self._reset(tp, epoch, f"last known leader after every eligible replica's unclean "
-                                       f"shutdown{found and ', another replica complete'}: "
-                                       f"{self.amnesiac[(broker_id, tp)]}{found}: {detail}")
+            elif (tp, epoch) in self.last_known_leader_elections and (
+                    (broker_id, tp) in self.amnesiac or broker_id != self.last_known_leader_elections[(tp, epoch)]):
+                self._reset_after_last_known(broker_id, tp, epoch, detail)
             else:
                 raise InvariantViolation("10.4-acknowledged-write-kept", detail)
             return
+
+    def _reset_after_last_known(self, broker_id: int, tp: TopicPartition, epoch: int, detail: str) -> None:
+        """ELR on, but every replica in ISR and ELR came back from an unclean shutdown:
+        the last known leader (Kafka 4.4's rule) or, when another replica reported a
+        longer log, that replica (KIP-966's unclean recovery) is elected, and lacks
+        committed records. Counted apart when another replica, as last seen, held every
+        committed record: a loss the longest-log rule avoids when that replica is back
+        and reports before the election (it cannot when it is still down)."""
+        history = self.history(tp)
+        complete = [other for (other, mirrored), mirror in self.mirrors.items()
+                    if mirrored == tp and other != broker_id and self._holds_history(mirror, history, epoch)]
+        found = f" (broker {complete[0]} held every committed record)" if complete else ""
+        known = self.last_known_leader_elections[(tp, epoch)]
+        who = ("last known leader" if broker_id == known
+               else f"longest reported log (not the last known leader {known})")
+        how = self.amnesiac.get((broker_id, tp), "not amnesiac")
+        self._reset(tp, epoch, f"{who.split(' (')[0]} after every eligible replica's unclean "
+                               f"shutdown{found and ', another replica complete'}: {who}, {how}{found}: {detail}")
 
     @staticmethod
     def _holds_history(mirror: LogMirror, history, epoch: int) -> bool:
@@ -597,9 +611,9 @@ class Checker:
                 # records as an ISR member, 10.4 checks it as it leads).
                 completed_onto = (before.is_reassigning and not partition.is_reassigning
                                   and partition.leader in before.adding_replicas and partition.leader in partition.isr)
-                if not before.isr and partition.leader in before.last_known_elr \
-                        and partition.leader_recovery_state == 1:
-                    self.last_known_leader_elections.add((tp, partition.leader_epoch))
+                if not before.isr and before.last_known_elr and partition.leader_recovery_state == 1 \
+                        and partition.leader in before.replicas:
+                    self.last_known_leader_elections[(tp, partition.leader_epoch)] = before.last_known_elr[0]
                 elif partition.leader not in before.isr and partition.leader not in before.elr and not completed_onto:
                     if not self._unclean(tp.topic):
                         raise InvariantViolation("10.4-acknowledged-write-kept", (

@@ -46,6 +46,7 @@ from tidelog.controller.messages import (
     CreatePartitionsTopic,
     ElectionType,
     ReplicaDirectory,
+    ReplicaLogEnd,
 )
 from tidelog.controller.quorum_controller import QuorumController
 
@@ -112,13 +113,17 @@ class ControllerTestEnv:
 
     def heartbeat(self, broker_id: int, want_fence: bool = False, want_shut_down: bool = False,
                   metadata_offset: int | None = None, broker_epoch: int | None = None,
-                  offline_log_dirs: Sequence[uuid.UUID] = ()) -> BrokerHeartbeatReply:
-        """A heartbeat; by default the broker has caught up with the committed log."""
+                  offline_log_dirs: Sequence[uuid.UUID] = (),
+                  log_ends: Mapping[tuple[str, int], tuple[int, int]] | None = None) -> BrokerHeartbeatReply:
+        """A heartbeat; by default the broker has caught up with the committed log.
+        ``log_ends``: (topic, partition) → (last epoch, log end offset) it reports."""
+        ends = tuple(ReplicaLogEnd(self.topic_id(topic), partition, epoch, end)
+                     for (topic, partition), (epoch, end) in (log_ends or {}).items())
         return self.controller.process_broker_heartbeat(BrokerHeartbeatRequest(
             broker_id,
             self.broker_epochs.get(broker_id, -1) if broker_epoch is None else broker_epoch,
             self.controller.committed_offset if metadata_offset is None else metadata_offset,
-            want_fence, want_shut_down, tuple(offline_log_dirs)))
+            want_fence, want_shut_down, tuple(offline_log_dirs), ends))
 
     def log_dirs(self, broker_id: int) -> tuple[uuid.UUID, ...]:
         """The log directories ``broker_id``'s current registration lists as online."""

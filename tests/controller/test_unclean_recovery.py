@@ -1,0 +1,137 @@
+"""KIP-966's unclean recovery, the longest log: when ISR and ELR are empty and the last
+known leader is back, the controller elects the replica whose log ends furthest —
+(epoch of its last batch, log end offset), as the brokers' heartbeats reported it
+(``replica_log_ends``) — instead of the last known leader, which may have lost
+unflushed records in its own unclean shutdown."""
+
+import uuid
+
+from tidelog.controller.feature_control import broker_features
+from tidelog.controller.partition_change import PartitionChangeBuilder
+from tidelog.core.errors import ErrorCode
+from tidelog.metadata.records import PartitionChangeRecord
+from tidelog.metadata.registrations import PartitionRegistration
+from tidelog.testing.controller import ControllerTestEnv
+from tests.controller.test_eligible_leader_replicas import ELR_ON, check, shape, three_brokers
+
+FOO = ("foo", 0)
+
+
+def everyone_back_uncleanly(env: ControllerTestEnv) -> None:
+    """All three brokers crash; 0 and 1 come back from unclean shutdowns and heartbeat
+    (up, but eligible for nothing); 2, the last known leader, has registered again
+    but has not yet heartbeat."""
+    for broker_id in (0, 1, 2):
+        env.fence(broker_id)
+    env.restart(0)
+    env.restart(1)
+    env.restart(2)
+    assert shape(env) == (-1, (), (), (2,))
+
+
+def test_a_longer_log_reported_by_a_replica_that_is_back_is_elected_instead_of_the_last_known_leader():
+    env = three_brokers()
+    foo_id = env.topic_id("foo")
+    everyone_back_uncleanly(env)
+    env.heartbeat(0, log_ends={FOO: (3, 120)})
+    env.heartbeat(1, log_ends={FOO: (3, 90)})
+    assert shape(env) == (-1, (), (), (2,))                  # still waiting for the last known leader
+    end = env.log.end_offset
+    env.heartbeat(2, log_ends={FOO: (3, 100)})                # it lost 20 unflushed records
+    changes = [r for r in env.records_from(end) if isinstance(r, PartitionChangeRecord)]
+    assert changes == [PartitionChangeRecord(foo_id, 0, isr=(0,), leader=0, leader_recovery_state=1,
+                                             last_known_elr=())]
+    check(env)
+
+
+def test_the_last_known_leader_is_elected_when_it_is_longest_or_on_a_tie():
+    for mine, other in (((3, 120), (3, 100)), ((3, 100), (3, 100))):
+        env = three_brokers()
+        everyone_back_uncleanly(env)
+        env.heartbeat(0, log_ends={FOO: other})
+        env.heartbeat(1, log_ends={FOO: (1, 1)})
+        env.heartbeat(2, log_ends={FOO: mine})
+        assert shape(env) == (2, (2,), (), ()), (mine, other)
+
+
+def test_the_election_waits_for_every_replica_that_may_lead_but_no_longer_than_a_session_timeout():
+    env = three_brokers()
+    everyone_back_uncleanly(env)
+    env.heartbeat(0, log_ends={FOO: (3, 100)})
+    env.heartbeat(1)                                          # up, but its metadata is behind: no report
+    env.heartbeat(2, log_ends={FOO: (3, 90)})                 # the last known leader is back
+    assert shape(env) == (-1, (), (), (2,))                   # waiting for 1
+    env.heartbeat(1, log_ends={FOO: (3, 130)})
+    assert shape(env) == (1, (1,), (), ())                    # the longest, as soon as all reported
+
+    env = three_brokers()
+    everyone_back_uncleanly(env)
+    env.heartbeat(0, log_ends={FOO: (3, 500)})
+    env.heartbeat(1)
+    env.heartbeat(2)                                          # the last known leader does not report
+    assert shape(env) == (-1, (), (), (2,))
+    env.clock.advance(8000)
+    env.heartbeat(0, log_ends={FOO: (3, 500)})
+    env.heartbeat(1)
+    assert shape(env) == (-1, (), (), (2,))                   # still within the session timeout
+    env.clock.advance(1001)
+    env.heartbeat(2)
+    assert shape(env) == (2, (2,), (), ())                    # then as Kafka 4.4: the last known leader
+    check(env)
+
+
+def test_only_a_replica_that_may_lead_is_chosen_and_only_its_latest_report_counts():
+    env = three_brokers()
+    everyone_back_uncleanly(env)
+    env.heartbeat(0, log_ends={FOO: (3, 500)})
+    env.fence(0)                                              # down again: not acceptable, not awaited
+    env.heartbeat(1, log_ends={FOO: (3, 200)})
+    env.heartbeat(1, log_ends={FOO: (3, 50)})                 # its latest report counts
+    env.heartbeat(2, log_ends={FOO: (3, 100)})
+    assert shape(env) == (2, (2,), (), ())
+
+
+def test_a_new_incarnation_forgets_what_the_old_one_reported():
+    env = three_brokers()
+    everyone_back_uncleanly(env)
+    env.heartbeat(0, log_ends={FOO: (3, 500)})
+    env.fence(0)
+    env.restart(0)                                            # registers again
+    env.heartbeat(0, want_fence=True)
+    env.heartbeat(1, log_ends={FOO: (3, 10)})
+    env.heartbeat(0, log_ends={FOO: (1, 5)})                  # what the new incarnation holds
+    env.heartbeat(2, log_ends={FOO: (3, 100)})
+    assert shape(env) == (2, (2,), (), ())
+
+
+def test_reports_for_partitions_that_have_a_leader_or_an_isr_or_other_replicas_are_dropped():
+    """What the controller keeps is bounded by the broker's own leaderless replicas."""
+    env = ControllerTestEnv(bootstrap_features=ELR_ON, broker_features=broker_features())
+    env.register_and_unfence(0, 1, 2)
+    assert env.create_topic("foo", assignments=[[0, 1]]).error_code == ErrorCode.NONE
+    assert env.create_topic("bar", assignments=[[1, 2]]).error_code == ErrorCode.NONE
+    env.heartbeat(2, log_ends={FOO: (9, 9), ("bar", 0): (9, 9)})  # not a replica of foo; bar has a leader
+    heartbeat = env.controller.cluster.heartbeat
+    assert heartbeat.log_end(2, (env.topic_id("foo"), 0)) is None
+    assert heartbeat.log_end(2, (env.topic_id("bar"), 0)) is None
+    env.fence(1)
+    env.fence(2)
+    env.heartbeat(0, log_ends={FOO: (1, 1)})                  # foo still has leader 0
+    assert heartbeat.log_end(0, (env.topic_id("foo"), 0)) is None
+
+
+def test_the_builder_alone():
+    topic_id = uuid.uuid4()
+    partition = PartitionRegistration(replicas=(0, 1, 2), isr=(), leader=-1, leader_epoch=5,
+                                      partition_epoch=7, last_known_elr=(2,))
+    ends = {0: (5, 10), 1: (5, 30), 2: (5, 20)}
+    record = PartitionChangeBuilder(partition, topic_id, 0, lambda b: True, elr_enabled=True, min_isr=2,
+                                    log_end=ends.get).build()
+    assert (record.leader, record.isr, record.leader_recovery_state) == (1, (1,), 1)
+    ends[1] = None
+    record = PartitionChangeBuilder(partition, topic_id, 0, lambda b: True, elr_enabled=True, min_isr=2,
+                                    log_end=ends.get).build()
+    assert record.leader == 2
+    record = PartitionChangeBuilder(partition, topic_id, 0, lambda b: b != 2, elr_enabled=True, min_isr=2,
+                                    log_end={0: (5, 99)}.get).build()
+    assert record is None                                     # no longest log without the last known leader
