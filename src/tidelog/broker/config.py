@@ -248,9 +248,9 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
               "appends to the log directories are written by a thread of their own, with at most "
               "this many bytes queued; a response waits until the writes before it are made "
               "(0: the event loop writes them itself)"),
-    # Not Kafka's: KIP-966's unclean recovery by the longest log (docs/controller.md). Off
-    # until the simulator's fixed seed 14 is understood with it on (docs/reliability.md).
-    ConfigDef("tidelog.unclean.recovery.log.ends.enable", bool, False, None,
+    # Not Kafka's: KIP-966's unclean recovery by the longest log (docs/controller.md);
+    # false leaves the controller's choice as Kafka 4.4's (the last known leader).
+    ConfigDef("tidelog.unclean.recovery.log.ends.enable", bool, True, None,
               "report where this broker's leaderless replicas end in its heartbeats, so the "
               "controller elects the longest log when every eligible replica restarted uncleanly"),
     # Prometheus metrics with Kafka's names (docs/observability.md); off unless metrics.port is set.

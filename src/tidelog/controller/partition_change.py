@@ -49,8 +49,8 @@ lone node after ``kill -9``) would never lead again. On a topic that allows
 unclean elections it comes before any other replica.
 
 Unclean recovery (KIP-966's longest log; tidelog's transport): a broker's
-heartbeat says where its replicas of partitions with no leader, ISR or ELR end —
-(epoch of the last batch, log end offset) — and the controller keeps the latest
+heartbeat says where its replicas of leaderless partitions end — (epoch of the
+last batch, log end offset) — and the controller keeps the latest
 report as soft state (``log_end``). When the last known leader may be elected
 and reported, the replica with the highest (last epoch, log end offset) among it
 and the other acceptable replicas that reported is elected instead (same

@@ -36,11 +36,11 @@ def _run_one(job, echo: bool = False):
     from tidelog.sim.disk import scratch_directory
     from tidelog.sim.loop import Trace
     from tidelog.sim.simulation import run_seed
-    seed, long, defect, tail, controllers, elr = job
+    seed, long, defect, tail, controllers, elr, log_ends = job
     directory = scratch_directory(f"tidelog-sim-{seed}-")
     try:
         return run_seed(seed, directory, long=long, defect=defect, trace=Trace(echo=echo, keep=max(tail, 1)),
-                        controllers=controllers, elr=elr)
+                        controllers=controllers, elr=elr, log_ends=log_ends)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -52,16 +52,17 @@ def main(argv: list[str] | None = None) -> int:
     from tidelog.sim.config import RunStats
 
     elr = args.elr == "on"
+    log_ends = args.log_ends == "on"
     seeds = [args.seed] if args.seed is not None else _seeds(args.seeds or "0-49")
     total, failures, started = RunStats(), [], time.monotonic()
     if args.jobs > 1 and len(seeds) > 1:
         from concurrent.futures import ProcessPoolExecutor
         pool = ProcessPoolExecutor(args.jobs)
-        results = pool.map(_run_one, [(seed, args.long, args.defect, args.tail, args.controllers, elr)
+        results = pool.map(_run_one, [(seed, args.long, args.defect, args.tail, args.controllers, elr, log_ends)
                                              for seed in seeds], chunksize=4)
     else:
         pool = None
-        results = (_run_one((seed, args.long, args.defect, args.tail, args.controllers, elr),
+        results = (_run_one((seed, args.long, args.defect, args.tail, args.controllers, elr, log_ends),
                             echo=args.trace and len(seeds) == 1)
                    for seed in seeds)
     sizes: dict[int, int] = {}
@@ -106,6 +107,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--elr", choices=("on", "off"), default="on",
                         help="eligible leader replicas (KIP-966) finalized in the new cluster: on (Kafka "
                              "4.4's default) or off (then the last replica standing is excused)")
+    parser.add_argument("--log-ends", choices=("on", "off"), default="on",
+                        help="brokers report where their leaderless replicas end, so the controller "
+                             "elects the longest log (KIP-966 unclean recovery): on (tidelog's default) "
+                             "or off (Kafka 4.4's last known leader)")
     return parser
 
 
@@ -138,7 +143,8 @@ def _print_failure(result, args) -> None:
     print(f"  replay: python -m tidelog.sim --seed {result.seed}"
           + (" --long" if args.long else "") + (f" --defect {args.defect}" if args.defect else "")
           + (f" --controllers {args.controllers}" if args.controllers else "")
-          + (" --elr off" if args.elr != "on" else "") + " --trace")
+          + (" --elr off" if args.elr != "on" else "") + (" --log-ends off" if args.log_ends != "on" else "")
+          + " --trace")
 
 
 def _print_totals(total, sizes: dict[int, int], headline: str) -> None:

@@ -165,7 +165,8 @@ class SimBroker(NetworkNode):
             "group.min.session.timeout.ms": "500", "group.initial.rebalance.delay.ms": "100",
             "transaction.state.log.num.partitions": str(c.txn_partitions),
             "transactional.id.expiration.ms": str(c.txn_id_expiration_ms),
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"})
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+            "tidelog.unclean.recovery.log.ends.enable": str(c.replica_log_ends).lower()})
 
     # ================================================================ the node's state
 

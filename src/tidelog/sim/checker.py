@@ -210,6 +210,10 @@ class Checker:
         # (tp, leader epoch) → the last known leader, for the elections made when ISR and
         # ELR were empty (the last known leader itself, or a longer log than its)
         self.last_known_leader_elections: dict[tuple[TopicPartition, int], int] = {}
+        # tp → the broker such an election chose for the longest log (not the last known
+        # leader), until that broker leads: it may be elected again as the last known
+        # leader before it ever led, still without what it lacked
+        self.longest_log_elected: dict[TopicPartition, int] = {}
         self.isr_verified: dict[tuple, tuple] = {}
         self.controller_image = None             # the committed image at the highest offset seen
         self.broker_images: dict[int, object] = {}
@@ -325,6 +329,8 @@ class Checker:
                                          f"{seen.high_watermark} to {log.high_watermark}")
             if not continuing:
                 self._on_leader_activated(broker.broker_id, tp, partition, mirror)
+                if self.longest_log_elected.get(tp) == broker.broker_id:
+                    del self.longest_log_elected[tp]
             self._commit(broker.broker_id, tp, partition, mirror)
         self.seen[key] = Seen(incarnation, partition.leader, partition.leader_epoch, log.high_watermark, state)
 
@@ -354,11 +360,18 @@ class Checker:
                 # the ISR and ELR and is elected cleanly nowhere (KIP-966).
                 self._reset(tp, epoch, f"last replica standing after {self.amnesiac[(broker_id, tp)]}: {detail}")
             elif (tp, epoch) in self.last_known_leader_elections and (
-                    (broker_id, tp) in self.amnesiac or broker_id != self.last_known_leader_elections[(tp, epoch)]):
+                    (broker_id, tp) in self.amnesiac or self._longest_log_pick(broker_id, tp, epoch)):
                 self._reset_after_last_known(broker_id, tp, epoch, detail)
             else:
                 raise InvariantViolation("10.4-acknowledged-write-kept", detail)
             return
+
+    def _longest_log_pick(self, broker_id: int, tp: TopicPartition, epoch: int) -> bool:
+        """Whether ``broker_id`` leads ``tp`` at ``epoch`` as the longest reported log, not
+        as a last known leader that held every committed record: chosen so now, or chosen
+        so earlier and elected again as the last known leader before it ever led."""
+        return (broker_id != self.last_known_leader_elections[(tp, epoch)]
+                or self.longest_log_elected.get(tp) == broker_id)
 
     def _reset_after_last_known(self, broker_id: int, tp: TopicPartition, epoch: int, detail: str) -> None:
         """ELR on, but every replica in ISR and ELR came back from an unclean shutdown:
@@ -372,8 +385,8 @@ class Checker:
                     if mirrored == tp and other != broker_id and self._holds_history(mirror, history, epoch)]
         found = f" (broker {complete[0]} held every committed record)" if complete else ""
         known = self.last_known_leader_elections[(tp, epoch)]
-        who = ("last known leader" if broker_id == known
-               else f"longest reported log (not the last known leader {known})")
+        who = ("last known leader" if not self._longest_log_pick(broker_id, tp, epoch)
+               else f"longest reported log (last known leader {known})")
         how = self.amnesiac.get((broker_id, tp), "not amnesiac")
         self._reset(tp, epoch, f"{who.split(' (')[0]} after every eligible replica's unclean "
                                f"shutdown{found and ', another replica complete'}: {who}, {how}{found}: {detail}")
@@ -614,6 +627,8 @@ class Checker:
                 if not before.isr and before.last_known_elr and partition.leader_recovery_state == 1 \
                         and partition.leader in before.replicas:
                     self.last_known_leader_elections[(tp, partition.leader_epoch)] = before.last_known_elr[0]
+                    if partition.leader != before.last_known_elr[0]:
+                        self.longest_log_elected[tp] = partition.leader
                 elif partition.leader not in before.isr and partition.leader not in before.elr and not completed_onto:
                     if not self._unclean(tp.topic):
                         raise InvariantViolation("10.4-acknowledged-write-kept", (

@@ -104,6 +104,9 @@ class SimConfig:
     offsets_partitions: int = 3             # offsets.topic.num.partitions
     transactions: bool = False              # a transactional producer and a read_committed consumer on "tx"
     eligible_leader_replicas: bool = True   # KIP-966 ELR finalized at bootstrap (Kafka 4.4's default)
+    # brokers report where their leaderless replicas end (tidelog.unclean.recovery.log.ends.enable):
+    # the controller elects the longest log (KIP-966 unclean recovery); off = Kafka 4.4's choice
+    replica_log_ends: bool = True
     txn_partitions: int = 2                 # transaction.state.log.num.partitions
     txn_id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
     # The transactional producer's protocol: 1 (AddPartitionsToTxn, one epoch for many
@@ -207,6 +210,8 @@ class SimConfig:
             parts.append(f"txn=tx/state{self.txn_partitions}p/tv{self.transaction_version}")
         if not self.eligible_leader_replicas:
             parts.append("elr=off")
+        if not self.replica_log_ends:
+            parts.append("log-ends=off")
         if self.defect:
             parts.append(f"defect={self.defect}")
         return " ".join(parts)

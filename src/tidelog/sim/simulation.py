@@ -550,13 +550,16 @@ def _seq(value: bytes) -> int:
 
 def run_seed(seed: int, directory: str, *, long: bool = False, defect: str | None = None,
              trace: Trace | None = None, config: SimConfig | None = None,
-             controllers: int | None = None, elr: bool = True, audit_scope: bool = False) -> SimResult:
+             controllers: int | None = None, elr: bool = True, audit_scope: bool = False,
+             log_ends: bool = True) -> SimResult:
     """Run one seed (with a planted defect if asked; a quorum of ``controllers`` voters
-    if given, else the seed's; eligible leader replicas on unless ``elr`` is False) in
+    if given, else the seed's; eligible leader replicas on unless ``elr`` is False; the
+    brokers' log-end reports on unless ``log_ends`` is False) in
     ``directory``. ``audit_scope``: see ``Checker.audit_scope`` (tests)."""
     from tidelog.sim.defects import planted
     config = config or SimConfig.from_seed(seed, long=long, defect=defect, controllers=controllers
-                                           ).with_options(eligible_leader_replicas=elr)
+                                           ).with_options(eligible_leader_replicas=elr,
+                                                          replica_log_ends=log_ends)
     quiet = logging.getLogger("tidelog")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
