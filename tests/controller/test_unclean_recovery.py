@@ -80,11 +80,32 @@ def test_the_election_waits_for_every_replica_that_may_lead_but_no_longer_than_a
     check(env)
 
 
+def test_the_election_waits_for_a_replica_still_starting_too():
+    """Broker 0 is back but fenced (catching up with the metadata, heartbeating): it
+    cannot lead yet, but it may hold the longest log, so the election waits for it."""
+    env = three_brokers()
+    everyone_back_uncleanly(env)
+    env.heartbeat(0, want_fence=True)                         # registered, fenced, in contact
+    env.heartbeat(1, log_ends={FOO: (3, 90)})
+    env.heartbeat(2, log_ends={FOO: (3, 100)})
+    assert shape(env) == (-1, (), (), (2,))
+    env.heartbeat(0, log_ends={FOO: (3, 140)})                # unfenced, with its report
+    assert shape(env) == (0, (0,), (), ())
+
+    env = three_brokers()
+    everyone_back_uncleanly(env)                              # 0 registered but silent: not waited for
+    env.clock.advance(9001)
+    env.heartbeat(1, log_ends={FOO: (3, 90)})
+    env.heartbeat(2, log_ends={FOO: (3, 100)})
+    assert shape(env) == (2, (2,), (), ())
+
+
 def test_only_a_replica_that_may_lead_is_chosen_and_only_its_latest_report_counts():
     env = three_brokers()
     everyone_back_uncleanly(env)
     env.heartbeat(0, log_ends={FOO: (3, 500)})
-    env.fence(0)                                              # down again: not acceptable, not awaited
+    env.fence(0)                                              # down again: not acceptable
+    env.clock.advance(9001)                                   # and silent: not awaited either
     env.heartbeat(1, log_ends={FOO: (3, 200)})
     env.heartbeat(1, log_ends={FOO: (3, 50)})                 # its latest report counts
     env.heartbeat(2, log_ends={FOO: (3, 100)})

@@ -172,6 +172,11 @@ class BrokerHeartbeatManager:
         reported = self._log_ends.get(broker_id)
         return None if reported is None else reported.get(key)
 
+    def in_contact(self, broker_id: int) -> bool:
+        """Heard from within a session timeout, fenced or not (a broker still starting)."""
+        state = self._brokers.get(broker_id)
+        return state is not None and state.last_contact_ms + self.session_timeout_ms >= self.clock.monotonic_ms()
+
     def has_valid_session(self, broker_id: int) -> bool:
         state = self._brokers.get(broker_id)
         if state is None or state.fenced:

@@ -61,7 +61,8 @@ its own unclean shutdown while another replica, back earlier, kept them::
                                                              last known on a tie
 
 Once any replica has reported, the election waits (no leader yet) while the last
-known leader or any other acceptable replica has not, for at most one broker session timeout
+known leader, any other acceptable replica or any replica whose broker is still
+starting (fenced but heartbeating) has not, for at most one broker session timeout
 (``may_await_log_ends``): a replica's report for a partition comes only once its
 metadata shows the partition leaderless, which may be after the last known
 leader's own restart made it so (the controller tries again at every heartbeat).
@@ -118,10 +119,12 @@ class PartitionChangeBuilder:
                  min_isr: int = 1, elr_enabled: bool = False,
                  default_dir: Callable[[int], uuid.UUID] = lambda broker_id: UNASSIGNED_DIR,
                  log_end: Callable[[int], tuple[int, int] | None] = lambda broker_id: None,
-                 may_await_log_ends: Callable[[], bool] = lambda: False):
+                 may_await_log_ends: Callable[[], bool] = lambda: False,
+                 starting: Callable[[int], bool] = lambda broker_id: False):
         self.partition = partition
         self.log_end = log_end
         self.may_await_log_ends = may_await_log_ends
+        self.starting = starting
         self.default_dir = default_dir
         self.target_adding: tuple[int, ...] = partition.adding_replicas
         self.target_removing: tuple[int, ...] = partition.removing_replicas
@@ -216,10 +219,12 @@ class PartitionChangeBuilder:
         every other acceptable replica whose broker reported where its log ends, the
         one with the highest (last epoch, log end offset); the last known leader on a
         tie, or if it did not report. A replica back from an unclean shutdown holding
-        every committed record is chosen over a last known leader that lost some."""
+        every committed record is chosen over a last known leader that lost some. The
+        wait covers replicas still starting (fenced, but heartbeating): they may lead
+        once unfenced, a few heartbeats later."""
         reported = [r for r in self.target_replicas if self.log_end(r) is not None]
-        unreported = [r for r in self.target_replicas
-                      if r not in reported and (r == last_known or self.is_acceptable_leader(r))]
+        unreported = [r for r in self.target_replicas if r not in reported and (
+            r == last_known or self.is_acceptable_leader(r) or self.starting(r))]
         if reported and unreported and self.may_await_log_ends():
             return NO_LEADER                       # not yet: every replica that may lead reports first
         known_end = self.log_end(last_known)

@@ -450,7 +450,13 @@ class ReplicationControlManager:
                                       min_isr=min_isr, elr_enabled=self.features.elr_enabled,
                                       default_dir=self.cluster.default_dir,
                                       log_end=lambda replica: heartbeat.log_end(replica, key),
-                                      may_await_log_ends=lambda: heartbeat.may_await_log_ends(key))
+                                      may_await_log_ends=lambda: heartbeat.may_await_log_ends(key),
+                                      starting=self._starting)
+
+    def _starting(self, broker_id: int) -> bool:
+        """Registered, fenced, and heartbeating: on its way to being unfenced."""
+        registration = self.cluster.registration(broker_id)
+        return registration is not None and registration.fenced and self.cluster.heartbeat.in_contact(broker_id)
 
     def elect_awaiting(self, overlay: Overlay | None = None) -> list[MetadataRecord]:
         """Try again the elections waiting for replicas' log ends (at every heartbeat);
