@@ -63,14 +63,20 @@ def _read_all(bootstrap, count):
     return got
 
 
+def _all_in_sync_with_200_records(cluster) -> list:
+    """The topic on brokers [A, B, C] (min ISR 2), all in sync, 200 records acknowledged."""
+    a, b, c = (broker.node_id for broker in cluster.brokers)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, 1, replica_assignment=[[a, b, c]],
+                                  config={"min.insync.replicas": "2"})])[TOPIC].result(15)
+    wait_until(lambda: sorted(_partition(cluster.bootstrap).isrs) == sorted([a, b, c]), 30, "all in sync")
+    return _produce(cluster.bootstrap, [b"all-%d" % i for i in range(200)])
+
+
 def test_a_partition_whose_isr_members_die_one_by_one_is_led_again_from_the_elr():
     with Cluster(brokers=3, overrides=FAST) as cluster:
         a, b, c = (broker.node_id for broker in cluster.brokers)
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        admin.create_topics([NewTopic(TOPIC, 1, replica_assignment=[[a, b, c]],
-                                      config={"min.insync.replicas": "2"})])[TOPIC].result(15)
-        wait_until(lambda: sorted(_partition(cluster.bootstrap).isrs) == sorted([a, b, c]), 30, "all in sync")
-        acked = _produce(cluster.bootstrap, [b"all-%d" % i for i in range(200)])
+        acked = _all_in_sync_with_200_records(cluster)
 
         cluster.kill(c)
         wait_until(lambda: sorted(_partition(cluster.bootstrap).isrs) == sorted([a, b]), 30, "C out of the ISR")
@@ -105,11 +111,7 @@ def test_when_every_eligible_replica_restarted_uncleanly_the_longest_log_leads()
     each replica's log ends and elects B, which holds every acknowledged record."""
     with Cluster(brokers=3, overrides={**FAST, "tidelog.unclean.recovery.log.ends.enable": "true"}) as cluster:
         a, b, c = (broker.node_id for broker in cluster.brokers)
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        admin.create_topics([NewTopic(TOPIC, 1, replica_assignment=[[a, b, c]],
-                                      config={"min.insync.replicas": "2"})])[TOPIC].result(15)
-        wait_until(lambda: sorted(_partition(cluster.bootstrap).isrs) == sorted([a, b, c]), 30, "all in sync")
-        acked = _produce(cluster.bootstrap, [b"all-%d" % i for i in range(200)])
+        acked = _all_in_sync_with_200_records(cluster)
         cluster.kill(c)
         alive = f"127.0.0.1:{cluster.port(a)}"
         wait_until(lambda: sorted(_partition(alive).isrs) == sorted([a, b]), 30, "C out of the ISR")

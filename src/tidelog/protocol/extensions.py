@@ -18,7 +18,7 @@ extra field; ``codec`` reads and writes these classes in place of kio's
 """
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from typing import ClassVar
 
 from kio.schema.request_header.v2.header import RequestHeader
@@ -46,41 +46,30 @@ def _log_end(version: int):
     return ReplicaLogEnd
 
 
-_LOG_END_V1, _LOG_END_V2 = _log_end(1), _log_end(2)
+def _heartbeat_request(version: int):
+    """kio's BrokerHeartbeatRequest of ``version`` (1 or 2), plus ``replica_log_ends``
+    (declared last: tagged fields are written in declaration order, tags ascending)."""
+    fields = [
+        ("broker_id", BrokerId, field(metadata={"kafka_type": "int32"})),
+        ("broker_epoch", i64, field(metadata={"kafka_type": "int64"}, default=i64(-1))),
+        ("current_metadata_offset", i64, field(metadata={"kafka_type": "int64"})),
+        ("want_fence", bool, field(metadata={"kafka_type": "bool"})),
+        ("want_shut_down", bool, field(metadata={"kafka_type": "bool"})),
+        ("offline_log_dirs", tuple[uuid.UUID | None, ...], field(metadata={"kafka_type": "uuid", "tag": 0},
+                                                                 default=())),
+    ]
+    if version >= 2:
+        fields.append(("cordoned_log_dirs", tuple[uuid.UUID | None, ...] | None,
+                       field(metadata={"kafka_type": "uuid", "tag": 1}, default=None)))
+    fields.append(("replica_log_ends", tuple[_log_end(version), ...],
+                   field(metadata={"tag": REPLICA_LOG_ENDS_TAG}, default=())))
+    return make_dataclass(f"BrokerHeartbeatRequestV{version}", fields, frozen=True, slots=True, kw_only=True,
+                          namespace={"__type__": EntityType.request, "__version__": i16(version),
+                                     "__flexible__": True, "__api_key__": i16(ApiKey.BROKER_HEARTBEAT),
+                                     "__header_schema__": RequestHeader})
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BrokerHeartbeatRequestV1:
-    __type__: ClassVar = EntityType.request
-    __version__: ClassVar[i16] = i16(1)
-    __flexible__: ClassVar[bool] = True
-    __api_key__: ClassVar[i16] = i16(ApiKey.BROKER_HEARTBEAT)
-    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
-    broker_id: BrokerId = field(metadata={"kafka_type": "int32"})
-    broker_epoch: i64 = field(metadata={"kafka_type": "int64"}, default=i64(-1))
-    current_metadata_offset: i64 = field(metadata={"kafka_type": "int64"})
-    want_fence: bool = field(metadata={"kafka_type": "bool"})
-    want_shut_down: bool = field(metadata={"kafka_type": "bool"})
-    offline_log_dirs: tuple[uuid.UUID | None, ...] = field(metadata={"kafka_type": "uuid", "tag": 0}, default=())
-    replica_log_ends: tuple[_LOG_END_V1, ...] = field(metadata={"tag": REPLICA_LOG_ENDS_TAG}, default=())
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BrokerHeartbeatRequestV2:
-    __type__: ClassVar = EntityType.request
-    __version__: ClassVar[i16] = i16(2)
-    __flexible__: ClassVar[bool] = True
-    __api_key__: ClassVar[i16] = i16(ApiKey.BROKER_HEARTBEAT)
-    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
-    broker_id: BrokerId = field(metadata={"kafka_type": "int32"})
-    broker_epoch: i64 = field(metadata={"kafka_type": "int64"}, default=i64(-1))
-    current_metadata_offset: i64 = field(metadata={"kafka_type": "int64"})
-    want_fence: bool = field(metadata={"kafka_type": "bool"})
-    want_shut_down: bool = field(metadata={"kafka_type": "bool"})
-    offline_log_dirs: tuple[uuid.UUID | None, ...] = field(metadata={"kafka_type": "uuid", "tag": 0}, default=())
-    cordoned_log_dirs: tuple[uuid.UUID | None, ...] | None = field(
-        metadata={"kafka_type": "uuid", "tag": 1}, default=None)
-    replica_log_ends: tuple[_LOG_END_V2, ...] = field(metadata={"tag": REPLICA_LOG_ENDS_TAG}, default=())
+BrokerHeartbeatRequestV1, BrokerHeartbeatRequestV2 = _heartbeat_request(1), _heartbeat_request(2)
 
 
 EXTENDED_REQUESTS = {
