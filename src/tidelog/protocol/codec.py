@@ -362,6 +362,8 @@ class _LengthWalk:
         within its size (kio reads it); one it does not declare is noted in ``dropped``."""
         start = p
         count, p = _read_uvarint(self.buf, p)
+        if not count:
+            return p                             # the usual case: no tagged field
         if count > self.end - p:
             raise ProtocolError(f"{entity_cls.__name__}: {count} tagged fields; {self.end - p} bytes remain")
         count_end, drops = p, []
