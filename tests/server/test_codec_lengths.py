@@ -132,3 +132,15 @@ def test_the_replica_log_ends_tag_round_trips_and_is_walked_before_kio_reads_it(
     header, offset = parse_request_header(frame)
     with pytest.raises(ProtocolError, match="array declares"):
         decode_request(header, frame, offset)
+
+
+def test_a_response_with_a_tag_its_version_does_not_declare_is_read_as_kafkas_client_reads_it():
+    """A newer Kafka may add tagged fields to a version tidelog's own clients speak."""
+    from tidelog.protocol.codec import RequestHeader, decode_response, encode_response
+    header = RequestHeader(ApiKey.FIND_COORDINATOR, 4, 9, "c")
+    frame = encode_response(header, {"throttle_time": 0, "coordinators": [
+        {"key": "g", "node_id": 2, "host": "h", "port": 9092, "error_code": 0, "error_message": None}]})[4:]
+    assert frame.endswith(b"\x00")
+    frame = frame[:-1] + bytes([1, 42, 3, 1, 2, 3])   # one unknown tag in the body
+    correlation_id, response = decode_response(ApiKey.FIND_COORDINATOR, 4, frame)
+    assert correlation_id == 9 and [(c.key, int(c.node_id)) for c in response.coordinators] == [("g", 2)]
