@@ -80,6 +80,25 @@ def test_the_election_waits_for_every_replica_that_may_lead_but_no_longer_than_a
     check(env)
 
 
+def test_a_new_active_controller_finishes_a_wait_its_predecessor_began():
+    """The wait began at the last known leader's unfencing, which will not come again;
+    a new active controller starts with no soft state (no reports, no waits) and must
+    still elect at the next heartbeats (seed 6401 stayed leaderless without this)."""
+    env = three_brokers()
+    everyone_back_uncleanly(env)
+    env.heartbeat(0, log_ends={FOO: (3, 100)})
+    env.heartbeat(1)
+    env.heartbeat(2, log_ends={FOO: (3, 90)})
+    assert shape(env) == (-1, (), (), (2,))                   # waiting for 1
+    heartbeat = env.controller.cluster.heartbeat               # a failover: soft state gone
+    heartbeat._awaiting.clear()
+    heartbeat._log_ends.clear()
+    env.heartbeat(1, log_ends={FOO: (3, 130)})
+    env.heartbeat(0, log_ends={FOO: (3, 100)})
+    env.heartbeat(2, log_ends={FOO: (3, 90)})
+    assert shape(env) == (1, (1,), (), ())
+
+
 def test_the_election_waits_for_a_replica_still_starting_too():
     """Broker 0 is back but fenced (catching up with the metadata, heartbeating): it
     cannot lead yet, but it may hold the longest log, so the election waits for it."""

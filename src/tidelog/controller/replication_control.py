@@ -459,14 +459,23 @@ class ReplicationControlManager:
         return registration is not None and registration.fenced and self.cluster.heartbeat.in_contact(broker_id)
 
     def elect_awaiting(self, overlay: Overlay | None = None) -> list[MetadataRecord]:
-        """Try again the elections waiting for replicas' log ends (at every heartbeat);
-        a partition that has a leader, an ISR or an ELR again waits no more."""
+        """Try again, at every heartbeat, the elections that may be waiting for replicas'
+        log ends: every leaderless partition with ISR and ELR empty whose last known
+        leader is active. Read from the partitions, not from the waits this controller
+        remembers, so that a new active controller finishes a wait its predecessor began
+        (the last known leader's unfencing, which started it, will not come again)."""
         heartbeat = self.cluster.heartbeat
-        for key in heartbeat.awaiting():
+        keys = []
+        for key in self._sorted(self._leaderless):
+            partition = self._current(key, overlay)
+            if (partition.leader == NO_LEADER and not partition.isr and not partition.elr
+                    and len(partition.last_known_elr) == 1 and self.cluster.is_active(partition.last_known_elr[0])):
+                keys.append(key)
+        for key in heartbeat.awaiting():             # a wait ends once the partition has a leader, ISR or ELR
             partition = self._current(key, overlay) if key[0] in self.topics else None
             if partition is None or partition.leader != NO_LEADER or partition.isr or partition.elr:
                 heartbeat.stop_awaiting(key)
-        return self._leader_and_isr_updates(heartbeat.awaiting(), overlay=overlay)
+        return self._leader_and_isr_updates(keys, overlay=overlay)
 
     def leaderless_log_ends(self, broker_id: int, reported) -> dict[PartitionKey, tuple[int, int]]:
         """The part of a heartbeat's ``replica_log_ends`` worth keeping: replicas of
