@@ -175,3 +175,25 @@ def test_the_builder_alone():
     record = PartitionChangeBuilder(partition, topic_id, 0, lambda b: b != 2, elr_enabled=True, min_isr=2,
                                     log_end={0: (5, 99)}.get).build()
     assert record is None                                     # no longest log without the last known leader
+
+
+def test_absurd_reports_are_dropped_or_bounded():
+    """A broker's report about partitions that do not exist, that it does not replicate,
+    or with absurd numbers: nothing is kept but its own leaderless replicas, and a claim
+    of the longest log elects only a replica that may lead."""
+    from tidelog.controller.messages import BrokerHeartbeatRequest, ReplicaLogEnd
+    env = three_brokers()
+    everyone_back_uncleanly(env)
+    foo_id = env.topic_id("foo")
+    junk = tuple(ReplicaLogEnd(topic_id, partition, 2**31 - 1, 2**63 - 1)
+                 for topic_id in (uuid.uuid4(), foo_id) for partition in (-1, 1, 2**31 - 1))
+    controller = env.controller
+    controller.process_broker_heartbeat(BrokerHeartbeatRequest(
+        0, env.broker_epochs[0], controller.committed_offset, want_fence=True, replica_log_ends=junk))
+    assert controller.cluster.heartbeat._log_ends.get(0) is None   # nothing of it was a replica of its
+    env.heartbeat(1, log_ends={FOO: (-5, -7)})
+    env.heartbeat(2, log_ends={FOO: (3, 100)})                # 0 still fenced and silent: not awaited
+    env.clock.advance(9001)
+    env.heartbeat(1, log_ends={FOO: (-5, -7)})
+    env.heartbeat(2, log_ends={FOO: (3, 100)})
+    assert shape(env) == (2, (2,), (), ())

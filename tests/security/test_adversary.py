@@ -16,6 +16,7 @@ import os
 import ssl
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -297,7 +298,9 @@ def test_one_node_cannot_speak_for_another(secure):
         try:
             return await call(connection, ApiKey.BROKER_HEARTBEAT, 1, probe_body(
                 ApiKey.BROKER_HEARTBEAT, 1, "x", broker_id=broker_id, broker_epoch=0, want_shut_down=True,
-                want_fence=True))
+                want_fence=True, replica_log_ends=[   # tidelog's tag: absurd claims of a longest log
+                    {"topic_id": uuid.uuid4(), "partition_index": p, "last_epoch": 2**31 - 1,
+                     "log_end_offset": 2**63 - 1} for p in (-1, 0, 2**31 - 1)]))
         finally:
             connection.close()
     assert run(heartbeat(secure.node_certificate(2), 1)) == {ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
