@@ -466,7 +466,7 @@ class ReplicationControlManager:
         (the last known leader's unfencing, which started it, will not come again)."""
         heartbeat = self.cluster.heartbeat
         keys = []
-        for key in self._sorted(self._leaderless):
+        for key in self._leaderless:
             partition = self._current(key, overlay)
             if (partition.leader == NO_LEADER and not partition.isr and not partition.elr
                     and len(partition.last_known_elr) == 1 and self.cluster.is_active(partition.last_known_elr[0])):

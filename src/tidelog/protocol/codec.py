@@ -234,16 +234,19 @@ def _layout(cls) -> tuple[bool, tuple, int | None]:
 STRING_BYTES_MAX = 0x7FFF      # Kafka's strings: an int16 length, also in the compact (varint) form
 
 
-def _check_lengths(cls, buf, pos: int) -> int:
+def _check_lengths(cls, buf, pos: int) -> "_LengthWalk":
     """Walk the body of ``cls`` at ``pos`` checking that every declared length and
-    array count fits in the bytes that remain; returns the position after it.
+    array count fits in the bytes that remain; returns the walk (its ``dropped``: the
+    tagged fields ``cls`` does not declare).
 
     kio's native reader allocates an array's declared count before reading it, so
     a 20-byte request declaring 2^32 elements would abort the process; this walk
     refuses it first (``ProtocolError``: the connection closes, as Kafka's parser
     would on a size larger than the request). Runs of fixed-size fields are one
     step, and arrays of fixed-size elements are checked without a loop."""
-    return _LengthWalk(cls.__name__, buf).entity(cls, pos)
+    walk = _LengthWalk(cls.__name__, buf)
+    walk.entity(cls, pos)
+    return walk
 
 
 def _without_unknown_tags(cls, frame, body_offset: int):
@@ -251,8 +254,7 @@ def _without_unknown_tags(cls, frame, body_offset: int):
     does not declare: Kafka's readers skip them (KIP-482), kio's refuse them. The
     frame is copied only when there is one. Tags inside a tagged field are left
     (dropping them would change that field's size); kio refuses those."""
-    walk = _LengthWalk(cls.__name__, memoryview(frame))
-    walk.entity(cls, body_offset)
+    walk = _check_lengths(cls, memoryview(frame), body_offset)
     if not walk.dropped:
         return frame
     out, pos = bytearray(), 0
@@ -368,7 +370,7 @@ class _LengthWalk:
         if count > self.end - p:
             raise ProtocolError(f"{entity_cls.__name__}: {count} tagged fields; {self.end - p} bytes remain")
         count_end, drops = p, []
-        known, arrays = _tags(entity_cls), _tagged_struct_arrays(entity_cls)
+        known = _tagged(entity_cls)
         for _ in range(count):
             tag_start = p
             tag, p = _read_uvarint(self.buf, p)
@@ -376,9 +378,9 @@ class _LengthWalk:
             end = self.skip(p, size)
             if tag not in known:
                 drops.append((tag_start, end))
-            elif tag in arrays:
+            elif known[tag] is not None:
                 inner = _LengthWalk(self.name, self.buf[:end])
-                if inner.array(entity_cls, (_ARRAY, arrays[tag]), p, True) != end:
+                if inner.array(entity_cls, (_ARRAY, known[tag]), p, True) != end:
                     raise ProtocolError(f"{entity_cls.__name__}: tagged field {tag} does not fill its {size} bytes")
             p = end
         if drops:
@@ -387,20 +389,15 @@ class _LengthWalk:
 
 
 @functools.cache
-def _tags(cls) -> frozenset[int]:
-    return frozenset(f.metadata["tag"] for f in dataclasses.fields(cls) if "tag" in f.metadata)
-
-
-@functools.cache
-def _tagged_struct_arrays(cls) -> dict[int, type]:
-    """tag → element class, for ``cls``'s tagged fields that are arrays of structs."""
-    arrays = {}
+def _tagged(cls) -> dict[int, type | None]:
+    """tag → element class of ``cls``'s tagged fields that are arrays of structs (walked
+    before kio reads them), None for its other tagged fields."""
+    tagged = {}
     for field in dataclasses.fields(cls):
         if "tag" in field.metadata:
             kind = classify_field(field)
-            if isinstance(kind, EntityTupleField):
-                arrays[field.metadata["tag"]] = kind.type_
-    return arrays
+            tagged[field.metadata["tag"]] = kind.type_ if isinstance(kind, EntityTupleField) else None
+    return tagged
 
 
 def decode_request(header: RequestHeader, frame, body_offset: int):
