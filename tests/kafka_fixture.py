@@ -27,7 +27,6 @@ For pytest, ``kafka_node`` (tests/conftest.py) is one single-node Kafka per test
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
 import hashlib
@@ -40,7 +39,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,8 +118,11 @@ def kafka_version() -> str:
 
 
 def random_cluster_id() -> str:
-    """What ``kafka-storage random-uuid`` prints: 16 random bytes, URL-safe base64."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """What ``kafka-storage random-uuid`` prints: 16 random bytes, URL-safe base64, never
+    starting with "-" (tidelog's own rule, as Kafka's; one id in 64 did, and
+    ``kafka-storage format --cluster-id -x…`` failed: "expected one argument")."""
+    from tidelog.server.storage_format import new_cluster_id
+    return new_cluster_id()
 
 
 # Ports for servers that must be named before they start (Kafka's listeners, a quorum's

@@ -30,8 +30,13 @@ class StorageFormatError(Exception):
 
 
 def new_cluster_id() -> str:
-    """Kafka's textual Uuid: URL-safe base64 of 16 random bytes, unpadded."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """Kafka's textual Uuid: URL-safe base64 of 16 random bytes, unpadded — never one
+    starting with "-" (Kafka's ``Uuid.randomUuid`` draws again: command lines such as
+    ``kafka-storage format -t <id>`` would take it for an option)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def _read(path: str) -> dict[str, str]:
