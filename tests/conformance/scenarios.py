@@ -656,9 +656,23 @@ async def follower_truncation(side: Side, mode: str) -> dict:
                 "leader_epoch": p.leader_epoch,
                 "isr": sorted(named[n] for n in p.isr_nodes),
                 "offline": sorted(named[n] for n in p.offline_replicas)}
-    answers["created"] = described(await state(a, 2))
-    answers["produce_both"] = await produce(await control.on(cluster.port(a)), topic, batch([b"both-0", b"both-1"]),
-                                            mode)
+    async def leading(at: Side, label: str, epoch: int) -> None:
+        # The third broker's metadata names the new leader before the leader itself has
+        # taken the role (Kafka's broker publishes its metadata cache, then applies the
+        # delta to its ReplicaManager): wait until the leader answers as one.
+        async def answers_as_leader():
+            answer = await at.raw(ApiKey.OFFSET_FOR_LEADER_EPOCH, {
+                "replica_id": -1, "topics": [{"topic": topic, "partitions": [
+                    {"partition": 0, "current_leader_epoch": epoch, "leader_epoch": epoch}]}]},
+                at.version(ApiKey.OFFSET_FOR_LEADER_EPOCH, mode))
+            return answer.topics[0].partitions[0].error_code.name.upper() == "NONE"
+        await wait_for(answers_as_leader, f"{side.name}: {label} answering as leader of {topic}", timeout_s=30)
+
+    created = await state(a, 2)
+    answers["created"] = described(created)
+    leader_a = await control.on(cluster.port(a))
+    await leading(leader_a, "A", created.leader_epoch)
+    answers["produce_both"] = await produce(leader_a, topic, batch([b"both-0", b"both-1"]), mode)
     await asyncio.to_thread(cluster.stop, b)
     answers["b_stopped"] = described(await state(a, 1))
     answers["produce_a_only"] = await produce(await control.on(cluster.port(a)), topic,
@@ -677,24 +691,17 @@ async def follower_truncation(side: Side, mode: str) -> dict:
         # Until B has registered again, nothing is eligible (ELIGIBLE_LEADERS_NOT_AVAILABLE).
         return answer if codes and all(str(c).upper() == "NONE" for c in codes) else None
     answers["unclean_election"] = await wait_for(elected, f"{side.name}: {topic} elected unclean", timeout_s=90)
-    answers["b_elected"] = described(await state(b, 1))
+    b_elected = await state(b, 1)
+    answers["b_elected"] = described(b_elected)
     leader_b = await control.on(cluster.port(b))
+    await leading(leader_b, "B", b_elected.leader_epoch)
     answers["produce_b_epoch"] = await produce(leader_b, topic, batch([b"b-0", b"b-1"]), mode)
     await asyncio.to_thread(cluster.start, a)
     rejoined = await state(b, 2)
     answers["a_rejoined"] = described(rejoined)
 
     async def ask(at: Side, label: str, epoch_now: int) -> None:
-        # The third broker's metadata names the new leader before the leader itself has
-        # taken the role (Kafka's broker publishes its metadata cache, then applies the
-        # delta to its ReplicaManager): wait until the leader answers as one.
-        async def leading():
-            answer = await at.raw(ApiKey.OFFSET_FOR_LEADER_EPOCH, {
-                "replica_id": -1, "topics": [{"topic": topic, "partitions": [
-                    {"partition": 0, "current_leader_epoch": epoch_now, "leader_epoch": epoch_now}]}]},
-                at.version(ApiKey.OFFSET_FOR_LEADER_EPOCH, mode))
-            return answer.topics[0].partitions[0].error_code.name.upper() == "NONE"
-        await wait_for(leading, f"{side.name}: {label} answering as leader of {topic}", timeout_s=30)
+        await leading(at, label, epoch_now)
         for e in sorted({0, epoch_now} | {rejoined.leader_epoch}):
             answers[f"{label}_end_of_epoch_{e}"] = await at.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, {
                 "replica_id": -1, "topics": [{"topic": topic, "partitions": [

@@ -97,7 +97,9 @@ ALLOWED: dict[str, str] = {
         "tidelog settings that are no Kafka broker config: allow.everyone.if.no.acl.found and super.users "
         "(Kafka's authorizer's), cluster.id (Kafka keeps it in meta.properties), "
         "leader.imbalance.per.broker.percentage (gone from Kafka 4), metrics.* (tidelog's Prometheus endpoint), "
-        "producer.id.expiration.check.interval.ms (internal in Kafka 4)",
+        "producer.id.expiration.check.interval.ms (internal in Kafka 4), leader.replication.throttled.rate and "
+        "follower.replication.throttled.rate (dynamic settings Kafka describes only once set), tidelog.* "
+        "(tidelog's own: write-behind, sendfile, unclean recovery)",
     "describe_configs_broker@* all.results[1].configs[metadata.log.segment.bytes]*":
         "tidelog rolls its metadata log every 64 MiB (Kafka: 1 GiB)",
     "describe_configs_broker@* all.results[1].configs[queued.max.request.bytes]*":

@@ -19,23 +19,6 @@ _MODULES = {"topics": "topics", "groups": "groups", "transactions": "transaction
 _ASYNC = {"topics", "groups", "transactions", "acls", "users", "quotas", "leader-election", "reassign"}
 
 
-def _skip_kio_hypothesis_hooks() -> None:
-    """kio registers strategies for its types with hypothesis whenever hypothesis can be
-    imported (it can in a test environment): half a second of imports no command uses.
-    Import kio while ``hypothesis`` reads as absent, then forget that, so a later
-    ``import hypothesis`` works as usual."""
-    if "hypothesis" in sys.modules or "kio" in sys.modules:
-        return
-    sys.modules["hypothesis"] = None   # type: ignore[assignment]
-    try:
-        import kio.static._phantom  # noqa: F401  (the one kio module that looks for hypothesis)
-    except ImportError:
-        pass
-    finally:
-        if sys.modules.get("hypothesis", 0) is None:
-            del sys.modules["hypothesis"]
-
-
 def main(argv: list[str] | None = None) -> int:
     from tidelog.cli.options import build_parser, finish
     parser = build_parser()
@@ -66,7 +49,6 @@ def _profiled(run, overrides) -> int:
 
 
 def _run(args) -> int:
-    _skip_kio_hypothesis_hooks()
     if args.command == "serve":
         import logging
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

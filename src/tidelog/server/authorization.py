@@ -34,7 +34,6 @@ import inspect
 import logging
 from typing import Callable, Collection, NamedTuple
 
-from kio.serial._introspect import classify_field
 
 from tidelog.core.errors import ErrorCode
 from tidelog.metadata.authorizer import (
@@ -46,7 +45,7 @@ from tidelog.metadata.authorizer import (
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.server.admin import invalid_config_resources
 from tidelog.server.dispatch import current_connection
-from tidelog.protocol.codec import to_entity
+from tidelog.protocol.codec import classify_field, to_entity
 from tidelog.server.refusals import refusal, response_array
 
 logger = logging.getLogger("tidelog.authorizer")

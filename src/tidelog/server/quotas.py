@@ -32,13 +32,12 @@ import functools
 import inspect
 from typing import Callable, NamedTuple
 
-from kio.serial._introspect import classify_field
 
 from tidelog.broker.quotas import ClientQuotaManager, ClientQuotas
 from tidelog.core.clock import Clock
 from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.codec import millis, to_entity
+from tidelog.protocol.codec import classify_field, millis, to_entity
 from tidelog.server.refusals import refusal, response_array
 
 PERCENT_PER_MS = 0.1        # request_percentage: 1 ms of handling is 0.1% of one thread for a second

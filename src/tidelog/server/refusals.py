@@ -35,11 +35,11 @@ import dataclasses
 import functools
 from typing import NamedTuple
 
-from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
 from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
-from tidelog.protocol.codec import ProtocolError, _response_class
+from tidelog.protocol.codec import (EntityField, EntityTupleField, ProtocolError, _response_class, classify_field,
+                                    is_optional)
 
 # Fields without a schema default whose "nothing" is -1 (Kafka's error paths write it).
 _UNKNOWN = frozenset({"base_offset", "committed_offset", "high_watermark", "low_watermark", "end_offset", "epoch",
