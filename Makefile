@@ -134,6 +134,7 @@ bench: $(STAMP) java-interop
 	$(PY) benchmarks/txn_bench.py
 	$(PY) benchmarks/sustained_produce_bench.py
 	$(PY) benchmarks/validation_bench.py
+	$(PY) benchmarks/produce_cpu_bench.py
 	$(PY) benchmarks/group_bench.py
 	$(PY) benchmarks/replication_bench.py
 	$(PY) benchmarks/metrics_bench.py
