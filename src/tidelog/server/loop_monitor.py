@@ -24,7 +24,10 @@ import time
 
 logger = logging.getLogger("tidelog.broker")
 
-PROBE_INTERVAL_S = 0.01
+# 20 probes a second: a stall is measured to within 50 ms (it may have begun while the
+# probe slept). Every 10 ms, as before, the probe alone was about half of an idle node's
+# CPU (6 of 13 ms a second).
+PROBE_INTERVAL_S = 0.05
 STALL_RECORDED_MS = 100
 STALL_WARNING_MS = 1_000
 STALLS_KEPT = 256
@@ -46,10 +49,21 @@ class EventLoopMonitor:
             logger.warning("event loop stalled %.0f ms", stall_ms)
 
     async def run(self) -> None:
-        while True:
-            slept_from_s = self._clock()
-            await asyncio.sleep(PROBE_INTERVAL_S)
-            self.on_wakeup(slept_from_s, self._clock())
+        """Probe until cancelled: a timer callback, no task step per probe."""
+        loop = asyncio.get_running_loop()
+        handle = None
+
+        def probe(slept_from_s: float) -> None:
+            nonlocal handle
+            now_s = self._clock()
+            self.on_wakeup(slept_from_s, now_s)
+            handle = loop.call_later(PROBE_INTERVAL_S, probe, now_s)
+
+        handle = loop.call_later(PROBE_INTERVAL_S, probe, self._clock())
+        try:
+            await loop.create_future()          # until the node stops (cancelled)
+        finally:
+            handle.cancel()
 
     def summary(self) -> dict:
         return {"stall_max_ms": round(self.stall_max_ms, 1),
