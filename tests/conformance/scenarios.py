@@ -34,8 +34,19 @@ async def create_topic(side: Side, name: str, partitions: int = 1, configs: dict
 async def _has_leaders(side: Side, name: str, partitions: int) -> bool:
     response = await side.raw(ApiKey.METADATA, {"topics": [{"name": name}], "allow_auto_topic_creation": False}, 12)
     topics = [t for t in response.topics if t.name == name]
-    return bool(topics) and len(topics[0].partitions) == partitions and all(
-        int(p.error_code.value) == 0 and p.leader_id >= 0 for p in topics[0].partitions)
+    if not (bool(topics) and len(topics[0].partitions) == partitions and all(
+            int(p.error_code.value) == 0 and p.leader_id >= 0 for p in topics[0].partitions)):
+        return False
+    if len(response.brokers) != 1:
+        return True
+    # One node: its metadata names it leader before its ReplicaManager has taken the
+    # role (Kafka publishes the metadata image, then applies the delta to the replicas),
+    # and a Produce then is answered NOT_LEADER_OR_FOLLOWER: wait until it answers as one.
+    answer = await side.raw(ApiKey.LIST_OFFSETS, {
+        "replica_id": -1, "isolation_level": 0, "timeout": 30_000,
+        "topics": [{"name": name, "partitions": [{"partition_index": i, "timestamp": -1, "current_leader_epoch": -1}
+                                                for i in range(partitions)]}]}, 1)
+    return all(int(p.error_code.value) == 0 for t in answer.topics for p in t.partitions)
 
 
 async def topic_id(side: Side, name: str):
