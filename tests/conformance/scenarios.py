@@ -37,15 +37,18 @@ async def _has_leaders(side: Side, name: str, partitions: int) -> bool:
     if not (bool(topics) and len(topics[0].partitions) == partitions and all(
             int(p.error_code.value) == 0 and p.leader_id >= 0 for p in topics[0].partitions)):
         return False
-    if len(response.brokers) != 1:
-        return True
-    # One node: its metadata names it leader before its ReplicaManager has taken the
-    # role (Kafka publishes the metadata image, then applies the delta to the replicas),
-    # and a Produce then is answered NOT_LEADER_OR_FOLLOWER: wait until it answers as one.
-    answer = await side.raw(ApiKey.LIST_OFFSETS, {
-        "replica_id": -1, "isolation_level": 0, "timeout": 30_000,
-        "topics": [{"name": name, "partitions": [{"partition_index": i, "timestamp": -1, "current_leader_epoch": -1}
-                                                for i in range(partitions)]}]}, 1)
+    return len(response.brokers) != 1 or await answers_as_leader(side, name, partitions)
+
+
+async def answers_as_leader(at: Side, topic: str, partitions: int = 1, epoch: int = -1) -> bool:
+    """Whether ``at`` answers as the leader of the topic's partitions (at ``epoch``; -1:
+    any). A broker's metadata names a new leader before that leader has taken the role
+    (Kafka publishes the metadata image, then applies the delta to its ReplicaManager),
+    and a Produce meanwhile is answered NOT_LEADER_OR_FOLLOWER: wait on this instead."""
+    answer = await at.raw(ApiKey.OFFSET_FOR_LEADER_EPOCH, {
+        "replica_id": -1, "topics": [{"topic": topic, "partitions": [
+            {"partition": i, "current_leader_epoch": epoch, "leader_epoch": max(epoch, 0)}
+            for i in range(partitions)]}]}, at.version(ApiKey.OFFSET_FOR_LEADER_EPOCH, "high"))
     return all(int(p.error_code.value) == 0 for t in answer.topics for p in t.partitions)
 
 
@@ -668,16 +671,8 @@ async def follower_truncation(side: Side, mode: str) -> dict:
                 "isr": sorted(named[n] for n in p.isr_nodes),
                 "offline": sorted(named[n] for n in p.offline_replicas)}
     async def leading(at: Side, label: str, epoch: int) -> None:
-        # The third broker's metadata names the new leader before the leader itself has
-        # taken the role (Kafka's broker publishes its metadata cache, then applies the
-        # delta to its ReplicaManager): wait until the leader answers as one.
-        async def answers_as_leader():
-            answer = await at.raw(ApiKey.OFFSET_FOR_LEADER_EPOCH, {
-                "replica_id": -1, "topics": [{"topic": topic, "partitions": [
-                    {"partition": 0, "current_leader_epoch": epoch, "leader_epoch": epoch}]}]},
-                at.version(ApiKey.OFFSET_FOR_LEADER_EPOCH, mode))
-            return answer.topics[0].partitions[0].error_code.name.upper() == "NONE"
-        await wait_for(answers_as_leader, f"{side.name}: {label} answering as leader of {topic}", timeout_s=30)
+        await wait_for(lambda: answers_as_leader(at, topic, 1, epoch),
+                       f"{side.name}: {label} answering as leader of {topic}", timeout_s=30)
 
     created = await state(a, 2)
     answers["created"] = described(created)

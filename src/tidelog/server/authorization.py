@@ -34,7 +34,6 @@ import inspect
 import logging
 from typing import Callable, Collection, NamedTuple
 
-
 from tidelog.core.errors import ErrorCode
 from tidelog.metadata.authorizer import (
     CLUSTER_NAME,

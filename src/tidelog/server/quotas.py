@@ -32,7 +32,6 @@ import functools
 import inspect
 from typing import Callable, NamedTuple
 
-
 from tidelog.broker.quotas import ClientQuotaManager, ClientQuotas
 from tidelog.core.clock import Clock
 from tidelog.core.errors import ErrorCode

@@ -35,7 +35,6 @@ import dataclasses
 import functools
 from typing import NamedTuple
 
-
 from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.codec import (EntityField, EntityTupleField, ProtocolError, _response_class, classify_field,
