@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test setup bench clean kcat browser sim-long chaos-long java-interop go-interop js-interop spark-cds
+.PHONY: run test test-setup setup bench clean kcat browser sim-long chaos-long java-interop go-interop js-interop spark-cds
 
 # Every version pinned: constraints.txt (what the suite last passed with), pip itself, and
 # the build backend in pyproject.toml.
@@ -96,20 +96,32 @@ $(JS_BUILT): $(JS_INTEROP)/package.json $(JS_INTEROP)/package-lock.json
 	else echo "node or npm not found: the KafkaJS tests (tests/interop/test_kafkajs.py) will be skipped"; fi
 
 # Sets everything up and runs the whole test suite in two phases (docs/testing.md): the
-# tests in parallel worker processes (pytest-xdist; the suite mostly waits on process
-# start-ups and timeouts, so more workers than cores), then the few marked `serial`, alone.
-# Both phases run; the target fails if either does (no serial test at all is no failure).
+# tests in parallel worker processes (pytest-xdist, TEST_WORKERS of them: measured best
+# on two cores), then the few marked `serial`, alone. Both phases run; the target fails
+# if either does (no serial test at all is no failure). The Spark class archive is
+# written beside the first tests (`tests.spark.cds --background`); a test that starts a
+# Spark JVM before it is ready waits for it.
 # Bytecode is compiled first: where PYTHONDONTWRITEBYTECODE is set (as on the machines
 # this project is built on) each of the ~600 processes the suite starts (brokers,
 # commands, Spark's Python workers) would compile tidelog's modules again, about 0.15 s
 # of CPU each.
 TEST_WORKERS ?= 4
-test: $(STAMP) kcat browser java-interop go-interop js-interop spark-cds
+test:
+	@$(MAKE) --no-print-directory -j4 test-setup
 	@$(PY) -m compileall -q src examples > /dev/null
+	@$(PY) -m tests.spark.cds --background
 	@status=0; \
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" || status=$$?; \
 	$(PY) -m pytest -q -p no:xdist -m serial || { rc=$$?; [ $$rc = 5 ] || status=$$rc; }; \
 	exit $$status
+
+# What the suite needs, set up side by side (make -j: pip's install, Maven, Go and npm
+# mostly wait on the network and the disk); the two apt-get steps one after the other,
+# and the three Maven projects too (one local repository).
+test-setup: $(STAMP) kcat browser java-interop go-interop js-interop
+browser: | kcat
+$(KAFKA_SERVER_BUILT): | $(JAVA_BUILT)
+$(KAFKA_CONNECT_BUILT): | $(KAFKA_SERVER_BUILT)
 
 # The class archive the tests' Spark JVMs start from (tests/spark/cds.py): written once
 # into the virtual environment, about a minute; without Java, or if it fails, the tests

@@ -206,6 +206,16 @@ def test_list_and_describe_follow_transactions_on_every_coordinator(cluster):
     for tid in committed:
         clients[tid].commit_transaction(30)
     clients[aborted].abort_transaction(30)
+    final_state = {tid: "CompleteAbort" if tid == aborted else "CompleteCommit" for tid in ids}
+    preparing = {tid: "PrepareAbort" if tid == aborted else "PrepareCommit" for tid in ids}
+
+    def completed() -> bool:
+        # EndTxn is answered once PrepareCommit/PrepareAbort is written (as Kafka's
+        # coordinator answers); the markers and the Complete* state follow.
+        states = {tid: listed(cluster.bootstrap)[tid]["TransactionState"] for tid in ids}
+        assert all(states[tid] in (preparing[tid], final_state[tid]) for tid in ids), states
+        return all(states[tid] == final_state[tid] for tid in ids)
+    wait_until(completed, 30, "every transaction to complete", interval_s=0.2)
     after = listed(cluster.bootstrap)
     for tid in ids:
         state = described(cluster.bootstrap, tid)

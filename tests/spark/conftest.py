@@ -27,19 +27,20 @@ from tidelog.spark.producer import Producer  # noqa: E402
 from tidelog.spark.wire import LATEST, ClientConfig, Cluster, error_of  # noqa: E402
 from tidelog.testing import Broker  # noqa: E402
 
-from .spark_processes import TEST_JAVA_OPTIONS  # noqa: E402
+from .spark_processes import spark_java_options  # noqa: E402
 
 
 _shared: dict = {}   # "session": the classic session the modules share, while it runs
 
-# Spark settings for the tests only (TEST_JAVA_OPTIONS: the benchmark keeps Spark's defaults).
-TEST_SPARK_CONF = {"spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS}
+def spark_test_conf() -> dict[str, str]:
+    """Spark settings for the tests only (the benchmark keeps Spark's defaults)."""
+    return {"spark.driver.extraJavaOptions": spark_java_options()}
 
 
 def driver_submit_args() -> str:
     """``PYSPARK_SUBMIT_ARGS`` giving a Spark program that a test starts as a subprocess
     (an example, run as the README writes it) the tests' driver JVM settings."""
-    return f'--conf "spark.driver.extraJavaOptions={TEST_JAVA_OPTIONS}" pyspark-shell'
+    return f'--conf "spark.driver.extraJavaOptions={spark_java_options()}" pyspark-shell'
 
 
 def shared_spark():
@@ -47,7 +48,7 @@ def shared_spark():
     session = _shared.get("session")
     if session is None:
         from tidelog.spark.session import local_session
-        session = _shared["session"] = local_session("tidelog-tests", extra=TEST_SPARK_CONF)
+        session = _shared["session"] = local_session("tidelog-tests", extra=spark_test_conf())
     return session
 
 

@@ -46,8 +46,9 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 # collector cost more CPU than they win back on a busy two-core machine: drivers, executors,
 # a standalone master and workers, a Connect server. They map the class archive that
 # `make test` writes once (tests/spark/cds.py). Only for tests (the benchmark keeps
-# Spark's defaults).
-TEST_JAVA_OPTIONS = cds.java_options()
+# Spark's defaults). Asked for as each JVM starts: the archive may still be being written.
+def spark_java_options() -> str:
+    return cds.java_options()
 
 
 def java_missing() -> str | None:
@@ -76,7 +77,7 @@ def spark_env(directory: str) -> dict[str, str]:
     conf directory (no SPARK_CONF_DIR: the class path the class archive was made with)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_GATEWAY", "SPARK_"))}
     env.update({"SPARK_HOME": SPARK_HOME, "SPARK_LOCAL_IP": "127.0.0.1",
-                "SPARK_DAEMON_MEMORY": "256m", "SPARK_DAEMON_JAVA_OPTS": TEST_JAVA_OPTIONS,
+                "SPARK_DAEMON_MEMORY": "256m", "SPARK_DAEMON_JAVA_OPTS": spark_java_options(),
                 "PYSPARK_PYTHON": worker_python(directory),
                 "PYSPARK_DRIVER_PYTHON": sys.executable})
     return env
@@ -178,8 +179,8 @@ class StandaloneCluster:
         settings = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
                     "spark.ui.enabled": "false", "spark.executor.memory": "512m", "spark.driver.memory": "512m",
                     "spark.pyspark.python": self.env["PYSPARK_PYTHON"], "spark.pyspark.driver.python": sys.executable,
-                    "spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS,
-                    "spark.executor.extraJavaOptions": TEST_JAVA_OPTIONS, **(conf or {})}
+                    "spark.driver.extraJavaOptions": spark_java_options(),
+                    "spark.executor.extraJavaOptions": spark_java_options(), **(conf or {})}
         args = [SPARK_SUBMIT, "--master", self.master_url, "--deploy-mode", "client"]
         for key, value in settings.items():
             args += ["--conf", f"{key}={value}"]
@@ -223,7 +224,7 @@ class ConnectServer:
                     "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
                     "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                     "spark.sql.session.timeZone": "UTC", "spark.pyspark.python": self.env["PYSPARK_PYTHON"],
-                    "spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS, **self.conf}
+                    "spark.driver.extraJavaOptions": spark_java_options(), **self.conf}
         args = [SPARK_SUBMIT, "--master", self.master, "--class", CONNECT_SERVER_CLASS, "--name", "tidelog-connect"]
         for key, value in settings.items():
             args += ["--conf", f"{key}={value}"]
