@@ -16,11 +16,23 @@ class Harness:
     def __init__(self, partitions=6):
         self.now = 1_000
         self.partitions = partitions
-        self.shard = GroupShard(0, CONFIG, lambda records, on_done: on_done(E.NONE), lambda p: f"{p}-id",
-                                lambda: self.now)
+        self.log = []                                       # every record written, in order
+        self.shard = GroupShard(0, CONFIG, self._write, lambda p: f"{p}-id", lambda: self.now)
         self.shard.loaded(self.now)
         self.owned: dict[str, frozenset] = {}               # what each client owns
         self.epochs: dict[str, int] = {}
+
+    def _write(self, records, on_done):
+        self.log.extend(records)
+        on_done(E.NONE)
+
+    def load_elsewhere(self) -> GroupShard:
+        """A new coordinator: a shard that replays every record written, then serves."""
+        shard = GroupShard(0, CONFIG, self._write, lambda p: f"{p}-id2", lambda: self.now)
+        for key, value in self.log:
+            shard.replay(key, value, self.now)
+        shard.loaded(self.now)
+        return shard
 
     def lookup(self, name):
         return (TOPIC_ID, self.partitions) if name == "t" else None
@@ -30,7 +42,9 @@ class Harness:
         request = ConsumerHeartbeat("g", member, epoch, instance, None, 30_000,
                                     topics if epoch == 0 else None, None, None,
                                     self.owned.get(member, frozenset()) if report else None, member, "/h")
-        answer = self.shard.consumer_group_heartbeat(request, self.lookup, ["t"], self.now)
+        answers = []
+        self.shard.consumer_group_heartbeat(request, self.lookup, ["t"], self.now, answers.append)
+        (answer,) = answers
         if answer["error_code"] == 0 and epoch >= 0:
             self.epochs[member] = answer["member_epoch"]
             if answer["assignment"] is not None:
@@ -148,3 +162,84 @@ def test_a_classic_group_with_members_refuses_the_new_protocol():
     h.shard.join_group(JoinRequest("g", "", None, 10_000, 30_000, "consumer", [("range", b"")], "c", "/h", 3),
                        h.now, lambda answer: None)
     assert h.beat("a")["error_code"] == E.INCONSISTENT_GROUP_PROTOCOL
+
+
+def group_state(shard):
+    group = shard.consumer_groups["g"]
+    return (group.group_epoch, group.assignment_epoch, dict(group.target),
+            {m.member_id: (m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.pending_revocation,
+                           m.instance_id, m.client_id, m.client_host, m.subscribed_topic_names,
+                           m.rebalance_timeout_ms, m.server_assignor)
+             for m in group.members.values()})
+
+
+def test_a_new_coordinator_loads_the_group_and_its_members_go_on_with_their_epochs():
+    """Kafka 4's coordinator keeps a KIP-848 group in __consumer_offsets: after the
+    coordinator moves, members keep their epochs and partitions (no rejoin, nothing read
+    again). Loaded mid-rebalance: a member still revoking, one waiting for partitions."""
+    h = Harness(partitions=12)
+    for member in "abc":
+        h.beat(member, instance="i-c" if member == "c" else None)
+    h.settle(list("abc"))
+    h.beat("d")                                               # a newcomer: the others must revoke
+    h.beat("a")                                               # a is told to revoke, keeps its epoch
+    before = group_state(h.shard)
+    assert h.shard.consumer_groups["g"].state == "Reconciling"
+    moved = h.load_elsewhere()
+    assert group_state(moved) == before
+    assert moved.consumer_groups["g"].state == "Reconciling"
+    epochs = dict(h.epochs)
+    h.shard = moved
+    for member in "abcd":                                     # the next heartbeats: no fencing
+        answer = h.beat(member)
+        assert answer["error_code"] == 0 and answer["member_epoch"] >= epochs[member], (member, answer)
+    h.settle(list("abcd"))
+    assert sorted(len(h.owned[m]) for m in "abcd") == [3, 3, 3, 3]
+    # A member that leaves is gone for the next coordinator too; an unchanged heartbeat
+    # writes nothing.
+    assert h.beat("d", epoch=-1)["error_code"] == 0
+    del h.owned["d"]
+    h.settle(list("abc"))
+    written = len(h.log)
+    h.beat("a")
+    assert len(h.log) == written
+    again = h.load_elsewhere()
+    assert set(again.consumer_groups["g"].members) == {"a", "b", "c"}
+    assert group_state(again) == group_state(h.shard)
+
+
+def test_a_member_silent_after_the_move_is_removed_after_its_session():
+    """The loaded members' sessions start when the new coordinator has loaded the group."""
+    h = Harness()
+    h.beat("a")
+    h.beat("b")
+    h.settle(["a", "b"])
+    h.now += 9_000                                            # within the 10 s session, before the move
+    moved = h.load_elsewhere()
+    h.shard = moved
+    h.now += 9_000                                            # 18 s since b's last heartbeat
+    moved.on_tick(h.now)
+    assert set(moved.consumer_groups["g"].members) == {"a", "b"}
+    h.beat("a")
+    h.now += 2_000
+    moved.on_tick(h.now)
+    assert set(moved.consumer_groups["g"].members) == {"a"}
+    assert set(h.load_elsewhere().consumer_groups["g"].members) == {"a"}      # its removal was written
+
+
+def test_a_heartbeat_is_answered_after_its_records_are_written_and_a_failed_write_is_an_error():
+    held = []
+    shard = GroupShard(0, CONFIG, lambda records, on_done: held.append((records, on_done)), lambda p: f"{p}-id",
+                       lambda: 0)
+    shard.loaded(0)
+    answers = []
+    request = ConsumerHeartbeat("g", "", 0, None, None, 30_000, ("t",), None, None, frozenset(), "a", "/h")
+    shard.consumer_group_heartbeat(request, lambda name: (TOPIC_ID, 2), ["t"], 0, answers.append)
+    assert answers == [] and len(held) == 1                   # held until the records are committed
+    held.pop()[1](E.NOT_LEADER_OR_FOLLOWER)
+    assert answers[0]["error_code"] == E.NOT_COORDINATOR      # Kafka's mapping of a failed append
+    shard.consumer_group_heartbeat(request, lambda name: (TOPIC_ID, 2), ["t"], 0, answers.append)
+    records, on_done = held.pop()
+    assert len(records) == 5                                  # everything again after the failure
+    on_done(E.NONE)
+    assert answers[1]["error_code"] == 0 and answers[1]["assignment"] is not None

@@ -124,3 +124,66 @@ def test_kill_the_coordinator_while_committing():
         for partition, offset in first.items():
             assert offset == committed[partition], "the resumed consumer did not start at the committed offset"
         print(f"killed coordinator {coordinator}; {failed_commits} commits failed during the failover")
+
+
+def test_a_kip848_group_goes_on_through_a_coordinator_kill_without_reading_again():
+    """KIP-848 (``group.protocol=consumer``, librdkafka): the group's state is in
+    ``__consumer_offsets`` (epochs, subscriptions, assignments), so when its coordinator is
+    killed the new one knows the members: they keep their partitions and positions. Each
+    member reads on past records it read but did not commit — none is read twice, none is
+    lost, no partition is lost or revoked (as on Kafka 4; a coordinator that forgot the
+    members would fence them, and they would read again from the committed offsets)."""
+    group, topic = "kip848-failover", "events"
+    with Cluster(brokers=3, overrides={**SETTINGS, "group.consumer.heartbeat.interval.ms": "500",
+                                       "group.consumer.min.heartbeat.interval.ms": "500",
+                                       "group.consumer.session.timeout.ms": "20000",
+                                       "group.consumer.min.session.timeout.ms": "6000"}) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic(topic, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+        produce_values(cluster.bootstrap, topic, 0, 400)
+        lost, revoked, reads = [], [], []
+        members = [confluent_kafka.Consumer({
+            "bootstrap.servers": cluster.bootstrap, "group.id": group, "group.protocol": "consumer",
+            "auto.offset.reset": "earliest", "enable.auto.commit": False}) for _ in range(2)]
+        for member in members:
+            member.subscribe([topic], on_lost=lambda c, ps: lost.extend(ps),
+                             on_revoke=lambda c, ps: revoked.extend(ps))
+
+        def poll_until(done, what):
+            deadline = time.monotonic() + 60
+            while not done() and time.monotonic() < deadline:
+                for member in members:
+                    message = member.poll(0.1)
+                    if message is not None and not message.error():
+                        reads.append(int(message.value()))
+            assert done(), f"{what}: read {len(set(reads))} distinct of {len(reads)}"
+
+        poll_until(lambda: len(set(reads)) == 400 and all(m.assignment() for m in members), "the first 400")
+        for member in members:
+            member.commit(asynchronous=False)
+        produce_values(cluster.bootstrap, topic, 400, 200)                 # read, then not committed
+        poll_until(lambda: len(set(reads)) == 600, "200 more")
+        assignments = [sorted(tp.partition for tp in m.assignment()) for m in members]
+        revoked_before = len(revoked)
+        coordinator = coordinator_of(cluster.bootstrap, group)
+        cluster.kill(coordinator)
+        wait_until(lambda: moved_coordinator(cluster.bootstrap, group, coordinator), 30, "a new coordinator")
+        produce_values(cluster.bootstrap, topic, 600, 200)
+        poll_until(lambda: len(set(reads)) == 800, "200 after the kill")
+        time.sleep(2)                                       # heartbeats to the new coordinator
+        poll_until(lambda: True, "")
+        # (The first 400 may be read twice while the two members first share the partitions,
+        # before anything is committed: KIP-848 moves a partition before its first commit.)
+        assert sorted(set(reads)) == list(range(800)), "a record missed"
+        assert sorted(v for v in reads if v >= 400) == list(range(400, 800)), "a record read twice"
+        assert lost == [] and len(revoked) == revoked_before, (lost, revoked)
+        assert [sorted(tp.partition for tp in m.assignment()) for m in members] == assignments
+        for member in members:
+            member.close()
+
+
+def produce_values(bootstrap, topic, start, count):
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(start, start + count):
+        producer.produce(topic, value=str(i).encode(), partition=i % PARTITIONS)
+    assert producer.flush(60) == 0

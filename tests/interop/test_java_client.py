@@ -389,6 +389,55 @@ def test_group_rebalances_on_join_and_leave_and_commits(java, admin, broker, pro
     assert group not in {g["group_id"] for g in java.call("admin.listGroups")}
 
 
+def offsets_log(java, broker, group) -> list[tuple[dict, dict | None]]:
+    """The ``__consumer_offsets`` records of ``group``, as Kafka's own DumpLogSegments
+    --offsets-decoder reads them from the broker's segments: (key, payload) pairs."""
+    records = []
+    for segment in sorted(glob.glob(os.path.join(broker.data_dir, "data", "__consumer_offsets-*", "*.log"))):
+        dumped = java.tool("DumpLogSegments", "--files", segment, "--offsets-decoder")
+        assert dumped.exit_code == 0, dumped.stderr
+        for key, payload in re.findall(r"key: (\{.*?\}) payload: (\{.*\}|<DELETE>)", dumped.stdout):
+            key = json.loads(key)
+            if key["data"].get("groupId", key["data"].get("group")) == group:
+                records.append((key, None if payload == "<DELETE>" else json.loads(payload)))
+    return records
+
+
+def test_kafkas_dump_tool_reads_a_kip848_groups_records(java, admin, broker):
+    """tidelog keeps a KIP-848 group's state in __consumer_offsets in Kafka's records (so a
+    new coordinator loads it); Kafka's own decoder reads every field back."""
+    topic, group = "java-848-records", "java-848-records"
+    create_topic(java, topic, partitions=3)
+    java.call("consumer.create", name="r848", config=consumer_config(broker, group, **{"group.protocol": "consumer"}))
+    java.call("consumer.subscribe", name="r848", topics=[topic])
+    got = java.call("consumer.poll", names=["r848"], until_assigned=True, expected_partitions=3, timeout_ms=30_000)
+    assert got["assignments"]["r848"] == [f"{topic}-{p}" for p in range(3)]
+    member_id = java.call("consumer.groupMetadata", name="r848")["member_id"]
+    described = java.call("admin.describeConsumerGroups", groups=[group])[group]
+    java.call("consumer.close", name="r848")
+    records = offsets_log(java, broker, group)
+    by_type = {}
+    for key, payload in records:
+        by_type.setdefault(int(key["type"]), []).append((key["data"], payload and payload["data"]))
+    epoch = by_type[3][0][1]["epoch"]
+    assert epoch >= 1 and {"groupId": group} == by_type[3][0][0]
+    (member_key, member), *_ = by_type[5]
+    assert member_key == {"groupId": group, "memberId": member_id}
+    assert member["subscribedTopicNames"] == [topic] and member["clientId"] and member["rebalanceTimeoutMs"] > 0
+    target = by_type[7][0][1]["topicPartitions"]
+    assert [sorted(t["partitions"]) for t in target] == [[0, 1, 2]]
+    current = [value for key, value in by_type[8] if value is not None][-1]
+    assert sorted(current["assignedPartitions"][0]["partitions"]) == [0, 1, 2] and current["state"] == 0
+    assert current["memberEpoch"] == epoch
+    assert by_type[6][-1][1]["assignmentEpoch"] == epoch
+    # The member left: its records are deleted (tombstones), its assignment's first, as
+    # Kafka writes them; the group stays, at the next epoch.
+    tombstones = [int(key["type"]) for key, payload in records if payload is None]
+    assert tombstones == [8, 7, 5], records
+    assert by_type[3][-1][1]["epoch"] == epoch + 1
+    assert described["state"] == "STABLE"
+
+
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_regex_subscription_follows_new_topics(java, admin, broker, protocol):
     prefix = f"java-rx-{protocol}"

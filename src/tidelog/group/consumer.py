@@ -20,9 +20,16 @@ Theory of operation. Members only heartbeat; the coordinator keeps, per group:
 A heartbeat with an epoch the member does not have is FENCED_MEMBER_EPOCH (the
 client rejoins with epoch 0); an unknown member is UNKNOWN_MEMBER_ID; a member
 silent for its session timeout, or slower than its rebalance timeout to
-revoke, is removed. Membership is kept in the coordinator's memory: after a
-coordinator failover members are told UNKNOWN_MEMBER_ID and rejoin, while their
-committed offsets (records, like every group's) are all there.
+revoke, is removed.
+
+All of it is also written to ``__consumer_offsets`` in Kafka's records (the group
+epoch and its subscribed topics' hash, each member's subscription, the target
+assignment and its epoch, each member's epochs and partitions: ``records()``),
+so that a new coordinator loads the group as it was: after a coordinator moves,
+members go on heartbeating with the epochs they have and keep their partitions,
+as on Kafka 4 — nothing is reassigned, nothing read again. The shard writes
+what changed after each heartbeat, expiry or leave, and answers the heartbeat
+once it is committed (``shard.py``).
 
 A group's session timeout and heartbeat interval are the broker's
 ``group.consumer.session.timeout.ms`` / ``group.consumer.heartbeat.interval.ms``
@@ -35,10 +42,28 @@ each heartbeat, so a change applies from the members' next heartbeat on.
 from __future__ import annotations
 
 import enum
+import hashlib
 import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
+
+from tidelog.group.records import (
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+    CONSUMER_GROUP_MEMBER_METADATA,
+    CONSUMER_GROUP_METADATA,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+    ConsumerGroupMetadataValue,
+    ConsumerKey,
+    ConsumerMemberMetadataValue,
+    ConsumerValue,
+    CurrentMemberAssignmentValue,
+    TargetAssignmentMemberValue,
+    TargetAssignmentMetadataValue,
+    encode_consumer_value,
+    encode_key,
+)
 
 TopicPartitionId = tuple[uuid.UUID, int]            # (topic id, partition)
 # name → (topic id, partition count), from the broker's metadata image
@@ -50,6 +75,11 @@ class MemberState(enum.Enum):
     STABLE = "stable"
     UNREVOKED_PARTITIONS = "unrevoked_partitions"
     UNRELEASED_PARTITIONS = "unreleased_partitions"
+
+
+# Kafka's MemberState values in ConsumerGroupCurrentMemberAssignmentValue.State
+STATE_VALUES = {MemberState.STABLE: 0, MemberState.UNREVOKED_PARTITIONS: 1, MemberState.UNRELEASED_PARTITIONS: 2}
+STATES_BY_VALUE = {value: state for state, value in STATE_VALUES.items()}
 
 
 @dataclass
@@ -81,9 +111,13 @@ class ConsumerGroup:
     members: dict[str, ConsumerMember] = field(default_factory=dict)
     target: dict[str, frozenset] = field(default_factory=dict)
     subscription_metadata: tuple = ()               # ((topic, id, partitions), ...) the target was made for
+    metadata_hash: int = 0                          # of subscription_metadata; 0 for none (written, loaded)
     assignor: str = ASSIGNORS[0]
     session_timeout_ms: int = 45_000                # the group's own, else the broker's (apply_configs)
     heartbeat_interval_ms: int = 5_000
+    # What __consumer_offsets holds for the group, as this shard wrote or loaded it:
+    # encoded key → encoded value. What ``records()`` gives that differs is written next.
+    persisted: dict[bytes, bytes] = field(default_factory=dict)
 
     def apply_configs(self, own: Mapping[str, str], session_timeout_ms: int, heartbeat_interval_ms: int) -> None:
         """The group's settings: its GROUP config resource's values (validated within the
@@ -120,8 +154,10 @@ class ConsumerGroup:
         recompute the target assignment if it is behind the group epoch."""
         wanted = sorted({t for m in self.members.values() for t in self.subscribed_topics(m, all_topics)})
         metadata = tuple((t, *found) for t in wanted if (found := lookup(t)) is not None)
-        if metadata != self.subscription_metadata:
-            self.subscription_metadata = metadata
+        self.subscription_metadata = metadata
+        digest = metadata_hash(metadata)
+        if digest != self.metadata_hash:        # compared by hash: a loaded group has only the hash
+            self.metadata_hash = digest
             self.group_epoch += 1
         if self.assignment_epoch != self.group_epoch:
             self._compute_target(lookup, all_topics)
@@ -168,6 +204,110 @@ class ConsumerGroup:
         member.assigned = member.assigned | free
         member.state = (MemberState.STABLE if target <= member.assigned
                         else MemberState.UNRELEASED_PARTITIONS)
+
+
+    # ------------------------------------------------------------- records
+
+    def records(self) -> dict[bytes, bytes]:
+        """The group as ``__consumer_offsets`` records (encoded key → value), in the order
+        a load can replay them: the group, then each member's, then the target's epoch."""
+        out: dict[bytes, bytes] = {}
+
+        def put(record_type: int, value: ConsumerValue, member_id: str | None = None) -> None:
+            out[encode_key(ConsumerKey(record_type, self.group_id, member_id))] = encode_consumer_value(value)
+        put(CONSUMER_GROUP_METADATA, ConsumerGroupMetadataValue(self.group_epoch, self.metadata_hash))
+        for member_id, m in sorted(self.members.items()):
+            put(CONSUMER_GROUP_MEMBER_METADATA, ConsumerMemberMetadataValue(
+                m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names,
+                m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor), member_id)
+            if member_id in self.target:
+                put(CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, TargetAssignmentMemberValue(self.target[member_id]),
+                    member_id)
+            put(CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, CurrentMemberAssignmentValue(
+                m.member_epoch, m.previous_member_epoch, STATE_VALUES[m.state], m.assigned, m.pending_revocation),
+                member_id)
+        put(CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, TargetAssignmentMetadataValue(self.assignment_epoch))
+        return out
+
+    def changed_records(self) -> list[tuple[bytes, bytes | None]]:
+        """What to write so that ``__consumer_offsets`` holds ``records()``: tombstones for
+        keys no longer there first, then the values that differ; ``persisted`` moves on."""
+        now = self.records()
+        gone = _in_deletion_order([key for key in self.persisted if key not in now])
+        changed = [(key, value) for key, value in now.items() if self.persisted.get(key) != value]
+        self.persisted = now
+        return gone + changed
+
+    def tombstones(self) -> list[tuple[bytes, None]]:
+        """Every record of the group deleted (the group itself is being deleted)."""
+        gone = _in_deletion_order(list(self.persisted))
+        self.persisted = {}
+        return gone
+
+    def apply_record(self, key: ConsumerKey, value: ConsumerValue | None, key_bytes: bytes,
+                     value_bytes: bytes | None) -> None:
+        """Loading: one committed record of this group replayed (the newest one per key wins)."""
+        if value_bytes is None:
+            self.persisted.pop(key_bytes, None)
+        else:
+            self.persisted[key_bytes] = value_bytes
+        if key.member_id is None:
+            if isinstance(value, ConsumerGroupMetadataValue):
+                self.group_epoch, self.metadata_hash = value.epoch, value.metadata_hash
+            elif isinstance(value, TargetAssignmentMetadataValue):
+                self.assignment_epoch = value.assignment_epoch
+            return
+        if value is None:
+            if key.record_type == CONSUMER_GROUP_MEMBER_METADATA:
+                self.members.pop(key.member_id, None)
+            elif key.record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
+                self.target.pop(key.member_id, None)
+            return
+        member = self.members.get(key.member_id)
+        if member is None:
+            member = self.members[key.member_id] = ConsumerMember(key.member_id, None, None, "", "", -1)
+        if isinstance(value, ConsumerMemberMetadataValue):
+            member.instance_id, member.rack_id = value.instance_id, value.rack_id
+            member.client_id, member.client_host = value.client_id, value.client_host
+            member.subscribed_topic_names = tuple(value.subscribed_topic_names)
+            member.subscribed_topic_regex = value.subscribed_topic_regex
+            member.rebalance_timeout_ms, member.server_assignor = value.rebalance_timeout_ms, value.server_assignor
+        elif isinstance(value, TargetAssignmentMemberValue):
+            self.target[key.member_id] = value.partitions
+        elif isinstance(value, CurrentMemberAssignmentValue):
+            member.member_epoch, member.previous_member_epoch = value.member_epoch, value.previous_member_epoch
+            member.state = STATES_BY_VALUE.get(value.state, MemberState.STABLE)
+            member.assigned, member.pending_revocation = value.assigned, value.pending_revocation
+
+    def loaded(self, now_ms: int, session_timeout_ms: int) -> None:
+        """Loading done: each member's session (and revocation) starts now, as Kafka's
+        coordinator schedules them when it loads a group; its assignment is sent again."""
+        for member in self.members.values():
+            member.session_deadline_ms = now_ms + session_timeout_ms
+            if member.pending_revocation:
+                member.revocation_deadline_ms = now_ms + member.rebalance_timeout_ms
+            member.last_sent = None
+
+
+# Tombstones in the order Kafka writes them: a member's current assignment, its target,
+# then the member; the target's epoch, then the group.
+_DELETION_ORDER = (CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+                   CONSUMER_GROUP_MEMBER_METADATA, CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, CONSUMER_GROUP_METADATA)
+
+
+def _in_deletion_order(keys: list[bytes]) -> list[tuple[bytes, None]]:
+    def rank(key: bytes) -> int:
+        record_type = int.from_bytes(key[:2], "big")
+        return _DELETION_ORDER.index(record_type) if record_type in _DELETION_ORDER else len(_DELETION_ORDER)
+    return [(key, None) for key in sorted(keys, key=rank)]      # stable: members keep their order
+
+
+def metadata_hash(metadata: tuple) -> int:
+    """A stable 64-bit hash of the subscribed topics' (name, id, partition count); 0 for none."""
+    if not metadata:
+        return 0
+    text = ";".join(f"{name},{topic_id},{count}" for name, topic_id, count in metadata)
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True) or 1
 
 
 def _uniform(members: dict[str, ConsumerMember], topics: dict, previous: dict[str, frozenset]

@@ -12,6 +12,19 @@ what tidelog writes:
                          GroupMetadataValue v3 written (v0–v4 read)
     value absent (null)  a tombstone: the offset, or the group, is deleted
 
+and a KIP-848 consumer group's state, one record per key, each value at
+version 0 and flexible (``ConsumerKey`` names the type by Kafka's record type):
+
+    3  ConsumerGroupMetadata               group          group epoch (+ tag 0 MetadataHash)
+    5  ConsumerGroupMemberMetadata         group, member  who it is and what it subscribes to
+    6  ConsumerGroupTargetAssignmentMetadata group        assignment epoch
+    7  ConsumerGroupTargetAssignmentMember group, member  its target partitions
+    8  ConsumerGroupCurrentMemberAssignment group, member its epochs, state, owned and
+                                                          pending-revocation partitions
+
+(type 4, the partition metadata Kafka 4.1 stopped writing, and types 9+ of
+share and streams groups are skipped, as an older Kafka would.)
+
 Strings are int16-length UTF-8 (compact varint-length in flexible versions,
 v4+, which also carry tagged fields that are skipped), bytes int32-length.
 Decoding a malformed record raises ``CorruptGroupRecord`` naming the problem.
@@ -20,6 +33,7 @@ Decoding a malformed record raises ``CorruptGroupRecord`` naming the problem.
 from __future__ import annotations
 
 import struct
+import uuid
 from dataclasses import dataclass
 OFFSET_COMMIT_KEY_VERSIONS = (0, 1)
 GROUP_METADATA_KEY_VERSION = 2
@@ -27,6 +41,16 @@ OFFSET_COMMIT_VALUE_VERSION = 3
 GROUP_METADATA_VALUE_VERSION = 3
 
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+
+
+CONSUMER_GROUP_METADATA = 3
+CONSUMER_GROUP_MEMBER_METADATA = 5
+CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
+CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
+CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
+_GROUP_ONLY_KEYS = (CONSUMER_GROUP_METADATA, CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA)
+_MEMBER_KEYS = (CONSUMER_GROUP_MEMBER_METADATA, CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+                CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT)
 
 
 class CorruptGroupRecord(ValueError):
@@ -43,6 +67,59 @@ class OffsetCommitKey:
 @dataclass(frozen=True)
 class GroupMetadataKey:
     group: str
+
+
+@dataclass(frozen=True)
+class ConsumerKey:
+    """A KIP-848 record's key: its type (3, 5–8) and group, and the member for 5–8."""
+    record_type: int
+    group: str
+    member_id: str | None = None
+
+
+# (topic id, partition) pairs, the form a consumer group keeps its partitions in
+Partitions = frozenset
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMetadataValue:
+    epoch: int
+    metadata_hash: int = 0
+
+
+@dataclass(frozen=True)
+class ConsumerMemberMetadataValue:
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+
+
+@dataclass(frozen=True)
+class TargetAssignmentMetadataValue:
+    assignment_epoch: int
+
+
+@dataclass(frozen=True)
+class TargetAssignmentMemberValue:
+    partitions: Partitions
+
+
+@dataclass(frozen=True)
+class CurrentMemberAssignmentValue:
+    member_epoch: int
+    previous_member_epoch: int
+    state: int                  # Kafka's MemberState: 0 stable, 1 unrevoked, 2 unreleased partitions
+    assigned: Partitions
+    pending_revocation: Partitions
+
+
+ConsumerValue = (ConsumerGroupMetadataValue | ConsumerMemberMetadataValue | TargetAssignmentMetadataValue
+                 | TargetAssignmentMemberValue | CurrentMemberAssignmentValue)
 
 
 @dataclass(frozen=True)
@@ -105,9 +182,52 @@ class _Writer:
         self.int32(len(value))
         self.out += value
 
+    # Flexible versions: compact (unsigned varint, length + 1) strings and arrays.
+    def uvarint(self, value: int) -> None:
+        while value >= 0x80:
+            self.out.append((value & 0x7F) | 0x80)
+            value >>= 7
+        self.out.append(value)
 
-def encode_key(key: OffsetCommitKey | GroupMetadataKey) -> bytes:
+    def compact_string(self, value: str | None) -> None:
+        if value is None:
+            self.uvarint(0)
+            return
+        data = value.encode("utf-8")
+        if len(data) > 0x7FFF:
+            raise ValueError(f"string of {len(data)} bytes is longer than Kafka's 32767")
+        self.uvarint(len(data) + 1)
+        self.out += data
+
+    def partitions(self, value: Partitions) -> None:
+        """A ``[]TopicPartitions`` array: per topic id (sorted), its partitions (sorted)."""
+        by_topic: dict[uuid.UUID, list[int]] = {}
+        for topic_id, partition in value:
+            by_topic.setdefault(topic_id, []).append(partition)
+        self.uvarint(len(by_topic) + 1)
+        for topic_id in sorted(by_topic, key=str):
+            self.out += topic_id.bytes
+            self.uvarint(len(by_topic[topic_id]) + 1)
+            for partition in sorted(by_topic[topic_id]):
+                self.int32(partition)
+            self.uvarint(0)                                  # no tagged fields
+
+    def tagged(self, fields: list[tuple[int, bytes]]) -> None:
+        self.uvarint(len(fields))
+        for tag, data in fields:
+            self.uvarint(tag)
+            self.uvarint(len(data))
+            self.out += data
+
+
+def encode_key(key: OffsetCommitKey | GroupMetadataKey | ConsumerKey) -> bytes:
     w = _Writer()
+    if isinstance(key, ConsumerKey):
+        w.int16(key.record_type)
+        w.string(key.group)
+        if key.record_type in _MEMBER_KEYS:
+            w.string(key.member_id)
+        return bytes(w.out)
     if isinstance(key, OffsetCommitKey):
         w.int16(1)
         w.string(key.group)
@@ -144,6 +264,41 @@ def encode_value(value: OffsetCommitValue | GroupMetadataValue) -> bytes:
         w.int32(m.session_timeout_ms)
         w.bytes_(m.subscription)
         w.bytes_(m.assignment)
+    return bytes(w.out)
+
+
+def encode_consumer_value(value: ConsumerValue) -> bytes:
+    """A KIP-848 record's value: version 0, flexible, as Kafka writes it."""
+    w = _Writer()
+    w.int16(0)
+    if isinstance(value, ConsumerGroupMetadataValue):
+        w.int32(value.epoch)
+        w.tagged([(0, _I64.pack(value.metadata_hash))] if value.metadata_hash else [])
+    elif isinstance(value, ConsumerMemberMetadataValue):
+        w.compact_string(value.instance_id)
+        w.compact_string(value.rack_id)
+        w.compact_string(value.client_id)
+        w.compact_string(value.client_host)
+        w.uvarint(len(value.subscribed_topic_names) + 1)
+        for name in value.subscribed_topic_names:
+            w.compact_string(name)
+        w.compact_string(value.subscribed_topic_regex)
+        w.int32(value.rebalance_timeout_ms)
+        w.compact_string(value.server_assignor)
+        w.tagged([])
+    elif isinstance(value, TargetAssignmentMetadataValue):
+        w.int32(value.assignment_epoch)
+        w.tagged([])
+    elif isinstance(value, TargetAssignmentMemberValue):
+        w.partitions(value.partitions)
+        w.tagged([])
+    else:
+        w.int32(value.member_epoch)
+        w.int32(value.previous_member_epoch)
+        w.out += struct.pack(">b", value.state)
+        w.partitions(value.assigned)
+        w.partitions(value.pending_revocation)
+        w.tagged([])
     return bytes(w.out)
 
 
@@ -212,6 +367,20 @@ class _Reader:
                 self._uvarint()
                 self._take(self._uvarint())
 
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=bytes(self._take(16)))
+
+    def int8(self) -> int:
+        return struct.unpack(">b", self._take(1))[0]
+
+    def partitions(self) -> Partitions:
+        result = set()
+        for _ in range(self.array_length()):
+            topic_id = self.uuid()
+            result.update((topic_id, self.int32()) for _ in range(self.array_length()))
+            self.tagged_fields()
+        return frozenset(result)
+
     def value_version(self) -> int:
         """A value's version: 0–4, flexible (compact strings, tagged fields) from 4."""
         version = self.int16()
@@ -225,15 +394,20 @@ class _Reader:
             raise CorruptGroupRecord(f"{self.what}: {len(self.data) - self.pos} trailing bytes")
 
 
-def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
+def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | ConsumerKey | None:
     """The key, or None for a record type this coordinator does not keep
-    (KIP-848 and share-group records are skipped, as an older Kafka would)."""
+    (share and streams groups', the retired partition metadata: skipped, as an
+    older Kafka would)."""
     r = _Reader(data, "__consumer_offsets key")
     version = r.int16()
     if version in OFFSET_COMMIT_KEY_VERSIONS:
         key = OffsetCommitKey(r.string(), r.string(), r.int32())
     elif version == GROUP_METADATA_KEY_VERSION:
         key = GroupMetadataKey(r.string())
+    elif version in _GROUP_ONLY_KEYS:
+        key = ConsumerKey(version, r.string())
+    elif version in _MEMBER_KEYS:
+        key = ConsumerKey(version, r.string(), r.string())
     else:
         return None
     r.done()
@@ -276,6 +450,43 @@ def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
     r.tagged_fields()
     r.done()
     return GroupMetadataValue(protocol_type, generation, protocol, leader, timestamp, tuple(members))
+
+
+def decode_consumer_value(record_type: int, data: bytes) -> ConsumerValue:
+    """The value of a KIP-848 record of ``record_type`` (version 0; unknown tags skipped,
+    MetadataHash read)."""
+    r = _Reader(data, f"consumer group record type {record_type}", flexible=True)
+    if r.int16() != 0:
+        raise CorruptGroupRecord(f"{r.what}: unknown version")
+    if record_type == CONSUMER_GROUP_METADATA:
+        epoch = r.int32()
+        metadata_hash = 0
+        for _ in range(r._uvarint()):
+            tag, size = r._uvarint(), r._uvarint()
+            chunk = r._take(size)
+            if tag == 0 and size == 8:
+                metadata_hash = _I64.unpack(chunk)[0]
+        value: ConsumerValue = ConsumerGroupMetadataValue(epoch, metadata_hash)
+    elif record_type == CONSUMER_GROUP_MEMBER_METADATA:
+        instance_id, rack_id = r.string(nullable=True), r.string(nullable=True)
+        client_id, client_host = r.string(), r.string()
+        topics = tuple(r.string() for _ in range(r.array_length()))
+        value = ConsumerMemberMetadataValue(instance_id, rack_id, client_id, client_host, topics,
+                                            r.string(nullable=True), r.int32(), r.string(nullable=True))
+        r.tagged_fields()
+    elif record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
+        value = TargetAssignmentMetadataValue(r.int32())
+        r.tagged_fields()
+    elif record_type == CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
+        value = TargetAssignmentMemberValue(r.partitions())
+        r.tagged_fields()
+    elif record_type == CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
+        value = CurrentMemberAssignmentValue(r.int32(), r.int32(), r.int8(), r.partitions(), r.partitions())
+        r.tagged_fields()
+    else:
+        raise CorruptGroupRecord(f"record type {record_type} is not a consumer group's")
+    r.done()
+    return value
 
 
 def java_string_hash(text: str) -> int:

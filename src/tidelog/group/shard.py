@@ -15,7 +15,10 @@ state, as in Kafka's classic protocol:
   deadlines) lives in memory and moves by the classic protocol's rules
   (``classic.py``); the ``GroupMetadataValue`` record written when a
   generation's assignment is stored (or the group empties) is what a new
-  coordinator loads.
+  coordinator loads. A KIP-848 group (``consumer.py``) writes all of its state
+  (epochs, subscriptions, target and current assignments) after each change and
+  answers the heartbeat once that is committed; a new coordinator loads it
+  whole, so its members go on with the epochs and partitions they have.
 
 Every operation takes ``now_ms`` and a ``respond`` callback and returns
 nothing; records to write go to ``write(records, on_done)``, which the
@@ -45,9 +48,12 @@ from tidelog.core.ids import TopicPartition
 from tidelog.group.classic import ClassicGroup, GroupEvent, GroupState, Member, Respond
 from tidelog.group.consumer import ASSIGNORS, ConsumerGroup, ConsumerMember, TopicLookup
 from tidelog.group.records import (
+    CONSUMER_GROUP_METADATA,
+    ConsumerKey,
     GroupMetadataKey,
     OffsetCommitKey,
     OffsetCommitValue,
+    decode_consumer_value,
     decode_group_metadata_value,
     decode_key,
     decode_offset_commit_value,
@@ -181,6 +187,10 @@ class GroupShard:
     def replay(self, key_bytes: bytes, value_bytes: bytes | None, now_ms: int) -> None:
         """One committed record of the partition, in offset order."""
         key = decode_key(key_bytes)
+        if isinstance(key, ConsumerKey):
+            if self.loading:             # active: memory is the truth, the record was written from it
+                self._replay_consumer_group(key, key_bytes, value_bytes)
+            return
         if isinstance(key, OffsetCommitKey):
             tp = TopicPartition(key.topic, key.partition)
             if value_bytes is None:
@@ -205,6 +215,21 @@ class GroupShard:
                 self.groups[key.group] = ClassicGroup.from_record(
                     key.group, decode_group_metadata_value(value_bytes), now_ms, self._wall_ms())
 
+    def _replay_consumer_group(self, key: ConsumerKey, key_bytes: bytes, value_bytes: bytes | None) -> None:
+        group = self.consumer_groups.get(key.group)
+        if value_bytes is None and key.record_type == CONSUMER_GROUP_METADATA:
+            self.consumer_groups.pop(key.group, None)              # the group was deleted
+            return
+        if group is None:
+            if value_bytes is None:
+                return
+            placeholder = self.groups.get(key.group)           # made by an offset commit replayed first
+            if placeholder is not None and placeholder.is_in(GroupState.EMPTY):
+                del self.groups[key.group]
+            group = self.consumer_groups[key.group] = ConsumerGroup(key.group)
+        value = None if value_bytes is None else decode_consumer_value(key.record_type, value_bytes)
+        group.apply_record(key, value, key_bytes, value_bytes)
+
     def replay_transactional(self, producer_id: int, key_bytes: bytes, value_bytes: bytes | None,
                              now_ms: int) -> None:
         """A record a transaction wrote: held until the transaction's marker."""
@@ -228,6 +253,8 @@ class GroupShard:
         for group in self.groups.values():
             for member in group.members.values():
                 member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+        for consumer_group in self.consumer_groups.values():
+            consumer_group.loaded(now_ms, self.config.consumer_session_timeout_ms)
         logger.log(logging.INFO if self.groups else logging.DEBUG,
                 "loaded %d groups and their offsets from __consumer_offsets-%d", len(self.groups), self.partition)
 
@@ -255,6 +282,7 @@ class GroupShard:
             if consumer_group.members:
                 return respond(_join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, request.member_id))
             del self.consumer_groups[request.group_id]       # an empty group changes protocol
+            self._write_consumer_records(consumer_group, consumer_group.tombstones())
         group = self.groups.get(request.group_id)
         if group is None:
             if request.member_id:
@@ -554,10 +582,43 @@ class GroupShard:
     # ================================================ ConsumerGroupHeartbeat
 
     def consumer_group_heartbeat(self, request: ConsumerHeartbeat, lookup: TopicLookup, all_topics: list[str],
-                                 now_ms: int, group_configs: Mapping[str, str] | None = None) -> dict:
+                                 now_ms: int, respond: Callable[[dict], None],
+                                 group_configs: Mapping[str, str] | None = None) -> None:
         """KIP-848: join (epoch 0), heartbeat, or leave (epoch -1; -2 for a static member that
-        will be back) — answered at once with the member's epoch and, when it changed, its
-        assignment."""
+        will be back) — answered with the member's epoch and, when it changed, its
+        assignment, once the records of what changed are committed (at once if nothing did).
+        A failed write is answered with the error (the client retries; the group's records
+        are all written again at its next change)."""
+        classic_before = self.groups.get(request.group_id)
+        answer = self._consumer_heartbeat(request, lookup, all_topics, now_ms, group_configs)
+        records: list[Record] = []
+        if classic_before is not None and request.group_id not in self.groups:
+            records.append((encode_key(GroupMetadataKey(request.group_id)), None))    # it changed protocol
+        group = self.consumer_groups.get(request.group_id)
+        if group is not None:
+            records += group.changed_records()
+        if not records:
+            return respond(answer)
+
+        def written(error: ErrorCode) -> None:
+            if error == ErrorCode.NONE:
+                return respond(answer)
+            if group is not None:
+                group.persisted = {}
+            respond({**answer, "error_code": int(append_error(error)), "error_message": None, "member_epoch": -1,
+                     "heartbeat_interval": 0, "assignment": None})
+        self._write(records, written)
+
+    def _write_consumer_records(self, group: ConsumerGroup, records: list[Record]) -> None:
+        """Records of a change no client waits on (an expiry, a protocol change)."""
+        def written(error: ErrorCode) -> None:
+            if error != ErrorCode.NONE:
+                group.persisted = {}         # all written again at the group's next change
+        if records:
+            self._write(records, written)
+
+    def _consumer_heartbeat(self, request: ConsumerHeartbeat, lookup: TopicLookup, all_topics: list[str],
+                            now_ms: int, group_configs: Mapping[str, str] | None) -> dict:
         def error(code: ErrorCode, message: str | None = None) -> dict:
             return {"error_code": int(code), "error_message": message, "member_id": request.member_id or None,
                     "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
@@ -674,13 +735,18 @@ class GroupShard:
         group.target.pop(member_id, None)
         group.group_epoch += 1
 
-    def _expire_consumer_members(self, group: ConsumerGroup, now_ms: int) -> None:
+    def _expire_consumer_members(self, group: ConsumerGroup, now_ms: int) -> bool:
+        """Remove the members past their session or revocation deadline; whether any was."""
+        removed = False
         for member in list(group.members.values()):
             if now_ms >= member.session_deadline_ms:
                 self._remove_consumer_member(group, member.member_id, "timed out (session)")
+                removed = True
             elif member.revocation_deadline_ms is not None and now_ms >= member.revocation_deadline_ms:
                 self._remove_consumer_member(group, member.member_id,
                                              "did not revoke its partitions within its rebalance timeout")
+                removed = True
+        return removed
 
     # =========================================================== OffsetCommit
 
@@ -770,6 +836,7 @@ class GroupShard:
                 return respond(ErrorCode.NON_EMPTY_GROUP)
             del self.consumer_groups[group_id]
             self.groups[group_id] = ClassicGroup(group_id, empty_since_ms=self._wall_ms())
+            self._write_consumer_records(consumer_group, consumer_group.tombstones())
         group = self.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             return respond(ErrorCode.GROUP_ID_NOT_FOUND)
@@ -824,7 +891,8 @@ class GroupShard:
         for group in list(self.groups.values()):
             self._expire(group, now_ms)
         for consumer_group in self.consumer_groups.values():
-            self._expire_consumer_members(consumer_group, now_ms)
+            if self._expire_consumer_members(consumer_group, now_ms):
+                self._write_consumer_records(consumer_group, consumer_group.changed_records())
         if now_ms >= self._next_offset_expiry_ms:
             self._next_offset_expiry_ms = now_ms + self.config.offsets_retention_check_interval_ms
             self._expire_offsets(now_ms)
@@ -894,6 +962,19 @@ class GroupShard:
                 records.append((encode_key(GroupMetadataKey(group_id)), None))
                 group.move(GroupEvent.DELETED, now_ms, wall_ms)
                 deleted.append(group)
+        for group_id, consumer_group in list(self.consumer_groups.items()):
+            if consumer_group.members:
+                continue
+            # An empty KIP-848 group: its offsets expire counted from their commits (as
+            # Kafka's modern groups'), and with the last one the group is deleted.
+            offsets = self.offsets.get(group_id, {})
+            for tp, value in offsets.items():
+                if value.commit_timestamp_ms + self.config.offsets_retention_ms <= wall_ms:
+                    records.append((encode_key(OffsetCommitKey(group_id, tp.topic, tp.partition)), None))
+                    expired += 1
+            if all(v.commit_timestamp_ms + self.config.offsets_retention_ms <= wall_ms for v in offsets.values()):
+                records += consumer_group.tombstones()
+                del self.consumer_groups[group_id]
         if records:
             logger.info("expiring %d committed offsets past offsets.retention.minutes; deleting %d empty groups",
                      expired, len(deleted))

@@ -129,7 +129,9 @@ class GroupApis:
         """KIP-848's protocol: the member heartbeats, the coordinator assigns."""
         heartbeat = translate.consumer_group_heartbeat_request(header.api_version, request, header.client_id,
                                                                client_host.get())
-        return {"throttle_time": 0, **self.requests.consumer_group_heartbeat(heartbeat)}
+        future, respond = _future()
+        self.requests.consumer_group_heartbeat(heartbeat, lambda answer: respond({"throttle_time": 0, **answer}))
+        return _answer(future)
 
     def handle_consumer_group_describe(self, header, request):
         groups = [self.requests.consumer_group_describe(group_id) for group_id in request.group_ids]

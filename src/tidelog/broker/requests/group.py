@@ -297,20 +297,21 @@ class GroupRequests:
 
     # ========================================================== KIP-848
 
-    def consumer_group_heartbeat(self, request: ConsumerHeartbeat) -> dict:
-        """The member heartbeats, the coordinator assigns (KIP-848)."""
+    def consumer_group_heartbeat(self, request: ConsumerHeartbeat, respond: Callable[[dict], None]) -> None:
+        """The member heartbeats, the coordinator assigns (KIP-848); answered once what
+        changed is committed to ``__consumer_offsets``."""
         shard = self.coordinator.shard_for(request.group_id)
         if isinstance(shard, ErrorCode):
-            return {"error_code": int(shard), "error_message": None, "member_id": request.member_id or None,
-                    "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
+            return respond({"error_code": int(shard), "error_message": None, "member_id": request.member_id or None,
+                            "member_epoch": -1, "heartbeat_interval": 0, "assignment": None})
         image = self.node.image
 
         def lookup(name):
             topic = image.topic(name)
             return None if topic is None else (topic.topic_id, len(topic.partitions))
         own = image.configs.get(ConfigResource(int(ConfigResourceType.GROUP), request.group_id), {})
-        return shard.consumer_group_heartbeat(request, lookup, list(image.topic_names()), self._now(),
-                                              group_configs=own)          # GROUP configs (KIP-848)
+        shard.consumer_group_heartbeat(request, lookup, list(image.topic_names()), self._now(), respond,
+                                       group_configs=own)                 # GROUP configs (KIP-848)
 
     def consumer_group_describe(self, group_id: str) -> dict:
         entry = {"error_code": 0, "error_message": None, "group_id": group_id, "group_state": "Dead",
