@@ -70,7 +70,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         modules.setdefault(_module(item), []).append(item)
     order = sorted(modules, key=lambda module: seconds.get(module, UNKNOWN_MODULE_S), reverse=True)
+    order = spark_after_the_first_units(order, int(config.workerinput.get("workercount", 4)))
     items[:] = [item for module in order for item in modules[module]]
+
+
+def spark_after_the_first_units(order: list[str], workers: int) -> list[str]:
+    """The first module each worker takes is not a Spark one: ``make test`` writes the Spark
+    class archive beside the first tests (tests/spark/cds.py) and a Spark JVM waits for it,
+    so a worker that began with a Spark module would sit idle meanwhile. Unconditional, so
+    that every worker computes the same order; the Spark modules still start in the first
+    two minutes, long before the tail the longest-first order protects."""
+    spark = [m for m in order if m.startswith("tests/spark/")]
+    other = [m for m in order if not m.startswith("tests/spark/")]
+    return other[:workers] + [m for m in order if m not in other[:workers]] if spark else order
 
 
 def _module(item: pytest.Item) -> str:
