@@ -243,3 +243,25 @@ def test_a_heartbeat_is_answered_after_its_records_are_written_and_a_failed_writ
     assert len(records) == 5                                  # everything again after the failure
     on_done(E.NONE)
     assert answers[1]["error_code"] == 0 and answers[1]["assignment"] is not None
+
+
+def test_strings_kafkas_records_cannot_hold_are_refused_and_the_group_goes_on():
+    """An attacker's 40 KB regex (or rack, instance id, topic name) cannot be written in
+    Kafka's records (int16 lengths): refused with INVALID_REQUEST, naming the field,
+    before it touches the group — whose other members carry on."""
+    h = Harness()
+    h.beat("a")
+    long = "x" * 40_000
+    for field in ("instance", "rack", "regex", "topic"):
+        request = ConsumerHeartbeat("g", "evil", 0, long if field == "instance" else None,
+                                    long if field == "rack" else None, 30_000,
+                                    (long,) if field == "topic" else ("t",), long if field == "regex" else None,
+                                    None, frozenset(), "evil", "/h")
+        answers = []
+        h.shard.consumer_group_heartbeat(request, h.lookup, ["t"], h.now, answers.append)
+        assert answers[0]["error_code"] == E.INVALID_REQUEST and "32767" in answers[0]["error_message"]
+    assert set(h.shard.consumer_groups["g"].members) == {"a"}
+    assert h.beat("a")["error_code"] == 0
+    # Counted in UTF-8 bytes: 16,000 two-byte characters fit, 17,000 do not.
+    assert h.beat("b", instance="é" * 16_000)["error_code"] == 0
+    assert h.beat("c", instance="é" * 17_000)["error_code"] == E.INVALID_REQUEST

@@ -308,3 +308,16 @@ def test_session_timeout_bounds():
     h = Harness()
     assert h.join("x", session_ms=1_000)["error_code"] == E.INVALID_SESSION_TIMEOUT
     assert h.join("x", group="")["error_code"] == E.INVALID_GROUP_ID
+
+
+def test_a_client_id_of_32767_bytes_still_gets_a_member_id_its_group_record_can_hold():
+    """The header's client id may be 32767 bytes; the member id made from it (client id,
+    "-", a UUID) is cut to fit the group's record, which is then written and read back."""
+    h = Harness(GroupConfig(initial_rebalance_delay_ms=0))
+    h.join("é" * 16_383 + "x", version=3)                     # 32,767 bytes, two-byte characters
+    h.tick(1)
+    answer = h.answers.pop(("join", "é" * 16_383 + "x"))
+    assert answer["error_code"] == E.NONE and len(answer["member_id"].encode()) <= 0x7FFF
+    h.sync("é" * 16_383 + "x", answer["member_id"], answer["generation_id"], {answer["member_id"]: b"A"})
+    h.commit()
+    assert h.shard.groups["g"].state == GroupState.STABLE and any(key for key, _ in h.log)

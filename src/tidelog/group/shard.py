@@ -171,7 +171,10 @@ class GroupShard:
         self.partition = partition
         self.config = config
         self._write = write
-        self._new_member_id = new_member_id
+        # A member id is written in the group's records (int16 lengths): its client-id or
+        # instance-id prefix is cut so that prefix, "-" and a UUID fit (Kafka would fail the
+        # write of a group whose client id is 32767 bytes long).
+        self._new_member_id = lambda prefix: new_member_id(_fit_member_id_prefix(prefix))
         self._wall_ms = wall_ms                  # wall time, for timestamps; deadlines use now_ms
         self.groups: dict[str, ClassicGroup] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}
@@ -624,6 +627,9 @@ class GroupShard:
                     "member_epoch": -1, "heartbeat_interval": 0, "assignment": None}
         if not request.group_id:
             return error(ErrorCode.INVALID_REQUEST, "the group id is empty")
+        too_long = _too_long_for_a_record(request)
+        if too_long:
+            return error(ErrorCode.INVALID_REQUEST, f"{too_long} is longer than 32767 bytes")
         if request.member_epoch == 0 and request.subscribed_topic_names is None \
                 and request.subscribed_topic_regex is None:
             return error(ErrorCode.INVALID_REQUEST, "a joining member must name its subscription")
@@ -995,6 +1001,31 @@ class GroupShard:
 
     def _group_record(self, group: ClassicGroup) -> Record:
         return encode_key(GroupMetadataKey(group.group_id)), encode_value(group.to_record(self._wall_ms()))
+
+
+MEMBER_ID_PREFIX_MAX_BYTES = 0x7FFF - 64
+
+
+def _fit_member_id_prefix(prefix: str) -> str:
+    data = prefix.encode("utf-8")
+    if len(data) <= MEMBER_ID_PREFIX_MAX_BYTES:
+        return prefix
+    return data[:MEMBER_ID_PREFIX_MAX_BYTES].decode("utf-8", errors="ignore")
+
+
+def _too_long_for_a_record(request: ConsumerHeartbeat) -> str | None:
+    """The field of a heartbeat that Kafka's records could not hold (a string of more than
+    32767 UTF-8 bytes; Kafka's own request parser refuses those), or None."""
+    fields = [("the group id", request.group_id), ("the member id", request.member_id),
+              ("the instance id", request.instance_id), ("the rack id", request.rack_id),
+              ("the subscribed topic regex", request.subscribed_topic_regex),
+              ("the server assignor", request.server_assignor), ("the client id", request.client_id),
+              ("the client host", request.client_host),
+              *(("a subscribed topic name", name) for name in request.subscribed_topic_names or ())]
+    for what, value in fields:
+        if value is not None and len(value) > 0x7FFF // 4 and len(value.encode("utf-8")) > 0x7FFF:
+            return what
+    return None
 
 
 def _validate_member_epoch(group: ConsumerGroup, member_id: str, member_epoch: int) -> ErrorCode:
