@@ -265,3 +265,24 @@ def test_strings_kafkas_records_cannot_hold_are_refused_and_the_group_goes_on():
     # Counted in UTF-8 bytes: 16,000 two-byte characters fit, 17,000 do not.
     assert h.beat("b", instance="é" * 16_000)["error_code"] == 0
     assert h.beat("c", instance="é" * 17_000)["error_code"] == E.INVALID_REQUEST
+
+
+def test_a_steady_heartbeat_compares_only_its_own_members_records():
+    """In a settled group a heartbeat encodes the group's records and its member's, not
+    every member's (a group of 1,000 would otherwise encode 3,000 records per heartbeat)."""
+    h = Harness(partitions=60)
+    members = [f"m{i:02d}" for i in range(30)]
+    for member in members:
+        h.beat(member)
+    h.settle(members, rounds=8)
+    group = h.shard.consumer_groups["g"]
+    asked = []
+    real = group.records
+    group.records = lambda chosen=None: asked.append(chosen) or real(chosen)
+    h.beat("m07")
+    assert asked == [["m07"]]
+    h.beat("new")                                             # a join: everything compared again
+    assert asked[-1] is None
+    group.records = real
+    h.settle(members + ["new"], rounds=8)
+    assert group_state(h.load_elsewhere()) == group_state(h.shard)

@@ -599,7 +599,7 @@ class GroupShard:
             records.append((encode_key(GroupMetadataKey(request.group_id)), None))    # it changed protocol
         group = self.consumer_groups.get(request.group_id)
         if group is not None:
-            records += group.changed_records()
+            records += group.changed_records(touched=answer["member_id"] or request.member_id)
         if not records:
             return respond(answer)
 
@@ -607,7 +607,7 @@ class GroupShard:
             if error == ErrorCode.NONE:
                 return respond(answer)
             if group is not None:
-                group.persisted = {}
+                group.forget_written()
             respond({**answer, "error_code": int(append_error(error)), "error_message": None, "member_epoch": -1,
                      "heartbeat_interval": 0, "assignment": None})
         self._write(records, written)
@@ -616,7 +616,7 @@ class GroupShard:
         """Records of a change no client waits on (an expiry, a protocol change)."""
         def written(error: ErrorCode) -> None:
             if error != ErrorCode.NONE:
-                group.persisted = {}         # all written again at the group's next change
+                group.forget_written()       # all written again at the group's next change
         if records:
             self._write(records, written)
 
