@@ -361,11 +361,14 @@ class _Reader:
             raise CorruptGroupRecord(f"{self.what}: null array")
         return n
 
-    def tagged_fields(self) -> None:
+    def tagged_fields(self) -> dict[int, memoryview]:
+        """A flexible struct's tagged fields, by tag (the caller keeps those it knows)."""
+        fields = {}
         if self.flexible:
             for _ in range(self._uvarint()):
-                self._uvarint()
-                self._take(self._uvarint())
+                tag = self._uvarint()
+                fields[tag] = self._take(self._uvarint())
+        return fields
 
     def uuid(self) -> uuid.UUID:
         return uuid.UUID(bytes=bytes(self._take(16)))
@@ -460,13 +463,9 @@ def decode_consumer_value(record_type: int, data: bytes) -> ConsumerValue:
         raise CorruptGroupRecord(f"{r.what}: unknown version")
     if record_type == CONSUMER_GROUP_METADATA:
         epoch = r.int32()
-        metadata_hash = 0
-        for _ in range(r._uvarint()):
-            tag, size = r._uvarint(), r._uvarint()
-            chunk = r._take(size)
-            if tag == 0 and size == 8:
-                metadata_hash = _I64.unpack(chunk)[0]
-        value: ConsumerValue = ConsumerGroupMetadataValue(epoch, metadata_hash)
+        metadata_hash = r.tagged_fields().get(0)
+        value: ConsumerValue = ConsumerGroupMetadataValue(
+            epoch, _I64.unpack(metadata_hash)[0] if metadata_hash is not None and len(metadata_hash) == 8 else 0)
     elif record_type == CONSUMER_GROUP_MEMBER_METADATA:
         instance_id, rack_id = r.string(nullable=True), r.string(nullable=True)
         client_id, client_host = r.string(), r.string()

@@ -258,8 +258,9 @@ class GroupShard:
                 member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
         for consumer_group in self.consumer_groups.values():
             consumer_group.loaded(now_ms, self.config.consumer_session_timeout_ms)
-        logger.log(logging.INFO if self.groups else logging.DEBUG,
-                "loaded %d groups and their offsets from __consumer_offsets-%d", len(self.groups), self.partition)
+        loaded = len(self.groups) + len(self.consumer_groups)
+        logger.log(logging.INFO if loaded else logging.DEBUG,
+                "loaded %d groups and their offsets from __consumer_offsets-%d", loaded, self.partition)
 
     def unload(self) -> None:
         """Leadership moved: every waiting client learns NOT_COORDINATOR."""
@@ -974,11 +975,11 @@ class GroupShard:
             # An empty KIP-848 group: its offsets expire counted from their commits (as
             # Kafka's modern groups'), and with the last one the group is deleted.
             offsets = self.offsets.get(group_id, {})
-            for tp, value in offsets.items():
-                if value.commit_timestamp_ms + self.config.offsets_retention_ms <= wall_ms:
-                    records.append((encode_key(OffsetCommitKey(group_id, tp.topic, tp.partition)), None))
-                    expired += 1
-            if all(v.commit_timestamp_ms + self.config.offsets_retention_ms <= wall_ms for v in offsets.values()):
+            old = [tp for tp, value in offsets.items()
+                   if value.commit_timestamp_ms + self.config.offsets_retention_ms <= wall_ms]
+            records += [(encode_key(OffsetCommitKey(group_id, tp.topic, tp.partition)), None) for tp in old]
+            expired += len(old)
+            if len(old) == len(offsets):
                 records += consumer_group.tombstones()
                 del self.consumer_groups[group_id]
         if records:
