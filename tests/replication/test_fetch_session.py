@@ -274,3 +274,49 @@ def test_the_follower_driver_opens_a_session_and_then_sends_only_changes():
     assert sent(2) == (77, 2, [], [])
     assert sent(3) == (77, 3, [0], [])                      # answered FETCH_SESSION_ID_NOT_FOUND
     assert sent(4) == (0, 0, [0, 1], [])                    # full again, at once
+
+
+def test_a_quiet_read_result_is_one_an_incremental_response_leaves_out():
+    """``quiet`` lets the server skip building entries: it must never call quiet a result
+    whose entry ``must_respond`` would send. Every combination of what can change."""
+    from types import SimpleNamespace
+
+    from tidelog.broker.requests.fetch import FetchRequests
+    from tidelog.replication.partition import ReadResult
+
+    node = SimpleNamespace(image=SimpleNamespace(partition=lambda tp: None))
+    entry_of = FetchRequests.__new__(FetchRequests)
+    entry_of.node = node
+    manager = FetchManager(FetchSessionCache())
+    session_id = full_session(manager)
+    context = manager.new_context(VERSION, session_id, 1, False, {}, [], 10)
+    cached = context.session.partitions[T0]
+    assert (cached.high_watermark, cached.log_start_offset) == (10, 0)
+
+    class Empty:               # an empty FileSlice, as a read at the log end gives
+        length = 0
+
+        def __len__(self):
+            return 0
+
+        def on_file(self):
+            return False
+
+        def read_bytes(self):
+            return b""
+    empty = Empty()
+    quiet_seen = 0
+    for error in (ErrorCode.NONE, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.OFFSET_OUT_OF_RANGE):
+        for records in (None, empty):
+            for high_watermark in (10, 11, -1):
+                for log_start_offset in (0, 1):
+                    for preferred in (-1, 2):
+                        for diverging in (None, (3, 7)):
+                            result = ReadResult(error, records, None, high_watermark, high_watermark,
+                                                log_start_offset, 20, diverging, None, preferred)
+                            if cached.quiet(result):
+                                quiet_seen += 1
+                                assert not cached.must_respond(entry_of.partition_response(T0, result), update=False)
+    assert quiet_seen == 2      # no error, no records (None or empty), nothing changed
+    unchanged = ReadResult(high_watermark=10, last_stable_offset=10, log_start_offset=0)
+    assert context.quiet({T0: unchanged, T1: ReadResult(high_watermark=11, log_start_offset=0)}) == {T0}

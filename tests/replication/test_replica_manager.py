@@ -199,7 +199,66 @@ def test_follower_fetch_waits_in_purgatory_until_data(tmp_path, clock):
                       answers.append)
     clock.advance(500)
     rm.on_tick(clock.monotonic_ms())
-    assert len(answers) == 2 and answers[1][TP].records.length == 0
+    assert len(answers) == 2 and answers[1][TP].records is None     # expired: nothing to send
+
+
+def _waiting_follower_fetch(rm, replica_id, offset, answers):
+    rm.fetch_messages(FetchParams(replica_id, 500, 1, 1 << 20, Isolation.LOG_END,
+                                  {TP: FetchPartitionRequest(offset, 1 << 20, 0)}, broker_epoch=ALIVE[replica_id]),
+                      answers.append)
+
+
+def test_a_fetch_that_expires_unwoken_is_answered_with_its_arrival_read(tmp_path, clock):
+    """Nothing happened to its partitions while it waited: what it read on arrival is
+    the answer (reading every partition again at expiry doubled an idle cluster's
+    follower fetch work); its empty slice is not kept."""
+    rm = manager(tmp_path, clock, broker_id=0)
+    rm.apply_partition_states({TP: state(0, 0)})
+    rm.append_records(1, 30_000, {TP: values("a")}, lambda r: None)
+    reads = []
+    read = rm._read_moving
+    rm._read_moving = lambda params: reads.append(params.replica_id) or read(params)
+    answers = []
+    _waiting_follower_fetch(rm, 1, 1, answers)
+    assert answers == [] and reads == [1]
+    clock.advance(500)
+    rm.on_tick(clock.monotonic_ms())
+    assert reads == [1] and len(answers) == 1
+    assert answers[0][TP].error == ErrorCode.NONE and answers[0][TP].records is None
+    assert answers[0][TP].log_end_offset == 1
+
+
+def test_a_fetch_that_moved_the_high_watermark_reads_again_when_it_expires(tmp_path, clock):
+    """The last follower to catch up moves the high watermark after its own read: its
+    arrival read carries the old one, so at expiry it is read again (else that follower
+    learns the new high watermark a whole max wait later; simulator scenario
+    long-poll-fetch)."""
+    rm = manager(tmp_path, clock, broker_id=0)
+    rm.apply_partition_states({TP: state(0, 0, isr=(0, 1), replicas=(0, 1))})
+    rm.append_records(1, 30_000, {TP: values("a")}, lambda r: None)
+    answers = []
+    _waiting_follower_fetch(rm, 1, 1, answers)
+    assert answers == [] and rm.get_partition(TP).log.high_watermark == 1
+    clock.advance(500)
+    rm.on_tick(clock.monotonic_ms())
+    assert len(answers) == 1 and answers[0][TP].high_watermark == 1
+
+
+def test_a_fetch_woken_while_it_waits_reads_again_when_it_expires(tmp_path, clock):
+    """Broker 2's fetch moves the high watermark while broker 1's waits: that wakes
+    broker 1's (no bytes for it, so it keeps waiting), and its answer at expiry is read
+    then, with the new high watermark — not the arrival read's."""
+    rm = manager(tmp_path, clock, broker_id=0)
+    rm.apply_partition_states({TP: state(0, 0)})
+    rm.append_records(1, 30_000, {TP: values("a")}, lambda r: None)
+    waiting = []
+    _waiting_follower_fetch(rm, 1, 1, waiting)          # broker 1 has the record: it waits
+    assert waiting == [] and rm.get_partition(TP).log.high_watermark == 0
+    _waiting_follower_fetch(rm, 2, 1, [])               # broker 2 too: the high watermark moves
+    assert rm.get_partition(TP).log.high_watermark == 1 and waiting == []
+    clock.advance(500)
+    rm.on_tick(clock.monotonic_ms())
+    assert len(waiting) == 1 and waiting[0][TP].high_watermark == 1
 
 
 def test_in_controlled_shutdown_a_follower_that_left_the_isr_stops_fetching_and_is_not_restarted(tmp_path, clock):

@@ -17,15 +17,18 @@ def test_an_event_changes_no_process_but_its_own(run, seed):
 
 
 def test_a_last_known_leader_loss_another_replica_could_have_avoided_is_counted_apart(run):
-    """Seed 1726: broker 2 comes back on a replaced disk as the last known leader of t1-0
-    while broker 1, out of the ISR and ELR, still holds every committed record. Without
-    the brokers' log-end reports broker 2 is elected with an empty log (Kafka 4.4 elects
-    the same): the reset is excused, but named as one the longest log would avoid. With
-    them (tidelog's default) broker 1's longer log is elected and nothing is reset."""
+    """Seed 1730: broker 3, the last known leader of t0-0, comes back from a power cut
+    that took its unflushed tail, while broker 1, out of the ISR and ELR, still holds
+    every committed record. Without the brokers' log-end reports broker 3 is elected
+    (Kafka 4.4 elects the same) and the tail is gone: the reset is excused, but named as
+    one the longest log would avoid. With them (tidelog's default) the longest log is
+    elected and nothing is reset. (Seed 1726 showed the same with a replaced disk
+    until delayed fetches began answering with their arrival reads, which moved its
+    timing.)"""
     avoidable = "last known leader after every eligible replica's unclean shutdown, another replica complete"
-    result = run(1726, log_ends=False)
+    result = run(1730, log_ends=False)
     assert result.passed, failure_report(result)
     assert result.stats.reset_reasons.get(avoidable, 0) >= 1, result.stats.reset_reasons
-    result = run(1726)
+    result = run(1730)
     assert result.passed, failure_report(result)
     assert result.stats.reset_reasons == {}, result.stats.reset_reasons

@@ -303,6 +303,24 @@ def test_flush_dirty_logs_flushes_only_what_is_due(dirs, clock, fs):
     assert m.get_log(A0).recovery_point == 2 and m.get_log(B0).recovery_point == 0
 
 
+def test_flush_dirty_logs_sees_a_flush_ms_set_later_and_logs_created_later(dirs, clock, fs):
+    """The logs with a flush.ms are listed once, not walked every tick: a config change
+    and a new log must still be seen."""
+    m = LogManager(dirs, clock, fs, default_config=LogConfig(), topic_configs={"b-x": LogConfig(flush_ms=1000)})
+    fill(m.get_or_create_log(A0), 2)
+    clock.advance(1000)
+    assert m.flush_dirty_logs() == 0
+    m.get_log(A0).update_config(LogConfig(flush_ms=1000))
+    assert m.flush_dirty_logs() == 1 and m.get_log(A0).recovery_point == 2
+    fill(m.get_or_create_log(B0), 2)
+    clock.advance(1000)
+    assert m.flush_dirty_logs() == 1 and m.get_log(B0).recovery_point == 2
+    m.get_log(A0).update_config(LogConfig())
+    fill(m.get_log(A0), 1)
+    clock.advance(1000)
+    assert m.flush_dirty_logs() == 0 and m.get_log(A0).recovery_point == 2
+
+
 def test_topic_ids_are_kept_in_partition_metadata_and_a_failed_write_only_takes_the_directory_offline(
         dirs, clock, fs):
     import uuid

@@ -93,6 +93,16 @@ class CachedPartition:
             must = True
         return must
 
+    def quiet(self, result) -> bool:
+        """Whether a read result (``partition.ReadResult``) is sure to give a response entry
+        ``must_respond`` leaves out: no error (an error's entry always goes), no records,
+        no preferred read replica, no diverging epoch, and the high watermark and log start
+        offset last sent. Lets an incremental response skip building those entries."""
+        records = result.records
+        return (result.error == ErrorCode.NONE and (records is None or records.length == 0)
+                and result.high_watermark == self.high_watermark and result.log_start_offset == self.log_start_offset
+                and result.preferred_read_replica < 0 and result.diverging_epoch is None)
+
 
 @dataclass(eq=False)
 class FetchSession:
@@ -223,6 +233,15 @@ class FetchContext:
     privileged: bool = False
     uses_topic_ids: bool = False
     cache: FetchSessionCache | None = None
+
+    def quiet(self, results: dict) -> set:
+        """The partitions of an incremental session whose read results ``respond`` would
+        leave out (``CachedPartition.quiet``): their response entries need not be built.
+        Most of a big follower session's partitions, most of the time."""
+        if self.kind != ContextKind.INCREMENTAL:
+            return set()
+        cached = self.session.partitions
+        return {tp for tp, result in results.items() if tp in cached and cached[tp].quiet(result)}
 
     def respond(self, responses: dict, now_ms: int) -> tuple[ErrorCode, int, list]:
         """``responses``: TopicPartition -> the partition's response entry, for the

@@ -6,7 +6,15 @@ ISR change — call ``check_and_complete(key)``, which asks every operation
 watching that key to ``try_complete`` (``check_and_complete_all(keys)``: each
 operation watching any of the keys, once). ``expire(now_ms)`` completes operations
 whose deadline passed with their timeout outcome. ``on_complete`` runs exactly
-once, whichever path gets there first.
+once, whichever path gets there first. An operation tried because of an event on
+one of its keys is marked ``woken``; one that expires unwoken saw no such event
+while it waited (a delayed fetch then answers with what it read on arrival:
+``ReplicaManager.fetch_messages``).
+
+Kafka tries an operation a second time right after watching it, for an event
+another thread may have slipped in between the first try and the watch. Here every
+event runs on one thread, so nothing can: the operation is tried once (a delayed
+follower fetch's try walks every partition it asked for).
 
 Sans-IO: time comes in as arguments; the asyncio shell calls ``expire`` at
 ``next_deadline_ms()``. The purgatory is bounded: ``try_complete_else_watch``
@@ -34,6 +42,7 @@ class DelayedOperation:
         self.deadline_ms = deadline_ms
         self.completed = False
         self.expired = False
+        self.woken = False       # tried for an event on one of its keys (not only on arrival)
 
     def force_complete(self) -> bool:
         """Complete now, exactly once; returns True only for the first call."""
@@ -64,8 +73,8 @@ class Purgatory:
         return sum(1 for entry in self._deadlines if not entry[2].completed)
 
     def try_complete_else_watch(self, operation: DelayedOperation, keys: Iterable[Hashable]) -> bool:
-        """Try once; if not complete, watch it under ``keys`` and try once more
-        (an event may have slipped in between). Returns whether it completed."""
+        """Try once; if not complete, watch it under ``keys`` (no second try: see the
+        module docstring). Returns whether it completed."""
         if operation.try_complete():
             return True
         if len(self._deadlines) >= self.capacity:
@@ -76,8 +85,6 @@ class Purgatory:
         for key in keys:
             self._watchers.setdefault(key, []).append(operation)
         heapq.heappush(self._deadlines, (operation.deadline_ms, next(self._sequence), operation))
-        if operation.try_complete():
-            return True
         return False
 
     def check_and_complete(self, key: Hashable) -> int:
@@ -96,6 +103,7 @@ class Purgatory:
         for operation in watchers:
             if operation.completed:
                 continue
+            operation.woken = True
             if operation.try_complete():
                 completed += 1
             else:
@@ -118,6 +126,8 @@ class Purgatory:
             for operation in self._watchers.get(key, ()):
                 if not operation.completed:
                     operations.setdefault(id(operation), operation)
+        for operation in operations.values():
+            operation.woken = True
         completed = sum(1 for operation in operations.values()
                         if not operation.completed and operation.try_complete())
         if completed:

@@ -251,7 +251,8 @@ class KafkaApis:
         return fetch, order, unknown, context
 
     def _fetch_response(self, results: dict, order: list, unknown: list, context: FetchContext) -> dict:
-        entries = {tp: self.fetch.partition_response(tp, results[tp]) for tp, _ in order}
+        quiet = context.quiet(results)          # an incremental session leaves these out
+        entries = {tp: self.fetch.partition_response(tp, results[tp]) for tp, _ in order if tp not in quiet}
         error, session_id, send = context.respond(entries, self.replica_manager.clock.monotonic_ms())
         if error != ErrorCode.NONE:
             return {"throttle_time": 0, "error_code": int(error), "session_id": session_id, "responses": []}

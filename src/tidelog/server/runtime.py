@@ -37,6 +37,7 @@ the process with exit status 1 — it is never logged and carried on from.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -793,6 +794,17 @@ def keep_request_buffers() -> bool:
 SERVER_UMASK = 0o077
 
 
+# The cyclic garbage collector's thresholds in a server process (Python's default: 700, 10,
+# 10). A broker's long-lived heap grows with its partitions, and a delayed fetch keeps a
+# few objects per partition of its session for up to replica.fetch.wait.max.ms: with the
+# default, those outlive two young collections, reach the oldest generation and set off a
+# full collection of the whole heap about once a second (~170 ms each at 10,000 partitions
+# RF=3: half of an idle broker's CPU, and as many loop stalls). A young generation of
+# 5,000 lets them die young, and a full collection is considered after 100 middle ones,
+# not 10 (docs/performance.md, "Idle brokers").
+GC_THRESHOLDS = (5_000, 10, 100)
+
+
 def run_server(properties: str | None, overrides: list[str]) -> int:
     os.umask(SERVER_UMASK)
     try:
@@ -801,6 +813,7 @@ def run_server(properties: str | None, overrides: list[str]) -> int:
         logger.error("%s", e)
         return 2
     raise_open_file_limit()
+    gc.set_threshold(*GC_THRESHOLDS)
     if not keep_request_buffers():
         logger.info("not glibc: request buffers use the C library's default allocation")
     set_retry_wait(time.sleep)   # checkpoint writes out of descriptors wait between tries

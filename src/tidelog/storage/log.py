@@ -294,9 +294,12 @@ class Log:
     def is_offline(self) -> bool:
         return self._local_log.offline
 
+    config_changes = 0      # update_config calls in this process, any log (LogManager.flush_dirty_logs)
+
     def update_config(self, config: LogConfig) -> None:
         """Apply a changed topic config; takes effect from the next append/roll/retention."""
         self.config = self._local_log.config = config
+        Log.config_changes += 1
 
     # -- appends ----------------------------------------------------------------------
 
