@@ -79,7 +79,7 @@ def test_kafka_python_and_aiokafka_over_tls(broker, certificates):
     producer.close()
     consumer = KafkaConsumer("tls-kafka-python", bootstrap_servers=broker.bootstrap, security_protocol="SSL",
                              ssl_cafile=str(certificates / "ca.pem"), auto_offset_reset="earliest",
-                             consumer_timeout_ms=10_000)
+                             consumer_timeout_ms=30_000)     # as long as the librdkafka test's deadline
     assert sorted(int(m.value) for m in consumer) == list(range(50))
     consumer.close()
 
