@@ -412,11 +412,12 @@ class ReplicaManager:
         — except when it expires *unwoken*: no append, high-watermark, role or leader change
         on any of its partitions tried it while it waited, its arrival read found nothing
         to send and moved no high watermark (a follower's fetch that completes the high
-        watermark read the old one: the re-read tells it the new one at once). Its answer is then that arrival read, as if it had been computed
-        on arrival and spent the wait on the wire; every value in it was true then, and the
-        follower bookkeeping was done then. That halves the work of the idle follower
-        fetches of a big cluster (every partition of the session read twice per
-        ``replica.fetch.wait.max.ms``; docs/replication.md)."""
+        watermark read the old one: the re-read tells it the new one at once). Its answer
+        is then that arrival read, as if it had been computed on arrival and spent the
+        wait on the wire; every value in it was true then, and the follower bookkeeping
+        was done then. That halves the work of the idle follower fetches of a big cluster
+        (every partition of the session read twice per ``replica.fetch.wait.max.ms``;
+        docs/replication.md)."""
         results, moved = self._read_moving(params)
         bytes_readable = sum(r.records.length for r in results.values() if r.records is not None)
         errored = any(r.error != ErrorCode.NONE or r.diverging_epoch for r in results.values())
@@ -424,7 +425,8 @@ class ReplicaManager:
                 or errored):
             on_done(results)
             return
-        def complete() -> None:
+
+        def complete() -> None:       # DelayedFetch.on_complete
             if operation.expired and not operation.woken and not moved and bytes_readable == 0:
                 on_done(_unread(results))
             else:
