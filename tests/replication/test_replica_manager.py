@@ -216,8 +216,8 @@ def test_a_fetch_that_expires_unwoken_is_answered_with_its_arrival_read(tmp_path
     rm.apply_partition_states({TP: state(0, 0)})
     rm.append_records(1, 30_000, {TP: values("a")}, lambda r: None)
     reads = []
-    read = rm._read_moving
-    rm._read_moving = lambda params: reads.append(params.replica_id) or read(params)
+    read = rm._read
+    rm._read = lambda params: reads.append(params.replica_id) or read(params)
     answers = []
     _waiting_follower_fetch(rm, 1, 1, answers)
     assert answers == [] and reads == [1]

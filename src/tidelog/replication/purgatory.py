@@ -126,10 +126,11 @@ class Purgatory:
             for operation in self._watchers.get(key, ()):
                 if not operation.completed:
                     operations.setdefault(id(operation), operation)
+        completed = 0
         for operation in operations.values():
             operation.woken = True
-        completed = sum(1 for operation in operations.values()
-                        if not operation.completed and operation.try_complete())
+            if not operation.completed and operation.try_complete():
+                completed += 1
         if completed:
             for key in keys:       # completed operations leave these keys' lists now
                 watchers = self._watchers.get(key)

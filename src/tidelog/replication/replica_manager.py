@@ -418,7 +418,7 @@ class ReplicaManager:
         was done then. That halves the work of the idle follower fetches of a big cluster
         (every partition of the session read twice per ``replica.fetch.wait.max.ms``;
         docs/replication.md)."""
-        results, moved = self._read_moving(params)
+        results, moved = self._read(params)
         bytes_readable = sum(r.records.length for r in results.values() if r.records is not None)
         errored = any(r.error != ErrorCode.NONE or r.diverging_epoch for r in results.values())
         if (params.max_wait_ms <= 0 or not params.partitions or bytes_readable >= params.min_bytes
@@ -430,7 +430,7 @@ class ReplicaManager:
             if operation.expired and not operation.woken and not moved and bytes_readable == 0:
                 on_done(_unread(results))
             else:
-                on_done(self._read(params))
+                on_done(self._read(params)[0])
         operation = DelayedFetch(self.clock.monotonic_ms() + params.max_wait_ms, params,
                                  self._bytes_available, complete)
         try:
@@ -438,10 +438,7 @@ class ReplicaManager:
         except PurgatoryFullError:
             on_done(results)
 
-    def _read(self, params: FetchParams) -> dict:
-        return self._read_moving(params)[0]
-
-    def _read_moving(self, params: FetchParams) -> tuple[dict, bool]:
+    def _read(self, params: FetchParams) -> tuple[dict, bool]:
         """The read, and whether it moved a high watermark of its own partitions (a
         follower's fetch does, after reading: its results carry the old one)."""
         results = {}
