@@ -69,10 +69,10 @@ def test_the_leader_is_recorded_when_the_partition_becomes_leaderless_with_an_is
     assert shape(env) == (-1, (), (1,), (0,))                # an empty ISR keeps the last known leader
     env.clock.advance(9001)
     assert after(env, lambda: env.restart(1, log_dirs=2)) == [
-        PartitionChangeRecord(foo_id, 0, eligible_leader_replicas=())]
-    assert shape(env) == (-1, (), (), (0,))
+        PartitionChangeRecord(foo_id, 0, eligible_leader_replicas=(), last_known_elr=(0, 1))]
+    assert shape(env) == (-1, (), (), (0, 1))                # 1 held every committed record before it
     env.heartbeat(1)
-    assert shape(env) == (-1, (), (), (0,))                  # 1 is up, but eligible for nothing
+    assert shape(env) == (-1, (), (), (0, 1))                # 1 is up, but nobody says where a log ends
 
     assert after(env, lambda: env.heartbeat(0)) == [
         PartitionChangeRecord(foo_id, 0, isr=(0,), leader=0, leader_recovery_state=LeaderRecoveryState.RECOVERING,

@@ -7,12 +7,14 @@ unflushed records in its own unclean shutdown."""
 import uuid
 
 from tidelog.controller.feature_control import broker_features
+from tidelog.controller.heartbeat import UNCLEAN_RECOVERY_WAIT_MS
 from tidelog.controller.partition_change import PartitionChangeBuilder
 from tidelog.core.errors import ErrorCode
+from tidelog.core.ids import TopicPartition
 from tidelog.metadata.records import PartitionChangeRecord
 from tidelog.metadata.registrations import PartitionRegistration
 from tidelog.testing.controller import ControllerTestEnv
-from tests.controller.test_eligible_leader_replicas import ELR_ON, check, shape, three_brokers
+from tests.controller.test_eligible_leader_replicas import ELR_ON, check, foo, shape, three_brokers
 
 FOO = ("foo", 0)
 
@@ -26,7 +28,16 @@ def everyone_back_uncleanly(env: ControllerTestEnv) -> None:
     env.restart(0)
     env.restart(1)
     env.restart(2)
-    assert shape(env) == (-1, (), (), (2,))
+    assert shape(env) == (-1, (), (), (2, 1))
+
+
+def wait_out_the_recovery(env: ControllerTestEnv, ends: dict[int, tuple[int, int]]) -> None:
+    """The brokers in ``ends`` heartbeat with those reports, every two seconds, until
+    the recovery wait for a broker that is down has passed."""
+    for _ in range(UNCLEAN_RECOVERY_WAIT_MS // 2000 + 1):
+        env.clock.advance(2000)
+        for broker_id, end in ends.items():
+            env.heartbeat(broker_id, log_ends={FOO: end})
 
 
 def test_a_longer_log_reported_by_a_replica_that_is_back_is_elected_instead_of_the_last_known_leader():
@@ -35,7 +46,7 @@ def test_a_longer_log_reported_by_a_replica_that_is_back_is_elected_instead_of_t
     everyone_back_uncleanly(env)
     env.heartbeat(0, log_ends={FOO: (3, 120)})
     env.heartbeat(1, log_ends={FOO: (3, 90)})
-    assert shape(env) == (-1, (), (), (2,))                  # still waiting for the last known leader
+    assert shape(env) == (-1, (), (), (2, 1))                  # still waiting for the last known leader
     end = env.log.end_offset
     env.heartbeat(2, log_ends={FOO: (3, 100)})                # it lost 20 unflushed records
     changes = [r for r in env.records_from(end) if isinstance(r, PartitionChangeRecord)]
@@ -60,7 +71,7 @@ def test_the_election_waits_for_every_replica_that_may_lead_but_no_longer_than_a
     env.heartbeat(0, log_ends={FOO: (3, 100)})
     env.heartbeat(1)                                          # up, but its metadata is behind: no report
     env.heartbeat(2, log_ends={FOO: (3, 90)})                 # the last known leader is back
-    assert shape(env) == (-1, (), (), (2,))                   # waiting for 1
+    assert shape(env) == (-1, (), (), (2, 1))                   # waiting for 1
     env.heartbeat(1, log_ends={FOO: (3, 130)})
     assert shape(env) == (1, (1,), (), ())                    # the longest, as soon as all reported
 
@@ -69,11 +80,12 @@ def test_the_election_waits_for_every_replica_that_may_lead_but_no_longer_than_a
     env.heartbeat(0, log_ends={FOO: (3, 500)})
     env.heartbeat(1)
     env.heartbeat(2)                                          # the last known leader does not report
-    assert shape(env) == (-1, (), (), (2,))
+    assert shape(env) == (-1, (), (), (2, 1))
     env.clock.advance(8000)
     env.heartbeat(0, log_ends={FOO: (3, 500)})
     env.heartbeat(1)
-    assert shape(env) == (-1, (), (), (2,))                   # still within the session timeout
+    env.heartbeat(2)
+    assert shape(env) == (-1, (), (), (2, 1))                   # still within the session timeout
     env.clock.advance(1001)
     env.heartbeat(2)
     assert shape(env) == (2, (2,), (), ())                    # then as Kafka 4.4: the last known leader
@@ -89,7 +101,7 @@ def test_a_new_active_controller_finishes_a_wait_its_predecessor_began():
     env.heartbeat(0, log_ends={FOO: (3, 100)})
     env.heartbeat(1)
     env.heartbeat(2, log_ends={FOO: (3, 90)})
-    assert shape(env) == (-1, (), (), (2,))                   # waiting for 1
+    assert shape(env) == (-1, (), (), (2, 1))                   # waiting for 1
     heartbeat = env.controller.cluster.heartbeat               # a failover: soft state gone
     heartbeat._awaiting.clear()
     heartbeat._log_ends.clear()
@@ -107,13 +119,13 @@ def test_the_election_waits_for_a_replica_still_starting_too():
     env.heartbeat(0, want_fence=True)                         # registered, fenced, in contact
     env.heartbeat(1, log_ends={FOO: (3, 90)})
     env.heartbeat(2, log_ends={FOO: (3, 100)})
-    assert shape(env) == (-1, (), (), (2,))
+    assert shape(env) == (-1, (), (), (2, 1))
     env.heartbeat(0, log_ends={FOO: (3, 140)})                # unfenced, with its report
     assert shape(env) == (0, (0,), (), ())
 
     env = three_brokers()
     everyone_back_uncleanly(env)                              # 0 registered but silent: not waited for
-    env.clock.advance(9001)
+    env.clock.advance(9001)                                   # (it left the ISR at min ISR: not eligible)
     env.heartbeat(1, log_ends={FOO: (3, 90)})
     env.heartbeat(2, log_ends={FOO: (3, 100)})
     assert shape(env) == (2, (2,), (), ())
@@ -197,3 +209,128 @@ def test_absurd_reports_are_dropped_or_bounded():
     env.heartbeat(1, log_ends={FOO: (-5, -7)})
     env.heartbeat(2, log_ends={FOO: (3, 100)})
     assert shape(env) == (2, (2,), (), ())
+
+
+def leaderless_with_elr_1_and_2_back_empty() -> ControllerTestEnv:
+    """0 left the ISR at min ISR; 1 and 2 were fenced below it (ELR [1, 2], last known
+    leader 2). 2 comes back from an unclean shutdown that cost it every record, is
+    unfenced and says so; 1, which kept every record, is still down."""
+    env = three_brokers()
+    for broker_id in (0, 1, 2):
+        env.fence(broker_id)
+    assert shape(env) == (-1, (), (1, 2), (2,))
+    env.clock.advance(9001)
+    for broker_id in (0, 2):
+        env.restart(broker_id)
+        env.heartbeat(broker_id, log_ends={FOO: (-1, 0)})
+    assert shape(env) == (-1, (), (1,), (2,))                 # 1 is still eligible: no election yet
+    return env
+
+
+def test_the_replica_whose_unclean_shutdown_empties_the_elr_is_waited_for_in_that_very_write():
+    """Seed 6813: the registration that takes the last ELR member out (its unclean
+    shutdown) elected the last known leader in the same write, which had lost every
+    record; the member just taken out had kept them all."""
+    env = leaderless_with_elr_1_and_2_back_empty()
+    end = env.log.end_offset
+    env.restart(1)
+    changes = [r for r in env.records_from(end) if isinstance(r, PartitionChangeRecord)]
+    assert changes == [PartitionChangeRecord(env.topic_id("foo"), 0, eligible_leader_replicas=(),
+                                             last_known_elr=(2, 1))]
+    env.heartbeat(2, log_ends={FOO: (-1, 0)})
+    assert shape(env) == (-1, (), (), (2, 1))                 # 1 is starting: waited for
+    env.heartbeat(1, log_ends={FOO: (3, 100)})
+    assert shape(env) == (1, (1,), (), ())
+    check(env)
+
+
+def test_a_longer_log_reported_while_still_fenced_waits_until_its_broker_may_lead():
+    env = leaderless_with_elr_1_and_2_back_empty()
+    env.restart(1)
+    env.heartbeat(1, want_fence=True, log_ends={FOO: (3, 100)})
+    env.heartbeat(2, log_ends={FOO: (-1, 0)})
+    assert shape(env) == (-1, (), (), (2, 1))                 # longer, but it may not lead yet
+    env.heartbeat(1, log_ends={FOO: (3, 100)})
+    assert shape(env) == (1, (1,), (), ())
+
+    env = leaderless_with_elr_1_and_2_back_empty()
+    env.restart(1)
+    env.heartbeat(1, want_fence=True, log_ends={FOO: (-1, 0)})  # no longer than 2's: not waited for
+    env.heartbeat(2, log_ends={FOO: (-1, 0)})
+    assert shape(env) == (2, (2,), (), ())
+
+
+def test_a_last_known_eligible_replica_that_cannot_say_is_waited_for_up_to_the_recovery_wait():
+    """A last known eligible replica that cannot say where its log ends now — down,
+    in controlled shutdown, its directory offline — may hold every committed record:
+    the election waits for it, up to the recovery wait, then takes the longest
+    reported. (A replica that was not eligible is not waited for: above.)"""
+    for make_unavailable in ("down", "controlled shutdown", "offline directory"):
+        env = ControllerTestEnv(bootstrap_features=ELR_ON, broker_features=broker_features())
+        for broker_id in (0, 1, 2):
+            env.register(broker_id, log_dirs=2)
+            env.heartbeat(broker_id)
+        env.create_topic("foo", assignments=[[0, 1, 2]], configs={"min.insync.replicas": "2"})
+        for broker_id in (0, 1, 2):
+            env.fence(broker_id)
+        env.clock.advance(9001)
+        ends = {0: (3, 5), 2: (3, 20)}
+        for broker_id, end in ends.items():
+            env.restart(broker_id, log_dirs=2)
+            env.heartbeat(broker_id, log_ends={FOO: end})
+        env.restart(1, log_dirs=2)                            # out of the ELR; it kept every record
+        assert shape(env) == (-1, (), (), (2, 1)), make_unavailable
+        if make_unavailable == "controlled shutdown":
+            env.heartbeat(1)
+            env.heartbeat(1, want_shut_down=True)
+        elif make_unavailable == "offline directory":
+            directory = env.controller.cluster.registration(1).log_dirs[0]
+            env.assign_replicas_to_dirs(1, {TopicPartition("foo", 0): directory})
+            env.heartbeat(1)
+            env.heartbeat(1, offline_log_dirs=[directory])
+        for broker_id, end in ends.items():
+            env.heartbeat(broker_id, log_ends={FOO: end})
+        assert shape(env) == (-1, (), (), (2, 1)), make_unavailable
+        wait_out_the_recovery(env, ends)
+        assert shape(env) == (2, (2,), (), ()), make_unavailable
+
+
+def test_another_last_known_eligible_replica_leads_when_the_last_known_leader_never_comes_back():
+    """Kafka 4.4 elects only the last known leader, so a partition whose last leader's
+    machine is gone stays offline; any replica that left the ELR for an unclean
+    shutdown held every committed record just as well."""
+    env = leaderless_with_elr_1_and_2_back_empty()
+    env.fence(2)                                              # its disk goes: it may not lead
+    env.restart(1)
+    env.heartbeat(1, log_ends={FOO: (3, 100)})
+    assert shape(env) == (-1, (), (), (2, 1))                 # 2 says nothing now: waited for
+    wait_out_the_recovery(env, {0: (-1, 0), 1: (3, 100)})
+    assert shape(env) == (1, (1,), (), ())                    # Kafka 4.4 would wait for 2 for ever
+    check(env)
+
+
+def test_a_heartbeat_that_fences_its_broker_does_not_elect_it_in_the_same_write():
+    """Seed 1383: the heartbeat that reported the broker's only directory offline fenced
+    it and, in the same write, the retried election elected it (it was still active
+    in the committed registration): a fenced leader (10.8). The retried elections see
+    what the heartbeat's own write changes."""
+    env = ControllerTestEnv(bootstrap_features=ELR_ON, broker_features=broker_features())
+    for broker_id in (0, 1, 2):
+        env.register(broker_id, log_dirs=1)
+        env.heartbeat(broker_id)
+    env.create_topic("foo", assignments=[[0, 1, 2]], configs={"min.insync.replicas": "2"})
+    for broker_id in (0, 1, 2):
+        env.fence(broker_id)
+    env.clock.advance(9001)
+    for broker_id in (0, 1, 2):
+        env.restart(broker_id, log_dirs=1)
+        env.assign_replicas_to_dirs(broker_id, {TopicPartition("foo", 0): env.log_dirs(broker_id)[0]})
+    env.heartbeat(0, log_ends={FOO: (3, 5)})
+    env.heartbeat(1, log_ends={FOO: (3, 10)})
+    env.heartbeat(2)                                          # the last known leader: up, no report yet
+    assert shape(env) == (-1, (), (), (2, 1))
+    env.clock.advance(9001)                                   # the wait for its report runs out, and
+    reply = env.heartbeat(2, offline_log_dirs=env.log_dirs(2))  # its only directory fails
+    assert reply.is_fenced
+    assert foo(env).leader != 2
+    check(env)

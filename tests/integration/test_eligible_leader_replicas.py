@@ -140,3 +140,41 @@ def test_when_every_eligible_replica_restarted_uncleanly_the_longest_log_leads()
         missing = [(offset, value) for offset, value in acked if got.get(offset) != value]
         assert not missing, f"{len(missing)} acknowledged records lost or changed, e.g. {missing[:3]}"
         assert len(acked) == 400
+
+
+def test_the_eligible_replica_that_comes_back_last_is_waited_for():
+    """Simulator seed 6813, with real processes. As above, but the last known leader A,
+    which lost its copy of the partition, comes back *first* (out of the ELR: ELR {B});
+    B, which holds every acknowledged record, comes back last, and its own unclean
+    registration empties the ELR. Kafka 4.4 — and tidelog before — elected A in that
+    very write (A is up and said its log is empty; B had not said anything yet), and B
+    truncated to A's empty log. B left the ELR for an unclean shutdown while nobody
+    led, so it is a last known eligible replica: the election waits for its report."""
+    with Cluster(brokers=3, overrides={**FAST, "tidelog.unclean.recovery.log.ends.enable": "true"}) as cluster:
+        a, b, c = (broker.node_id for broker in cluster.brokers)
+        acked = _all_in_sync_with_200_records(cluster)
+        cluster.kill(c)
+        alive = f"127.0.0.1:{cluster.port(a)}"
+        wait_until(lambda: sorted(_partition(alive).isrs) == sorted([a, b]), 30, "C out of the ISR")
+        acked += _produce(alive, [b"two-%d" % i for i in range(200)])
+        cluster.kill(b)
+        wait_until(lambda: _partition(alive).isrs == [a], 30, "B out of the ISR")
+        cluster.kill(a)
+        shutil.rmtree(os.path.join(cluster.directory, cluster.processes.layout.node(a).name, "data", f"{TOPIC}-0"))
+
+        cluster.start_node(a)                                  # back uncleanly, empty: out of the ELR
+        bootstrap_a = f"127.0.0.1:{cluster.port(a)}"
+        wait_until(lambda: a in AdminClient({"bootstrap.servers": bootstrap_a}).list_topics(timeout=5).brokers,
+                   30, "A registered and unfenced")
+        time.sleep(1.5)                                        # a heartbeat or two: A's empty log reported
+        assert _leader_or_none(bootstrap_a) == -1              # B is still eligible
+        cluster.start_node(b)                                  # its registration empties the ELR
+        wait_until(lambda: _leader_or_none(bootstrap_a) not in (None, -1), 30, "a leader elected")
+        assert _partition(bootstrap_a).leader == b, "the last known leader's empty log was elected"
+
+        cluster.start_node(c)
+        wait_until(lambda: sorted(_partition(bootstrap_a).isrs) == sorted([a, b, c]), 60, "all back in sync")
+        got = dict(_read_all(bootstrap_a, len(acked)))
+        missing = [(offset, value) for offset, value in acked if got.get(offset) != value]
+        assert not missing, f"{len(missing)} acknowledged records lost or changed, e.g. {missing[:3]}"
+        assert len(acked) == 400

@@ -184,11 +184,13 @@ def test_seed_5009_the_last_known_leader_is_the_one_the_partition_loses(run):
     assert not any(reason.startswith("__consumer_offsets") for reason in result.excused), result.excused
 
 
-@pytest.mark.parametrize("seed", [1375, 5335, 5434])
+@pytest.mark.parametrize("seed", [1375, 5400, 5434])
 def test_seed_1375_a_last_known_leader_waits_for_the_coordinators_commit(run, monkeypatch, seed):
-    """Seeds 1375, 5335, 5434 (issue 28, transaction version 1; 1086 too until 47bc351
-    changed the order waiting operations complete in, after which it no longer elects a
-    RECOVERING leader with a transaction open; the seed itself still passes): a ``tx`` partition
+    """Seeds 1375, 5400, 5434 (issue 28, transaction version 1; 1086 too until 47bc351
+    changed the order waiting operations complete in, and 5335 until the elections
+    without ISR and ELR waited for every last known eligible replica, after which
+    neither elects a RECOVERING leader with a transaction open; both seeds still
+    pass; 5400 was found by a search for the path): a ``tx`` partition
     was leaderless while its coordinator still had to write a transaction's COMMIT
     marker (the client already told "committed"); KIP-966 elected the last known
     leader (RECOVERING), which held every record but aborted the open transaction on

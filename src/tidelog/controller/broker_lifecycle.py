@@ -79,7 +79,10 @@ def process_broker_heartbeat(cluster: ClusterControlManager,
         else:
             records = replication.handle_broker_in_controlled_shutdown(broker_id, overlay)
     records += replication.handle_directories_offline(broker_id, offline_dirs, overlay)
-    records += replication.elect_awaiting(overlay)
+    leaving = next_state != BrokerControlState.UNFENCED
+    records += replication.elect_awaiting(overlay, broker_to_remove=broker_id if leaving else -1,
+                                          broker_to_add=-1 if leaving else broker_id,
+                                          offline_dirs=frozenset(offline_dirs))
     cluster.heartbeat.touch(broker_id, next_state.fenced, request.current_metadata_offset)
     return ControllerResult(records, BrokerHeartbeatReply(
         is_caught_up=request.current_metadata_offset >= last_committed_offset,

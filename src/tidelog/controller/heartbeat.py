@@ -16,7 +16,8 @@ for the same instant).
 
 The same soft state holds what each broker's latest heartbeat said of where its
 leaderless replicas end (``report_log_ends``) and since when an election has
-waited for those reports (``may_await_log_ends``, at most one session timeout):
+waited for those reports (``may_await_log_ends``: at most one session timeout
+for brokers that are up, ``UNCLEAN_RECOVERY_WAIT_MS`` for one that is down):
 the controller's longest-log rule (``partition_change.py``, KIP-966 unclean
 recovery) reads both.
 
@@ -37,6 +38,10 @@ from typing import Callable
 from tidelog.core.clock import Clock
 
 NO_DEADLINE = sys.maxsize
+# How long an election without ISR and ELR waits for a last known eligible replica
+# whose broker is down to come back and report its log end (partition_change.py);
+# KIP-966 proposed five minutes for its unclean recovery timeout.
+UNCLEAN_RECOVERY_WAIT_MS = 300_000
 
 
 class BrokerControlState(enum.Enum):
@@ -103,10 +108,12 @@ class BrokerHeartbeatState:
 
 
 class BrokerHeartbeatManager:
-    def __init__(self, clock: Clock, session_timeout_ms: int):
+    def __init__(self, clock: Clock, session_timeout_ms: int,
+                 recovery_wait_ms: int = UNCLEAN_RECOVERY_WAIT_MS):
         assert session_timeout_ms > 0
         self.clock = clock
         self.session_timeout_ms = session_timeout_ms
+        self.recovery_wait_ms = max(recovery_wait_ms, session_timeout_ms)
         self._brokers: dict[int, BrokerHeartbeatState] = {}
         self._unfenced: dict[int, None] = {}   # insertion order = order of last contact
         # broker → (topic id, partition) → (last epoch, log end offset), as its latest
@@ -152,13 +159,14 @@ class BrokerHeartbeatManager:
         else:
             self._log_ends.pop(broker_id, None)
 
-    def may_await_log_ends(self, key: tuple) -> bool:
+    def may_await_log_ends(self, key: tuple, absent: bool = False) -> bool:
         """Whether the election of ``key`` may still wait for replicas to report where
-        their logs end: for one broker session timeout from the first time it waited
-        (every live broker heartbeats more often than that)."""
+        their logs end, counted from the first time it waited: one broker session
+        timeout for brokers that are up (every live broker heartbeats more often than
+        that), ``recovery_wait_ms`` when it waits for one that is down."""
         now_ms = self.clock.monotonic_ms()
         since_ms = self._awaiting.setdefault(key, now_ms)
-        return now_ms < since_ms + self.session_timeout_ms
+        return now_ms < since_ms + (self.recovery_wait_ms if absent else self.session_timeout_ms)
 
     def awaiting(self) -> list[tuple]:
         """Partitions whose election is waiting for reports (see ``may_await_log_ends``)."""

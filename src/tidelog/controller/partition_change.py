@@ -48,26 +48,35 @@ every committed record, and without it a cluster whose brokers all crashed (a
 lone node after ``kill -9``) would never lead again. On a topic that allows
 unclean elections it comes before any other replica.
 
+The last known *eligible* replicas (tidelog's use of the same field): after the
+last known leader, ``last_known_elr`` gains every ISR or ELR member that leaves
+them for an unclean shutdown while the partition has no leader
+(``_known_eligible``). Each held every committed record until its crash; the one
+that crashed last may be the only one that kept them (seed 6813: the broker whose
+registration emptied the ELR held every record, the last known leader none).
+
 Unclean recovery (KIP-966's longest log; tidelog's transport): a broker's
 heartbeat says where its replicas of leaderless partitions end — (epoch of the
 last batch, log end offset) — and the controller keeps the latest
-report as soft state (``log_end``). When the last known leader may be elected
-and reported, the replica with the highest (last epoch, log end offset) among it
-and the other acceptable replicas that reported is elected instead (same
-RECOVERING election). The last known leader may have lost unflushed records in
-its own unclean shutdown while another replica, back earlier, kept them::
+report as soft state (``log_end``). When a last known eligible replica K may be
+elected, the acceptable replica with the highest (last epoch, log end offset)
+among those that reported is elected (same RECOVERING election), the earlier in
+K on a tie, provided one of K is among them::
 
-    candidates = {last known} ∪ {r acceptable, reported};  leader = max by (epoch, LEO),
-                                                             last known on a tie
+    candidates = {r acceptable, reported};  leader = max by (epoch, LEO), earlier in K on a tie
+    (K[0], the last known leader, if it may lead and never reported: Kafka 4.4's rule)
 
-Once any replica has reported, the election waits (no leader yet) while the last
-known leader, any other acceptable replica or any replica whose broker is still
-starting (fenced but heartbeating) has not, for at most one broker session timeout
-(``may_await_log_ends``): a replica's report for a partition comes only once its
-metadata shows the partition leaderless, which may be after the last known
-leader's own restart made it so (the controller tries again at every heartbeat).
-After the wait, whoever reported competes, and an unreported last known leader is
-elected as before.
+Once any replica has reported, the election waits (no leader yet, tried again at
+every heartbeat; ``may_await_log_ends``, counted from the first wait):
+  * for a member of K that may not lead now (down, starting, shutting down, its
+    directory offline) and has not reported, or reported a longer log than every
+    acceptable reporter: at most ``UNCLEAN_RECOVERY_WAIT_MS`` (five minutes);
+  * for any replica that may lead, or is starting, and has not reported: at most
+    one broker session timeout — a replica's report comes only once its metadata
+    shows the partition leaderless, which may be after the last known leader's
+    own restart made it so.
+A replica outside K (it left the ISR while the ISR stayed at min ISR or above)
+holds every committed record only by chance and is not waited for while down.
 
 Reassignment (KIP-455, Kafka's ``completeReassignmentIfNeeded``): while the
 partition has adding or removing replicas, every build first checks whether the
@@ -119,12 +128,14 @@ class PartitionChangeBuilder:
                  min_isr: int = 1, elr_enabled: bool = False,
                  default_dir: Callable[[int], uuid.UUID] = lambda broker_id: UNASSIGNED_DIR,
                  log_end: Callable[[int], tuple[int, int] | None] = lambda broker_id: None,
-                 may_await_log_ends: Callable[[], bool] = lambda: False,
-                 starting: Callable[[int], bool] = lambda broker_id: False):
+                 may_await_log_ends: Callable[[bool], bool] = lambda absent: False,
+                 starting: Callable[[int], bool] = lambda broker_id: False,
+                 registered: Callable[[int], bool] = lambda broker_id: False):
         self.partition = partition
         self.log_end = log_end
         self.may_await_log_ends = may_await_log_ends
         self.starting = starting
+        self.registered = registered
         self.default_dir = default_dir
         self.target_adding: tuple[int, ...] = partition.adding_replicas
         self.target_removing: tuple[int, ...] = partition.removing_replicas
@@ -206,39 +217,65 @@ class PartitionChangeBuilder:
         return NO_LEADER, False
 
     def _last_known_leader(self) -> int:
-        """Kafka's ``canElectLastKnownLeader``: with ELR on and ISR and ELR empty, the
-        broker the partition last had as leader, if it may lead; else NO_LEADER. Then
-        the longest log (``_longest_log``) instead, if it is longer."""
-        known = self.partition.last_known_elr
-        if not self.elr_enabled or self.target_isr or self.target_elr or len(known) != 1:
+        """With ELR on and ISR and ELR empty, a leader from the last known eligible
+        replicas (``last_known_elr``: the last known leader first, then the ISR and ELR
+        members that left them for an unclean shutdown while the partition had no
+        leader), if one of them may lead; else NO_LEADER. Kafka 4.4 elects the last
+        known leader; tidelog the longest log among them (``_longest_log``)."""
+        known = self._known_eligible(self.partition.last_known_elr)
+        if not self.elr_enabled or self.target_isr or self.target_elr or not known:
             return NO_LEADER
-        return self._longest_log(known[0]) if self.is_acceptable_leader(known[0]) else NO_LEADER
+        if not any(self.is_acceptable_leader(r) for r in known):
+            return NO_LEADER
+        return self._longest_log(known)
 
-    def _longest_log(self, last_known: int) -> int:
-        """KIP-966's unclean recovery, once the last known leader is back: of it and
-        every other acceptable replica whose broker reported where its log ends, the
-        one with the highest (last epoch, log end offset); the last known leader on a
-        tie, or if it did not report. A replica back from an unclean shutdown holding
-        every committed record is chosen over a last known leader that lost some. The
-        wait covers replicas still starting (fenced, but heartbeating): they may lead
-        once unfenced, a few heartbeats later."""
-        reported = [r for r in self.target_replicas if self.log_end(r) is not None]
-        unreported = [r for r in self.target_replicas if r not in reported and (
-            r == last_known or self.is_acceptable_leader(r) or self.starting(r))]
-        if reported and unreported and self.may_await_log_ends():
-            return NO_LEADER                       # not yet: every replica that may lead reports first
-        known_end = self.log_end(last_known)
-        if known_end is None:
+    def _awaits_log_ends(self, known: tuple[int, ...]) -> bool:
+        """Whether the election waits (module docstring) for a replica that may hold a
+        longer log than any acceptable one reported: a last known eligible replica
+        that may not lead now (its broker down, starting, shutting down, or its
+        directory offline) but is registered, at most the recovery wait; any other
+        replica that may lead, or is starting, and has not reported, at most a
+        session timeout (both counted from the first wait)."""
+        ends = {r: self.log_end(r) for r in self.target_replicas}
+        if all(end is None for end in ends.values()):
+            return False                           # nobody reports (reports off): Kafka's rule
+        best = max((end for r, end in ends.items() if end is not None and self.is_acceptable_leader(r)),
+                   default=None)
+
+        def may_be_longer(replica: int) -> bool:
+            return ends[replica] is None or best is None or ends[replica] > best
+
+        if any(r in known and not self.is_acceptable_leader(r) and self.registered(r) and may_be_longer(r)
+               for r in self.target_replicas):
+            return self.may_await_log_ends(True)
+        if any(ends[r] is None and (self.is_acceptable_leader(r) or self.starting(r))
+               for r in self.target_replicas):
+            return self.may_await_log_ends(False)
+        return False
+
+    def _longest_log(self, known: tuple[int, ...]) -> int:
+        """KIP-966's unclean recovery: of every acceptable replica whose broker reported
+        where its log ends, the one with the highest (last epoch, log end offset); on a
+        tie the earlier in ``known`` (the last known leader first). A replica back from
+        an unclean shutdown holding every committed record is chosen over a last known
+        leader that lost some. An acceptable last known leader that did not report is
+        elected as Kafka 4.4 elects it; a replica outside ``known`` leads only if one
+        in it may lead too."""
+        if self._awaits_log_ends(known):
+            return NO_LEADER
+        last_known = known[0]
+        if self.is_acceptable_leader(last_known) and self.log_end(last_known) is None:
             return last_known
-        best, best_end = last_known, known_end
-        for replica in self.target_replicas:
-            end = self.log_end(replica) if replica != last_known else None
-            if end is not None and end > best_end and self.is_acceptable_leader(replica):
-                best, best_end = replica, end
+        rank = {r: i for i, r in enumerate(known)}
+        candidates = [(self.log_end(r), -rank.get(r, len(known)), r) for r in self.target_replicas
+                      if self.log_end(r) is not None and self.is_acceptable_leader(r)]
+        if not any(r in rank for _, _, r in candidates):
+            return NO_LEADER
+        end, _, best = max(candidates)
         if best != last_known:
-            logger.warning("Partition %s-%d: the last known leader %d ends at %s (epoch, offset); "
-                           "broker %d's replica ends further, at %s, and is elected instead",
-                           self.topic_id, self.partition_id, last_known, known_end, best, best_end)
+            logger.warning("Partition %s-%d: of the last known eligible replicas %s, broker %d's "
+                           "replica ends furthest, at %s (epoch, offset), and is elected",
+                           self.topic_id, self.partition_id, list(known), best, end)
         return best
 
     def _populate_target_elr(self) -> None:
@@ -251,16 +288,30 @@ class PartitionChangeBuilder:
                                 and r not in self.unclean_shutdown_replicas)
 
     def _last_known_elr(self, leader: int) -> tuple[int, ...] | None:
-        """The new last known leader, or None if unchanged (Kafka 4.4's
-        ``maybeUpdateLastKnownLeader``; ``leader`` is the record's)."""
+        """The new last known eligible replicas, or None if unchanged (the leader as in
+        Kafka 4.4's ``maybeUpdateLastKnownLeader``, then ``_known_eligible``; ``leader``
+        is the record's)."""
         current = self.partition
         if not self.elr_enabled:
             return () if current.last_known_elr else None
-        if leader == NO_LEADER and current.leader != NO_LEADER and not current.last_known_elr:
-            return (current.leader,)                 # the write that leaves the partition leaderless
-        if leader >= 0 and current.last_known_elr:
-            return ()                                # a leader is elected
-        return None
+        if leader >= 0:
+            return () if current.last_known_elr else None      # a leader is elected
+        known = current.last_known_elr
+        if leader == NO_LEADER and current.leader != NO_LEADER and not known:
+            known = (current.leader,)                # the write that leaves the partition leaderless
+        if leader == NO_LEADER or current.leader == NO_LEADER:
+            known = self._known_eligible(known)
+        return known if known != current.last_known_elr else None
+
+    def _known_eligible(self, known: tuple[int, ...]) -> tuple[int, ...]:
+        """``known`` and, after it, the ISR and ELR members this write removes for an
+        unclean shutdown: each held every committed record before it (none if ``known``
+        is empty: the partition has a leader)."""
+        if not known or not self.unclean_shutdown_replicas:
+            return known
+        eligible = set(self.partition.isr) | set(self.partition.elr)
+        return known + tuple(r for r in self.target_replicas if r in self.unclean_shutdown_replicas
+                             and r in eligible and r not in known)
 
     # ------------------------------------------------------------ reassignment
 

@@ -450,32 +450,38 @@ class ReplicationControlManager:
                                       min_isr=min_isr, elr_enabled=self.features.elr_enabled,
                                       default_dir=self.cluster.default_dir,
                                       log_end=lambda replica: heartbeat.log_end(replica, key),
-                                      may_await_log_ends=lambda: heartbeat.may_await_log_ends(key),
-                                      starting=self._starting)
+                                      may_await_log_ends=lambda absent: heartbeat.may_await_log_ends(key, absent),
+                                      starting=self._starting,
+                                      registered=lambda replica: self.cluster.registration(replica) is not None)
 
     def _starting(self, broker_id: int) -> bool:
         """Registered, fenced, and heartbeating: on its way to being unfenced."""
         registration = self.cluster.registration(broker_id)
         return registration is not None and registration.fenced and self.cluster.heartbeat.in_contact(broker_id)
 
-    def elect_awaiting(self, overlay: Overlay | None = None) -> list[MetadataRecord]:
+    def elect_awaiting(self, overlay: Overlay | None = None, broker_to_remove: int = -1,
+                       broker_to_add: int = -1, offline_dirs: frozenset = frozenset()) -> list[MetadataRecord]:
         """Try again, at every heartbeat, the elections that may be waiting for replicas'
-        log ends: every leaderless partition with ISR and ELR empty whose last known
-        leader is active. Read from the partitions, not from the waits this controller
+        log ends: every leaderless partition with ISR and ELR empty and an active last
+        known eligible replica. Read from the partitions, not from the waits this controller
         remembers, so that a new active controller finishes a wait its predecessor began
-        (the last known leader's unfencing, which started it, will not come again)."""
+        (the last known leader's unfencing, which started it, will not come again).
+        The heartbeat that calls it passes what its own write changes (the broker
+        fenced, shutting down or unfenced, its directories offline), as every other
+        election of that write sees them (seed 1383 elected a broker in the very
+        write that fenced it for having no directory left)."""
         heartbeat = self.cluster.heartbeat
         keys = []
         for key in self._leaderless:
             partition = self._current(key, overlay)
             if (partition.leader == NO_LEADER and not partition.isr and not partition.elr
-                    and len(partition.last_known_elr) == 1 and self.cluster.is_active(partition.last_known_elr[0])):
+                    and any(self.cluster.is_active(r) for r in partition.last_known_elr)):
                 keys.append(key)
         for key in heartbeat.awaiting():             # a wait ends once the partition has a leader, ISR or ELR
             partition = self._current(key, overlay) if key[0] in self.topics else None
             if partition is None or partition.leader != NO_LEADER or partition.isr or partition.elr:
                 heartbeat.stop_awaiting(key)
-        return self._leader_and_isr_updates(keys, overlay=overlay)
+        return self._leader_and_isr_updates(keys, broker_to_remove, broker_to_add, overlay, offline_dirs)
 
     def leaderless_log_ends(self, broker_id: int, reported) -> dict[PartitionKey, tuple[int, int]]:
         """The part of a heartbeat's ``replica_log_ends`` worth keeping: replicas of

@@ -83,6 +83,7 @@ offsets (seen ``Dead`` on a coordinator) is created again at generation 0.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -382,7 +383,8 @@ class Checker:
         and reports before the election (it cannot when it is still down)."""
         history = self.history(tp)
         complete = [other for (other, mirrored), mirror in self.mirrors.items()
-                    if mirrored == tp and other != broker_id and self._holds_history(mirror, history, epoch)]
+                    if mirrored == tp and other != broker_id and self._holds_history(mirror, history, epoch)
+                    and not self._on_failed_disk(other, tp)]
         found = f" (broker {complete[0]} held every committed record)" if complete else ""
         known = self.last_known_leader_elections[(tp, epoch)]
         who = ("last known leader" if not self._longest_log_pick(broker_id, tp, epoch)
@@ -390,6 +392,13 @@ class Checker:
         how = self.amnesiac.get((broker_id, tp), "not amnesiac")
         self._reset(tp, epoch, f"{who.split(' (')[0]} after every eligible replica's unclean "
                                f"shutdown{found and ', another replica complete'}: {who}, {how}{found}: {detail}")
+
+    def _on_failed_disk(self, broker_id: int, tp: TopicPartition) -> bool:
+        """Whether ``broker_id``'s copy of ``tp`` is on a log directory that failed (it
+        can neither lead nor be read; healing replaces the disk with an empty one)."""
+        broker = self.sim.brokers[broker_id]
+        return any(broker.disk.is_failing(log_dir) and os.path.isdir(os.path.join(log_dir, str(tp)))
+                   for log_dir in broker.log_dirs)
 
     @staticmethod
     def _holds_history(mirror: LogMirror, history, epoch: int) -> bool:
