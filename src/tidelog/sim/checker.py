@@ -211,6 +211,8 @@ class Checker:
         # (tp, leader epoch) → the last known leader, for the elections made when ISR and
         # ELR were empty (the last known leader itself, or a longer log than its)
         self.last_known_leader_elections: dict[tuple[TopicPartition, int], int] = {}
+        # (partition, epoch) → the last known eligible replicas when it was elected
+        self.last_known_eligible: dict[tuple[TopicPartition, int], tuple[int, ...]] = {}
         # tp → the broker such an election chose for the longest log (not the last known
         # leader), until that broker leads: it may be elected again as the last known
         # leader before it ever led, still without what it lacked
@@ -379,19 +381,24 @@ class Checker:
         the last known leader (Kafka 4.4's rule) or, when another replica reported a
         longer log, that replica (KIP-966's unclean recovery) is elected, and lacks
         committed records. Counted apart when another replica, as last seen, held every
-        committed record: a loss the longest-log rule avoids when that replica is back
-        and reports before the election (it cannot when it is still down)."""
+        committed record, and named by whether it was a last known eligible replica
+        (the election waits for those: such a loss means the wait ran out) or never
+        eligible (it left the ISR while the ISR stayed at min ISR or above, so it held
+        every committed record only by chance; the election does not wait for it)."""
         history = self.history(tp)
         complete = [other for (other, mirrored), mirror in self.mirrors.items()
                     if mirrored == tp and other != broker_id and self._holds_history(mirror, history, epoch)
                     and not self._on_failed_disk(other, tp)]
-        found = f" (broker {complete[0]} held every committed record)" if complete else ""
+        eligible = [other for other in complete if other in self.last_known_eligible.get((tp, epoch), ())]
+        found = f" (broker {(eligible or complete)[0]} held every committed record)" if complete else ""
+        kind = (", another eligible replica complete" if eligible
+                else ", another replica complete, never eligible" if complete else "")
         known = self.last_known_leader_elections[(tp, epoch)]
         who = ("last known leader" if not self._longest_log_pick(broker_id, tp, epoch)
                else f"longest reported log (last known leader {known})")
         how = self.amnesiac.get((broker_id, tp), "not amnesiac")
         self._reset(tp, epoch, f"{who.split(' (')[0]} after every eligible replica's unclean "
-                               f"shutdown{found and ', another replica complete'}: {who}, {how}{found}: {detail}")
+                               f"shutdown{kind}: {who}, {how}{found}: {detail}")
 
     def _on_failed_disk(self, broker_id: int, tp: TopicPartition) -> bool:
         """Whether ``broker_id``'s copy of ``tp`` is on a log directory that failed (it
@@ -636,6 +643,7 @@ class Checker:
                 if not before.isr and before.last_known_elr and partition.leader_recovery_state == 1 \
                         and partition.leader in before.replicas:
                     self.last_known_leader_elections[(tp, partition.leader_epoch)] = before.last_known_elr[0]
+                    self.last_known_eligible[(tp, partition.leader_epoch)] = tuple(before.last_known_elr)
                     if partition.leader != before.last_known_elr[0]:
                         self.longest_log_elected[tp] = partition.leader
                 elif partition.leader not in before.isr and partition.leader not in before.elr and not completed_onto:
