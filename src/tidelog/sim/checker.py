@@ -92,6 +92,7 @@ from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
 from tidelog.group.classic import GroupState
 from tidelog.group.coordinator import OFFSETS_TOPIC
+from tidelog.txn.coordinator import TRANSACTION_STATE_TOPIC
 from tidelog.metadata.delta import MetadataDelta
 from tidelog.metadata.image import MetadataImage
 from tidelog.metadata.records import iter_batch_records
@@ -426,6 +427,8 @@ class Checker:
             if mirrored_tp == tp:
                 mirror.committed_upto = (-1, 0)
         self.sim.stats.history_resets += 1
+        if tp.topic == TRANSACTION_STATE_TOPIC:
+            self.sim.txn_book.on_coordinator_log_lost()
         kind = reason.split(":")[0].split(" of broker")[0]
         self.sim.stats.reset_reasons[kind] = self.sim.stats.reset_reasons.get(kind, 0) + 1
         self.sim.loop.trace.add(self.sim.loop.now_ms, "check", f"{tp} history reset at epoch {epoch}: {reason}")
