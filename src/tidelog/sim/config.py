@@ -236,6 +236,7 @@ class RunStats:
     acked_all_lost: int = 0           # must be 0 for clean topics
     excused_losses: int = 0           # unclean election / last replica standing after power loss
     excused_losses_clean: int = 0     # of which on clean-election topics (last replica standing)
+    excused_losses_clean_fsync: int = 0   # of which on topics that fsync every append (flush.messages=1)
     history_resets: int = 0
     reset_reasons: dict[str, int] = field(default_factory=dict)
     group_commits: int = 0            # partition offsets a coordinator acknowledged
@@ -262,6 +263,7 @@ class RunStats:
         self.acked_all_lost += other.acked_all_lost
         self.excused_losses += other.excused_losses
         self.excused_losses_clean += other.excused_losses_clean
+        self.excused_losses_clean_fsync += other.excused_losses_clean_fsync
         self.history_resets += other.history_resets
         for k, v in other.reset_reasons.items():
             self.reset_reasons[k] = self.reset_reasons.get(k, 0) + v

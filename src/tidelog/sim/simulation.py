@@ -527,8 +527,11 @@ class Simulation:
             if acks == -1 and records.get(offset, (0, 0, None))[2] != value:
                 if history.resets:         # see Checker.on_produce_done
                     self.stats.excused_losses += 1
-                    if not self.config.topic(tp.topic).unclean:
+                    topic = self.config.topic(tp.topic)
+                    if not topic.unclean:
                         self.stats.excused_losses_clean += 1
+                        if topic.flush_messages == 1:
+                            self.stats.excused_losses_clean_fsync += 1
                     continue
                 self.stats.acked_all_lost += 1
                 raise InvariantViolation("10.4-acknowledged-write-kept", f"{producer}: acks=all {value!r} "
