@@ -74,6 +74,8 @@ def test_the_leader_is_recorded_when_the_partition_becomes_leaderless_with_an_is
     env.heartbeat(1)
     assert shape(env) == (-1, (), (), (0, 1))                # 1 is up, but nobody says where a log ends
 
+    assert after(env, lambda: env.heartbeat(0)) == []        # 1's replica cannot say where it ends
+    env.clock.advance(9001)                                   # (its directory is gone): a session timeout
     assert after(env, lambda: env.heartbeat(0)) == [
         PartitionChangeRecord(foo_id, 0, isr=(0,), leader=0, leader_recovery_state=LeaderRecoveryState.RECOVERING,
                               last_known_elr=())]

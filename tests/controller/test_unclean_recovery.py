@@ -334,3 +334,24 @@ def test_a_heartbeat_that_fences_its_broker_does_not_elect_it_in_the_same_write(
     assert reply.is_fenced
     assert foo(env).leader != 2
     check(env)
+
+
+def test_before_anyone_reported_an_eligible_replica_still_starting_is_given_a_session_timeout():
+    """Seed 7587: the last known leader was unfenced before any replica had said where
+    its log ends (reports come with the heartbeats after a broker's metadata shows the
+    partition leaderless), and was elected at once — Kafka 4.4's rule, kept when no
+    broker reports — while another last known eligible replica, holding every record,
+    was still starting and could not have reported yet."""
+    env = three_brokers()
+    for broker_id in (0, 1, 2):
+        env.fence(broker_id)
+    env.clock.advance(9001)
+    env.restart(2)
+    env.restart(1)                                            # its registration empties the ELR
+    assert shape(env) == (-1, (), (), (2, 1))
+    env.heartbeat(2)                                          # unfenced; nobody has reported yet
+    assert shape(env) == (-1, (), (), (2, 1))                 # 1 is starting: waited for
+    env.heartbeat(2, log_ends={FOO: (3, 0)})
+    env.heartbeat(1, log_ends={FOO: (3, 100)})
+    assert shape(env) == (1, (1,), (), ())
+    check(env)

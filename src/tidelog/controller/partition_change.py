@@ -238,7 +238,11 @@ class PartitionChangeBuilder:
         session timeout (both counted from the first wait)."""
         ends = {r: self.log_end(r) for r in self.target_replicas}
         if all(end is None for end in ends.values()):
-            return False                           # nobody reports (reports off): Kafka's rule
+            # Nobody reported: reports are off (Kafka's rule: no wait), or the first has
+            # not come yet — a last known eligible replica that cannot lead now could not
+            # have sent one (seed 7587: one was starting): wait a session timeout for it.
+            return any(r in self.target_replicas and not self.is_acceptable_leader(r) and self.registered(r)
+                       for r in known[1:]) and self.may_await_log_ends(False)
         best = max((end for r, end in ends.items() if end is not None and self.is_acceptable_leader(r)),
                    default=None)
 
