@@ -367,7 +367,7 @@ class ScenarioInterpreter:
         elif resource_type == "cluster":
             resource = (ConfigResourceType.BROKER, "")
         else:
-            raise ValueError(f"set-config topic <name> k=v | set-config cluster k=v")
+            raise ValueError("set-config topic <name> k=v | set-config cluster k=v")
         return self._alter_config(resource, dict(options))
 
     def cmd_delete_config(self, args, options):

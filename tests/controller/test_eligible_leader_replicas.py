@@ -5,12 +5,11 @@ an ELR rule also shows what the same events do with ELR off."""
 
 import pytest
 
-from tidelog.controller import AlterPartitionItem, AlterPartitionRequest, ElectionType
+from tidelog.controller import AlterPartitionItem, AlterPartitionRequest
 from tidelog.controller.feature_control import UpgradeType, broker_features
 from tidelog.controller.invariants import check_invariants
 from tidelog.testing.controller import ControllerTestEnv
 from tidelog.core.errors import ErrorCode
-from tidelog.core.ids import TopicPartition
 from tidelog.metadata import replay_all
 from tidelog.metadata.records import (
     BrokerFeature,
