@@ -260,20 +260,28 @@ def test_a_longer_log_reported_while_still_fenced_waits_until_its_broker_may_lea
     assert shape(env) == (2, (2,), (), ())
 
 
+def everyone_fenced_with_directories(log_dirs: int) -> ControllerTestEnv:
+    """Brokers 0, 1, 2 with ``log_dirs`` directories each, foo on [0, 1, 2] with min ISR
+    2; all three fenced in turn (ELR [1, 2], last known leader 2) and their sessions
+    over."""
+    env = ControllerTestEnv(bootstrap_features=ELR_ON, broker_features=broker_features())
+    for broker_id in (0, 1, 2):
+        env.register(broker_id, log_dirs=log_dirs)
+        env.heartbeat(broker_id)
+    env.create_topic("foo", assignments=[[0, 1, 2]], configs={"min.insync.replicas": "2"})
+    for broker_id in (0, 1, 2):
+        env.fence(broker_id)
+    env.clock.advance(9001)
+    return env
+
+
 def test_a_last_known_eligible_replica_that_cannot_say_is_waited_for_up_to_the_recovery_wait():
     """A last known eligible replica that cannot say where its log ends now — down,
     in controlled shutdown, its directory offline — may hold every committed record:
     the election waits for it, up to the recovery wait, then takes the longest
     reported. (A replica that was not eligible is not waited for: above.)"""
     for make_unavailable in ("down", "controlled shutdown", "offline directory"):
-        env = ControllerTestEnv(bootstrap_features=ELR_ON, broker_features=broker_features())
-        for broker_id in (0, 1, 2):
-            env.register(broker_id, log_dirs=2)
-            env.heartbeat(broker_id)
-        env.create_topic("foo", assignments=[[0, 1, 2]], configs={"min.insync.replicas": "2"})
-        for broker_id in (0, 1, 2):
-            env.fence(broker_id)
-        env.clock.advance(9001)
+        env = everyone_fenced_with_directories(2)
         ends = {0: (3, 5), 2: (3, 20)}
         for broker_id, end in ends.items():
             env.restart(broker_id, log_dirs=2)
@@ -314,14 +322,7 @@ def test_a_heartbeat_that_fences_its_broker_does_not_elect_it_in_the_same_write(
     it and, in the same write, the retried election elected it (it was still active
     in the committed registration): a fenced leader (10.8). The retried elections see
     what the heartbeat's own write changes."""
-    env = ControllerTestEnv(bootstrap_features=ELR_ON, broker_features=broker_features())
-    for broker_id in (0, 1, 2):
-        env.register(broker_id, log_dirs=1)
-        env.heartbeat(broker_id)
-    env.create_topic("foo", assignments=[[0, 1, 2]], configs={"min.insync.replicas": "2"})
-    for broker_id in (0, 1, 2):
-        env.fence(broker_id)
-    env.clock.advance(9001)
+    env = everyone_fenced_with_directories(1)
     for broker_id in (0, 1, 2):
         env.restart(broker_id, log_dirs=1)
         env.assign_replicas_to_dirs(broker_id, {TopicPartition("foo", 0): env.log_dirs(broker_id)[0]})

@@ -101,6 +101,21 @@ def test_a_partition_whose_isr_members_die_one_by_one_is_led_again_from_the_elr(
         assert len(acked) == 450
 
 
+def _all_killed_a_last(cluster) -> list:
+    """200 records in sync; C killed, 200 more; B killed (ISR {A}, ELR {B}); A killed
+    (ISR empty, ELR {A, B}, last known leader A). The acknowledged (offset, value)s."""
+    a, b, c = (broker.node_id for broker in cluster.brokers)
+    acked = _all_in_sync_with_200_records(cluster)
+    cluster.kill(c)
+    alive = f"127.0.0.1:{cluster.port(a)}"
+    wait_until(lambda: sorted(_partition(alive).isrs) == sorted([a, b]), 30, "C out of the ISR")
+    acked += _produce(alive, [b"two-%d" % i for i in range(200)])
+    cluster.kill(b)
+    wait_until(lambda: _partition(alive).isrs == [a], 30, "B out of the ISR")
+    cluster.kill(a)
+    return acked
+
+
 def test_when_every_eligible_replica_restarted_uncleanly_the_longest_log_leads():
     """KIP-966's unclean recovery. The ISR shrinks to the leader A (C killed, then B:
     ELR {B}); A is killed too (ISR empty, ELR {A, B}, last known leader A). Every one of
@@ -111,14 +126,7 @@ def test_when_every_eligible_replica_restarted_uncleanly_the_longest_log_leads()
     each replica's log ends and elects B, which holds every acknowledged record."""
     with Cluster(brokers=3, overrides={**FAST, "tidelog.unclean.recovery.log.ends.enable": "true"}) as cluster:
         a, b, c = (broker.node_id for broker in cluster.brokers)
-        acked = _all_in_sync_with_200_records(cluster)
-        cluster.kill(c)
-        alive = f"127.0.0.1:{cluster.port(a)}"
-        wait_until(lambda: sorted(_partition(alive).isrs) == sorted([a, b]), 30, "C out of the ISR")
-        acked += _produce(alive, [b"two-%d" % i for i in range(200)])
-        cluster.kill(b)
-        wait_until(lambda: _partition(alive).isrs == [a], 30, "B out of the ISR")
-        cluster.kill(a)
+        acked = _all_killed_a_last(cluster)
         a_dir = os.path.join(cluster.directory, cluster.processes.layout.node(a).name, "data", f"{TOPIC}-0")
         assert os.path.isdir(a_dir)
 
@@ -152,14 +160,7 @@ def test_the_eligible_replica_that_comes_back_last_is_waited_for():
     led, so it is a last known eligible replica: the election waits for its report."""
     with Cluster(brokers=3, overrides={**FAST, "tidelog.unclean.recovery.log.ends.enable": "true"}) as cluster:
         a, b, c = (broker.node_id for broker in cluster.brokers)
-        acked = _all_in_sync_with_200_records(cluster)
-        cluster.kill(c)
-        alive = f"127.0.0.1:{cluster.port(a)}"
-        wait_until(lambda: sorted(_partition(alive).isrs) == sorted([a, b]), 30, "C out of the ISR")
-        acked += _produce(alive, [b"two-%d" % i for i in range(200)])
-        cluster.kill(b)
-        wait_until(lambda: _partition(alive).isrs == [a], 30, "B out of the ISR")
-        cluster.kill(a)
+        acked = _all_killed_a_last(cluster)
         shutil.rmtree(os.path.join(cluster.directory, cluster.processes.layout.node(a).name, "data", f"{TOPIC}-0"))
 
         cluster.start_node(a)                                  # back uncleanly, empty: out of the ELR

@@ -233,3 +233,18 @@ def test_seed_7647_a_coordinator_that_lost_its_log_may_forget_a_decision(run, se
     assert result.passed, failure_report(result)
     assert result.stats.transactions.get("visible after its coordinator's log lost records", 0) >= 1
     assert any(reason.startswith("__transaction_state") for reason in result.excused), result.excused
+
+
+def test_seed_20116_a_truncation_rewrites_the_recovery_point_checkpoint(run):
+    """Long seed 20116 with Kafka 4.4's election (no log-end reports; unseen, failed
+    before): broker 2 truncated ``t0-1`` below the recovery point its directory's
+    checkpoint held (1,288), fetched again and lost power; at restart the loader
+    trusted, unscanned, segments that had lost their tails below the stale value,
+    and broker 2 sat in the ISR without offset 533 (10.3). A truncation now writes the
+    checkpoint when it lowers a recovery point the file holds
+    (``tests/storage/test_log_manager.py`` pins the rule)."""
+    from tidelog.sim.config import SimConfig
+    from tests.sim.conftest import failure_report
+
+    result = run(20116, config=SimConfig.from_seed(20116, long=True).with_options(replica_log_ends=False))
+    assert result.passed, failure_report(result)

@@ -91,6 +91,37 @@ def test_an_unclean_restart_recovers_from_the_checkpointed_recovery_points(dirs,
     assert any("recovered" in r.getMessage() for r in caplog.records)
 
 
+def test_a_truncation_below_the_checkpointed_recovery_point_rewrites_the_checkpoint(dirs, clock, fs):
+    """Simulator seed 20116: a follower truncated below the recovery point its directory's
+    checkpoint held, fetched the same offsets again (unsynced) and lost power; at
+    restart the stale checkpoint (1,288, above the log end 434) made the loader trust
+    segments that had lost their tails, and the broker later sat in the ISR without
+    offset 533. The checkpoint never claims more than the log holds after a truncation,
+    as Kafka's LogManager.truncateTo checkpoints the directories it truncated in."""
+    m = manager(dirs, clock, fs)
+    log = m.get_or_create_log(A0)
+    fill(log, 30)
+    log.flush()
+    m.checkpoint_recovery_points()
+    path = os.path.join(dirs[0], "recovery-point-offset-checkpoint")
+    assert open(path).read() == "0\n1\na 0 30\n"
+    log.truncate_to(25)                                   # above nothing on disk yet: one write
+    assert open(path).read() == "0\n1\na 0 25\n"
+    log.truncate_to(5)
+    assert open(path).read() == "0\n1\na 0 5\n"
+    fill(log, 20)                                         # offsets 5..24 again, not flushed
+    fs.crash()
+    m = manager(dirs, clock, fs)
+    log = m.get_log(A0)
+    assert log.recovery_point <= log.log_end_offset
+    assert [offset for offset, _ in read_all(log)] == list(range(log.log_end_offset))   # no hole
+    other = m.get_or_create_log(A1)
+    fill(other, 3)
+    before = os.stat(os.path.join(dirs[1], "recovery-point-offset-checkpoint")).st_mtime_ns
+    other.truncate_to(1)                                  # not in its checkpoint: nothing to lower
+    assert os.stat(os.path.join(dirs[1], "recovery-point-offset-checkpoint")).st_mtime_ns == before
+
+
 def test_checkpoint_files_hold_each_directorys_partitions(dirs, clock, fs):
     m = manager(dirs, clock, fs)
     for tp in (A0, A1):

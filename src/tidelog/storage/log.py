@@ -154,6 +154,9 @@ class Log:
         self.config = config
         self.clock = clock
         self.fs = fs
+        # Set by the LogManager that holds the log: called after a truncation (see
+        # ``_recovery_point_lowered``).
+        self.on_recovery_point_lowered: Callable[[Log], None] | None = None
         self._local_log = LocalLog(directory, self.topic_partition, config, clock, fs, segments,
                                    log_end_offset=log_end_offset, recovery_point=recovery_point,
                                    on_roll_durable=self._take_snapshot, on_io_error=on_io_error,
@@ -597,6 +600,16 @@ class Log:
 
     # -- truncation -------------------------------------------------------------------
 
+    def _recovery_point_lowered(self) -> None:
+        """After a truncation: the recovery point on disk (``recovery-point-offset-checkpoint``)
+        may now be above this log's, and records appended again below it would be
+        trusted, unscanned, after a power cut that lost them — a hole in the middle of
+        the log (simulator seed 20116). ``on_recovery_point_lowered`` (the LogManager)
+        writes it before anything is appended again, as Kafka's ``LogManager.truncateTo``
+        checkpoints the recovery offsets of the directories it truncated in."""
+        if self.on_recovery_point_lowered is not None:
+            self.on_recovery_point_lowered(self)
+
     @_io_guard
     def truncate_to(self, offset: int) -> bool:
         """Remove every batch holding offsets ``>= offset``; returns whether anything went.
@@ -627,6 +640,7 @@ class Log:
         self._cleaner_checkpoint = min(self._cleaner_checkpoint, new_end)
         self._check_segments()
         self._rebuild_producer_state()       # truncation rolls the producer state back
+        self._recovery_point_lowered()
         return True
 
     @_io_guard
@@ -635,6 +649,7 @@ class Log:
         if offset < 0:
             raise ValueError(f"cannot start a log at negative offset {offset}")
         self._local_log.truncate_fully_and_start_at(offset)
+        self._recovery_point_lowered()
         self._txn_index.aborted = []
         self._leader_epoch_cache.clear()
         self._producer_state.clear()

@@ -122,7 +122,9 @@ class LogManager:
         self.default_config = default_config or LogConfig()
         self.topic_configs = dict(topic_configs or {})
         self._background = background           # where a roll's fsync runs (LocalLog._flush_in_background)
-        self._logs: _CountedDict[TopicPartition, Log] = _CountedDict()      # changes counted: _timed_flush
+        self._logs: _CountedDict[TopicPartition, Log] = _CountedDict(self._watch)  # changes counted: _timed_flush
+        # log dir → the recovery points its checkpoint file holds (read at start, then as written)
+        self._recovery_points_on_disk: dict[str, Mapping[TopicPartition, int]] = {}
         self._timed_flush: tuple[tuple[int, int], list[Log]] = ((-1, -1), [])
         self._topic_ids: dict[TopicPartition, uuid.UUID] = {}    # partition.metadata, as read or written
         self._dir_of: _CountedDict[TopicPartition, str] = _CountedDict()   # changes counted: placements_version
@@ -171,6 +173,7 @@ class LogManager:
                 fs.remove(marker)
                 fs.fsync_dir(log_dir)
             recovery_points = self._checkpoint(log_dir, RECOVERY_POINT_OFFSET_CHECKPOINT).read()
+            self._recovery_points_on_disk[log_dir] = recovery_points
             log_start_offsets = self._checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT).read()
             high_watermarks = self._checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT).read()
             cleaner_checkpoints = self._checkpoint(log_dir, CLEANER_OFFSET_CHECKPOINT).read()
@@ -708,13 +711,32 @@ class LogManager:
         is never in the directory of its current log, so one entry per partition)."""
         self._write_per_dir(RECOVERY_POINT_OFFSET_CHECKPOINT, lambda log: log.recovery_point)
 
+    def _watch(self, log: Log) -> None:
+        log.on_recovery_point_lowered = self._recovery_point_lowered
+
+    def _recovery_point_lowered(self, log: Log) -> None:
+        """A truncation lowered ``log``'s recovery point (``Log._recovery_point_lowered``):
+        if its directory's checkpoint holds a higher one, write the checkpoint now, before
+        the log takes records again below the old value."""
+        log_dir = self._dir_of.get(log.topic_partition)
+        if log_dir is None or log_dir in self._offline_dirs or self._logs.get(log.topic_partition) is not log:
+            return
+        on_disk = self._recovery_points_on_disk.get(log_dir, {}).get(log.topic_partition)
+        if on_disk is None or log.recovery_point >= on_disk:
+            return
+        try:
+            self._write_offsets_checkpoints(log_dir)
+        except OSError as e:
+            self._mark_dir_offline(log_dir, e)
+
     def checkpoint_log_start_offsets(self) -> None:
         self._write_per_dir(LOG_START_OFFSET_CHECKPOINT, lambda log: log.log_start_offset)
 
     def _write_offsets_checkpoints(self, log_dir: str) -> None:
         logs = self._logs_with_futures(log_dir)
-        self._checkpoint(log_dir, RECOVERY_POINT_OFFSET_CHECKPOINT).write(
-            {tp: log.recovery_point for tp, log in logs.items()})
+        recovery_points = {tp: log.recovery_point for tp, log in logs.items()}
+        self._checkpoint(log_dir, RECOVERY_POINT_OFFSET_CHECKPOINT).write(recovery_points)
+        self._recovery_points_on_disk[log_dir] = recovery_points
         self._checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT).write(
             {tp: log.log_start_offset for tp, log in logs.items()})
 
@@ -811,6 +833,8 @@ class LogManager:
                 entries = {tp: value for tp, value in values.items() if tp in logs}
             try:
                 self._checkpoint(log_dir, name).write(entries)
+                if name == RECOVERY_POINT_OFFSET_CHECKPOINT:
+                    self._recovery_points_on_disk[log_dir] = entries
             except OSError as e:
                 self._mark_dir_offline(log_dir, e)
                 first_error = first_error or StorageError(f"{log_dir}: cannot write {name}: {e}")
@@ -938,12 +962,19 @@ def _marker_epoch(data: bytes) -> int:
 
 
 class _CountedDict(dict):
-    """A dict that counts its changes (``version``); only the writes LogManager uses."""
+    """A dict that counts its changes (``version``); only the writes LogManager uses.
+    ``on_set`` sees every value put in."""
 
     version = 0
 
+    def __init__(self, on_set=None):
+        super().__init__()
+        self.on_set = on_set
+
     def __setitem__(self, key, value) -> None:
         self.version += 1
+        if self.on_set is not None:
+            self.on_set(value)
         super().__setitem__(key, value)
 
     def __delitem__(self, key) -> None:
