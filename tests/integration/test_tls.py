@@ -78,10 +78,15 @@ def test_kafka_python_and_aiokafka_over_tls(broker, certificates):
     producer.flush(30)
     producer.close()
     consumer = KafkaConsumer("tls-kafka-python", bootstrap_servers=broker.bootstrap, security_protocol="SSL",
-                             ssl_cafile=str(certificates / "ca.pem"), auto_offset_reset="earliest",
-                             consumer_timeout_ms=30_000)     # as long as the librdkafka test's deadline
-    assert sorted(int(m.value) for m in consumer) == list(range(50))
+                             ssl_cafile=str(certificates / "ca.pem"), auto_offset_reset="earliest")
+    got = []
+    deadline = time.monotonic() + 60          # polled until all 50 are in (iterating the consumer
+    while len(got) < 50 and time.monotonic() < deadline:     # waited its whole idle timeout)
+        for records in consumer.poll(timeout_ms=500).values():
+            got += [int(m.value) for m in records]
+    assignment = consumer.assignment()
     consumer.close()
+    assert sorted(got) == list(range(50)), f"{len(got)} records; partitions assigned: {assignment}"
 
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
