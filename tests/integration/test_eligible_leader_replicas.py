@@ -116,6 +116,17 @@ def _all_killed_a_last(cluster) -> list:
     return acked
 
 
+def _c_back_and_every_record_read(cluster, bootstrap: str, acked: list) -> None:
+    """C starts again; once all three are in sync, every acknowledged record is read back."""
+    a, b, c = (broker.node_id for broker in cluster.brokers)
+    cluster.start_node(c)
+    wait_until(lambda: sorted(_partition(bootstrap).isrs) == sorted([a, b, c]), 60, "all back in sync")
+    got = dict(_read_all(bootstrap, len(acked)))
+    missing = [(offset, value) for offset, value in acked if got.get(offset) != value]
+    assert not missing, f"{len(missing)} acknowledged records lost or changed, e.g. {missing[:3]}"
+    assert len(acked) == 400
+
+
 def test_when_every_eligible_replica_restarted_uncleanly_the_longest_log_leads():
     """KIP-966's unclean recovery. The ISR shrinks to the leader A (C killed, then B:
     ELR {B}); A is killed too (ISR empty, ELR {A, B}, last known leader A). Every one of
@@ -142,12 +153,7 @@ def test_when_every_eligible_replica_restarted_uncleanly_the_longest_log_leads()
         wait_until(lambda: _leader_or_none(bootstrap_b) not in (None, -1), 30, "a leader elected")
         assert _partition(bootstrap_b).leader == b, "the last known leader's empty log was elected"
 
-        cluster.start_node(c)
-        wait_until(lambda: sorted(_partition(bootstrap_b).isrs) == sorted([a, b, c]), 60, "all back in sync")
-        got = dict(_read_all(bootstrap_b, len(acked)))
-        missing = [(offset, value) for offset, value in acked if got.get(offset) != value]
-        assert not missing, f"{len(missing)} acknowledged records lost or changed, e.g. {missing[:3]}"
-        assert len(acked) == 400
+        _c_back_and_every_record_read(cluster, bootstrap_b, acked)
 
 
 def test_the_eligible_replica_that_comes_back_last_is_waited_for():
@@ -173,9 +179,4 @@ def test_the_eligible_replica_that_comes_back_last_is_waited_for():
         wait_until(lambda: _leader_or_none(bootstrap_a) not in (None, -1), 30, "a leader elected")
         assert _partition(bootstrap_a).leader == b, "the last known leader's empty log was elected"
 
-        cluster.start_node(c)
-        wait_until(lambda: sorted(_partition(bootstrap_a).isrs) == sorted([a, b, c]), 60, "all back in sync")
-        got = dict(_read_all(bootstrap_a, len(acked)))
-        missing = [(offset, value) for offset, value in acked if got.get(offset) != value]
-        assert not missing, f"{len(missing)} acknowledged records lost or changed, e.g. {missing[:3]}"
-        assert len(acked) == 400
+        _c_back_and_every_record_read(cluster, bootstrap_a, acked)
