@@ -237,20 +237,15 @@ class PartitionChangeBuilder:
         replica that may lead, or is starting, and has not reported, at most a
         session timeout (both counted from the first wait)."""
         ends = {r: self.log_end(r) for r in self.target_replicas}
+        cannot_say = [r for r in known if r in ends and not self.is_acceptable_leader(r) and self.registered(r)]
         if all(end is None for end in ends.values()):
             # Nobody reported: reports are off (Kafka's rule: no wait), or the first has
             # not come yet — a last known eligible replica that cannot lead now could not
             # have sent one (seed 7587: one was starting): wait a session timeout for it.
-            return any(r in self.target_replicas and not self.is_acceptable_leader(r) and self.registered(r)
-                       for r in known[1:]) and self.may_await_log_ends(False)
+            return any(r != known[0] for r in cannot_say) and self.may_await_log_ends(False)
         best = max((end for r, end in ends.items() if end is not None and self.is_acceptable_leader(r)),
                    default=None)
-
-        def may_be_longer(replica: int) -> bool:
-            return ends[replica] is None or best is None or ends[replica] > best
-
-        if any(r in known and not self.is_acceptable_leader(r) and self.registered(r) and may_be_longer(r)
-               for r in self.target_replicas):
+        if any(ends[r] is None or best is None or ends[r] > best for r in cannot_say):
             return self.may_await_log_ends(True)
         if any(ends[r] is None and (self.is_acceptable_leader(r) or self.starting(r))
                for r in self.target_replicas):
