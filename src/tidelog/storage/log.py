@@ -147,16 +147,16 @@ class Log:
                  segments: list[LogSegment], leader_epoch_cache: LeaderEpochCache, *,
                  log_start_offset: int, log_end_offset: int, high_watermark: int, recovery_point: int,
                  cleaner_checkpoint: int = 0, on_io_error: Callable[[str, OSError], None] | None = None,
-                 background: Background | None = None, topic_partition: TopicPartition | None = None):
+                 background: Background | None = None, topic_partition: TopicPartition | None = None,
+                 on_recovery_point_lowered: Callable[[Log], None] | None = None):
         self.directory = directory
         # A future log's directory is <tp>.<unique>-future (log_manager.py): its partition is given.
         self.topic_partition = topic_partition or TopicPartition.parse(os.path.basename(directory))
         self.config = config
         self.clock = clock
         self.fs = fs
-        # Set by the LogManager that holds the log: called after a truncation (see
-        # ``_recovery_point_lowered``).
-        self.on_recovery_point_lowered: Callable[[Log], None] | None = None
+        # The LogManager's: called after a truncation (``_recovery_point_lowered``).
+        self.on_recovery_point_lowered = on_recovery_point_lowered
         self._local_log = LocalLog(directory, self.topic_partition, config, clock, fs, segments,
                                    log_end_offset=log_end_offset, recovery_point=recovery_point,
                                    on_roll_durable=self._take_snapshot, on_io_error=on_io_error,
@@ -175,7 +175,8 @@ class Log:
              recovery_point: int = 0, log_start_offset: int = 0, high_watermark: int = 0, *,
              cleaner_checkpoint: int = 0, had_clean_shutdown: bool = False,
              on_io_error: Callable[[str, OSError], None] | None = None,
-             background: Background | None = None, topic_partition: TopicPartition | None = None) -> "Log":
+             background: Background | None = None, topic_partition: TopicPartition | None = None,
+             on_recovery_point_lowered: Callable[["Log"], None] | None = None) -> "Log":
         """Load (or create) the log in ``directory``, recovering what needs it.
 
         ``high_watermark`` is clamped to ``[log_start_offset, log_end_offset]`` (as in
@@ -195,7 +196,7 @@ class Log:
                    log_start_offset=loaded.log_start_offset, log_end_offset=loaded.log_end_offset,
                    high_watermark=high_watermark, recovery_point=loaded.recovery_point,
                    cleaner_checkpoint=cleaner_checkpoint, on_io_error=on_io_error, background=background,
-                   topic_partition=topic_partition)
+                   topic_partition=topic_partition, on_recovery_point_lowered=on_recovery_point_lowered)
 
     # -- state ----------------------------------------------------------------------
 

@@ -122,7 +122,7 @@ class LogManager:
         self.default_config = default_config or LogConfig()
         self.topic_configs = dict(topic_configs or {})
         self._background = background           # where a roll's fsync runs (LocalLog._flush_in_background)
-        self._logs: _CountedDict[TopicPartition, Log] = _CountedDict(self._watch)  # changes counted: _timed_flush
+        self._logs: _CountedDict[TopicPartition, Log] = _CountedDict()      # changes counted: _timed_flush
         # log dir → the recovery points its checkpoint file holds (read at start, then as written)
         self._recovery_points_on_disk: dict[str, Mapping[TopicPartition, int]] = {}
         self._timed_flush: tuple[tuple[int, int], list[Log]] = ((-1, -1), [])
@@ -191,7 +191,7 @@ class LogManager:
                     recovery_point=recovery_points.get(tp, 0), log_start_offset=log_start_offsets.get(tp, 0),
                     high_watermark=high_watermarks.get(tp, 0), cleaner_checkpoint=cleaner_checkpoints.get(tp, 0),
                     had_clean_shutdown=had_clean_shutdown, on_io_error=self._on_io_error,
-                    background=self._background)
+                    on_recovery_point_lowered=self._recovery_point_lowered, background=self._background)
                 self._dir_of[tp] = log_dir
         except (OSError, StorageError) as e:
             self._mark_dir_offline(log_dir, e)
@@ -291,6 +291,7 @@ class LogManager:
         return Log.open(path, self.config_for(tp.topic), self.clock, self.fs,
                         recovery_point=recovery_points.get(tp, 0), log_start_offset=log_start_offsets.get(tp, 0),
                         had_clean_shutdown=had_clean_shutdown, on_io_error=self._on_io_error,
+                        on_recovery_point_lowered=self._recovery_point_lowered,
                         background=self._background, topic_partition=topic_partition)
 
     def _remove_deleted_dir(self, log_dir: str, name: str) -> None:
@@ -332,7 +333,8 @@ class LogManager:
             self.fs.mkdir(path)
             self.fs.fsync_dir(log_dir)
             log = Log.open(path, self.config_for(tp.topic), self.clock, self.fs,
-                           on_io_error=self._on_io_error, background=self._background)
+                           on_io_error=self._on_io_error,
+                           on_recovery_point_lowered=self._recovery_point_lowered, background=self._background)
         except OSError as e:
             self._mark_dir_offline(log_dir, e)
             raise StorageError(f"{tp}: cannot create its log in {log_dir}: {e}") from e
@@ -411,6 +413,7 @@ class LogManager:
         self.fs.mkdir(path)
         self.fs.fsync_dir(log_dir)
         log = Log.open(path, self.config_for(tp.topic), self.clock, self.fs, on_io_error=self._on_io_error,
+                       on_recovery_point_lowered=self._recovery_point_lowered,
                        background=self._background, topic_partition=tp)
         topic_id = self.topic_id_of(tp)
         if topic_id is not None:
@@ -530,7 +533,8 @@ class LogManager:
         """A log just flushed and closed, opened again where it now is (no recovery needed)."""
         return Log.open(path, self.config_for(tp.topic), self.clock, self.fs, recovery_point=recovery_point,
                         log_start_offset=log_start_offset, high_watermark=high_watermark,
-                        had_clean_shutdown=True, on_io_error=self._on_io_error, background=self._background)
+                        had_clean_shutdown=True, on_io_error=self._on_io_error,
+                        on_recovery_point_lowered=self._recovery_point_lowered, background=self._background)
 
     def _unique_hex(self, log_dir: str, tp: TopicPartition, suffix: str) -> str:
         """32 hex digits naming no directory in ``log_dir`` (see ``_delete_dir_name``)."""
@@ -710,9 +714,6 @@ class LogManager:
         """Each directory's recovery points, its future logs' too (as Kafka's: a future log
         is never in the directory of its current log, so one entry per partition)."""
         self._write_per_dir(RECOVERY_POINT_OFFSET_CHECKPOINT, lambda log: log.recovery_point)
-
-    def _watch(self, log: Log) -> None:
-        log.on_recovery_point_lowered = self._recovery_point_lowered
 
     def _recovery_point_lowered(self, log: Log) -> None:
         """A truncation lowered ``log``'s recovery point (``Log._recovery_point_lowered``):
@@ -962,19 +963,12 @@ def _marker_epoch(data: bytes) -> int:
 
 
 class _CountedDict(dict):
-    """A dict that counts its changes (``version``); only the writes LogManager uses.
-    ``on_set`` sees every value put in."""
+    """A dict that counts its changes (``version``); only the writes LogManager uses."""
 
     version = 0
 
-    def __init__(self, on_set=None):
-        super().__init__()
-        self.on_set = on_set
-
     def __setitem__(self, key, value) -> None:
         self.version += 1
-        if self.on_set is not None:
-            self.on_set(value)
         super().__setitem__(key, value)
 
     def __delitem__(self, key) -> None:
