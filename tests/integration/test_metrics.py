@@ -50,8 +50,11 @@ def metric(cluster, node_id: int, name: str, **labels) -> float | None:
     return scrape(cluster.metrics_url(node_id)).get((name, frozenset(labels.items())))
 
 
-def metadata(cluster):
-    return AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10)
+def metadata(cluster, node_id: int | None = None):
+    """Metadata from any broker, or from ``node_id`` alone (while another is paused: a
+    request sent to a paused broker waits for ever)."""
+    bootstrap = cluster.bootstrap if node_id is None else f"127.0.0.1:{cluster.port(node_id)}"
+    return AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
 
 
 def create(cluster, topic: str, partitions: int = 1, rf: int = 3, configs=None, assignment=None) -> None:
@@ -213,12 +216,16 @@ def test_a_paused_follower_makes_one_partition_under_replicated_and_isr_counts_m
 
     def urp_count():
         return sum(p.leader == leader and len(p.isrs) < len(p.replicas)
-                   for t in metadata(cluster).topics.values() for p in t.partitions.values())
+                   for t in metadata(cluster, leader).topics.values() for p in t.partitions.values())
     settles("no under-replicated partition", lambda: metric(cluster, leader,
             "kafka_server_replicamanager_underreplicatedpartitions"), lambda: 0.0)
     shrinks = metric(cluster, leader, "kafka_server_replicamanager_isrshrinks_total")
     expands = metric(cluster, leader, "kafka_server_replicamanager_isrexpands_total")
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1", "linger.ms": 0})
+    # The producer learns the leader before the pause: its first Metadata request may
+    # go to any bootstrap broker, and one sent to the paused follower waits for ever.
+    producer.produce("urp", b"before the pause", partition=0)
+    assert producer.flush(10) == 0
     cluster.pause(follower)
     try:
         def shrunk():
@@ -231,7 +238,7 @@ def test_a_paused_follower_makes_one_partition_under_replicated_and_isr_counts_m
         assert metric(cluster, leader, "kafka_cluster_partition_underminisr", **tp) == 1      # ISR 2 < 3
         assert metric(cluster, leader, "kafka_server_replicamanager_underminisrpartitioncount") == 1
         assert metric(cluster, leader, "kafka_server_replicamanager_isrshrinks_total") == shrinks + 1
-        assert len(metadata(cluster).topics["urp"].partitions[0].isrs) == 2
+        assert len(metadata(cluster, leader).topics["urp"].partitions[0].isrs) == 2
     finally:
         cluster.resume(follower)
     settles("urp-0 back in sync", lambda: metric(cluster, leader,
