@@ -176,6 +176,35 @@ def test_a_clean_election_leaves_open_transactions_open(make, clock):
     assert follower.log.last_stable_offset == 0
 
 
+def test_a_clean_leader_aborts_an_open_transaction_when_its_producer_writes_at_a_newer_epoch(make, clock):
+    """Simulator seeds 7647, 8130: the transaction is open here at EPOCH and its
+    coordinator's log lost the decision, so no marker will come; the producer's next
+    transaction, at EPOCH + 1, writes here. Kafka's producer state would let it join the
+    open one (its COMMIT then exposes the old records); the leader aborts the old one
+    first, with a marker at EPOCH + 1, and the new COMMIT exposes only its own. A batch
+    at the open transaction's epoch joins it."""
+    leader = make.leader(replicas=(0,))
+    leader.append_records_to_leader(client_txn_batch(0, "old"), 1)
+    leader.append_records_to_leader(client_txn_batch(1, "old-2"), 1)            # same epoch: joins
+    assert leader.log.ongoing_transactions() == {PID: 0} and leader.log.log_end_offset == 2
+    leader.append_records_to_leader(client_txn_batch(0, "new", epoch=EPOCH + 1), 1)
+    assert leader.log.log_end_offset == 4                      # the ABORT marker at 2, the new batch at 3
+    assert leader.log.ongoing_transactions() == {PID: 3}
+    aborted = leader.read_records(0, 1 << 20, Isolation.TXN_COMMITTED, 0).aborted_transactions
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in aborted] == [(PID, 0, 2)]
+    leader.append_records_to_leader(marker(commit=True, epoch=EPOCH + 1), 1, from_coordinator=True)
+    assert read_committed(leader) == [b"new"]
+
+
+def test_a_coordinators_marker_at_a_newer_epoch_settles_the_open_transaction_as_it_says(make, clock):
+    """Transaction version 2 writes a transaction's COMMIT at its epoch plus one: the
+    coordinator's marker is not a newer transaction, and commits the open one."""
+    leader = make.leader(replicas=(0,))
+    leader.append_records_to_leader(client_txn_batch(0, "a"), 1)
+    leader.append_records_to_leader(marker(commit=True, epoch=EPOCH + 1), 1, from_coordinator=True)
+    assert leader.log.log_end_offset == 2 and read_committed(leader) == [b"a"]
+
+
 def test_recovery_runs_once_per_leader_epoch(make, clock):
     """Metadata applied again at the same leader epoch (an ISR change) does not put the
     transactions the recovered leader has taken since in doubt; following drops the doubt."""

@@ -241,6 +241,15 @@ class Log:
         """Producer id → first offset of its open transaction (DescribeProducers)."""
         return dict(self._producer_state.ongoing)
 
+    def open_transaction_epoch(self, producer_id: int) -> int | None:
+        """The epoch of the producer's transaction open here; None if none is open."""
+        entry = self._producer_state.producers.get(producer_id)
+        return entry.producer_epoch if entry is not None and producer_id in self._producer_state.ongoing else None
+
+    @property
+    def has_open_transactions(self) -> bool:
+        return bool(self._producer_state.ongoing)
+
     def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
         """Whether the producer has a transaction open here at this epoch (Kafka's
         ``hasOngoingTransaction``): a TV2 producer's next transaction comes at a bumped
