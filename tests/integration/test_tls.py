@@ -73,10 +73,11 @@ def test_kafka_python_and_aiokafka_over_tls(broker, certificates):
     from kafka import KafkaConsumer, KafkaProducer
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, security_protocol="SSL",
                              ssl_cafile=str(certificates / "ca.pem"), acks="all")
-    for i in range(50):
-        producer.send("tls-kafka-python", b"%d" % i)
+    sent = [producer.send("tls-kafka-python", b"%d" % i) for i in range(50)]
     producer.flush(30)
+    offsets = sorted(future.get(timeout=30).offset for future in sent)     # raises what the broker answered
     producer.close()
+    assert offsets == list(range(50))
     consumer = KafkaConsumer("tls-kafka-python", bootstrap_servers=broker.bootstrap, security_protocol="SSL",
                              ssl_cafile=str(certificates / "ca.pem"), auto_offset_reset="earliest")
     got = []
