@@ -286,3 +286,68 @@ def test_a_steady_heartbeat_compares_only_its_own_members_records():
     group.records = real
     h.settle(members + ["new"], rounds=8)
     assert group_state(h.load_elsewhere()) == group_state(h.shard)
+
+
+def test_a_subscription_too_large_for_a_record_is_refused_and_the_group_goes_on():
+    """An attacker (any client allowed to READ the group) subscribing to 40,000 names,
+    1.3 MB, more than a batch of ``__consumer_offsets`` may hold: before, the member
+    joined in memory, its write failed, and every later change of the group wrote its
+    record again and failed too — nobody could join or move. Refused before it joins
+    (UNKNOWN_SERVER_ERROR, what Kafka answers when its write fails), with a message; an
+    existing member asking for it keeps its subscription."""
+    h = Harness()
+    h.beat("a")
+    h.settle(["a"])
+    names = tuple(f"topic-{i:024d}" for i in range(40_000))
+    answer = h.beat("evil", topics=names)
+    assert answer["error_code"] == E.UNKNOWN_SERVER_ERROR
+    assert "more than the 262147" in answer["error_message"]
+    assert set(h.shard.consumer_groups["g"].members) == {"a"}
+    request = ConsumerHeartbeat("g", "a", h.epochs["a"], None, None, 30_000, names, None, None,
+                                h.owned["a"], "a", "/h")
+    answers = []
+    h.shard.consumer_group_heartbeat(request, h.lookup, ["t"], h.now, answers.append)
+    assert answers[0]["error_code"] == E.UNKNOWN_SERVER_ERROR
+    assert h.shard.consumer_groups["g"].members["a"].subscribed_topic_names == ("t",)
+    assert h.beat("b")["error_code"] == 0
+    h.settle(["a", "b"])
+    assert sorted(len(h.owned[m]) for m in "ab") == [3, 3]
+    assert group_state(h.load_elsewhere()) == group_state(h.shard)
+    # 7,000 names of 30 characters fit.
+    assert h.beat("c", topics=tuple(f"topic-{i:024d}" for i in range(7_000)))["error_code"] == 0
+
+
+def test_after_a_failed_write_only_its_records_are_written_again():
+    """A failed write (a timeout, a leader change) leaves the log holding the old values
+    of its keys or the new ones. Writing the whole group again at its next change, as
+    before, needs a batch as large as the group: a group whose records outgrow one batch
+    (here 600 bytes; at Kafka's 1 MiB, a couple of thousand members) failed every change
+    after the first failed write, for ever. Only the failed write's keys are written
+    again, with what changed since, and a new coordinator loads the same group."""
+    h = Harness(partitions=12)
+    members = [f"m{i}" for i in range(6)]
+    for member in members:
+        h.beat(member)
+    h.settle(members, rounds=8)
+    whole = sum(len(k) + len(v or b"") for k, v in h.shard.consumer_groups["g"].records().items())
+    limit, failures = 600, []
+    assert whole > limit
+
+    def write(records, on_done):
+        size = sum(len(k) + len(v or b"") for k, v in records)
+        if failures:
+            failures.pop()
+            return on_done(E.REQUEST_TIMED_OUT)
+        if size > limit:
+            return on_done(E.MESSAGE_TOO_LARGE)
+        h._write(records, on_done)
+    h.shard._write = write
+    failures.append(1)
+    assert h.beat("m3", epoch=-1)["error_code"] == E.COORDINATOR_NOT_AVAILABLE      # its leave timed out
+    assert h.beat("m3", epoch=-1)["error_code"] in (0, E.UNKNOWN_MEMBER_ID)
+    h.owned.pop("m3", None)
+    rest = [m for m in members if m != "m3"]
+    h.settle(rest, rounds=8)
+    for member in rest:
+        assert h.beat(member)["error_code"] == 0
+    assert group_state(h.load_elsewhere()) == group_state(h.shard)

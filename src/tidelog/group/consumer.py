@@ -116,8 +116,9 @@ class ConsumerGroup:
     session_timeout_ms: int = 45_000                # the group's own, else the broker's (apply_configs)
     heartbeat_interval_ms: int = 5_000
     # What __consumer_offsets holds for the group, as this shard wrote or loaded it:
-    # encoded key → encoded value. What ``records()`` gives that differs is written next.
-    persisted: dict[bytes, bytes] = field(default_factory=dict)
+    # encoded key → encoded value, or None where a failed write left it unknown. What
+    # ``records()`` gives that differs is written next (a key it no longer has: a tombstone).
+    persisted: dict[bytes, bytes | None] = field(default_factory=dict)
     _written: tuple | None = None                   # (member ids, assignment epoch) as last written whole
 
     def apply_configs(self, own: Mapping[str, str], session_timeout_ms: int, heartbeat_interval_ms: int) -> None:
@@ -258,8 +259,16 @@ class ConsumerGroup:
         return gone
 
     def forget_written(self) -> None:
-        """Nothing is known to be written (a write failed): the next change writes it all."""
+        """Nothing is known to be written: the next change writes it all."""
         self.persisted = {}
+        self._written = None
+
+    def forget_records(self, keys: Iterable[bytes]) -> None:
+        """A write of these keys failed: the log may hold their old values or the new ones.
+        The next change writes them again (or their tombstones), with what else changed —
+        not the whole group, which may not fit in one batch."""
+        for key in keys:
+            self.persisted[key] = None
         self._written = None
 
     def apply_record(self, key: ConsumerKey, value: ConsumerValue | None, key_bytes: bytes,

@@ -599,8 +599,8 @@ class GroupShard:
         if classic_before is not None and request.group_id not in self.groups:
             records.append((encode_key(GroupMetadataKey(request.group_id)), None))    # it changed protocol
         group = self.consumer_groups.get(request.group_id)
-        if group is not None:
-            records += group.changed_records(touched=answer["member_id"] or request.member_id)
+        own = group.changed_records(touched=answer["member_id"] or request.member_id) if group is not None else []
+        records += own
         if not records:
             return respond(answer)
 
@@ -608,7 +608,7 @@ class GroupShard:
             if error == ErrorCode.NONE:
                 return respond(answer)
             if group is not None:
-                group.forget_written()
+                group.forget_records(key for key, _ in own)
             respond({**answer, "error_code": int(append_error(error)), "error_message": None, "member_epoch": -1,
                      "heartbeat_interval": 0, "assignment": None})
         self._write(records, written)
@@ -617,7 +617,7 @@ class GroupShard:
         """Records of a change no client waits on (an expiry, a protocol change)."""
         def written(error: ErrorCode) -> None:
             if error != ErrorCode.NONE:
-                group.forget_written()       # all written again at the group's next change
+                group.forget_records(key for key, _ in records)      # written again at its next change
         if records:
             self._write(records, written)
 
@@ -631,6 +631,13 @@ class GroupShard:
         too_long = _too_long_for_a_record(request)
         if too_long:
             return error(ErrorCode.INVALID_REQUEST, f"{too_long} is longer than 32767 bytes")
+        subscription_bytes = _subscription_bytes(request)
+        if subscription_bytes > SUBSCRIPTION_MAX_BYTES:
+            # Kafka's coordinator fails the write (MESSAGE_TOO_LARGE, answered as
+            # UNKNOWN_SERVER_ERROR) and rolls the member back; refused before it joins.
+            return error(ErrorCode.UNKNOWN_SERVER_ERROR,
+                         f"the subscribed topic names take {subscription_bytes} bytes, more than the "
+                         f"{SUBSCRIPTION_MAX_BYTES} a member's record in __consumer_offsets may take")
         if request.member_epoch == 0 and request.subscribed_topic_names is None \
                 and request.subscribed_topic_regex is None:
             return error(ErrorCode.INVALID_REQUEST, "a joining member must name its subscription")
@@ -1005,6 +1012,10 @@ class GroupShard:
 
 
 MEMBER_ID_PREFIX_MAX_BYTES = 0x7FFF - 64
+# The subscribed topic names one member's record may hold: a quarter of a batch at
+# Kafka's default max.message.bytes (1048588), about 7,900 names of 30 characters; the
+# change that writes the record must fit in one batch with the group's other changes.
+SUBSCRIPTION_MAX_BYTES = 1048588 // 4
 
 
 def _fit_member_id_prefix(prefix: str) -> str:
@@ -1012,6 +1023,11 @@ def _fit_member_id_prefix(prefix: str) -> str:
     if len(data) <= MEMBER_ID_PREFIX_MAX_BYTES:
         return prefix
     return data[:MEMBER_ID_PREFIX_MAX_BYTES].decode("utf-8", errors="ignore")
+
+
+def _subscription_bytes(request: ConsumerHeartbeat) -> int:
+    """What the subscribed topic names take in the member's record (each a compact string)."""
+    return sum(len(name.encode("utf-8")) + 3 for name in request.subscribed_topic_names or ())
 
 
 def _too_long_for_a_record(request: ConsumerHeartbeat) -> str | None:
