@@ -351,21 +351,35 @@ class RealFileSystem:
         return RealFileLock(path, fd)
 
 
-def write_file_atomically(fs: FileSystem, path: str, data: bytes) -> None:
+def write_file_atomically(fs: FileSystem, path: str, data: bytes, *, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old or the new file.
 
-    Temp file, fsync, rename over the target, fsync the directory.
+    Temp file, fsync, rename over the target, fsync the directory. ``durable=False``
+    skips both fsyncs: the caller makes the file durable later (``fsync_file``, then
+    the directory), and until then a crash may leave no file, the old one, or a new one
+    that is empty or partly written.
     """
     temp_path = path + ".tmp"
     handle = fs.open(temp_path)
     try:
         handle.truncate(0)
         handle.append(data)
-        handle.fsync()
+        if durable:
+            handle.fsync()
     finally:
         handle.close()
     fs.rename(temp_path, path)
-    fs.fsync_dir(os.path.dirname(path) or ".")
+    if durable:
+        fs.fsync_dir(os.path.dirname(path) or ".")
+
+
+def fsync_file(fs: FileSystem, path: str) -> None:
+    """Make ``path``'s bytes durable (not its directory entry: ``fsync_dir``)."""
+    handle = fs.open(path, create=False)
+    try:
+        handle.fsync()
+    finally:
+        handle.close()
 
 
 def read_whole_file(fs: FileSystem, path: str, size_max_bytes: int) -> bytes:

@@ -41,7 +41,7 @@ from tidelog.core.errors import CorruptRecordError, StorageError
 from tidelog.core.ids import TopicPartition
 from tidelog.storage.config import LogConfig
 from tidelog.storage.errors import CorruptSegmentError
-from tidelog.storage.files import FileHandle, FileSystem
+from tidelog.storage.files import FileHandle, FileSystem, fsync_file
 from tidelog.storage.log_loader import (
     CLEANED_SUFFIX,
     SEGMENT_FILE_SUFFIXES,
@@ -145,7 +145,7 @@ class LocalLog:
                  fs: FileSystem, segments: list[LogSegment], *, log_end_offset: int, recovery_point: int,
                  on_roll_durable: Callable[[], None],
                  on_io_error: Callable[[str, OSError], None] | None = None,
-                 background: Background | None = None):
+                 background: Background | None = None, unsynced_dirs: tuple[str, ...] = ()):
         self.directory = directory
         self.topic_partition = topic_partition
         self.config = config
@@ -162,6 +162,11 @@ class LocalLog:
         self._on_io_error = on_io_error
         self._background = background
         self._rolls = self._rolls_durable = 0    # rolls, and those whose new file is durably listed
+        # A new log's entries not yet fsynced (``load_log``'s ``defer_new_entries``): files
+        # written without fsync (``partition.metadata``), then directories, fsynced by its
+        # first flush before any offset of it counts as durable (``sync_entries``).
+        self._unsynced_files: list[str] = []
+        self._unsynced_dirs: list[str] = list(unsynced_dirs)
 
     # -- state ----------------------------------------------------------------------
 
@@ -177,6 +182,26 @@ class LocalLog:
     def log_end_offset_metadata(self) -> LogOffsetMetadata:
         active = self.segments[-1]
         return LogOffsetMetadata(self.log_end_offset, active.base_offset, active.size_bytes)
+
+    @property
+    def defers_entries(self) -> bool:
+        """Whether the log's directory entries still wait for its first flush."""
+        return bool(self._unsynced_dirs)
+
+    def defer_file(self, path: str) -> None:
+        """``path`` (in the log's directory) was written without fsync: its first flush syncs it."""
+        if path not in self._unsynced_files:
+            self._unsynced_files.append(path)
+
+    def sync_entries(self) -> None:
+        """Fsync what a new log deferred: its files' bytes, then its directory, then the
+        directory holding it. Before that, a crash may take the whole log away, which
+        loses nothing: no offset of it was durable yet."""
+        for path in self._unsynced_files:
+            fsync_file(self.fs, path)
+        for directory in self._unsynced_dirs:
+            self.fs.fsync_dir(directory)
+        self._unsynced_files, self._unsynced_dirs = [], []
 
     @property
     def rolls_durable(self) -> bool:
@@ -298,9 +323,12 @@ class LocalLog:
         return False
 
     def flush(self, offset: int) -> None:
-        """Fsync the segments below ``offset`` (and a rolled file's directory entry)."""
+        """Fsync the segments below ``offset`` (and a rolled file's directory entry, and a
+        new log's deferred entries: an empty log keeps deferring them)."""
         if offset <= self.recovery_point:
             return
+        if self._unsynced_dirs or self._unsynced_files:
+            self.sync_entries()
         first = max(0, bisect_right(self.base_offsets, self.recovery_point) - 1)
         last = max(0, bisect_right(self.base_offsets, offset - 1) - 1)
         for segment in self.segments[first:last + 1]:
@@ -341,6 +369,12 @@ class LocalLog:
             if error is not None:
                 logger.error("%s: background flush failed", self.topic_partition, exc_info=error)
                 return
+            if self._unsynced_dirs or self._unsynced_files:
+                try:
+                    self.sync_entries()
+                except OSError as e:
+                    self.go_offline(e)
+                    return
             if self.truncations == truncations and offset > self.recovery_point:
                 self.recovery_point = offset
                 self.last_flush_ms = self.clock.now_ms()

@@ -148,7 +148,8 @@ class Log:
                  log_start_offset: int, log_end_offset: int, high_watermark: int, recovery_point: int,
                  cleaner_checkpoint: int = 0, on_io_error: Callable[[str, OSError], None] | None = None,
                  background: Background | None = None, topic_partition: TopicPartition | None = None,
-                 on_recovery_point_lowered: Callable[[Log], None] | None = None):
+                 on_recovery_point_lowered: Callable[[Log], None] | None = None,
+                 unsynced_dirs: tuple[str, ...] = ()):
         self.directory = directory
         # A future log's directory is <tp>.<unique>-future (log_manager.py): its partition is given.
         self.topic_partition = topic_partition or TopicPartition.parse(os.path.basename(directory))
@@ -160,7 +161,7 @@ class Log:
         self._local_log = LocalLog(directory, self.topic_partition, config, clock, fs, segments,
                                    log_end_offset=log_end_offset, recovery_point=recovery_point,
                                    on_roll_durable=self._take_snapshot, on_io_error=on_io_error,
-                                   background=background)
+                                   background=background, unsynced_dirs=unsynced_dirs)
         self._leader_epoch_cache = leader_epoch_cache
         self._log_start_offset = log_start_offset
         self._high_watermark = min(max(high_watermark, log_start_offset), log_end_offset)
@@ -176,7 +177,8 @@ class Log:
              cleaner_checkpoint: int = 0, had_clean_shutdown: bool = False,
              on_io_error: Callable[[str, OSError], None] | None = None,
              background: Background | None = None, topic_partition: TopicPartition | None = None,
-             on_recovery_point_lowered: Callable[["Log"], None] | None = None) -> "Log":
+             on_recovery_point_lowered: Callable[["Log"], None] | None = None,
+             defer_new_entries: bool = False) -> "Log":
         """Load (or create) the log in ``directory``, recovering what needs it.
 
         ``high_watermark`` is clamped to ``[log_start_offset, log_end_offset]`` (as in
@@ -187,7 +189,8 @@ class Log:
         if topic_partition is None:
             TopicPartition.parse(os.path.basename(directory))  # fail before touching the disk
         loaded = load_log(fs, directory, config, clock.now_ms(), recovery_point=recovery_point,
-                          log_start_offset=log_start_offset, had_clean_shutdown=had_clean_shutdown)
+                          log_start_offset=log_start_offset, had_clean_shutdown=had_clean_shutdown,
+                          defer_new_entries=defer_new_entries)
         epoch_file = LeaderEpochCheckpointFile(fs, os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
         cache = LeaderEpochCache.load(epoch_file)
         cache.truncate_from_end(loaded.log_end_offset)
@@ -196,7 +199,8 @@ class Log:
                    log_start_offset=loaded.log_start_offset, log_end_offset=loaded.log_end_offset,
                    high_watermark=high_watermark, recovery_point=loaded.recovery_point,
                    cleaner_checkpoint=cleaner_checkpoint, on_io_error=on_io_error, background=background,
-                   topic_partition=topic_partition, on_recovery_point_lowered=on_recovery_point_lowered)
+                   topic_partition=topic_partition, on_recovery_point_lowered=on_recovery_point_lowered,
+                   unsynced_dirs=loaded.unsynced_dirs)
 
     # -- state ----------------------------------------------------------------------
 
@@ -671,6 +675,14 @@ class Log:
     # -- durability and lifecycle -------------------------------------------------------
 
     @_io_guard
+    @property
+    def defers_entries(self) -> bool:
+        """A new log whose directory entries wait for its first flush (``LogManager``)."""
+        return self._local_log.defers_entries
+
+    def defer_file(self, path: str) -> None:
+        self._local_log.defer_file(path)
+
     def flush(self, up_to_offset: int | None = None) -> None:
         """Fsync everything below ``up_to_offset`` (default: the log end offset)."""
         end = self._local_log.log_end_offset

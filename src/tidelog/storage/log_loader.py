@@ -57,16 +57,30 @@ class LoadedLog(NamedTuple):
     log_start_offset: int
     log_end_offset: int
     recovery_point: int
+    # Directories whose new entries were not fsynced (``defer_new_entries``): the log's
+    # own (its first segment), then its parent (the log's directory itself).
+    unsynced_dirs: tuple[str, ...] = ()
 
 
 def load_log(fs: FileSystem, directory: str, config: LogConfig, now_ms: int, *, recovery_point: int,
-             log_start_offset: int, had_clean_shutdown: bool) -> LoadedLog:
+             log_start_offset: int, had_clean_shutdown: bool, defer_new_entries: bool = False) -> LoadedLog:
+    """``defer_new_entries``: a new log's directory and first segment are created without
+    fsyncing their directories (listed in ``unsynced_dirs``: the log's first flush
+    fsyncs them, ``LocalLog.sync_entries``). Nothing in such a log is durable before
+    that flush anyway; a crash before it may leave no directory, or one without the
+    segment, and the log is created again, empty."""
     name = os.path.basename(directory)
-    bases = _segment_bases(fs, directory)
+    unsynced: list[str] = []
+    created = not fs.exists(directory)
+    bases = _segment_bases(fs, directory, sync=not defer_new_entries)
+    if created and defer_new_entries:
+        unsynced.append(os.path.dirname(directory))
     segments = [_open_segment(fs, directory, config, now_ms, base) for base in bases]
     segments = _drop_below_log_start(fs, directory, segments, log_start_offset)
     if not segments:
-        segments = [_create_segment(fs, directory, config, now_ms, log_start_offset)]
+        segments = [_create_segment(fs, directory, config, now_ms, log_start_offset, sync=not defer_new_entries)]
+        if defer_new_entries:
+            unsynced.insert(0, directory)
     elif had_clean_shutdown:
         _load_cleanly(fs, directory, segments)
     else:
@@ -92,13 +106,14 @@ def load_log(fs: FileSystem, directory: str, config: LogConfig, now_ms: int, *, 
     logger.debug("%s: loaded %d segments, log start offset %d, log end offset %d, recovery point %d%s",
                  name, len(segments), log_start_offset, log_end_offset, recovery_point,
                  " (clean shutdown)" if had_clean_shutdown else "")
-    return LoadedLog(segments, log_start_offset, log_end_offset, recovery_point)
+    return LoadedLog(segments, log_start_offset, log_end_offset, recovery_point, tuple(unsynced))
 
 
-def _segment_bases(fs: FileSystem, directory: str) -> list[int]:
+def _segment_bases(fs: FileSystem, directory: str, sync: bool = True) -> list[int]:
     if not fs.exists(directory):
         fs.mkdir(directory)
-        fs.fsync_dir(os.path.dirname(directory))
+        if sync:
+            fs.fsync_dir(os.path.dirname(directory))
     _complete_swaps(fs, directory)
     bases, index_files = set(), []
     for file_name in fs.listdir(directory):
@@ -170,11 +185,13 @@ def _open_segment(fs, directory, config: LogConfig, now_ms: int, base_offset: in
                                     index_interval_bytes=config.index_interval_bytes, now_ms=now_ms)
 
 
-def _create_segment(fs, directory, config: LogConfig, now_ms: int, base_offset: int) -> LogSegment:
+def _create_segment(fs, directory, config: LogConfig, now_ms: int, base_offset: int,
+                    sync: bool = True) -> LogSegment:
     segment = LogSegment.create(fs, directory, base_offset,
                                 index_size_max_bytes=config.segment_index_bytes,
                                 index_interval_bytes=config.index_interval_bytes, now_ms=now_ms)
-    fs.fsync_dir(directory)
+    if sync:
+        fs.fsync_dir(directory)
     return segment
 
 
