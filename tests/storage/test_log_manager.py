@@ -400,3 +400,39 @@ def test_a_new_log_is_listed_durably_by_its_first_flush_not_when_it_is_created(d
     m = manager(dirs, clock, fs)
     assert m.get_log(A0) is None or m.get_log(A0).log_end_offset == 0
     assert m.get_log(A1).log_end_offset == 3
+
+
+def test_a_new_logs_epoch_checkpoint_waits_for_its_first_flush_and_recovery_rebuilds_lost_epochs(
+        dirs, clock, fs, monkeypatch):
+    """A new leader's first ``leader-epoch-checkpoint`` write is not fsynced either (it
+    was the last two fsyncs per partition at creation); the first flush syncs it. A
+    crash can then leave batches without their epochs in the file (the kernel may
+    write a page of the segment back and not the file), so a recovery rebuilds, as
+    Kafka's ``LogSegment.recover`` does, every newer epoch it finds in the batches."""
+    synced = []
+    monkeypatch.setattr(fs, "fsync_dir", lambda path, real=fs.fsync_dir: synced.append(path) or real(path))
+    m = manager(dirs, clock, fs)
+    synced.clear()
+    log = m.get_or_create_log(A0)
+    log.assign_leader_epoch(3, 0)
+    assert synced == []                                            # created, led: no fsync
+    fill(log, 3, epoch=3)
+    log.assign_leader_epoch(5, 3)
+    fill(log, 2, epoch=5)
+    log.flush()
+    assert os.path.join(dirs[0], "a-0") in synced and dirs[0] in synced
+    log.assign_leader_epoch(7, 5)                                  # after the first flush: durable at once
+    fill(log, 1, epoch=7)
+    log.flush()
+    fs.crash()
+    m = manager(dirs, clock, fs)
+    assert [tuple(e) for e in m.get_log(A0).leader_epoch_cache.entries] == [(3, 0), (5, 3), (7, 5)]
+    # The file empty (what a crash may leave of an unsynced write) and nothing flushed:
+    # the recovery scans every batch and finds the three epochs again.
+    m.shutdown()
+    for name in ("a-0/leader-epoch-checkpoint", "recovery-point-offset-checkpoint"):
+        open(os.path.join(dirs[0], name), "w").close()
+    os.remove(os.path.join(dirs[0], ".kafka_cleanshutdown"))
+    log = manager(dirs, clock, fs).get_log(A0)
+    assert log.log_end_offset == 6 and log.recovery_point == 0
+    assert [tuple(e) for e in log.leader_epoch_cache.entries] == [(3, 0), (5, 3), (7, 5)]

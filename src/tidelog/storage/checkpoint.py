@@ -180,10 +180,10 @@ class _CheckpointFile:
             return None
         return data
 
-    def _write_bytes(self, data: bytes) -> None:
+    def _write_bytes(self, data: bytes, durable: bool = True) -> None:
         for backoff_ms in (*CHECKPOINT_WRITE_EMFILE_BACKOFFS_MS, None):
             try:
-                write_file_atomically(self.fs, self.path, data)
+                write_file_atomically(self.fs, self.path, data, durable=durable)
                 return
             except OSError as e:
                 if e.errno not in _OUT_OF_DESCRIPTORS or backoff_ms is None:
@@ -208,11 +208,16 @@ class OffsetCheckpointFile(_CheckpointFile):
 
 
 class LeaderEpochCheckpointFile(_CheckpointFile):
-    """A partition's ``leader-epoch-checkpoint``."""
+    """A partition's ``leader-epoch-checkpoint``. ``defer(path)``, when set, says whether a
+    write may skip its fsyncs (a new log: its first flush syncs the file, and a
+    recovery rebuilds what a crash lost from the batches, ``LoadedLog.recovered_epochs``)."""
+
+    defer: Callable[[str], bool] | None = None
 
     def read(self) -> list[EpochEntry]:
         data = self._read_bytes()
         return [] if data is None else parse_epochs(data, self.path)
 
     def write(self, entries: Iterable[tuple[int, int]]) -> None:
-        self._write_bytes(format_epochs(entries))
+        durable = self.defer is None or not self.defer(self.path)
+        self._write_bytes(format_epochs(entries), durable)

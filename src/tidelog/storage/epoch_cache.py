@@ -50,6 +50,10 @@ class LeaderEpochCache:
                     f"{checkpoint.path}: entries {previous} and {entry} are not increasing")
         return cls(entries, checkpoint)
 
+    @property
+    def checkpoint(self) -> LeaderEpochCheckpointFile | None:
+        return self._checkpoint
+
     # -- reading ----------------------------------------------------------------
 
     @property

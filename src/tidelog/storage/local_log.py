@@ -193,6 +193,14 @@ class LocalLog:
         if path not in self._unsynced_files:
             self._unsynced_files.append(path)
 
+    def defer_if_pending(self, path: str) -> bool:
+        """Whether a write of ``path`` may skip its fsyncs (the log's entries still wait for
+        its first flush, which then syncs it too)."""
+        if not self._unsynced_dirs:
+            return False
+        self.defer_file(path)
+        return True
+
     def sync_entries(self) -> None:
         """Fsync what a new log deferred: its files' bytes, then its directory, then the
         directory holding it. Before that, a crash may take the whole log away, which

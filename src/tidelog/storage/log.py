@@ -163,6 +163,8 @@ class Log:
                                    on_roll_durable=self._take_snapshot, on_io_error=on_io_error,
                                    background=background, unsynced_dirs=unsynced_dirs)
         self._leader_epoch_cache = leader_epoch_cache
+        if leader_epoch_cache.checkpoint is not None:
+            leader_epoch_cache.checkpoint.defer = self._local_log.defer_if_pending
         self._log_start_offset = log_start_offset
         self._high_watermark = min(max(high_watermark, log_start_offset), log_end_offset)
         self._cleaner_checkpoint = min(cleaner_checkpoint, log_end_offset)
@@ -195,6 +197,11 @@ class Log:
         cache = LeaderEpochCache.load(epoch_file)
         cache.truncate_from_end(loaded.log_end_offset)
         cache.truncate_from_start(loaded.log_start_offset)
+        # Kafka's LogSegment.recover: a recovered batch of a newer leader epoch than the
+        # cache's latest starts that epoch (a checkpoint written unsynced may have lost it).
+        for epoch, start_offset in loaded.recovered_epochs:
+            if start_offset >= loaded.log_start_offset and (cache.latest_epoch is None or epoch > cache.latest_epoch):
+                cache.assign(epoch, start_offset)
         return cls(directory, config, clock, fs, loaded.segments, cache,
                    log_start_offset=loaded.log_start_offset, log_end_offset=loaded.log_end_offset,
                    high_watermark=high_watermark, recovery_point=loaded.recovery_point,

@@ -60,6 +60,9 @@ class LoadedLog(NamedTuple):
     # Directories whose new entries were not fsynced (``defer_new_entries``): the log's
     # own (its first segment), then its parent (the log's directory itself).
     unsynced_dirs: tuple[str, ...] = ()
+    # Where each newer leader epoch starts in the recovered batches, as Kafka's
+    # LogSegment.recover feeds them to the epoch cache.
+    recovered_epochs: tuple[tuple[int, int], ...] = ()
 
 
 def load_log(fs: FileSystem, directory: str, config: LogConfig, now_ms: int, *, recovery_point: int,
@@ -86,6 +89,7 @@ def load_log(fs: FileSystem, directory: str, config: LogConfig, now_ms: int, *, 
     else:
         floor = max(0, bisect_right([s.base_offset for s in segments], recovery_point) - 1)
         _recover(fs, directory, segments, floor)
+    recovered_epochs = [entry for segment in segments for entry in segment.scanned_epochs]
 
     log_end_offset = segments[-1].next_offset
     log_start_offset = max(log_start_offset, segments[0].base_offset)
@@ -106,7 +110,8 @@ def load_log(fs: FileSystem, directory: str, config: LogConfig, now_ms: int, *, 
     logger.debug("%s: loaded %d segments, log start offset %d, log end offset %d, recovery point %d%s",
                  name, len(segments), log_start_offset, log_end_offset, recovery_point,
                  " (clean shutdown)" if had_clean_shutdown else "")
-    return LoadedLog(segments, log_start_offset, log_end_offset, recovery_point, tuple(unsynced))
+    return LoadedLog(segments, log_start_offset, log_end_offset, recovery_point, tuple(unsynced),
+                     tuple(recovered_epochs))
 
 
 def _segment_bases(fs: FileSystem, directory: str, sync: bool = True) -> list[int]:

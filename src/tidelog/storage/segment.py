@@ -102,6 +102,8 @@ class LogSegment:
         self._max_timestamp: int | None = -1 if new else None
         self._offset_of_max_timestamp = base_offset
         self._first_batch_timestamp: int | None = None  # for segment.ms, lazily read
+        # (epoch, first offset) wherever a scan (recovery) found a newer leader epoch
+        self.scanned_epochs: list[tuple[int, int]] = []
         self.next_offset: int | None = base_offset if new else None  # known when active
         # offset -> position of the batch that starts there, learned from reads;
         # valid until a truncation (which clears it).
@@ -403,7 +405,8 @@ class LogSegment:
             raise CorruptRecordError(f"segment {self._path(LOG_SUFFIX)} is corrupt: {problem}")
 
     def _scan_and_index(self, next_segment_base_offset: int | None) -> tuple[int, int, str | None]:
-        """Walk and validate every batch, rebuilding both indexes as it goes.
+        """Walk and validate every batch, rebuilding both indexes as it goes, and note in
+        ``scanned_epochs`` where each newer leader epoch starts.
 
         Returns ``(end of the last valid batch, next offset, what stopped the walk)``.
         """
@@ -413,6 +416,7 @@ class LogSegment:
         self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
         self._first_batch_timestamp = None
         self.bytes_since_last_index_entry = 0
+        self.scanned_epochs = []
         size = self.size_bytes
         position, next_offset = 0, self.base_offset
         buffer, buffer_end = b"", 0   # the buffer holds the file from buffer_end - len(buffer)
@@ -441,6 +445,9 @@ class LogSegment:
                 return position, next_offset, problem
             if self._first_batch_timestamp is None:
                 self._first_batch_timestamp = header.max_timestamp
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and (not self.scanned_epochs or epoch > self.scanned_epochs[-1][0]):
+                self.scanned_epochs.append((epoch, header.base_offset))
             self._index_batches(0, (BatchInfo(position, header.size_bytes, header.last_offset,
                                               header.max_timestamp),))
             position = batch_end
