@@ -248,6 +248,23 @@ def test_seed_7647_an_older_transaction_left_open_is_aborted_when_its_producer_w
     assert aborted, "no leader aborted an older transaction"
 
 
+def test_seed_33053_an_unclean_election_restarts_the_history_when_it_is_made(run):
+    """Seed 33053 (unseen, failed before): ``t0-1`` (RF 2, min ISR 1, unclean elections
+    on). Leader 2, cut off from the controller, was fenced with ISR () and ELR (2); the
+    controller elected broker 3 uncleanly, as Kafka's ``electAnyLeader`` does when no ISR
+    or ELR member can lead. Broker 2 did not know and, alone in its ISR at min ISR 1,
+    went on committing (Kafka's zombie leader: what unclean elections give up). The
+    checker read the election as a last known leader's and restarted the history only
+    when it first saw broker 3 lead, so broker 2's later commits stood in the history
+    and broker 3's own records at those offsets failed 10.4. An election outside the
+    ISR and ELR of an unclean topic now restarts the history when it is made."""
+    from tests.sim.conftest import failure_report
+
+    result = run(33053)
+    assert result.passed, failure_report(result)
+    assert "t0-1: unclean election of broker 3" in result.excused, result.excused
+
+
 def test_seed_20116_a_truncation_rewrites_the_recovery_point_checkpoint(run):
     """Long seed 20116 with Kafka 4.4's election (no log-end reports; unseen, failed
     before): broker 2 truncated ``t0-1`` below the recovery point its directory's

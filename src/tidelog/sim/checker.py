@@ -643,13 +643,21 @@ class Checker:
                 # records as an ISR member, 10.4 checks it as it leads).
                 completed_onto = (before.is_reassigning and not partition.is_reassigning
                                   and partition.leader in before.adding_replicas and partition.leader in partition.isr)
-                if not before.isr and before.last_known_elr and partition.leader_recovery_state == 1 \
+                outside = partition.leader not in before.isr and partition.leader not in before.elr \
+                    and not completed_onto
+                if outside and partition.leader not in before.last_known_elr[:1] and (
+                        tp.topic in self.unclean_topics or self._unclean(tp.topic)):
+                    # Unclean (Kafka's electAnyLeader with no valid ISR or ELR member): the
+                    # history restarts now, not when the new leader is first seen — the old
+                    # leader, cut off, may still commit alone at min ISR 1 (seed 33053).
+                    self._reset(tp, partition.leader_epoch, f"unclean election of broker {partition.leader}")
+                elif not before.isr and before.last_known_elr and partition.leader_recovery_state == 1 \
                         and partition.leader in before.replicas:
                     self.last_known_leader_elections[(tp, partition.leader_epoch)] = before.last_known_elr[0]
                     self.last_known_eligible[(tp, partition.leader_epoch)] = tuple(before.last_known_elr)
                     if partition.leader != before.last_known_elr[0]:
                         self.longest_log_elected[tp] = partition.leader
-                elif partition.leader not in before.isr and partition.leader not in before.elr and not completed_onto:
+                elif outside:
                     if not self._unclean(tp.topic):
                         raise InvariantViolation("10.4-acknowledged-write-kept", (
                             f"{tp}: broker {partition.leader} elected outside the ISR {list(before.isr)} "
