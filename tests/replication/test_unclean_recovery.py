@@ -196,6 +196,24 @@ def test_a_clean_leader_aborts_an_open_transaction_when_its_producer_writes_at_a
     assert read_committed(leader) == [b"new"]
 
 
+def test_a_newer_epoch_batch_the_append_refuses_aborts_nothing(make, clock):
+    """Simulator seed 7515: a deposed leader, not yet told, took the producer's newer
+    epoch at sequence 9 (the epoch had started elsewhere); the append refused it, but
+    the older transaction had already been aborted. Only a batch the append will take
+    (intact, at sequence 0) aborts it; a damaged one cannot end a transaction either."""
+    leader = make.leader(replicas=(0,))
+    leader.append_records_to_leader(client_txn_batch(0, "old"), 1)
+    with pytest.raises(KafkaError) as refused:
+        leader.append_records_to_leader(client_txn_batch(9, "mid-epoch", epoch=EPOCH + 1), 1)
+    assert refused.value.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    damaged = bytearray(client_txn_batch(0, "new", epoch=EPOCH + 1))
+    damaged[-1] ^= 0xFF
+    with pytest.raises(KafkaError) as corrupt:
+        leader.append_records_to_leader(bytes(damaged), 1)
+    assert corrupt.value.error_code == ErrorCode.CORRUPT_MESSAGE
+    assert leader.log.log_end_offset == 1 and leader.log.ongoing_transactions() == {PID: 0}
+
+
 def test_a_coordinators_marker_at_a_newer_epoch_settles_the_open_transaction_as_it_says(make, clock):
     """Transaction version 2 writes a transaction's COMMIT at its epoch plus one: the
     coordinator's marker is not a newer transaction, and commits the open one."""

@@ -217,10 +217,11 @@ def test_seed_1375_a_last_known_leader_waits_for_the_coordinators_commit(run, mo
     assert (CONTROL_COMMIT in {control for _, control in settled}), settled
 
 
-@pytest.mark.parametrize("seed", [7647, 8130])
+@pytest.mark.parametrize("seed", [7647])
 def test_seed_7647_an_older_transaction_left_open_is_aborted_when_its_producer_writes_at_a_newer_epoch(
         run, seed, monkeypatch):
-    """Seeds 7647, 8130 (unseen, failed before): every eligible replica of a
+    """Seeds 7647 and 8130 (unseen, failed before; 8130 no longer takes this path since
+    new logs defer their fsyncs, which moved its timing): every eligible replica of a
     ``__transaction_state`` partition lost unflushed records in power cuts (an excused
     loss, counted), and with them the coordinator's ABORT decision (7647) or the
     transaction's end (8130); the transaction stayed open on a ``tx`` partition. A later

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from tidelog.core.errors import ErrorCode, KafkaError, UnexpectedAppendOffsetError
 from tidelog.core.states import transition
-from tidelog.records.batch import build_marker, iter_batches
+from tidelog.records.batch import build_marker, iter_batches, validate_batch
 from tidelog.storage.log import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 logger = logging.getLogger("tidelog.partition")
@@ -466,7 +466,8 @@ class Partition:
         """Before a client's append on a leader with transactions open: a batch at the
         epoch of a transaction in doubt (or older) is refused; a transactional batch at a
         newer epoch than the producer's open transaction, in doubt or not, aborts that
-        transaction first. The coordinator gives a producer a newer epoch only once its
+        transaction first — if the append will take it: intact (CRC) and at sequence 0,
+        where a newer epoch starts. The coordinator gives a producer a newer epoch only once its
         transaction is finished, every marker written (CONCURRENT_TRANSACTIONS until then;
         KIP-890 verification holds the batch until the coordinator confirms the new
         epoch's transaction), so the old one is still open here only if its marker was
@@ -476,7 +477,7 @@ class Partition:
         visible: simulator seed 7647). Coordinators' markers are appended as they come
         (their outcome is the coordinator's) and clear a doubt once appended (the
         caller)."""
-        for _, header in iter_batches(records):
+        for position, header in iter_batches(records):
             producer_id = header.producer_id
             doubted = self.transactions_in_doubt.get(producer_id)
             if doubted is not None:
@@ -487,7 +488,10 @@ class Partition:
                 self.abort_in_doubt_transaction(producer_id)
             elif header.is_transactional:
                 open_epoch = self.log.open_transaction_epoch(producer_id)
-                if open_epoch is not None and header.producer_epoch > open_epoch:
+                # Only a batch the append will take: its header intact (CRC), and at the
+                # sequence a newer epoch starts at (0); else nothing is aborted.
+                if open_epoch is not None and header.producer_epoch > open_epoch and header.base_sequence == 0:
+                    validate_batch(records, position, strict=True)
                     self._abort_open_transaction(producer_id, open_epoch, "older")
 
     # ------------------------------------------------------ high watermark
