@@ -89,7 +89,6 @@ def load_log(fs: FileSystem, directory: str, config: LogConfig, now_ms: int, *, 
     else:
         floor = max(0, bisect_right([s.base_offset for s in segments], recovery_point) - 1)
         _recover(fs, directory, segments, floor)
-    recovered_epochs = [entry for segment in segments for entry in segment.scanned_epochs]
 
     log_end_offset = segments[-1].next_offset
     log_start_offset = max(log_start_offset, segments[0].base_offset)
@@ -101,6 +100,7 @@ def load_log(fs: FileSystem, directory: str, config: LogConfig, now_ms: int, *, 
             segment.delete()
         segments = [_create_segment(fs, directory, config, now_ms, log_start_offset)]
         log_end_offset = log_start_offset
+    recovered_epochs = [entry for segment in segments for entry in segment.scanned_epochs]
     if had_clean_shutdown:
         recovery_point = log_end_offset
     else:
