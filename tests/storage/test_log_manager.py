@@ -436,3 +436,31 @@ def test_a_new_logs_epoch_checkpoint_waits_for_its_first_flush_and_recovery_rebu
     log = manager(dirs, clock, fs).get_log(A0)
     assert log.log_end_offset == 6 and log.recovery_point == 0
     assert [tuple(e) for e in log.leader_epoch_cache.entries] == [(3, 0), (5, 3), (7, 5)]
+
+
+def test_a_loaded_log_writes_its_topic_id_durably_at_once(dirs, clock, fs):
+    """Only a new log defers: one loaded from disk writes ``partition.metadata`` with its
+    fsyncs, so a crash right after keeps it (a mistake once made every log defer)."""
+    import uuid
+    m = manager(dirs, clock, fs)
+    log = m.get_or_create_log(A0)
+    fill(log, 2)
+    log.flush()
+    m.shutdown()
+    m = manager(dirs, clock, fs)
+    assert not m.get_log(A0).defers_entries
+    m.record_topic_id(A0, uuid.UUID(int=7))
+    fs.crash()
+    assert manager(dirs, clock, fs).topic_id_of(A0) == uuid.UUID(int=7)
+
+
+def test_a_flush_failing_on_a_dying_disk_takes_the_log_offline(dirs, clock, fs):
+    """``Log.flush`` (and a new log's deferred entries with it) answers an I/O error as
+    every log call does: StorageError, the directory offline, no OSError escaping."""
+    m = manager(dirs, clock, fs)
+    log = m.get_or_create_log(A0)
+    fill(log, 2)
+    fs.fail(dirs[0])
+    with pytest.raises(StorageError):
+        log.flush()
+    assert log.is_offline and dirs[0] in m.offline_dirs

@@ -681,7 +681,6 @@ class Log:
 
     # -- durability and lifecycle -------------------------------------------------------
 
-    @_io_guard
     @property
     def defers_entries(self) -> bool:
         """A new log whose directory entries wait for its first flush (``LogManager``)."""
@@ -690,6 +689,7 @@ class Log:
     def defer_file(self, path: str) -> None:
         self._local_log.defer_file(path)
 
+    @_io_guard
     def flush(self, up_to_offset: int | None = None) -> None:
         """Fsync everything below ``up_to_offset`` (default: the log end offset)."""
         end = self._local_log.log_end_offset
