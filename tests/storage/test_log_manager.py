@@ -374,7 +374,7 @@ def test_topic_ids_are_kept_in_partition_metadata_and_a_failed_write_only_takes_
 def test_a_new_log_is_listed_durably_by_its_first_flush_not_when_it_is_created(dirs, clock, fs):
     """Creating a log fsyncs nothing: a broker taking 1,000 new partitions at once spent
     ~20 s of its event loop in the six fsyncs of each (its directory, its first segment,
-    ``partition.metadata``) and was fenced. Until the log's first flush nothing in it is
+    ``partition.metadata``, its epoch checkpoint) and was fenced. Until the log's first flush nothing in it is
     durable, so a power cut may take the whole log away and loses nothing acknowledged
     as durable; the first flush lists the directory, the segment and
     ``partition.metadata`` durably with the data, before the recovery point moves."""
