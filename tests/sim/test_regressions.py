@@ -266,6 +266,22 @@ def test_seed_33053_an_unclean_election_restarts_the_history_when_it_is_made(run
     assert "t0-1: unclean election of broker 3" in result.excused, result.excused
 
 
+def test_seed_37920_a_power_cut_that_takes_a_new_logs_directory_counts_its_bytes_lost(run):
+    """Seed 37920 (unseen, failed once new logs deferred their directory entries to the
+    first flush): broker 2's ``t0-1`` had its segment synced by a roll's background
+    flush, but the power cut came before the flush's end listed the directory, which
+    vanished with the synced bytes. The simulator counted a power cut's loss as the
+    unsynced bytes of the files, none here, so broker 2 was not known to have lost
+    anything, and its election as last known leader with an empty log failed 10.4. The
+    loss is now measured before and after the crash, per partition."""
+    from tests.sim.conftest import failure_report
+
+    result = run(37920)
+    assert result.passed, failure_report(result)
+    assert any(reason.startswith("t0-1: last known leader") and "a power cut" in reason
+               for reason in result.excused), result.excused
+
+
 def test_seed_20116_a_truncation_rewrites_the_recovery_point_checkpoint(run):
     """Long seed 20116 with Kafka 4.4's election (no log-end reports; unseen, failed
     before): broker 2 truncated ``t0-1`` below the recovery point its directory's

@@ -125,17 +125,17 @@ class SimDisk(CrashableFileSystem):
         self.close_all()
 
     def power_cut(self, rng: random.Random, tear: bool) -> dict[str, int]:
-        """Lose every unsynced byte (tearing one unsynced append first if ``tear``).
-        Returns ``{partition directory name: segment bytes lost}``."""
-        lost: dict[str, int] = {}
+        """Lose every unsynced byte and every unsynced directory entry (tearing one
+        unsynced append first if ``tear``). Returns ``{partition directory name: segment
+        bytes lost}``, measured before and after: a log whose directory was never listed
+        durably (a new log before its first flush) loses its synced bytes with it."""
+        sizes: dict[str, int] = {}
         candidates = []
         for path in sorted(self._files):
             if not path.endswith(".log") or not os.path.isfile(path):
                 continue
-            unsynced = self.unsynced_bytes(path)
-            if unsynced > 0:
-                name = os.path.basename(os.path.dirname(path))
-                lost[name] = lost.get(name, 0) + unsynced
+            sizes[path] = os.path.getsize(path)
+            if self.unsynced_bytes(path) > 0:
                 state = self._files[path]
                 if state.last_write is not None and state.last_write[0] >= state.durable_prefix:
                     candidates.append(path)
@@ -144,4 +144,10 @@ class SimDisk(CrashableFileSystem):
             _, length = self._files[path].last_write
             self.tear_last_write(path, rng.randrange(length))
         self.crash()
+        lost: dict[str, int] = {}
+        for path, size in sizes.items():
+            kept = os.path.getsize(path) if os.path.isfile(path) else 0
+            if kept < size:
+                name = os.path.basename(os.path.dirname(path))
+                lost[name] = lost.get(name, 0) + size - kept
         return lost

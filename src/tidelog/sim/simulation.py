@@ -201,7 +201,7 @@ class Simulation:
         if broker.up:
             lost = broker.power_cut(tear)
             self.fault(f"power cut b{broker_id}{' (torn write)' if tear else ''}: lost "
-                       f"{sum(lost.values())} unsynced bytes in {sorted(lost)}", lambda: None)
+                       f"{sum(lost.values())} bytes in {sorted(lost)}", lambda: None)
             self.checker.on_data_loss(broker_id, lost, "a power cut")
 
     def stop(self, broker_id: int) -> None:
