@@ -205,11 +205,26 @@ class LocalLog:
         """Fsync what a new log deferred: its files' bytes, then its directory, then the
         directory holding it. Before that, a crash may take the whole log away, which
         loses nothing: no offset of it was durable yet."""
-        for path in self._unsynced_files:
-            fsync_file(self.fs, path)
-        for directory in self._unsynced_dirs:
-            self.fs.fsync_dir(directory)
+        self._sync_entries(*self._take_entries())
+
+    def _take_entries(self) -> tuple[list[str], list[str]]:
+        taken = self._unsynced_files, self._unsynced_dirs
         self._unsynced_files, self._unsynced_dirs = [], []
+        return taken
+
+    def _sync_entries(self, files: list[str], dirs: list[str]) -> None:
+        """(Also on the background runner.) A path gone meanwhile — the log deleted, a
+        file replaced — has nothing left to make durable."""
+        for path in files:
+            try:
+                fsync_file(self.fs, path)
+            except FileNotFoundError:
+                pass
+        for directory in dirs:
+            try:
+                self.fs.fsync_dir(directory)
+            except FileNotFoundError:
+                pass
 
     @property
     def rolls_durable(self) -> bool:
@@ -362,11 +377,13 @@ class LocalLog:
         last = max(0, bisect_right(self.base_offsets, offset - 1) - 1)
         syncs = [segment.log.sync_later() for segment in self.segments[first:last + 1]] \
             if offset > self.recovery_point else []
+        entries = self._take_entries() if syncs else ([], [])     # a new log's, with its first data
         truncations = self.truncations
 
         def work() -> None:
             for sync in syncs:
                 sync()
+            self._sync_entries(*entries)
 
         def done(error: BaseException | None) -> None:
             if self.offline:
@@ -377,12 +394,6 @@ class LocalLog:
             if error is not None:
                 logger.error("%s: background flush failed", self.topic_partition, exc_info=error)
                 return
-            if self._unsynced_dirs or self._unsynced_files:
-                try:
-                    self.sync_entries()
-                except OSError as e:
-                    self.go_offline(e)
-                    return
             if self.truncations == truncations and offset > self.recovery_point:
                 self.recovery_point = offset
                 self.last_flush_ms = self.clock.now_ms()
