@@ -464,3 +464,19 @@ def test_a_flush_failing_on_a_dying_disk_takes_the_log_offline(dirs, clock, fs):
     with pytest.raises(StorageError):
         log.flush()
     assert log.is_offline and dirs[0] in m.offline_dirs
+
+
+def test_a_partition_deleted_while_its_rolls_flush_runs_leaves_its_directory_online(dirs, clock, fs):
+    """A roll's background flush that ends after its partition was deleted (or moved to
+    another directory) has nothing left to list: the log is closed. Before, it fsynced the
+    removed directory, failed, and took the whole log directory offline."""
+    from .test_log_recovery import QueuedBackground, fill_until_roll
+    background = QueuedBackground()
+    m = LogManager(dirs, clock, fs, default_config=CONFIG, background=background)
+    log = m.get_or_create_log(A0)
+    fill_until_roll(log)
+    assert background.queued
+    m.delete_log(A0)
+    background.run_all()
+    assert m.offline_dirs == frozenset() and not m.offline_partitions
+    fill(m.get_or_create_log(A1), 3)

@@ -158,6 +158,7 @@ class LocalLog:
         self.truncations = 0                     # times data was removed from the end
         self.last_flush_ms = clock.now_ms()
         self.offline = False
+        self.closed = False                      # closed (shut down, deleted, moved): flushes in flight end quietly
         self._on_roll_durable = on_roll_durable
         self._on_io_error = on_io_error
         self._background = background
@@ -386,8 +387,8 @@ class LocalLog:
             self._sync_entries(*entries)
 
         def done(error: BaseException | None) -> None:
-            if self.offline:
-                return
+            if self.offline or self.closed:
+                return      # closed meanwhile (deleted, moved): nothing left to list or to move
             if isinstance(error, OSError):
                 self.go_offline(error)
                 return
@@ -545,6 +546,7 @@ class LocalLog:
 
     def close(self) -> None:
         """Write index files and close every file (no fsync: flush first for durability)."""
+        self.closed = True
         for segment in self.segments:
             try:
                 segment.close()
