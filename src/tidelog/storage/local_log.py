@@ -189,17 +189,13 @@ class LocalLog:
         """Whether the log's directory entries still wait for its first flush."""
         return bool(self._unsynced_dirs)
 
-    def defer_file(self, path: str) -> None:
-        """``path`` (in the log's directory) was written without fsync: its first flush syncs it."""
-        if path not in self._unsynced_files:
-            self._unsynced_files.append(path)
-
     def defer_if_pending(self, path: str) -> bool:
-        """Whether a write of ``path`` may skip its fsyncs (the log's entries still wait for
-        its first flush, which then syncs it too)."""
+        """Whether a write of ``path`` (in the log's directory) may skip its fsyncs: the
+        log's entries still wait for its first flush, which then syncs ``path`` too."""
         if not self._unsynced_dirs:
             return False
-        self.defer_file(path)
+        if path not in self._unsynced_files:
+            self._unsynced_files.append(path)
         return True
 
     def sync_entries(self) -> None:

@@ -686,8 +686,8 @@ class Log:
         """A new log whose directory entries wait for its first flush (``LogManager``)."""
         return self._local_log.defers_entries
 
-    def defer_file(self, path: str) -> None:
-        self._local_log.defer_file(path)
+    def defer_if_pending(self, path: str) -> bool:
+        return self._local_log.defer_if_pending(path)
 
     @_io_guard
     def flush(self, up_to_offset: int | None = None) -> None:

@@ -584,10 +584,9 @@ class LogManager:
         if log is None or self.topic_id_of(tp) == topic_id:
             return
         try:
-            deferred = log.defers_entries           # a new log: synced by its first flush
+            # A new log's is synced by its first flush.
+            deferred = log.defer_if_pending(os.path.join(log.directory, PARTITION_METADATA_FILE))
             _write_partition_metadata(self.fs, log.directory, topic_id, durable=not deferred)
-            if deferred:
-                log.defer_file(os.path.join(log.directory, PARTITION_METADATA_FILE))
         except OSError as e:
             log_dir = self._dir_of[tp]
             logger.error("%s: cannot write %s in %s: %s", tp, PARTITION_METADATA_FILE, log_dir, e)
