@@ -124,8 +124,12 @@ def test_the_election_waits_for_a_replica_still_starting_too():
     assert shape(env) == (0, (0,), (), ())
 
     env = three_brokers()
-    everyone_back_uncleanly(env)                              # 0 registered but silent: not waited for
-    env.clock.advance(9001)                                   # (it left the ISR at min ISR: not eligible)
+    everyone_back_uncleanly(env)                              # 0 registered but silent (it left the ISR
+    env.clock.advance(9001)                                   # at min ISR: not eligible, it may hold them
+    env.heartbeat(1, log_ends={FOO: (3, 90)})                 # only by chance)
+    env.heartbeat(2, log_ends={FOO: (3, 100)})
+    assert shape(env) == (-1, (), (), (2, 1))                 # waited for a session timeout, no longer
+    env.clock.advance(9001)
     env.heartbeat(1, log_ends={FOO: (3, 90)})
     env.heartbeat(2, log_ends={FOO: (3, 100)})
     assert shape(env) == (2, (2,), (), ())
@@ -136,9 +140,13 @@ def test_only_a_replica_that_may_lead_is_chosen_and_only_its_latest_report_count
     everyone_back_uncleanly(env)
     env.heartbeat(0, log_ends={FOO: (3, 500)})
     env.fence(0)                                              # down again: not acceptable
-    env.clock.advance(9001)                                   # and silent: not awaited either
+    env.clock.advance(9001)
     env.heartbeat(1, log_ends={FOO: (3, 200)})
     env.heartbeat(1, log_ends={FOO: (3, 50)})                 # its latest report counts
+    env.heartbeat(2, log_ends={FOO: (3, 100)})
+    assert shape(env) == (-1, (), (), (2, 1))                 # 0's longer log is waited for a session
+    env.clock.advance(9001)                                   # timeout (it is not eligible), no longer
+    env.heartbeat(1, log_ends={FOO: (3, 50)})
     env.heartbeat(2, log_ends={FOO: (3, 100)})
     assert shape(env) == (2, (2,), (), ())
 
@@ -354,5 +362,64 @@ def test_before_anyone_reported_an_eligible_replica_still_starting_is_given_a_se
     assert shape(env) == (-1, (), (), (2, 1))                 # 1 is starting: waited for
     env.heartbeat(2, log_ends={FOO: (3, 0)})
     env.heartbeat(1, log_ends={FOO: (3, 100)})
+    assert shape(env) == (-1, (), (), (2, 1))                 # and 0, down, for a session timeout
+    env.clock.advance(9001)
+    env.heartbeat(2, log_ends={FOO: (3, 0)})
+    env.heartbeat(1, log_ends={FOO: (3, 100)})
     assert shape(env) == (1, (1,), (), ())
     check(env)
+
+
+def test_once_a_broker_reports_the_last_known_leader_waits_for_the_others_reports():
+    """Seed 40234: the last known leader, back from a power cut with nothing, was elected
+    the moment it was unfenced because no replica had reported *for this partition* yet
+    (Kafka 4.4's rule for brokers that do not report), while a replica holding every
+    committed record was a heartbeat away from saying so. A broker whose heartbeats
+    carry reports, even none yet, makes the election wait for them (a session timeout
+    at most)."""
+    env = three_brokers()
+    everyone_back_uncleanly(env)
+    env.heartbeat(0, log_ends={})                             # reports; its metadata is behind
+    env.heartbeat(1, log_ends={})
+    env.heartbeat(2, log_ends={})                             # the last known leader, unfenced
+    assert shape(env) == (-1, (), (), (2, 1))
+    env.heartbeat(2, log_ends={FOO: (-1, 0)})                 # it lost everything
+    env.heartbeat(1, log_ends={FOO: (-1, 0)})
+    assert shape(env) == (-1, (), (), (2, 1))
+    env.heartbeat(0, log_ends={FOO: (3, 120)})                # 0 held every committed record
+    assert shape(env) == (0, (0,), (), ())
+    check(env)
+
+    env = three_brokers()                                     # brokers that do not report: Kafka 4.4
+    everyone_back_uncleanly(env)
+    env.heartbeat(0)
+    env.heartbeat(1)
+    env.heartbeat(2)
+    assert shape(env) == (2, (2,), (), ())
+
+
+def test_before_an_empty_log_is_elected_a_replica_that_may_hold_more_is_waited_for_up_to_the_recovery_wait():
+    """Seeds 40236 and 40123: the last known leader came back on a replaced disk (empty)
+    while the replica that held every committed record — outside the ELR, so not
+    eligible — was cut off. Electing the empty log loses everything for certain; the
+    election waits for a registered replica that has not reported, up to the recovery
+    wait when every log that may lead is empty (a session timeout otherwise)."""
+    for comes_back in (True, False):
+        env = three_brokers()
+        everyone_back_uncleanly(env)                          # 0: registered, then silent
+        env.clock.advance(9001)
+        ends = {1: (-1, 0), 2: (-1, 0)}
+        for broker_id, end in ends.items():
+            env.heartbeat(broker_id, log_ends={FOO: end})
+        assert shape(env) == (-1, (), (), (2, 1))
+        env.clock.advance(9001)                               # past a session timeout: still waiting
+        for broker_id, end in ends.items():
+            env.heartbeat(broker_id, log_ends={FOO: end})
+        assert shape(env) == (-1, (), (), (2, 1))
+        if comes_back:
+            env.heartbeat(0, log_ends={FOO: (3, 100)})
+            assert shape(env) == (0, (0,), (), ())
+        else:
+            wait_out_the_recovery(env, ends)
+            assert shape(env) == (2, (2,), (), ())
+        check(env)

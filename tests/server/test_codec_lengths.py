@@ -110,7 +110,7 @@ def test_unknown_tagged_fields_are_skipped_as_kafka_skips_them():
     frame = frame[:-1] + bytes([2, 77, 2, 0xAB, 0xCD, 78, 0])
     header, offset = parse_request_header(frame)
     request = decode_request(header, frame, offset)
-    assert (request.broker_id, request.current_metadata_offset, request.replica_log_ends) == (1, 9, ())
+    assert (request.broker_id, request.current_metadata_offset, request.replica_log_ends) == (1, 9, None)
     metadata = _frame(ApiKey.METADATA, 12, {"topics": [{"topic_id": uuid.UUID(int=0), "name": "abc"}],
                                             "allow_auto_topic_creation": False,
                                             "include_topic_authorized_operations": False})
@@ -144,3 +144,13 @@ def test_a_response_with_a_tag_its_version_does_not_declare_is_read_as_kafkas_cl
     frame = frame[:-1] + bytes([1, 42, 3, 1, 2, 3])   # one unknown tag in the body
     correlation_id, response = decode_response(ApiKey.FIND_COORDINATOR, 4, frame)
     assert correlation_id == 9 and [(c.key, int(c.node_id)) for c in response.coordinators] == [("g", 2)]
+
+
+def test_a_heartbeat_tells_no_log_end_reports_from_none_yet():
+    """tidelog's tagged ``replica_log_ends``: absent from a broker that does not report
+    (None), an empty list from one that reports and has nothing to say yet (the
+    controller then waits for its reports, ``partition_change.py``)."""
+    for sent, received in ((None, None), ([], ())):
+        frame = _heartbeat(2, **({} if sent is None else {"replica_log_ends": sent}))
+        header, offset = parse_request_header(frame)
+        assert decode_request(header, frame, offset).replica_log_ends == received

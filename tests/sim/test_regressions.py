@@ -273,10 +273,12 @@ def test_seed_37920_a_power_cut_that_takes_a_new_logs_directory_counts_its_bytes
     vanished with the synced bytes. The simulator counted a power cut's loss as the
     unsynced bytes of the files, none here, so broker 2 was not known to have lost
     anything, and its election as last known leader with an empty log failed 10.4. The
-    loss is now measured before and after the crash, per partition."""
+    loss is now measured before and after the crash, per partition. Run without the
+    brokers' log-end reports: with them the controller now waits for broker 3, which
+    held every committed record, and elects it instead."""
     from tests.sim.conftest import failure_report
 
-    result = run(37920)
+    result = run(37920, log_ends=False)
     assert result.passed, failure_report(result)
     assert any(reason.startswith("t0-1: last known leader") and "a power cut" in reason
                for reason in result.excused), result.excused
@@ -295,3 +297,26 @@ def test_seed_20116_a_truncation_rewrites_the_recovery_point_checkpoint(run):
 
     result = run(20116, config=SimConfig.from_seed(20116, long=True).with_options(replica_log_ends=False))
     assert result.passed, failure_report(result)
+
+
+@pytest.mark.parametrize("seed", [40123, 40234, 40236])
+def test_no_acknowledged_record_another_replica_held_is_lost_to_an_empty_last_known_leader(run, seed):
+    """Seeds 40123, 40234, 40236 (unseen): every eligible replica of a clean topic's
+    partition restarted uncleanly, and the last known leader came back empty (a replaced
+    disk, a power cut before any flush) while a replica outside the ELR still held every
+    committed record. The controller elected the empty log — at once because no replica
+    had reported for the partition yet (40234), or after a session timeout without
+    waiting for the cut-off replica (40236, 40123) — and the acknowledged records were
+    lost, excused. Now it waits for the reports of every broker that sends them, and for
+    a registered replica that may hold more, up to the recovery wait when every log that
+    may lead is empty. With Kafka 4.4's election (no reports) the same seeds still lose
+    them, which shows the checker sees such losses."""
+    from tests.sim.conftest import failure_report
+
+    result = run(seed)
+    assert result.passed, failure_report(result)
+    assert result.stats.excused_losses_clean_held == 0, result.excused
+    assert not any("another replica complete" in reason for reason in result.excused), result.excused
+    kafka = run(seed, log_ends=False)
+    assert kafka.passed, failure_report(kafka)
+    assert kafka.stats.excused_losses_clean_held > 0, kafka.excused

@@ -68,7 +68,8 @@ def process_broker_heartbeat(cluster: ClusterControlManager,
                                     if heartbeat_state is not None else -1),
         lowest_active_offset=cluster.heartbeat.lowest_active_offset(),
     )
-    cluster.heartbeat.report_log_ends(broker_id, replication.leaderless_log_ends(broker_id, request.replica_log_ends))
+    cluster.heartbeat.report_log_ends(broker_id, None if request.replica_log_ends is None
+                                      else replication.leaderless_log_ends(broker_id, request.replica_log_ends))
     records: list[MetadataRecord] = []
     overlay: dict = {}     # partitions as the state change leaves them, for the directories' records
     if next_state != current:

@@ -119,6 +119,7 @@ class BrokerHeartbeatManager:
         # broker → (topic id, partition) → (last epoch, log end offset), as its latest
         # heartbeat reported them (``replica_log_ends``); only its leaderless partitions.
         self._log_ends: dict[int, dict[tuple, tuple[int, int]]] = {}
+        self._reporting: set[int] = set()   # brokers whose latest heartbeat carried the reports
         # partition → when its election began waiting for the replicas' reports
         self._awaiting: dict[tuple, int] = {}
 
@@ -150,10 +151,16 @@ class BrokerHeartbeatManager:
         self._brokers.pop(broker_id, None)
         self._unfenced.pop(broker_id, None)
         self._log_ends.pop(broker_id, None)
+        self._reporting.discard(broker_id)
 
-    def report_log_ends(self, broker_id: int, log_ends: dict[tuple, tuple[int, int]]) -> None:
+    def report_log_ends(self, broker_id: int, log_ends: dict[tuple, tuple[int, int]] | None) -> None:
         """What the broker's latest heartbeat says of its leaderless replicas (replaces
-        the previous report; a new incarnation starts with none, see ``remove``)."""
+        the previous report; a new incarnation starts with none, see ``remove``); None
+        from a broker that does not report them."""
+        if log_ends is None:
+            self._reporting.discard(broker_id)
+        else:
+            self._reporting.add(broker_id)
         if log_ends:
             self._log_ends[broker_id] = log_ends
         else:
@@ -174,6 +181,10 @@ class BrokerHeartbeatManager:
 
     def stop_awaiting(self, key: tuple) -> None:
         self._awaiting.pop(key, None)
+
+    def reports_log_ends(self, broker_id: int) -> bool:
+        """Whether the broker's latest heartbeat (this incarnation's) carried log-end reports."""
+        return broker_id in self._reporting
 
     def log_end(self, broker_id: int, key: tuple) -> tuple[int, int] | None:
         """(last epoch, log end offset) of ``broker_id``'s replica of ``key``, if reported."""

@@ -61,8 +61,9 @@ class BrokerHeartbeatRequest:
     want_shut_down: bool = False
     offline_log_dirs: tuple[uuid.UUID, ...] = ()   # the ids of the log directories that failed
     # Where the broker's replicas of partitions with no leader end: what the controller
-    # needs to elect the longest log (KIP-966 unclean recovery).
-    replica_log_ends: tuple[ReplicaLogEnd, ...] = ()
+    # needs to elect the longest log (KIP-966 unclean recovery); None from a broker
+    # that does not report them (``tidelog.unclean.recovery.log.ends.enable`` false).
+    replica_log_ends: tuple[ReplicaLogEnd, ...] | None = None
 
 
 @dataclass(frozen=True)

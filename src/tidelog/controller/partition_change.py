@@ -66,17 +66,28 @@ K on a tie, provided one of K is among them::
     candidates = {r acceptable, reported};  leader = max by (epoch, LEO), earlier in K on a tie
     (K[0], the last known leader, if it may lead and never reported: Kafka 4.4's rule)
 
-Once any replica has reported, the election waits (no leader yet, tried again at
-every heartbeat; ``may_await_log_ends``, counted from the first wait):
+Once any replica has reported, or the broker of one reports at all (its heartbeats
+carry the reports, possibly none yet), the election waits (no leader yet, tried
+again at every heartbeat; ``may_await_log_ends``, counted from the first wait):
   * for a member of K that may not lead now (down, starting, shutting down, its
     directory offline) and has not reported, or reported a longer log than every
     acceptable reporter: at most ``UNCLEAN_RECOVERY_WAIT_MS`` (five minutes);
   * for any replica that may lead, or is starting, and has not reported: at most
     one broker session timeout — a replica's report comes only once its metadata
     shows the partition leaderless, which may be after the last known leader's
-    own restart made it so.
-A replica outside K (it left the ISR while the ISR stayed at min ISR or above)
-holds every committed record only by chance and is not waited for while down.
+    own restart made it so;
+  * for a replica outside K (it left the ISR while the ISR stayed at min ISR or
+    above, or left the ELR for an unclean shutdown while the partition had a
+    leader) that is registered but may not lead now, and has not reported or
+    reported a longer log than every acceptable reporter: one session timeout, or
+    ``UNCLEAN_RECOVERY_WAIT_MS`` if every acceptable reporter's log is empty (a
+    replaced disk, a power cut before any flush). Such a replica holds every
+    committed record only by chance, but electing an empty log loses them all
+    for certain.
+When no replica's broker reports (``tidelog.unclean.recovery.log.ends.enable``
+off), nothing is waited for but a member of K other than the last known leader
+that may not lead now, for a session timeout; the last known leader is elected
+as Kafka 4.4 elects it.
 
 Reassignment (KIP-455, Kafka's ``completeReassignmentIfNeeded``): while the
 partition has adding or removing replicas, every build first checks whether the
@@ -130,9 +141,11 @@ class PartitionChangeBuilder:
                  log_end: Callable[[int], tuple[int, int] | None] = lambda broker_id: None,
                  may_await_log_ends: Callable[[bool], bool] = lambda absent: False,
                  starting: Callable[[int], bool] = lambda broker_id: False,
-                 registered: Callable[[int], bool] = lambda broker_id: False):
+                 registered: Callable[[int], bool] = lambda broker_id: False,
+                 reports_log_ends: Callable[[int], bool] = lambda broker_id: False):
         self.partition = partition
         self.log_end = log_end
+        self.reports_log_ends = reports_log_ends
         self.may_await_log_ends = may_await_log_ends
         self.starting = starting
         self.registered = registered
@@ -238,10 +251,14 @@ class PartitionChangeBuilder:
         session timeout (both counted from the first wait)."""
         ends = {r: self.log_end(r) for r in self.target_replicas}
         cannot_say = [r for r in known if r in ends and not self.is_acceptable_leader(r) and self.registered(r)]
-        if all(end is None for end in ends.values()):
-            # Nobody reported: reports are off (Kafka's rule: no wait), or the first has
-            # not come yet — a last known eligible replica that cannot lead now could not
-            # have sent one (seed 7587: one was starting): wait a session timeout for it.
+        if all(end is None for end in ends.values()) and not any(map(self.reports_log_ends, self.target_replicas)):
+            # Nobody reported and no replica's broker reports: reports are off (Kafka's
+            # rule: no wait), or the first heartbeat has not come yet — a last known
+            # eligible replica that cannot lead now could not have sent one (seed 7587:
+            # one was starting): wait a session timeout for it. Once a replica's broker
+            # reports, the rules below wait for the others too (seed 40234: the last known
+            # leader, back from a power cut with nothing, was elected before a replica
+            # holding every committed record had said where its log ends).
             return any(r != known[0] for r in cannot_say) and self.may_await_log_ends(False)
         best = max((end for r, end in ends.items() if end is not None and self.is_acceptable_leader(r)),
                    default=None)
@@ -250,6 +267,15 @@ class PartitionChangeBuilder:
         if any(ends[r] is None and (self.is_acceptable_leader(r) or self.starting(r))
                for r in self.target_replicas):
             return self.may_await_log_ends(False)
+        # Outside K: a registered replica that cannot lead now and has not reported, or
+        # reported a longer log than any that may lead, is waited for a session timeout;
+        # the recovery wait if every log that may lead is empty (seed 40236: the last
+        # known leader came back on a replaced disk while the replica that left the ELR
+        # for its own restart, holding every committed record, was being unfenced;
+        # seed 40123: that replica was cut off for longer).
+        if any(r not in known and self.registered(r) and not self.is_acceptable_leader(r)
+               and (ends[r] is None or best is None or ends[r] > best) for r in self.target_replicas):
+            return self.may_await_log_ends(best is None or best[0] < 0)
         return False
 
     def _longest_log(self, known: tuple[int, ...]) -> int:

@@ -61,8 +61,8 @@ def _heartbeat_request(version: int):
     if version >= 2:
         fields.append(("cordoned_log_dirs", tuple[uuid.UUID | None, ...] | None,
                        field(metadata={"kafka_type": "uuid", "tag": 1}, default=None)))
-    fields.append(("replica_log_ends", tuple[_log_end(version), ...],
-                   field(metadata={"tag": REPLICA_LOG_ENDS_TAG}, default=())))
+    fields.append(("replica_log_ends", tuple[_log_end(version), ...] | None,
+                   field(metadata={"tag": REPLICA_LOG_ENDS_TAG}, default=None)))
     return make_dataclass(f"BrokerHeartbeatRequestV{version}", fields, frozen=True, slots=True, kw_only=True,
                           namespace={"__type__": EntityType.request, "__version__": i16(version),
                                      "__flexible__": True, "__api_key__": i16(ApiKey.BROKER_HEARTBEAT),

@@ -191,9 +191,10 @@ class RemoteController:
             "broker_id": request.broker_id, "broker_epoch": request.broker_epoch,
             "current_metadata_offset": request.current_metadata_offset, "want_fence": request.want_fence,
             "want_shut_down": request.want_shut_down, "offline_log_dirs": list(request.offline_log_dirs),
-            "replica_log_ends": [{"topic_id": e.topic_id, "partition_index": e.partition_id,
-                                  "last_epoch": e.last_epoch, "log_end_offset": e.log_end_offset}
-                                 for e in request.replica_log_ends]})
+            "replica_log_ends": None if request.replica_log_ends is None else [
+                {"topic_id": e.topic_id, "partition_index": e.partition_id,
+                 "last_epoch": e.last_epoch, "log_end_offset": e.log_end_offset}
+                for e in request.replica_log_ends]})
         return BrokerHeartbeatReply(_code(reply.error_code), None, bool(reply.is_caught_up), bool(reply.is_fenced),
                                     False, bool(reply.should_shut_down))
 

@@ -371,9 +371,9 @@ class ControllerServer:
             current_metadata_offset=int(request.current_metadata_offset),
             want_fence=bool(request.want_fence), want_shut_down=bool(request.want_shut_down),
             offline_log_dirs=tuple(getattr(request, "offline_log_dirs", None) or ()),
-            replica_log_ends=tuple(ReplicaLogEnd(e.topic_id, int(e.partition_index), int(e.last_epoch),
-                                                 int(e.log_end_offset))
-                                   for e in getattr(request, "replica_log_ends", ()))))
+            replica_log_ends=None if getattr(request, "replica_log_ends", None) is None else tuple(
+                ReplicaLogEnd(e.topic_id, int(e.partition_index), int(e.last_epoch), int(e.log_end_offset))
+                for e in request.replica_log_ends)))
         return {"throttle_time": 0, "error_code": int(reply.error_code), "is_caught_up": reply.is_caught_up,
                 "is_fenced": reply.is_fenced, "should_shut_down": reply.should_shut_down}
 

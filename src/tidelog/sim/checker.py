@@ -159,6 +159,8 @@ class History:
     records: dict[int, tuple[RecordId, int]] = field(default_factory=dict)   # offset -> (id, commit epoch)
     reset_epoch: int = -1            # commits from leaders below this epoch are ignored
     resets: list[str] = field(default_factory=list)
+    # record ids a reset dropped from the history while another replica still held them
+    held_at_reset: set = field(default_factory=set)
 
     @property
     def end(self) -> int:
@@ -389,7 +391,7 @@ class Checker:
         history = self.history(tp)
         complete = [other for (other, mirrored), mirror in self.mirrors.items()
                     if mirrored == tp and other != broker_id and self._holds_history(mirror, history, epoch)
-                    and not self._on_failed_disk(other, tp)]
+                    and self._mirror_holds(other, tp)]
         eligible = [other for other in complete if other in self.last_known_eligible.get((tp, epoch), ())]
         found = f" (broker {(eligible or complete)[0]} held every committed record)" if complete else ""
         kind = (", another eligible replica complete" if eligible
@@ -408,6 +410,22 @@ class Checker:
         return any(broker.disk.is_failing(log_dir) and os.path.isdir(os.path.join(log_dir, str(tp)))
                    for log_dir in broker.log_dirs)
 
+    def _held_by_a_replica(self, tp: TopicPartition, offset: int, record) -> bool:
+        """Whether some replica of ``tp`` still holds ``record`` at ``offset`` (``_mirror_holds``)."""
+        return any(mirrored == tp and mirror.records.get(offset) == record and self._mirror_holds(broker_id, tp)
+                   for (broker_id, mirrored), mirror in self.mirrors.items())
+
+    def _mirror_holds(self, broker_id: int, tp: TopicPartition) -> bool:
+        """Whether ``broker_id``'s replica of ``tp`` still holds what the checker last read
+        of it: not on a failed disk, and nothing lost since (not amnesiac) or read again
+        since its process came back."""
+        if self._on_failed_disk(broker_id, tp):
+            return False
+        if (broker_id, tp) not in self.amnesiac:
+            return True
+        broker, seen = self.sim.brokers[broker_id], self.seen.get((broker_id, tp))
+        return broker.up and seen is not None and seen.incarnation == broker.owned.incarnation
+
     @staticmethod
     def _holds_history(mirror: LogMirror, history, epoch: int) -> bool:
         """Whether a replica, as last read, holds every record committed before ``epoch``."""
@@ -420,6 +438,8 @@ class Checker:
 
     def _reset(self, tp: TopicPartition, epoch: int, reason: str) -> None:
         history = self.history(tp)
+        history.held_at_reset |= {record for offset, (record, _) in history.records.items()
+                                  if self._held_by_a_replica(tp, offset, record)}
         history.records = {}
         history.reset_epoch = max(history.reset_epoch, epoch)
         history.resets.append(reason)

@@ -523,6 +523,7 @@ class Simulation:
         for offset, (_, _, value) in sorted(records.items()):
             first.setdefault(value, offset)
         last_by_producer: dict[str, tuple[int, int]] = {}
+        held = {record[2] for record in history.held_at_reset}
         for offset, value, acks, producer, resets in checker.acked.get(tp, []):
             if acks == -1 and records.get(offset, (0, 0, None))[2] != value:
                 if history.resets:         # see Checker.on_produce_done
@@ -532,6 +533,10 @@ class Simulation:
                         self.stats.excused_losses_clean += 1
                         if topic.flush_messages == 1:
                             self.stats.excused_losses_clean_fsync += 1
+                        if resets == len(history.resets):
+                            self.stats.excused_losses_clean_after_reset += 1
+                        elif value in held:
+                            self.stats.excused_losses_clean_held += 1
                     continue
                 self.stats.acked_all_lost += 1
                 raise InvariantViolation("10.4-acknowledged-write-kept", f"{producer}: acks=all {value!r} "

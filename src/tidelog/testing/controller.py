@@ -116,9 +116,11 @@ class ControllerTestEnv:
                   offline_log_dirs: Sequence[uuid.UUID] = (),
                   log_ends: Mapping[tuple[str, int], tuple[int, int]] | None = None) -> BrokerHeartbeatReply:
         """A heartbeat; by default the broker has caught up with the committed log.
-        ``log_ends``: (topic, partition) → (last epoch, log end offset) it reports."""
-        ends = tuple(ReplicaLogEnd(self.topic_id(topic), partition, epoch, end)
-                     for (topic, partition), (epoch, end) in (log_ends or {}).items())
+        ``log_ends``: (topic, partition) → (last epoch, log end offset) it reports; ``{}``
+        from a broker that reports but has nothing to say, None (the default) from one
+        that does not report (``tidelog.unclean.recovery.log.ends.enable`` false)."""
+        ends = None if log_ends is None else tuple(ReplicaLogEnd(self.topic_id(topic), partition, epoch, end)
+                                                   for (topic, partition), (epoch, end) in log_ends.items())
         return self.controller.process_broker_heartbeat(BrokerHeartbeatRequest(
             broker_id,
             self.broker_epochs.get(broker_id, -1) if broker_epoch is None else broker_epoch,
