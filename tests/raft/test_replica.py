@@ -186,3 +186,53 @@ def test_a_new_leader_commits_earlier_epochs_entries_only_with_one_of_its_own():
     assert replica.high_watermark == 0                           # a majority has b, but b is not committed
     replica.on_message(1, FetchRequest(3, 1, 3, 3), 1004)        # and now the leader's own entry
     assert replica.high_watermark == 3
+
+
+def test_a_leader_refused_by_a_voter_at_a_newer_epoch_moves_to_that_epoch():
+    """Seed 41654: voter 3 had stood alone at epoch 4 behind a partition; the epoch-3
+    leader's BeginQuorumEpoch was refused (FENCED_LEADER_EPOCH) for ever, and voter 3's
+    pre-votes, at 4, moved nobody. The answer to a BeginQuorumEpoch or EndQuorumEpoch
+    carries the voter's epoch and leader, as Kafka's do, and a newer epoch there moves
+    the sender to it."""
+    from tidelog.core.errors import ErrorCode
+    from tidelog.raft.replica import NO_LEADER, UNATTACHED, BeginQuorumEpoch, QuorumEpochResponse
+
+    voter_log = RaftLog()
+    voter_log.append_as_leader(3, ["a"])
+    voter = RaftReplica(3, (1, 2, 3), voter_log, random.Random(0), state=UNATTACHED, epoch=4)
+    assert voter.on_message(1, BeginQuorumEpoch(3, 1), 0) == ErrorCode.FENCED_LEADER_EPOCH
+    answer = QuorumEpochResponse(voter.epoch, voter.leader_id, ErrorCode.FENCED_LEADER_EPOCH)
+
+    leader_log = RaftLog()
+    leader_log.append_as_leader(3, ["a"])
+    leader = RaftReplica(1, (1, 2, 3), leader_log, random.Random(0), state=LEADER, epoch=3, leader_id=1)
+    leader.on_message(3, QuorumEpochResponse(3, 1), 1)              # its own epoch: nothing moves
+    assert (leader.state, leader.epoch) == (LEADER, 3)
+    leader.on_message(3, answer, 2)
+    assert (leader.state, leader.epoch, leader.leader_id) == (UNATTACHED, 4, NO_LEADER)
+
+    follower = RaftReplica(1, (1, 2, 3), RaftLog(), random.Random(0), state=LEADER, epoch=3, leader_id=1)
+    follower.on_message(3, QuorumEpochResponse(5, 2, ErrorCode.FENCED_LEADER_EPOCH), 1)
+    assert (follower.state, follower.epoch, follower.leader_id) == ("Follower", 5, 2)
+
+
+def test_the_driver_reads_the_epoch_and_leader_from_a_quorum_epoch_answer():
+    """``RaftDriver`` feeds the replica what a voter's BeginQuorumEpoch /
+    EndQuorumEpoch answer says (its partition entry), and nothing from a top-level
+    refusal or an error code it does not know."""
+    from types import SimpleNamespace
+
+    from tidelog.core.errors import ErrorCode
+    from tidelog.raft.replica import QuorumEpochResponse
+    from tidelog.server.raft_driver import RaftDriver
+
+    def answer(error_code=0, partitions=None):
+        return SimpleNamespace(error_code=error_code, topics=[SimpleNamespace(partitions=partitions or [])])
+
+    entry = SimpleNamespace(error_code=int(ErrorCode.FENCED_LEADER_EPOCH), leader_id=-1, leader_epoch=4)
+    assert RaftDriver._quorum_epoch_reply(answer(partitions=[entry])) == \
+        QuorumEpochResponse(4, -1, ErrorCode.FENCED_LEADER_EPOCH)
+    assert RaftDriver._quorum_epoch_reply(answer(error_code=int(ErrorCode.INCONSISTENT_CLUSTER_ID))) is None
+    assert RaftDriver._quorum_epoch_reply(answer()) is None
+    assert RaftDriver._quorum_epoch_reply(answer(partitions=[SimpleNamespace(error_code=30000, leader_id=1,
+                                                                             leader_epoch=9)])) is None

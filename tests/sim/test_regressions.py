@@ -320,3 +320,28 @@ def test_no_acknowledged_record_another_replica_held_is_lost_to_an_empty_last_kn
     kafka = run(seed, log_ends=False)
     assert kafka.passed, failure_report(kafka)
     assert kafka.stats.excused_losses_clean_held > 0, kafka.excused
+
+
+def test_seed_41654_a_voter_alone_at_a_newer_epoch_moves_the_leader_to_it(run):
+    """Seed 41654 (unseen, failed 10.5 before): controller 1002 reached epoch 4 alone
+    behind a partition; afterwards it refused the epoch-3 leader's BeginQuorumEpoch and
+    its own pre-votes at 4 moved nobody, so it never followed again. The answer to a
+    BeginQuorumEpoch now carries the voter's epoch, and the leader moves to it
+    (``tests/raft/test_replica.py`` pins the rule)."""
+    from tests.sim.conftest import failure_report
+
+    result = run(41654)
+    assert result.passed, failure_report(result)
+
+
+def test_seed_41907_a_commit_made_as_its_leader_went_offline_is_learned_from_the_answer(run):
+    """Seed 41907 (unseen, failed 10.4 before; a checker gap): broker 1's high watermark
+    passed offset 5 and its acks=all answer went out in the very tick that found its log
+    directory failed and took ``t0-0`` offline, so the checker never read that high
+    watermark and called the acknowledged record uncommitted. The checker now takes the
+    answer as the commit it claims, when the leader last seen holds the record and has
+    gone offline; every later leader must then hold it."""
+    from tests.sim.conftest import failure_report
+
+    result = run(41907)
+    assert result.passed, failure_report(result)

@@ -231,6 +231,16 @@ class EndQuorumEpoch:
 
 
 @dataclass(frozen=True)
+class QuorumEpochResponse:
+    """The answer to a BeginQuorumEpoch or EndQuorumEpoch: the voter's epoch and the
+    leader it knows (Kafka's BeginQuorumEpochResponse / EndQuorumEpochResponse carry
+    them; the driver builds it from the replica's state)."""
+    epoch: int
+    leader_id: int = NO_LEADER
+    error: ErrorCode = ErrorCode.NONE
+
+
+@dataclass(frozen=True)
 class FetchRequest:
     epoch: int                 # the epoch the fetcher believes in
     replica_id: int
@@ -811,6 +821,21 @@ class RaftReplica:
             if message.epoch > self.epoch:
                 self.epoch, self.voted_for = message.epoch, NO_LEADER
             self._become_follower(message.leader_id, now_ms)
+
+    def _on_QuorumEpochResponse(self, source: int, response: QuorumEpochResponse, now_ms: int) -> None:
+        """A voter answered our BeginQuorumEpoch or EndQuorumEpoch from a newer epoch (it
+        refused ours as FENCED_LEADER_EPOCH): that epoch exists, so this replica — a
+        leader of an older one, typically — moves to it (Kafka's
+        ``maybeHandleCommonResponse``). Seed 41654: a voter that had stood alone at epoch
+        4 behind a partition refused the epoch-3 leader's BeginQuorumEpoch for ever, and
+        its pre-votes, at 4, could not move the others (a pre-vote changes no epoch)."""
+        if response.epoch <= self.epoch:
+            return
+        if response.leader_id not in (NO_LEADER, self.node_id):
+            self.epoch, self.voted_for = response.epoch, NO_LEADER
+            self._become_follower(response.leader_id, now_ms)
+        else:
+            self._become_unattached(response.epoch, now_ms)
 
     def _on_EndQuorumEpoch(self, source: int, message: EndQuorumEpoch, now_ms: int) -> None:
         if message.epoch == self.epoch and self.state == FOLLOWER and self.leader_id == message.leader_id \

@@ -54,6 +54,7 @@ from tidelog.raft.replica import (
     BeginQuorumEpoch,
     EndQuorumEpoch,
     Envelope,
+    QuorumEpochResponse,
     FetchRequest,
     FetchResponse,
     FetchSnapshotRequest,
@@ -313,9 +314,9 @@ class RaftDriver:
                 connection = await self._connection(voter, "control")
                 api_key = ApiKey.BEGIN_QUORUM_EPOCH if isinstance(message, BeginQuorumEpoch) \
                     else ApiKey.END_QUORUM_EPOCH
-                await connection.request(api_key, self._quorum_epoch_body(voter, message),
-                                         version=_QUORUM_EPOCH_VERSION, timeout_s=timeout_s)
-                return
+                response = await connection.request(api_key, self._quorum_epoch_body(voter, message),
+                                                    version=_QUORUM_EPOCH_VERSION, timeout_s=timeout_s)
+                reply = self._quorum_epoch_reply(response)
             else:
                 raise AssertionError(f"the replica sent a message the driver cannot carry: {message}")
         except _PEER_ERRORS as e:
@@ -329,6 +330,19 @@ class RaftDriver:
             return
         if reply is not None:
             self._step(lambda now: self.replica.on_message(voter, reply, now))
+
+    @staticmethod
+    def _quorum_epoch_reply(response) -> QuorumEpochResponse | None:
+        """What a voter's BeginQuorumEpoch / EndQuorumEpoch answer says of its epoch and
+        leader (its partition entry), or None if it has none (a top-level refusal)."""
+        if int(response.error_code) != 0 or not response.topics or not response.topics[0].partitions:
+            return None
+        p = response.topics[0].partitions[0]
+        try:
+            error = ErrorCode(int(p.error_code))
+        except ValueError:
+            return None
+        return QuorumEpochResponse(int(p.leader_epoch), int(p.leader_id), error)
 
     def _partition(self, **fields) -> dict:
         return {"topics": [{"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0, **fields}]}]}

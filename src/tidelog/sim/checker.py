@@ -100,6 +100,7 @@ from tidelog.raft.control_records import voters_of_batch
 from tidelog.raft.replica import LEADER
 from tidelog.records.batch import iter_batches, iter_records
 from tidelog.replication.partition import Partition
+from tidelog.replication.replica_manager import OFFLINE
 from tidelog.sim.group_clients import decode_assignment, offsets_partition, serving_coordinator
 
 if TYPE_CHECKING:
@@ -752,6 +753,8 @@ class Checker:
             if acks != -1:
                 continue
             known = history.records.get(offset)
+            if known is None and self._learn_commit_from_ack(tp, offset, value):
+                continue
             if known is None or known[0][2] != value:
                 # After an excused reset the old lineage may still commit for a while: a
                 # leader of an earlier epoch that has not heard of the unclean election (or
@@ -762,6 +765,28 @@ class Checker:
                     "10.4-acknowledged-write-kept",
                     f"{producer.name}: acks=all acknowledged {value!r} at {tp} offset {offset}, but the "
                     f"committed history holds {None if known is None else known[0][2]!r} there")
+
+    def _learn_commit_from_ack(self, tp: TopicPartition, offset: int, value: bytes) -> bool:
+        """Seed 41907: a leader's high watermark passed ``offset`` and its answer went out
+        in the very event that found its log directory failed and took the partition
+        offline, so the checker never read that high watermark. If a broker last seen
+        leading ``tp`` hosts it offline now and held ``value`` at ``offset`` when last
+        read, the acknowledgement is taken as the commit it claims, at that leader's
+        epoch: from then on every leader must hold it (10.4), as for any commit."""
+        for broker_id, broker in self.sim.brokers.items():
+            seen = self.seen.get((broker_id, tp))
+            mirror = self.mirrors.get((broker_id, tp))
+            if (seen is None or mirror is None or seen.leader != broker_id or not broker.up
+                    or seen.leader_epoch < self.history(tp).reset_epoch
+                    or broker.replica_manager.partitions.get(tp) != OFFLINE):
+                continue
+            record = mirror.records.get(offset)
+            if record is not None and record[2] == value:
+                self.history(tp).records[offset] = (record, seen.leader_epoch)
+                self.sim.loop.trace.add(self.sim.loop.now_ms, "check", f"{tp} offset {offset} committed "
+                                        f"by broker {broker_id} as it went offline (learned from its answer)")
+                return True
+        return False
 
     def on_consumed(self, consumer, tp: TopicPartition, position: int, records, high_watermark: int,
                     leader: int) -> None:

@@ -65,7 +65,8 @@ from tidelog.core.errors import ErrorCode
 from tidelog.raft import replica as raft
 from tidelog.raft.memory_log import MemoryMetadataLog
 from tidelog.raft.metadata_log import RaftMetadataLog
-from tidelog.raft.replica import FetchRequest, FetchResponse, RaftConfig, RaftReplica, VoteResponse
+from tidelog.raft.replica import (BeginQuorumEpoch, EndQuorumEpoch, FetchRequest, FetchResponse,
+                                  QuorumEpochResponse, RaftConfig, RaftReplica, VoteResponse)
 from tidelog.sim.loop import NodeClock
 from tidelog.sim.network import NetworkNode
 
@@ -95,8 +96,10 @@ def controller_name(node_id: int) -> str:
 
 
 def _answer_type(request) -> type | None:
-    """The message a request is answered with (VoteRequest → VoteResponse …); None
-    for BeginQuorumEpoch / EndQuorumEpoch, whose answers carry nothing the replica reads."""
+    """The message a request is answered with (VoteRequest → VoteResponse …;
+    BeginQuorumEpoch / EndQuorumEpoch → QuorumEpochResponse, built by the driver)."""
+    if isinstance(request, (BeginQuorumEpoch, EndQuorumEpoch)):
+        return QuorumEpochResponse
     name = type(request).__name__
     return getattr(raft, name[:-len("Request")] + "Response", None) if name.endswith("Request") else None
 
@@ -340,6 +343,11 @@ class SimController(NetworkNode):
                 self._reply_fetch(message, request.replica_id, answer)
             return
         answer_type = _answer_type(request)
+        if answer_type is QuorumEpochResponse:          # RaftDriver._handle_quorum_epoch
+            errors = []
+            self._input(lambda now: errors.append(self.replica.on_message(source, request, now)))
+            self.reply(message, QuorumEpochResponse(self.replica.epoch, self.replica.leader_id, errors[0]))
+            return
         answer = self._input(lambda now: self.replica.on_message(source, request, now), source, answer_type)
         if answer is None and answer_type is VoteResponse:
             answer = VoteResponse(self.replica.epoch, False, self.replica.leader_id, pre_vote=request.pre_vote)
