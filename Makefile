@@ -55,7 +55,18 @@ MVN_CLASSPATH      := -q -B dependency:build-classpath -Dmdep.outputFile=target/
 KAFKA_CONNECT       := interop/connect
 KAFKA_CONNECT_BUILT := $(KAFKA_CONNECT)/target/classpath.txt
 
-java-interop: $(JAVA_BUILT) $(KAFKA_SERVER_BUILT) $(KAFKA_CONNECT_BUILT)
+# Spark's own Kafka connector (interop/spark-kafka/pom.xml pins it) for
+# tests/spark/test_spark_kafka_connector.py: only resolved, nothing built.
+SPARK_KAFKA       := interop/spark-kafka
+SPARK_KAFKA_BUILT := $(SPARK_KAFKA)/target/classpath.txt
+
+java-interop: $(JAVA_BUILT) $(KAFKA_SERVER_BUILT) $(KAFKA_CONNECT_BUILT) $(SPARK_KAFKA_BUILT)
+
+$(SPARK_KAFKA_BUILT): $(SPARK_KAFKA)/pom.xml
+	@if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then \
+	  cd $(SPARK_KAFKA) && { mvn -o $(MVN_CLASSPATH) >/dev/null 2>&1 || mvn $(MVN_CLASSPATH); } && touch target/classpath.txt; \
+	else echo "java or mvn not found: the tests of Spark's own Kafka connector will be skipped"; fi
+
 
 $(KAFKA_CONNECT_BUILT): $(KAFKA_CONNECT)/pom.xml
 	@if command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1; then \
@@ -122,6 +133,7 @@ test-setup: $(STAMP) kcat browser java-interop go-interop js-interop
 browser: | kcat
 $(KAFKA_SERVER_BUILT): | $(JAVA_BUILT)
 $(KAFKA_CONNECT_BUILT): | $(KAFKA_SERVER_BUILT)
+$(SPARK_KAFKA_BUILT): | $(KAFKA_CONNECT_BUILT)
 
 # The class archive the tests' Spark JVMs start from (tests/spark/cds.py): written once
 # into the virtual environment, about a minute; without Java, or if it fails, the tests

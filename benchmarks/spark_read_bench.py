@@ -9,7 +9,10 @@ Writes N records with 100-byte random values to a fresh ``tidelog serve``
   the engine's own ceiling on this machine;
 * reads the same number of rows from a Python data source that only yields
   ready-made Arrow batches of the same schema (``ReadyBatches``): the ceiling of
-  any Python data source, what Spark's side of the Python Data Source API costs.
+  any Python data source, what Spark's side of the Python Data Source API costs;
+* if ``make java-interop`` resolved it (interop/spark-kafka), reads the same topic
+  through Spark's own Kafka connector (``format("kafka")``, a JVM source using the
+  Java client), the way a Spark user reads Kafka today.
 
 Each read runs once to warm up and then ``--runs`` times; the best and the
 median rows/s of both are printed, with the ratio (target >= 50%). The CPU
@@ -32,6 +35,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from tidelog.records import SimpleRecord  # noqa: E402
 from tidelog.spark.options import SinkOptions  # noqa: E402
@@ -39,6 +43,7 @@ from tidelog.spark.producer import Producer  # noqa: E402
 from tidelog.spark.session import local_session  # noqa: E402
 from tidelog.spark.wire import ClientConfig, Cluster  # noqa: E402
 from tidelog.testing import Broker  # noqa: E402
+from tests.spark.spark_processes import spark_kafka_jars  # noqa: E402
 
 TOPIC = "bench"
 PARTITIONS = 2
@@ -171,7 +176,8 @@ def main() -> int:
         with Broker(data_dir=os.path.join(workdir, "broker")) as broker:
             fill_s = fill(broker.bootstrap, args.records)
             print(f"produced {args.records:,} records of {VALUE_BYTES} bytes in {fill_s:.1f} s")
-            spark = local_session("tidelog-spark-read-bench")
+            jars = spark_kafka_jars()
+            spark = local_session("tidelog-spark-read-bench", extra={"spark.jars": ",".join(jars)} if jars else None)
             source = (spark.read.format("tidelog").option("kafka.bootstrap.servers", broker.bootstrap)
                       .option("subscribe", TOPIC).load())
             count = source.count()
@@ -197,6 +203,16 @@ def main() -> int:
             def read_ready():
                 ready.write.format("noop").mode("overwrite").save()
             ready_times = timed(read_ready, args.runs)
+
+            connector_times = None
+            if jars:
+                connector = (spark.read.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+                             .option("subscribe", TOPIC).load())
+                assert connector.count() == args.records
+
+                def read_connector():
+                    connector.write.format("noop").mode("overwrite").save()
+                connector_times = timed(read_connector, args.runs)
             spark.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -215,6 +231,13 @@ def main() -> int:
     tidelog_best, tidelog_median, tidelog_cpu = line("tidelog data source", tidelog_times)
     parquet_best, parquet_median, parquet_cpu = line("Parquet (ceiling)", parquet_times)
     ready_best, ready_median, ready_cpu = line("ready Arrow batches", ready_times)
+    if connector_times is not None:
+        connector_best, connector_median, _ = line("Spark's Kafka connector", connector_times)
+        print(f"ratio tidelog data source/Spark's Kafka connector, same broker: best "
+              f"{tidelog_best / connector_best:.2f}, median {tidelog_median / connector_median:.2f}; "
+              f"connector/Parquet: median {connector_median / parquet_median:.0%}")
+    else:
+        print("Spark's Kafka connector: not resolved (make java-interop), not measured")
     print(f"ratio tidelog/Parquet: best {tidelog_best / parquet_best:.0%}, median "
           f"{tidelog_median / parquet_median:.0%} (target >= 50%)")
     print(f"ratio ready batches/Parquet (any Python data source's ceiling): best {ready_best / parquet_best:.0%}, "

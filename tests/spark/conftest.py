@@ -27,14 +27,19 @@ from tidelog.spark.producer import Producer  # noqa: E402
 from tidelog.spark.wire import LATEST, ClientConfig, Cluster, error_of  # noqa: E402
 from tidelog.testing import Broker  # noqa: E402
 
-from .spark_processes import spark_java_options  # noqa: E402
+from .spark_processes import spark_java_options, spark_kafka_jars  # noqa: E402
 
 
 _shared: dict = {}   # "session": the classic session the modules share, while it runs
 
 def spark_test_conf() -> dict[str, str]:
-    """Spark settings for the tests only (the benchmark keeps Spark's defaults)."""
-    return {"spark.driver.extraJavaOptions": spark_java_options()}
+    """Spark settings for the tests only (the benchmark keeps Spark's defaults); Spark's
+    own Kafka connector on the class path when it was resolved."""
+    conf = {"spark.driver.extraJavaOptions": spark_java_options()}
+    jars = spark_kafka_jars()
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
+    return conf
 
 
 def driver_submit_args() -> str:

@@ -30,6 +30,20 @@ import tempfile
 import time
 import urllib.request
 
+SPARK_KAFKA_CLASSPATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "interop",
+                                     "spark-kafka", "target", "classpath.txt")
+
+
+def spark_kafka_jars() -> list[str]:
+    """The jars of Spark's own Kafka connector (``make java-interop`` resolves them,
+    interop/spark-kafka/pom.xml), or [] if they are not there."""
+    try:
+        with open(SPARK_KAFKA_CLASSPATH) as f:
+            jars = [path for path in f.read().strip().split(os.pathsep) if path]
+    except OSError:
+        return []
+    return jars if jars and all(os.path.isfile(path) for path in jars) else []
+
 from tidelog.spark.session import worker_python
 
 from . import cds
