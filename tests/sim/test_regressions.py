@@ -345,3 +345,16 @@ def test_seed_41907_a_commit_made_as_its_leader_went_offline_is_learned_from_the
 
     result = run(41907)
     assert result.passed, failure_report(result)
+
+
+def test_seed_42622_a_new_logs_first_flush_lists_no_segment_before_the_data_before_it(run):
+    """Seed 42622 (unseen; failed 10.3 since new logs deferred their directory entries to
+    the first flush): broker 4's ``t0-1``, new after its disk was replaced, rolled twice
+    more before its first background flush ran, and that flush's fsync of the log's
+    directory listed segments 12 and 26 while segment 12's data was not synced; a power
+    cut left 12 empty and 26 listed, and broker 4 rejoined the ISR without offsets
+    12..25. ``tests/storage/test_log_manager.py`` pins the rule."""
+    from tests.sim.conftest import failure_report
+
+    result = run(42622)
+    assert result.passed, failure_report(result)

@@ -480,3 +480,39 @@ def test_a_partition_deleted_while_its_rolls_flush_runs_leaves_its_directory_onl
     background.run_all()
     assert m.offline_dirs == frozenset() and not m.offline_partitions
     fill(m.get_or_create_log(A1), 3)
+
+
+def test_a_new_log_rolling_again_before_its_first_flush_runs_leaves_no_hole_after_a_power_cut(dirs, clock, fs):
+    """Simulator seed 42622: a new log's first flush ran on the background runner after
+    two more rolls, and its deferred fsync of the log's directory listed the later
+    segment files while the data of the one before them was not synced: a power cut
+    left segment 12 empty and segment 26 listed, the log ended at 26 with offsets 12..25
+    missing, and the broker rejoined the ISR with a hole. The log's own directory is now
+    listed as every roll lists it (after the data before the newest file, by the latest
+    roll's flush), and until then no offset counts as durable."""
+    from .test_log_recovery import QueuedBackground, fill_until_roll
+    background = QueuedBackground()
+    m = LogManager(dirs, clock, fs, default_config=CONFIG, background=background)
+    log = m.get_or_create_log(A0)
+    fill_until_roll(log, fill_until_roll(log, fill_until_roll(log)))
+    assert len(background.queued) == 3
+    work, done = background.queued.pop(0)                   # only the first roll's flush runs
+    work()
+    done(None)
+    assert log.recovery_point == 0                           # nothing is durably listed yet
+    fs.crash()
+    m = LogManager(dirs, clock, fs, default_config=CONFIG)
+    recovered = m.get_log(A0)
+    offsets = [offset for offset, _ in read_all(recovered)] if recovered is not None else []
+    assert offsets == list(range(len(offsets)))
+    assert recovered is None or recovered.log_end_offset == len(offsets)    # no hole before the end
+
+    background = QueuedBackground()                          # all three flushes run: everything stays
+    m = LogManager([d + "-2" for d in dirs], clock, fs, default_config=CONFIG, background=background)
+    log = m.get_or_create_log(A0)
+    end = fill_until_roll(log, fill_until_roll(log, fill_until_roll(log)))
+    background.run_all()
+    assert log.recovery_point == end
+    fs.crash()
+    m = LogManager([d + "-2" for d in dirs], clock, fs, default_config=CONFIG)
+    assert [offset for offset, _ in read_all(m.get_log(A0))] == list(range(end))
