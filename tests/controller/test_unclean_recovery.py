@@ -404,7 +404,7 @@ def test_before_an_empty_log_is_elected_a_replica_that_may_hold_more_is_waited_f
     eligible — was cut off. Electing the empty log loses everything for certain; the
     election waits for a registered replica that has not reported, up to the recovery
     wait when every log that may lead is empty (a session timeout otherwise)."""
-    for comes_back in (True, False):
+    for comes_back in (True, "starting", False):
         env = three_brokers()
         everyone_back_uncleanly(env)                          # 0: registered, then silent
         env.clock.advance(9001)
@@ -416,7 +416,14 @@ def test_before_an_empty_log_is_elected_a_replica_that_may_hold_more_is_waited_f
         for broker_id, end in ends.items():
             env.heartbeat(broker_id, log_ends={FOO: end})
         assert shape(env) == (-1, (), (), (2, 1))
-        if comes_back:
+        if comes_back == "starting":                          # seed 42098: back, fenced, catching up:
+            for _ in range(2):                                # the session timeout's wait for a starting
+                env.heartbeat(0, want_fence=True, log_ends={})  # replica is over, the long one is not
+            env.heartbeat(1, log_ends={FOO: (-1, 0)})
+            assert shape(env) == (-1, (), (), (2, 1))
+            env.heartbeat(0, log_ends={FOO: (3, 100)})
+            assert shape(env) == (0, (0,), (), ())
+        elif comes_back:
             env.heartbeat(0, log_ends={FOO: (3, 100)})
             assert shape(env) == (0, (0,), (), ())
         else:

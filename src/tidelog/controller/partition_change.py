@@ -264,19 +264,21 @@ class PartitionChangeBuilder:
                    default=None)
         if any(ends[r] is None or best is None or ends[r] > best for r in cannot_say):
             return self.may_await_log_ends(True)
+        # Outside K: a registered replica that cannot lead now (down or still starting) and
+        # has not reported, or reported a longer log than any that may lead, is waited for
+        # a session timeout; the recovery wait if every log that may lead is empty (seed
+        # 40236: the last known leader came back on a replaced disk while the replica that
+        # left the ELR for its own restart, holding every committed record, was being
+        # unfenced; seed 40123: that replica was cut off for longer; seed 42098: it was
+        # starting when the session timeout ran out, so the long wait is asked first).
+        outside = any(r not in known and self.registered(r) and not self.is_acceptable_leader(r)
+                      and (ends[r] is None or best is None or ends[r] > best) for r in self.target_replicas)
+        if outside and (best is None or best[0] < 0):
+            return self.may_await_log_ends(True)
         if any(ends[r] is None and (self.is_acceptable_leader(r) or self.starting(r))
                for r in self.target_replicas):
             return self.may_await_log_ends(False)
-        # Outside K: a registered replica that cannot lead now and has not reported, or
-        # reported a longer log than any that may lead, is waited for a session timeout;
-        # the recovery wait if every log that may lead is empty (seed 40236: the last
-        # known leader came back on a replaced disk while the replica that left the ELR
-        # for its own restart, holding every committed record, was being unfenced;
-        # seed 40123: that replica was cut off for longer).
-        if any(r not in known and self.registered(r) and not self.is_acceptable_leader(r)
-               and (ends[r] is None or best is None or ends[r] > best) for r in self.target_replicas):
-            return self.may_await_log_ends(best is None or best[0] < 0)
-        return False
+        return outside and self.may_await_log_ends(False)
 
     def _longest_log(self, known: tuple[int, ...]) -> int:
         """KIP-966's unclean recovery: of every acceptable replica whose broker reported
