@@ -359,3 +359,15 @@ def test_seed_42622_a_new_logs_first_flush_lists_no_segment_before_the_data_befo
 
     result = run(42622)
     assert result.passed, failure_report(result)
+
+
+def test_seed_43860_a_durable_write_lists_no_segment_before_the_data_before_it(run):
+    """Seed 43860 (unseen; failed 10.3 once this session's election waits moved its
+    timing): broker 4 wrote ``t0-1``'s leader-epoch checkpoint durably while a roll's
+    flush was in flight; the write's directory fsync listed segments 541 and 553 with
+    541's data unsynced, and a power cut left a hole below the high watermark.
+    ``tests/storage/test_log_manager.py`` pins the rule."""
+    from tests.sim.conftest import failure_report
+
+    result = run(43860)
+    assert result.passed, failure_report(result)

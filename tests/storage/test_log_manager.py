@@ -516,3 +516,26 @@ def test_a_new_log_rolling_again_before_its_first_flush_runs_leaves_no_hole_afte
     fs.crash()
     m = LogManager([d + "-2" for d in dirs], clock, fs, default_config=CONFIG)
     assert [offset for offset, _ in read_all(m.get_log(A0))] == list(range(end))
+
+
+def test_a_durable_write_in_a_log_directory_while_a_roll_flushes_leaves_no_hole_after_a_power_cut(dirs, clock, fs):
+    """Simulator seed 43860: while a roll's flush was still in flight, a leader-epoch
+    checkpoint written durably fsynced the log's directory, listing the segments rolled
+    since — 541 and 553 — while 541's data was not synced; a power cut left 541 empty
+    and 553 listed, a hole. A durable write in the directory first syncs the rolled
+    segments' data."""
+    from .test_log_recovery import QueuedBackground, fill_until_roll
+    background = QueuedBackground()
+    m = LogManager(dirs, clock, fs, default_config=CONFIG, background=background)
+    log = m.get_or_create_log(A0)
+    base = fill_until_roll(log)
+    background.run_all()                                     # the new log's first flush: listed
+    base = fill_until_roll(log, fill_until_roll(log, base))  # two rolls, their flushes queued
+    assert background.queued
+    log.assign_leader_epoch(3, log.log_end_offset)            # a durable checkpoint write
+    fs.crash()
+    m = LogManager(dirs, clock, fs, default_config=CONFIG)
+    recovered = m.get_log(A0)
+    offsets = [offset for offset, _ in read_all(recovered)]
+    assert offsets == list(range(len(offsets))) and recovered.log_end_offset == len(offsets)
+    assert len(offsets) >= base                              # what was synced for the write stays
