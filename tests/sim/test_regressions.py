@@ -371,3 +371,15 @@ def test_seed_43860_a_durable_write_lists_no_segment_before_the_data_before_it(r
 
     result = run(43860)
     assert result.passed, failure_report(result)
+
+
+def test_seed_44352_a_segment_that_came_back_short_ends_the_log(run):
+    """Seed 44352 (unseen; failed 10.3 before this round too): a power cut tore a write
+    of segment 2064 while segment 2054 lost all its unsynced data; recovery cut the torn
+    batch and kept 2054 empty, and the log ended at 2064 without 2054..2063 — broker 1
+    rejoined the ISR with a hole. In a log that does not compact, a segment ending short
+    of the next one's base now ends the log (``tests/storage/test_log_recovery.py``)."""
+    from tests.sim.conftest import failure_report
+
+    result = run(44352)
+    assert result.passed, failure_report(result)

@@ -431,3 +431,29 @@ def test_a_logs_own_files_are_expected_and_loading_is_quiet(log_dir, clock, fs, 
     assert warnings == [f"{log_dir}: ignoring unexpected file stray.bin"]
     loaded = [r for r in caplog.records if "loaded 1 segments" in r.getMessage()]
     assert loaded and all(r.levelno == logging.DEBUG for r in loaded)
+
+
+def test_a_middle_segment_that_came_back_short_ends_the_log_unless_the_log_compacts(log_dir, clock, fs, caplog):
+    """Simulator seed 44352: a power cut lost the unsynced data of one segment but kept
+    a later one's pages (a torn write), and recovery served a log with a hole (the
+    earlier segment empty, the log's end at the later one's base). In a log that does
+    not compact, segments are contiguous: one that ends short of the next one's base
+    ends the log, and the later segments go (as after a corrupt batch). A compacted
+    log's cleaned segments may end early by design and are kept."""
+    for policy, config in (("delete", CONFIG), ("compact", LogConfig(segment_bytes=1024, index_interval_bytes=100,
+                                                                     cleanup_policy=("compact",)))):
+        directory = os.path.join(log_dir, policy) + "-0"
+        log, bases = three_segment_log(directory, clock, fs)   # written unkeyed; opened below as ``config``
+        middle_path = log.segments[1].log.path
+        log.close()
+        os.truncate(middle_path, 0)                           # its data lost, the next file kept
+        with caplog.at_level(logging.ERROR):
+            log = Log.open(directory, config, clock, fs, recovery_point=0)
+        if policy == "delete":
+            assert log.log_end_offset == bases[1]
+            assert [o for o, _ in values(log)] == list(range(bases[1]))
+            assert any("ends short" in r.getMessage() for r in caplog.records)
+        else:
+            assert [s.base_offset for s in log.segments] == bases
+        check_log_consistency(log)
+        log.close()

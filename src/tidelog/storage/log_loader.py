@@ -17,7 +17,9 @@ directory holds ``<base_offset:020d>.log`` files and their indexes. Loading:
    (``LogSegment.recover``); the first torn or corrupt batch and everything after
    it are cut. When the cut is in a segment that is not the last one, the later
    segments are deleted and the corruption is logged as an error: data after a
-   hole is never served.
+   hole is never served. In a log that does not compact, a segment that ends short
+   of the next one's base (its unsynced data lost, a later file's pages kept) ends
+   the log the same way.
 4. The log end offset is the last segment's next offset; the log start offset is
    at least the first segment's base; if it is above the end (the unsynced tail
    was lost), the log restarts empty at the log start offset.
@@ -88,7 +90,7 @@ def load_log(fs: FileSystem, directory: str, config: LogConfig, now_ms: int, *, 
         _load_cleanly(fs, directory, segments)
     else:
         floor = max(0, bisect_right([s.base_offset for s in segments], recovery_point) - 1)
-        _recover(fs, directory, segments, floor)
+        _recover(fs, directory, segments, floor, contiguous=not config.compact)
 
     log_end_offset = segments[-1].next_offset
     log_start_offset = max(log_start_offset, segments[0].base_offset)
@@ -229,17 +231,24 @@ def _load_cleanly(fs, directory: str, segments: list[LogSegment]) -> None:
     _recover(fs, directory, segments, len(segments) - 1)
 
 
-def _recover(fs, directory: str, segments: list[LogSegment], first: int) -> None:
-    """Recover ``segments[first:]``; cut everything after the first bad batch."""
+def _recover(fs, directory: str, segments: list[LogSegment], first: int, contiguous: bool = False) -> None:
+    """Recover ``segments[first:]``; cut everything after the first bad batch — and,
+    for a log that is not compacted (``contiguous``: each segment ends where the next
+    begins), after the first segment that ends short of the next one's base offset: a
+    crash kept a later file's pages (written back by the kernel, or a torn write) and
+    lost the earlier one's (simulator seed 44352: segment 2054 came back empty, 2064
+    with a torn batch, and the log ended at 2064 without 2054..2063). A compacted log's
+    cleaned segments may end early by design."""
     cut_bytes = 0
     for i in range(first, len(segments)):
         later = segments[i + 1:]
         cut_bytes = segments[i].recover(later[0].base_offset if later else None)
-        if cut_bytes and later:
-            logger.error("%s: segment %d is corrupt at offset %d, in the middle of the log; deleting the %d "
+        short = contiguous and later and segments[i].next_offset < later[0].base_offset
+        if (cut_bytes or short) and later:
+            logger.error("%s: segment %d %s at offset %d, in the middle of the log; deleting the %d "
                          "later segments (offsets %d..%d are dropped and must be fetched again)",
-                         directory, segments[i].base_offset, segments[i].next_offset, len(later),
-                         later[0].base_offset, later[-1].base_offset)
+                         directory, segments[i].base_offset, "is corrupt" if cut_bytes else "ends short",
+                         segments[i].next_offset, len(later), later[0].base_offset, later[-1].base_offset)
             for segment in later:
                 segment.delete()
             fs.fsync_dir(directory)
