@@ -236,3 +236,19 @@ def test_the_driver_reads_the_epoch_and_leader_from_a_quorum_epoch_answer():
     assert RaftDriver._quorum_epoch_reply(answer()) is None
     assert RaftDriver._quorum_epoch_reply(answer(partitions=[SimpleNamespace(error_code=30000, leader_id=1,
                                                                              leader_epoch=9)])) is None
+
+
+def test_a_quorum_epoch_answer_that_cannot_be_true_moves_nothing():
+    """An answer above ``MAX_EPOCH``, or one carrying an error other than an older epoch
+    (a voter that refused the request for another reason), is dropped: it cannot push a
+    leader to an epoch no voter holds."""
+    from tidelog.core.errors import ErrorCode
+    from tidelog.raft.replica import MAX_EPOCH, QuorumEpochResponse
+
+    for answer in (QuorumEpochResponse(MAX_EPOCH + 1, 2, ErrorCode.FENCED_LEADER_EPOCH),
+                   QuorumEpochResponse(-5, 2, ErrorCode.FENCED_LEADER_EPOCH),
+                   QuorumEpochResponse(9, 2, ErrorCode.INVALID_REQUEST),
+                   QuorumEpochResponse(9, 2, ErrorCode.INCONSISTENT_VOTER_SET)):
+        leader = RaftReplica(1, (1, 2, 3), RaftLog(), random.Random(0), state=LEADER, epoch=3, leader_id=1)
+        leader.on_message(2, answer, 1)
+        assert (leader.state, leader.epoch) == (LEADER, 3), answer
