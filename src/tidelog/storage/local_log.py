@@ -199,12 +199,18 @@ class LocalLog:
         (simulator seed 43860: an epoch checkpoint's write listed segments 541 and 553
         while 541's data was unsynced, and a power cut left a hole)."""
         if not self._unsynced_dirs:
-            if self._rolls_durable < self._rolls and not self.offline and not self.closed:
-                self.flush(self.segments[-1].base_offset)
+            self._sync_rolled_segments()
             return False
         if path not in self._unsynced_files:
             self._unsynced_files.append(path)
         return True
+
+    def _sync_rolled_segments(self) -> None:
+        """Before a directory fsync that is not a roll's: if a roll's flush is in flight,
+        sync the rolled segments' data now (and list them), so the fsync cannot list a
+        segment file before the data before it."""
+        if self._rolls_durable < self._rolls and not self.offline and not self.closed:
+            self.flush(self.segments[-1].base_offset)
 
     def sync_entries(self) -> None:
         """Fsync what a new log deferred: its files' bytes, then its directory, then the

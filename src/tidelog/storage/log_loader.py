@@ -243,7 +243,7 @@ def _recover(fs, directory: str, segments: list[LogSegment], first: int, contigu
     for i in range(first, len(segments)):
         later = segments[i + 1:]
         cut_bytes = segments[i].recover(later[0].base_offset if later else None)
-        short = contiguous and later and segments[i].next_offset < later[0].base_offset
+        short = contiguous and bool(later) and segments[i].next_offset < later[0].base_offset
         if (cut_bytes or short) and later:
             logger.error("%s: segment %d %s at offset %d, in the middle of the log; deleting the %d "
                          "later segments (offsets %d..%d are dropped and must be fetched again)",
