@@ -132,9 +132,15 @@ class KafkaPythonMember(ThreadMember):
         # naming the topic; the group leader then assigns nothing ("No partition metadata
         # for topic") and asks again only when its metadata ages (5 minutes by default).
         # Seen twice in loaded runs, on one node as on three; the same happens against Kafka.
+        # And it subscribes only once its metadata names the topic's partitions: a fresh-clone
+        # run (2026-11-29) saw the leader assign nothing and never rejoin within 60 s even so.
         self.consumer = kafka.KafkaConsumer(
-            topic, bootstrap_servers=broker.bootstrap, group_id=group, auto_offset_reset="earliest",
+            bootstrap_servers=broker.bootstrap, group_id=group, auto_offset_reset="earliest",
             session_timeout_ms=6000, heartbeat_interval_ms=500, metadata_max_age_ms=2000)
+        deadline = time.monotonic() + 30
+        while not self.consumer.partitions_for_topic(topic) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.consumer.subscribe([topic])
 
     def poll(self):
         for tp, messages in self.consumer.poll(200).items():
