@@ -7,6 +7,7 @@ partitions; commits (manual and automatic) survive a consumer's restart;
 """
 
 import asyncio
+import os
 import shutil
 import subprocess
 import threading
@@ -82,6 +83,19 @@ async def _knows(port: int, topic: str, partitions: int) -> bool:
             and all(p.leader_id >= 0 for p in found.partitions))
 
 
+def coordinator_lines(broker, group: str) -> str:
+    """The brokers' log lines that name ``group`` (what a failing wait prints)."""
+    if isinstance(broker, Cluster):
+        lines = []
+        for node in broker.brokers:
+            path = os.path.join(broker.processes._node_dir(node), "server.log")
+            with open(path, errors="replace") as log:
+                lines += [f"[{node.node_id}] {line.rstrip()}" for line in log if group in line]
+    else:
+        lines = [line for line in broker.output if group in line]
+    return "\n".join(lines[-60:])
+
+
 def disjoint_and_complete(assignments: list[set]) -> bool:
     everything = [p for a in assignments for p in a]
     return len(everything) == len(set(everything)) == PARTITIONS
@@ -128,19 +142,27 @@ class KafkaPythonMember(ThreadMember):
     def __init__(self, broker, topic, group):
         super().__init__()
         import kafka
-        # metadata_max_age_ms: kafka-python 3.0.12 may join before its first Metadata answer
-        # naming the topic; the group leader then assigns nothing ("No partition metadata
-        # for topic") and asks again only when its metadata ages (5 minutes by default).
-        # Seen twice in loaded runs, on one node as on three; the same happens against Kafka.
-        # And it subscribes only once its metadata names the topic's partitions: a fresh-clone
-        # run (2026-11-29) saw the leader assign nothing and never rejoin within 60 s even so.
+        # kafka-python 3.0.12 has a client-side race that leaves a member joined but silent:
+        # when it rejoins because its metadata snapshot changed (not because the coordinator
+        # asked) and poll()'s timeout ends while that JoinGroup/SyncGroup is completing, the
+        # next poll() sees nothing to rejoin for and never runs the join's completion — its
+        # heartbeats stay disabled, the coordinator expires it after session.timeout.ms, and
+        # it keeps its old assignment for ever (kafka-python DEBUG log, 2026-11-29: "poll:
+        # timeout during coordinator.poll()" right after its SyncGroup answer, then
+        # "need_rejoin: False" and no "Enabling heartbeat"). Its first join happens before its
+        # metadata snapshot names the topic, so that rejoin came on every start; here the
+        # member joins only once the snapshot holds the topic's partitions, and no metadata
+        # change follows. Also: metadata_max_age_ms, so a leader that did assign with no
+        # partition metadata ("No partition metadata for topic") asks again within 2 s, not 5
+        # minutes.
         self.consumer = kafka.KafkaConsumer(
             bootstrap_servers=broker.bootstrap, group_id=group, auto_offset_reset="earliest",
             session_timeout_ms=6000, heartbeat_interval_ms=500, metadata_max_age_ms=2000)
-        deadline = time.monotonic() + 30
-        while not self.consumer.partitions_for_topic(topic) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: self.consumer.partitions_for_topic(topic), 30, f"kafka-python to know {topic}")
         self.consumer.subscribe([topic])
+        coordinator = self.consumer._coordinator          # private; kafka-python is pinned
+        wait_until(lambda: len(coordinator._metadata_snapshot.get(topic, ())) == PARTITIONS, 30,
+                   f"kafka-python's group metadata to hold {topic}")
 
     def poll(self):
         for tp, messages in self.consumer.poll(200).items():
@@ -198,9 +220,13 @@ def test_three_members_share_six_partitions_then_two_take_over(any_cluster, kind
     group = f"{kind}-{uuid.uuid4().hex[:6]}"
     members = [make_member(kind, broker, topic, group) for _ in range(3)]
     try:
-        wait_until(lambda: all(len(m.assignment) == 2 for m in members)
-                   and disjoint_and_complete([m.assignment for m in members]), 60,
-                   "three members with two partitions each")
+        try:
+            wait_until(lambda: all(len(m.assignment) == 2 for m in members)
+                       and disjoint_and_complete([m.assignment for m in members]), 60,
+                       "three members with two partitions each")
+        except AssertionError as timed_out:
+            raise AssertionError(f"{timed_out}; assignments {[sorted(m.assignment) for m in members]}; "
+                                 f"the coordinator said:\n{coordinator_lines(broker, group)}") from None
         members[0].stop.set()
         members[0].join(30)
         assert members[0].close_s is not None and members[0].close_s < 10, "close() did not return promptly"

@@ -39,6 +39,10 @@ def spark_test_conf() -> dict[str, str]:
     jars = spark_kafka_jars()
     if jars:
         conf["spark.jars"] = ",".join(jars)
+        # The connector keeps an idle producer 10 minutes; its sender thread then dials the
+        # stopped broker of a finished module every second, into whatever test runs next.
+        conf["spark.kafka.producer.cache.timeout"] = "5s"
+        conf["spark.kafka.producer.cache.evictorThreadRunInterval"] = "1s"
     return conf
 
 
