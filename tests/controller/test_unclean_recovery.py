@@ -430,3 +430,97 @@ def test_before_an_empty_log_is_elected_a_replica_that_may_hold_more_is_waited_f
             wait_out_the_recovery(env, ends)
             assert shape(env) == (2, (2,), (), ())
         check(env)
+
+
+def a_new_active_controller(env: ControllerTestEnv) -> ControllerTestEnv:
+    """A failover: another controller reads the same metadata log and becomes active,
+    with none of its predecessor's soft state (sessions renewed, no reports, no waits)."""
+    return ControllerTestEnv(log=env.log, clock=env.clock, broker_features=broker_features())
+
+
+def test_a_controller_that_has_just_become_active_hears_the_brokers_before_it_elects():
+    """Seed 7 --long: a new active controller had read no heartbeat yet, took "nobody
+    reports" for "reports are off", and elected the last known leader — back on a
+    replaced disk — at once. It now waits (at most a session timeout) until every
+    replica that may lead has been heard."""
+    env = three_brokers()
+    everyone_back_uncleanly(env)
+    env.heartbeat(0, log_ends={})
+    env.heartbeat(1, log_ends={})
+    assert shape(env) == (-1, (), (), (2, 1))
+    env = a_new_active_controller(env)
+    env.heartbeat(2)                                          # its reports are off
+    assert shape(env) == (-1, (), (), (2, 1))                   # 0 and 1 not heard yet
+    env.heartbeat(0)
+    env.heartbeat(1)
+    assert shape(env) == (2, (2,), (), ())                    # nobody reports: Kafka 4.4's rule
+
+    env = three_brokers()                                      # a broker never heard: a session timeout
+    everyone_back_uncleanly(env)
+    env.heartbeat(0, log_ends={})
+    env.heartbeat(1, log_ends={})
+    env = a_new_active_controller(env)
+    env.heartbeat(2)
+    env.heartbeat(1)
+    env.clock.advance(9001)
+    env.heartbeat(2)
+    assert shape(env) == (2, (2,), (), ())
+    check(env)
+
+
+def test_an_empty_log_is_not_elected_while_a_replica_that_may_lead_has_not_said_where_its_log_ends():
+    """Seed 7 --long: broker 0, killed holding records, stayed registered and unfenced
+    (each controller failover renewed its session) while its new process was refused as
+    a duplicate; the last known leader came back on a new, empty disk and was elected
+    after a session timeout. With every log that may lead empty, the election waits up
+    to the recovery wait for a replica that may lead but has not reported."""
+    env = three_brokers()
+    everyone_back_uncleanly(env)
+    env.heartbeat(0, log_ends={})
+    env.heartbeat(1, log_ends={})
+    env = a_new_active_controller(env)                         # 0 is silent from now on
+    ends = {1: (-1, 0), 2: (-1, 0)}
+    for broker_id, end in ends.items():
+        env.heartbeat(broker_id, log_ends={FOO: end})
+    env.clock.advance(9001)                                   # past a session timeout: still waiting
+    for broker_id, end in ends.items():
+        env.heartbeat(broker_id, log_ends={FOO: end})
+    assert shape(env) == (-1, (), (), (2, 1))
+    env.heartbeat(0, log_ends={FOO: (3, 100)})                # its new process, at last
+    assert shape(env) == (0, (0,), (), ())
+    check(env)
+
+    env = three_brokers()                                      # never comes back: the recovery wait
+    everyone_back_uncleanly(env)
+    env.heartbeat(0, log_ends={})
+    env.heartbeat(1, log_ends={})
+    env = a_new_active_controller(env)
+    wait_out_the_recovery(env, ends)
+    assert shape(env) == (2, (2,), (), ())
+    check(env)
+
+
+def test_after_a_failover_a_silent_replica_outside_the_eligible_ones_is_waited_for_up_to_the_recovery_wait():
+    """Seed 43459: broker 2, outside the last known eligible replicas, had reported the
+    longest log (176 records) to the old controller and was down when it failed over;
+    the new one, with no report, waited a session timeout and elected a replica holding
+    119. A registered replica that cannot lead and that this controller has not heard
+    since it became active (its report may be lost) is waited for up to the recovery
+    wait; one that registered with this very controller, a session timeout (test above)."""
+    ends = {1: (3, 90), 2: (3, 100)}
+    for comes_back in (True, False):
+        env = three_brokers()
+        everyone_back_uncleanly(env)                          # 0: registered, then silent
+        env = a_new_active_controller(env)
+        for _ in range(3):                                    # past a session timeout: still waiting
+            for broker_id, end in ends.items():
+                env.heartbeat(broker_id, log_ends={FOO: end})
+            assert shape(env) == (-1, (), (), (2, 1))
+            env.clock.advance(4500)
+        if comes_back:
+            env.heartbeat(0, log_ends={FOO: (3, 140)})
+            assert shape(env) == (0, (0,), (), ())
+        else:
+            wait_out_the_recovery(env, ends)
+            assert shape(env) == (2, (2,), (), ())
+        check(env)

@@ -13,8 +13,9 @@ test checks that this path ran, so the seed keeps proving something. 20091 showe
 until delayed fetches began answering with their arrival reads (its recoveries then
 found nothing open); seed 20106 (``--long``, same options) showed it in 3 of its 39
 recoveries until elections without ISR and ELR began waiting for every last known
-eligible replica; seed 20095 shows it in 2 of its 65. If a later change reshuffles
-it, pin another seed where it does (long
+eligible replica; seed 20095 showed it in 2 of its 65 until a controller that has
+just become active began hearing every broker before it elects; seed 20117 shows it
+in 2 of its 50. If a later change reshuffles it, pin another seed where it does (long
 seeds with these options, counting ``Partition.transactions_in_doubt_after_recovery``). The
 scenario ``unclean-open-transaction`` (``tests/sim/test_scenarios.py``) and
 ``tests/replication/test_unclean_recovery.py`` reproduce both failures
@@ -56,8 +57,8 @@ def test_seed_10570(run):
 @pytest.mark.slow
 def test_a_long_seed_recovers_open_transactions_and_passes(run, recoveries):
     """With Kafka 4.4's choice of leader (no log-end reports): a leader it elects has
-    open transactions to settle (seed 20095; the module docstring says why not 20091)."""
-    result = run(20095, config=SimConfig.from_seed(20095, long=True).with_options(
+    open transactions to settle (seed 20117; the module docstring says why not 20091)."""
+    result = run(20117, config=SimConfig.from_seed(20117, long=True).with_options(
         transaction_version=1, replica_log_ends=False))
     assert result.passed, failure_report(result)
     assert any(in_doubt for *_, in_doubt in recoveries), recoveries

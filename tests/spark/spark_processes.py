@@ -114,6 +114,17 @@ class _Process:
         with open(self.log_path, "rb") as f:
             return f.read().decode("utf-8", "replace")[-tail_chars:]
 
+    def failure(self, lines: int = 40) -> str:
+        """What a failed run said: its first distinct exception and cause lines (a stack
+        trace's tail names none), then the end of its log."""
+        seen: dict[str, None] = {}
+        for line in self.log(10_000_000).splitlines():
+            text = line.strip()
+            if ("Exception" in text or "Error" in text or text.startswith("Caused by")) \
+                    and not text.startswith("at ") and len(seen) < lines:
+                seen.setdefault(text[:400], None)
+        return "\n".join(seen) + "\n...\n" + self.log(3000)
+
     def kill(self) -> None:
         """SIGKILL the whole group (spark-submit's JVM and its Python, a worker and its executors)."""
         if self._log.closed:

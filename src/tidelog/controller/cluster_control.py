@@ -148,6 +148,7 @@ class ClusterControlManager:
             broker_id, request.incarnation_id, broker_epoch, tuple(request.listeners),
             tuple(request.features), request.rack, fenced, in_controlled_shutdown, log_dirs))
         self.heartbeat.touch(broker_id, fenced, -1)
+        self.heartbeat.registered(broker_id)
         return ControllerResult(records, BrokerRegistrationReply(broker_epoch=broker_epoch))
 
     def _validate_registration(self, request: BrokerRegistrationRequest) -> ApiError:

@@ -120,6 +120,9 @@ class BrokerHeartbeatManager:
         # heartbeat reported them (``replica_log_ends``); only its leaderless partitions.
         self._log_ends: dict[int, dict[tuple, tuple[int, int]]] = {}
         self._reporting: set[int] = set()   # brokers whose latest heartbeat carried the reports
+        # brokers (this incarnation) whose heartbeat this controller has read since it
+        # became active: until then it cannot tell "does not report" from "not heard yet"
+        self._heard: set[int] = set()
         # partition → when its election began waiting for the replicas' reports
         self._awaiting: dict[tuple, int] = {}
 
@@ -152,11 +155,13 @@ class BrokerHeartbeatManager:
         self._unfenced.pop(broker_id, None)
         self._log_ends.pop(broker_id, None)
         self._reporting.discard(broker_id)
+        self._heard.discard(broker_id)
 
     def report_log_ends(self, broker_id: int, log_ends: dict[tuple, tuple[int, int]] | None) -> None:
         """What the broker's latest heartbeat says of its leaderless replicas (replaces
         the previous report; a new incarnation starts with none, see ``remove``); None
         from a broker that does not report them."""
+        self._heard.add(broker_id)
         if log_ends is None:
             self._reporting.discard(broker_id)
         else:
@@ -185,6 +190,17 @@ class BrokerHeartbeatManager:
     def reports_log_ends(self, broker_id: int) -> bool:
         """Whether the broker's latest heartbeat (this incarnation's) carried log-end reports."""
         return broker_id in self._reporting
+
+    def registered(self, broker_id: int) -> None:
+        """The broker's new incarnation registered with this controller: heard (it has
+        reported nothing to anyone yet, so no report of it was lost with a failover)."""
+        self._heard.add(broker_id)
+
+    def heard_from(self, broker_id: int) -> bool:
+        """Whether the broker's incarnation registered with, or heartbeat to, this
+        controller since it became active (the reports are soft state: a new active
+        controller has none)."""
+        return broker_id in self._heard
 
     def log_end(self, broker_id: int, key: tuple) -> tuple[int, int] | None:
         """(last epoch, log end offset) of ``broker_id``'s replica of ``key``, if reported."""

@@ -75,7 +75,10 @@ again at every heartbeat; ``may_await_log_ends``, counted from the first wait):
   * for any replica that may lead, or is starting, and has not reported: at most
     one broker session timeout — a replica's report comes only once its metadata
     shows the partition leaderless, which may be after the last known leader's
-    own restart made it so;
+    own restart made it so; ``UNCLEAN_RECOVERY_WAIT_MS`` if every acceptable
+    reporter's log is empty and its broker reports or has not been heard by this
+    controller yet (a killed broker stays registered and unfenced while failovers
+    renew its session);
   * for a replica outside K (it left the ISR while the ISR stayed at min ISR or
     above, or left the ELR for an unclean shutdown while the partition had a
     leader) that is registered but may not lead now, and has not reported or
@@ -83,11 +86,15 @@ again at every heartbeat; ``may_await_log_ends``, counted from the first wait):
     ``UNCLEAN_RECOVERY_WAIT_MS`` if every acceptable reporter's log is empty (a
     replaced disk, a power cut before any flush). Such a replica holds every
     committed record only by chance, but electing an empty log loses them all
-    for certain.
+    for certain. The recovery wait too while this controller has not heard the
+    replica since it became active (``heard_from``): a report it gave the
+    previous active controller is lost with the failover.
 When no replica's broker reports (``tidelog.unclean.recovery.log.ends.enable``
 off), nothing is waited for but a member of K other than the last known leader
-that may not lead now, for a session timeout; the last known leader is elected
-as Kafka 4.4 elects it.
+that may not lead now, or a replica that may lead whose broker this controller
+has not heard since it became active (``heard_from``: the reports are soft
+state), for a session timeout; the last known leader is elected as Kafka 4.4
+elects it.
 
 Reassignment (KIP-455, Kafka's ``completeReassignmentIfNeeded``): while the
 partition has adding or removing replicas, every build first checks whether the
@@ -142,10 +149,12 @@ class PartitionChangeBuilder:
                  may_await_log_ends: Callable[[bool], bool] = lambda absent: False,
                  starting: Callable[[int], bool] = lambda broker_id: False,
                  registered: Callable[[int], bool] = lambda broker_id: False,
-                 reports_log_ends: Callable[[int], bool] = lambda broker_id: False):
+                 reports_log_ends: Callable[[int], bool] = lambda broker_id: False,
+                 heard_from: Callable[[int], bool] = lambda broker_id: True):
         self.partition = partition
         self.log_end = log_end
         self.reports_log_ends = reports_log_ends
+        self.heard_from = heard_from
         self.may_await_log_ends = may_await_log_ends
         self.starting = starting
         self.registered = registered
@@ -251,15 +260,20 @@ class PartitionChangeBuilder:
         session timeout (both counted from the first wait)."""
         ends = {r: self.log_end(r) for r in self.target_replicas}
         cannot_say = [r for r in known if r in ends and not self.is_acceptable_leader(r) and self.registered(r)]
+        may_say = [r for r in self.target_replicas if self.is_acceptable_leader(r) or self.starting(r)]
         if all(end is None for end in ends.values()) and not any(map(self.reports_log_ends, self.target_replicas)):
             # Nobody reported and no replica's broker reports: reports are off (Kafka's
             # rule: no wait), or the first heartbeat has not come yet — a last known
             # eligible replica that cannot lead now could not have sent one (seed 7587:
-            # one was starting): wait a session timeout for it. Once a replica's broker
-            # reports, the rules below wait for the others too (seed 40234: the last known
-            # leader, back from a power cut with nothing, was elected before a replica
-            # holding every committed record had said where its log ends).
-            return any(r != known[0] for r in cannot_say) and self.may_await_log_ends(False)
+            # one was starting), and a controller that has just become active has read
+            # no heartbeat at all (seed 7 --long: it elected the last known leader, back
+            # on a replaced disk, before any broker's report could reach it): wait a
+            # session timeout for them. Once a replica's broker reports, the rules below
+            # wait for the others too (seed 40234: the last known leader, back from a
+            # power cut with nothing, was elected before a replica holding every
+            # committed record had said where its log ends).
+            return ((any(r != known[0] for r in cannot_say)
+                     or not all(map(self.heard_from, may_say))) and self.may_await_log_ends(False))
         best = max((end for r, end in ends.items() if end is not None and self.is_acceptable_leader(r)),
                    default=None)
         if any(ends[r] is None or best is None or ends[r] > best for r in cannot_say):
@@ -271,14 +285,30 @@ class PartitionChangeBuilder:
         # left the ELR for its own restart, holding every committed record, was being
         # unfenced; seed 40123: that replica was cut off for longer; seed 42098: it was
         # starting when the session timeout ran out, so the long wait is asked first).
-        outside = any(r not in known and self.registered(r) and not self.is_acceptable_leader(r)
-                      and (ends[r] is None or best is None or ends[r] > best) for r in self.target_replicas)
-        if outside and (best is None or best[0] < 0):
+        # And the recovery wait too while such a replica has not been heard by this
+        # controller since it became active: a report its predecessor had is lost with
+        # the failover (seed 43459: broker 2, down, had reported 176 records to the old
+        # controller; the new one elected a replica holding 119 after a session timeout).
+        outside = [r for r in self.target_replicas
+                   if r not in known and self.registered(r) and not self.is_acceptable_leader(r)
+                   and (ends[r] is None or best is None or ends[r] > best)]
+        if outside and (best is None or best[0] < 0
+                        or any(ends[r] is None and not self.heard_from(r) for r in outside)):
             return self.may_await_log_ends(True)
-        if any(ends[r] is None and (self.is_acceptable_leader(r) or self.starting(r))
-               for r in self.target_replicas):
+        unreported = [r for r in may_say if ends[r] is None]
+        if unreported and (best is None or best[0] < 0) and any(
+                self.reports_log_ends(r) or not self.heard_from(r) for r in unreported):
+            # Every log that may lead is empty and a replica that may lead, or is
+            # starting, has not said where its log ends though its broker reports (or
+            # this controller has not heard it yet): the recovery wait, as for one that
+            # cannot lead — electing an empty log loses every record for certain (seed 7
+            # --long: a killed broker holding 131 records stayed registered and unfenced,
+            # each controller failover renewing its session, while its new incarnation
+            # was refused as a duplicate; the last known leader was back on a new disk).
+            return self.may_await_log_ends(True)
+        if unreported:
             return self.may_await_log_ends(False)
-        return outside and self.may_await_log_ends(False)
+        return bool(outside) and self.may_await_log_ends(False)
 
     def _longest_log(self, known: tuple[int, ...]) -> int:
         """KIP-966's unclean recovery: of every acceptable replica whose broker reported

@@ -452,6 +452,7 @@ class ReplicationControlManager:
                                       log_end=lambda replica: heartbeat.log_end(replica, key),
                                       may_await_log_ends=lambda absent: heartbeat.may_await_log_ends(key, absent),
                                       reports_log_ends=heartbeat.reports_log_ends,
+                                      heard_from=heartbeat.heard_from,
                                       starting=self._starting,
                                       registered=lambda replica: self.cluster.registration(replica) is not None)
 

@@ -361,11 +361,12 @@ class Checker:
                       f"(committed at epoch {commit_epoch}: {record[2]!r}) is "
                       f"{'missing' if mine is None else repr(mine[2])} (LEO {partition.log.log_end_offset})")
             if tp.topic in self.unclean_topics or self._unclean(tp.topic):
-                self._reset(tp, epoch, f"unclean topic: {detail}")
+                self._reset(tp, epoch, f"unclean topic: {detail}", broker_id)
             elif (broker_id, tp) in self.amnesiac and not self.sim.config.eligible_leader_replicas:
                 # Without ELR only: with it, a broker back from an unclean shutdown is out of
                 # the ISR and ELR and is elected cleanly nowhere (KIP-966).
-                self._reset(tp, epoch, f"last replica standing after {self.amnesiac[(broker_id, tp)]}: {detail}")
+                self._reset(tp, epoch, f"last replica standing after {self.amnesiac[(broker_id, tp)]}: {detail}",
+                            broker_id)
             elif (tp, epoch) in self.last_known_leader_elections and (
                     (broker_id, tp) in self.amnesiac or self._longest_log_pick(broker_id, tp, epoch)):
                 self._reset_after_last_known(broker_id, tp, epoch, detail)
@@ -402,7 +403,7 @@ class Checker:
                else f"longest reported log (last known leader {known})")
         how = self.amnesiac.get((broker_id, tp), "not amnesiac")
         self._reset(tp, epoch, f"{who.split(' (')[0]} after every eligible replica's unclean "
-                               f"shutdown{kind}: {who}, {how}{found}: {detail}")
+                               f"shutdown{kind}: {who}, {how}{found}: {detail}", broker_id)
 
     def _on_failed_disk(self, broker_id: int, tp: TopicPartition) -> bool:
         """Whether ``broker_id``'s copy of ``tp`` is on a log directory that failed (it
@@ -437,10 +438,15 @@ class Checker:
         """Unclean election on for ``topic`` (never for ``__consumer_offsets``)."""
         return any(t.name == topic and t.unclean for t in self.sim.config.topics)
 
-    def _reset(self, tp: TopicPartition, epoch: int, reason: str) -> None:
+    def _reset(self, tp: TopicPartition, epoch: int, reason: str, leader: int) -> None:
+        """Restart ``tp``'s history at ``epoch`` under the new ``leader``. A record some
+        other replica still held is counted as dropped while held (``held_at_reset``); one
+        the new leader holds is not dropped by this reset (a later one may drop it)."""
         history = self.history(tp)
+        kept = self.mirrors.get((leader, tp))
         history.held_at_reset |= {record for offset, (record, _) in history.records.items()
-                                  if self._held_by_a_replica(tp, offset, record)}
+                                  if not (kept is not None and kept.records.get(offset) == record)
+                                  and self._held_by_a_replica(tp, offset, record)}
         history.records = {}
         history.reset_epoch = max(history.reset_epoch, epoch)
         history.resets.append(reason)
@@ -671,7 +677,8 @@ class Checker:
                     # Unclean (Kafka's electAnyLeader with no valid ISR or ELR member): the
                     # history restarts now, not when the new leader is first seen — the old
                     # leader, cut off, may still commit alone at min ISR 1 (seed 33053).
-                    self._reset(tp, partition.leader_epoch, f"unclean election of broker {partition.leader}")
+                    self._reset(tp, partition.leader_epoch, f"unclean election of broker {partition.leader}",
+                                partition.leader)
                 elif not before.isr and before.last_known_elr and partition.leader_recovery_state == 1 \
                         and partition.leader in before.replicas:
                     self.last_known_leader_elections[(tp, partition.leader_epoch)] = before.last_known_elr[0]
@@ -683,7 +690,8 @@ class Checker:
                         raise InvariantViolation("10.4-acknowledged-write-kept", (
                             f"{tp}: broker {partition.leader} elected outside the ISR {list(before.isr)} "
                             f"with unclean.leader.election.enable=false (epoch {partition.leader_epoch})"))
-                    self._reset(tp, partition.leader_epoch, f"unclean election of broker {partition.leader}")
+                    self._reset(tp, partition.leader_epoch, f"unclean election of broker {partition.leader}",
+                                partition.leader)
         self.controller_image = image
         for broker_id, broker in self.sim.brokers.items():
             if broker.up:
