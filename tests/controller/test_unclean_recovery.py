@@ -524,3 +524,22 @@ def test_after_a_failover_a_silent_replica_outside_the_eligible_ones_is_waited_f
             wait_out_the_recovery(env, ends)
             assert shape(env) == (2, (2,), (), ())
         check(env)
+
+
+def test_a_replica_outside_the_eligible_ones_that_reported_a_longer_log_is_waited_for_up_to_the_recovery_wait():
+    """Seed 44475: broker 2, outside the last known eligible replicas, reported 87
+    records while it was being unfenced, then crashed again; a session timeout later the
+    controller elected a replica holding 42 — a loss it knew of. Such a replica is
+    waited for up to the recovery wait."""
+    ends = {1: (3, 90), 2: (3, 100)}
+    env = three_brokers()
+    everyone_back_uncleanly(env)
+    env.heartbeat(0, want_fence=True, log_ends={FOO: (3, 140)})   # starting, then gone
+    for _ in range(4):
+        for broker_id, end in ends.items():
+            env.heartbeat(broker_id, log_ends={FOO: end})
+        assert shape(env) == (-1, (), (), (2, 1))
+        env.clock.advance(4500)
+    env.heartbeat(0, log_ends={FOO: (3, 140)})                # back: unfenced, and elected
+    assert shape(env) == (0, (0,), (), ())
+    check(env)

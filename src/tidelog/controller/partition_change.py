@@ -86,9 +86,10 @@ again at every heartbeat; ``may_await_log_ends``, counted from the first wait):
     ``UNCLEAN_RECOVERY_WAIT_MS`` if every acceptable reporter's log is empty (a
     replaced disk, a power cut before any flush). Such a replica holds every
     committed record only by chance, but electing an empty log loses them all
-    for certain. The recovery wait too while this controller has not heard the
-    replica since it became active (``heard_from``): a report it gave the
-    previous active controller is lost with the failover.
+    for certain. The recovery wait too if it reported a longer log than every
+    acceptable reporter, or while this controller has not heard the replica since
+    it became active (``heard_from``): a report it gave the previous active
+    controller is lost with the failover.
 When no replica's broker reports (``tidelog.unclean.recovery.log.ends.enable``
 off), nothing is waited for but a member of K other than the last known leader
 that may not lead now, or a replica that may lead whose broker this controller
@@ -289,11 +290,15 @@ class PartitionChangeBuilder:
         # controller since it became active: a report its predecessor had is lost with
         # the failover (seed 43459: broker 2, down, had reported 176 records to the old
         # controller; the new one elected a replica holding 119 after a session timeout).
+        # And one that reported a longer log than every acceptable reporter: electing now
+        # loses records for certain (seed 44475: broker 2 had reported 87, and crashed
+        # again before it could lead; a replica holding 42 was elected a session timeout
+        # later).
         outside = [r for r in self.target_replicas
                    if r not in known and self.registered(r) and not self.is_acceptable_leader(r)
                    and (ends[r] is None or best is None or ends[r] > best)]
-        if outside and (best is None or best[0] < 0
-                        or any(ends[r] is None and not self.heard_from(r) for r in outside)):
+        if outside and (best is None or best[0] < 0 or any(
+                ends[r] is not None or not self.heard_from(r) for r in outside)):
             return self.may_await_log_ends(True)
         unreported = [r for r in may_say if ends[r] is None]
         if unreported and (best is None or best[0] < 0) and any(
