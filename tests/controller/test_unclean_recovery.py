@@ -543,3 +543,35 @@ def test_a_replica_outside_the_eligible_ones_that_reported_a_longer_log_is_waite
     env.heartbeat(0, log_ends={FOO: (3, 140)})                # back: unfenced, and elected
     assert shape(env) == (0, (0,), (), ())
     check(env)
+
+
+def test_the_recovery_wait_is_the_controllers_setting_and_absurd_values_are_refused(tmp_path):
+    """``tidelog.unclean.recovery.wait.ms`` (five minutes by default) bounds the long
+    waits; a negative value, one above a day or not a number is refused by name."""
+    import pytest
+
+    from tidelog.broker.config import BrokerConfig
+    from tidelog.core.errors import InvalidConfigError
+
+    for value in ("-1", "86400001", "soon", ""):
+        with pytest.raises(InvalidConfigError, match="tidelog.unclean.recovery.wait.ms"):
+            BrokerConfig({"node.id": "1", "log.dirs": str(tmp_path), "tidelog.unclean.recovery.wait.ms": value})
+    assert BrokerConfig({"node.id": "1", "log.dirs": str(tmp_path)})["tidelog.unclean.recovery.wait.ms"] == \
+        UNCLEAN_RECOVERY_WAIT_MS
+
+    ends = {1: (-1, 0), 2: (-1, 0)}                            # the empty-log case of the test above
+    env = ControllerTestEnv(bootstrap_features=ELR_ON, broker_features=broker_features(),
+                            unclean_recovery_wait_ms=60_000)
+    env.register_and_unfence(0, 1, 2)
+    env.create_topic("foo", assignments=[[0, 1, 2]], configs={"min.insync.replicas": "2"})
+    everyone_back_uncleanly(env)
+    for _ in range(25):                                        # 50 s: still waiting for broker 0
+        env.clock.advance(2000)
+        for broker_id, end in ends.items():
+            env.heartbeat(broker_id, log_ends={FOO: end})
+    assert shape(env) == (-1, (), (), (2, 1))
+    for _ in range(6):                                         # past 60 s: elected
+        env.clock.advance(2000)
+        for broker_id, end in ends.items():
+            env.heartbeat(broker_id, log_ends={FOO: end})
+    assert shape(env) == (2, (2,), (), ())

@@ -25,6 +25,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from tidelog.controller.heartbeat import UNCLEAN_RECOVERY_WAIT_MS
 from tidelog.core.errors import InvalidConfigError
 from tidelog.core.limits import WRITE_BEHIND_MAX_BYTES
 from tidelog.replication.replica_selector import REPLICA_SELECTORS
@@ -253,6 +254,11 @@ CONFIG_DEFS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("tidelog.unclean.recovery.log.ends.enable", bool, True, None,
               "report where this broker's leaderless replicas end in its heartbeats, so the "
               "controller elects the longest log when every eligible replica restarted uncleanly"),
+    # Not Kafka's (KIP-966 proposed the same five minutes as unclean.recovery.timeout.ms).
+    ConfigDef("tidelog.unclean.recovery.wait.ms", int, UNCLEAN_RECOVERY_WAIT_MS, lambda v: 0 <= v <= 86_400_000,
+              "how long the controller's election of a partition whose eligible replicas all "
+              "restarted uncleanly may wait for a replica that may hold a longer log to report it "
+              "(at least broker.session.timeout.ms is waited where the rules wait at all)"),
     # Prometheus metrics with Kafka's names (docs/observability.md); off unless metrics.port is set.
     ConfigDef("metrics.port", int, None, lambda v: 0 <= v <= 65535,
               "serve Prometheus /metrics on this port (0 picks a free one)"),

@@ -38,9 +38,10 @@ from typing import Callable
 from tidelog.core.clock import Clock
 
 NO_DEADLINE = sys.maxsize
-# How long an election without ISR and ELR waits for a last known eligible replica
-# whose broker is down to come back and report its log end (partition_change.py);
-# KIP-966 proposed five minutes for its unclean recovery timeout.
+# How long, by default, an election without ISR and ELR waits for a replica whose broker
+# is down to come back and report its log end (partition_change.py;
+# ``tidelog.unclean.recovery.wait.ms``); KIP-966 proposed five minutes for its unclean
+# recovery timeout.
 UNCLEAN_RECOVERY_WAIT_MS = 300_000
 
 

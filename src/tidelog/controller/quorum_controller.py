@@ -61,7 +61,7 @@ from tidelog.controller import broker_lifecycle
 from tidelog.controller.cluster_control import ClusterControlManager
 from tidelog.controller.configuration_control import ConfigurationControlManager
 from tidelog.controller.feature_control import FeatureControlManager, ProducerIdControlManager
-from tidelog.controller.heartbeat import NO_DEADLINE, BrokerHeartbeatManager
+from tidelog.controller.heartbeat import NO_DEADLINE, UNCLEAN_RECOVERY_WAIT_MS, BrokerHeartbeatManager
 from tidelog.controller.messages import (
     AllocateProducerIdsReply,
     AlterConfigsResource,
@@ -106,7 +106,8 @@ class QuorumController:
                  bootstrap_features: Mapping[str, int] | None = None,
                  co_located_broker_id: int | None = None,
                  node_id: int = -1,
-                 static_configs: Mapping[str, str] | None = None):
+                 static_configs: Mapping[str, str] | None = None,
+                 unclean_recovery_wait_ms: int = UNCLEAN_RECOVERY_WAIT_MS):
         self.clock = clock
         # In combined mode (broker and controller in one process) a registration of
         # our own broker id left in the log belongs to a process that is gone — us,
@@ -117,7 +118,7 @@ class QuorumController:
         self.log = log
         self.cluster_id = cluster_id
         self._settings = (rng, session_timeout_ms, default_num_partitions,
-                          default_replication_factor, dict(static_configs or {}))
+                          default_replication_factor, dict(static_configs or {}), unclean_recovery_wait_ms)
         self._build_managers()
         self._loader = MetadataLoader(log)
         self.last_write_offset = -1
@@ -130,8 +131,9 @@ class QuorumController:
             self.maybe_bootstrap()
 
     def _build_managers(self) -> None:
-        rng, session_timeout_ms, num_partitions, replication_factor, static_configs = self._settings
-        self.heartbeat = BrokerHeartbeatManager(self.clock, session_timeout_ms)
+        (rng, session_timeout_ms, num_partitions, replication_factor, static_configs,
+         recovery_wait_ms) = self._settings
+        self.heartbeat = BrokerHeartbeatManager(self.clock, session_timeout_ms, recovery_wait_ms)
         self.features = FeatureControlManager(self.node_id)
         self.producer_ids = ProducerIdControlManager()
         self.configs = ConfigurationControlManager(static_configs)

@@ -153,6 +153,7 @@ class ControllerServer:
             clock=clock, log=RaftMetadataLog(self.raft.replica, self.metadata_log, self.raft.appended),
             cluster_id=cluster_id, rng=rng or random.Random(),
             session_timeout_ms=config["broker.session.timeout.ms"],
+            unclean_recovery_wait_ms=config["tidelog.unclean.recovery.wait.ms"],
             default_num_partitions=config["num.partitions"],
             default_replication_factor=config["default.replication.factor"],
             co_located_broker_id=co_located_broker_id, node_id=self.node_id,
