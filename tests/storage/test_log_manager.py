@@ -539,3 +539,35 @@ def test_a_durable_write_in_a_log_directory_while_a_roll_flushes_leaves_no_hole_
     offsets = [offset for offset, _ in read_all(recovered)]
     assert offsets == list(range(len(offsets))) and recovered.log_end_offset == len(offsets)
     assert len(offsets) >= base                              # what was synced for the write stays
+
+
+def test_deleting_or_truncating_segments_while_a_roll_flushes_syncs_the_rolled_data_first(dirs, clock, fs):
+    """The hazard of seed 43860 in the other directory fsyncs that are not a roll's:
+    retention deleting the oldest segment, or a truncation deleting the newest, lists the
+    segment files rolled since, so the rolled segments' data is synced first (else a
+    crash may keep a later file while the data before it is gone). Fails without
+    ``LocalLog.sync_rolled_segments`` before those fsyncs."""
+    from .test_log_recovery import QueuedBackground, fill_until_roll
+    for action in ("retention", "truncation"):
+        background = QueuedBackground()
+        directories = [f"{d}-{action}" for d in dirs]
+        m = LogManager(directories, clock, fs, default_config=CONFIG, background=background)
+        log = m.get_or_create_log(A0)
+        first = fill_until_roll(log)
+        background.run_all()                                 # the new log's first flush: listed
+        second = fill_until_roll(log, first)
+        base = fill_until_roll(log, second)                  # two rolls, their flushes queued
+        assert len(background.queued) == 2
+        if action == "retention":
+            log.update_high_watermark(log.log_end_offset)
+            log.maybe_increment_log_start_offset(first)      # deletes the first segment, durably
+            start, kept = first, base
+        else:
+            log.truncate_to(second + 1)                      # deletes the newest segment, durably
+            start, kept = 0, second + 1
+        fs.crash()
+        m = LogManager(directories, clock, fs, default_config=CONFIG)
+        recovered = m.get_log(A0)
+        offsets = [offset for offset, _ in read_all(recovered)]
+        assert offsets == list(range(start, start + len(offsets))), action
+        assert start + len(offsets) >= kept, (action, len(offsets))     # the rolled data is durable

@@ -199,16 +199,17 @@ class LocalLog:
         (simulator seed 43860: an epoch checkpoint's write listed segments 541 and 553
         while 541's data was unsynced, and a power cut left a hole)."""
         if not self._unsynced_dirs:
-            self._sync_rolled_segments()
+            self.sync_rolled_segments()
             return False
         if path not in self._unsynced_files:
             self._unsynced_files.append(path)
         return True
 
-    def _sync_rolled_segments(self) -> None:
-        """Before a directory fsync that is not a roll's: if a roll's flush is in flight,
-        sync the rolled segments' data now (and list them), so the fsync cannot list a
-        segment file before the data before it."""
+    def sync_rolled_segments(self) -> None:
+        """Before a directory fsync that is not a roll's (a durable write, deleting or
+        swapping segments, a producer snapshot): if a roll's flush is in flight, sync the
+        rolled segments' data now (and list them), so the fsync cannot list a segment
+        file before the data before it."""
         if self._rolls_durable < self._rolls and not self.offline and not self.closed:
             self.flush(self.segments[-1].base_offset)
 
@@ -480,6 +481,7 @@ class LocalLog:
         keep = bisect_right(self.base_offsets, offset)  # segments with base <= offset stay
         doomed = self.segments[keep:]
         if doomed:
+            self.sync_rolled_segments()
             del self.segments[keep:]
             del self.base_offsets[keep:]
             for segment in doomed:
@@ -517,6 +519,7 @@ class LocalLog:
         """Delete the ``count`` oldest segments, durably; if that is all of them, roll
         first (a log always keeps one segment)."""
         assert 0 < count <= len(self.segments), (count, len(self.segments))
+        self.sync_rolled_segments()
         if count == len(self.segments):
             self.roll(self.log_end_offset)
         doomed = self.segments[:count]
@@ -543,6 +546,7 @@ class LocalLog:
         base_offset = replaced[0].base_offset
         final = [os.path.join(self.directory, segment_file_name(base_offset, suffix))
                  for suffix in SEGMENT_FILE_SUFFIXES]      # the .log last
+        self.sync_rolled_segments()
         for path in final:
             self.fs.rename(path + CLEANED_SUFFIX, path + SWAP_SUFFIX)
         self.fs.fsync_dir(self.directory)

@@ -112,6 +112,7 @@ def take_snapshot(state: ProducerStateManager, txn_index: TransactionIndex, loca
     """Save the producer state as of the log end offset, and drop snapshots below the
     first segment."""
     offset = local_log.log_end_offset
+    local_log.sync_rolled_segments()               # the writes below fsync the log's directory
     txn_index.write()                              # before the snapshot that lets a scan skip them
     write_file_atomically(local_log.fs, local_log.snapshot_path(offset), state.encode_snapshot())
     for old in local_log.snapshot_offsets():
