@@ -121,8 +121,9 @@ class BrokerHeartbeatManager:
         # heartbeat reported them (``replica_log_ends``); only its leaderless partitions.
         self._log_ends: dict[int, dict[tuple, tuple[int, int]]] = {}
         self._reporting: set[int] = set()   # brokers whose latest heartbeat carried the reports
-        # brokers (this incarnation) whose heartbeat this controller has read since it
-        # became active: until then it cannot tell "does not report" from "not heard yet"
+        # brokers (this incarnation) that registered with, or heartbeat to, this controller
+        # since it became active: until then it cannot tell "does not report" from "not
+        # heard yet", nor know what a report to its predecessor said
         self._heard: set[int] = set()
         # partition → when its election began waiting for the replicas' reports
         self._awaiting: dict[tuple, int] = {}
