@@ -330,6 +330,21 @@ def test_no_acknowledged_record_another_replica_held_is_lost_to_an_empty_last_kn
     assert kafka.stats.excused_losses_clean_held > 0, kafka.excused
 
 
+def test_seed_1921_a_replica_on_a_failed_disk_does_not_report_an_empty_log(run):
+    """Seed 1921 (``make sim-long``): broker 1 came back while its only log directory
+    was failing, so the directory was offline before any of its logs was listed; its
+    heartbeat then reported each replica there as empty, and the controller elected the
+    last known leader, back on a new disk, over the 97 records broker 1's replica of
+    ``t1-0`` held (counted as held by another replica). A replica without a log now
+    says nothing unless the metadata places it in a directory that is online."""
+    from tests.sim.conftest import failure_report
+
+    result = run(1921)
+    assert result.passed, failure_report(result)
+    assert result.stats.excused_losses_clean_held == 0, result.excused
+    assert not any("another eligible replica complete" in reason for reason in result.excused), result.excused
+
+
 def test_seed_41654_a_voter_alone_at_a_newer_epoch_moves_the_leader_to_it(run):
     """Seed 41654 (unseen, failed 10.5 before): controller 1002 reached epoch 4 alone
     behind a partition; afterwards it refused the epoch-3 leader's BeginQuorumEpoch and
