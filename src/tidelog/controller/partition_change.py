@@ -257,8 +257,10 @@ class PartitionChangeBuilder:
         longer log than any acceptable one reported: a last known eligible replica
         that may not lead now (its broker down, starting, shutting down, or its
         directory offline) but is registered, at most the recovery wait; any other
-        replica that may lead, or is starting, and has not reported, at most a
-        session timeout (both counted from the first wait)."""
+        replica that may lead, or is starting, and has not reported, or one outside
+        them that cannot lead, at most a session timeout — the recovery wait where
+        electing now would lose records for certain or this controller cannot know
+        (the module docstring lists when); all counted from the first wait."""
         ends = {r: self.log_end(r) for r in self.target_replicas}
         cannot_say = [r for r in known if r in ends and not self.is_acceptable_leader(r) and self.registered(r)]
         may_say = [r for r in self.target_replicas if self.is_acceptable_leader(r) or self.starting(r)]
