@@ -9,6 +9,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from tidelog.core.errors import CorruptRecordError
 from tidelog.records import Compression, SimpleRecord, build_batch, iter_batches, iter_records, set_log_append_time
+from tidelog.records.batch import encode_records, pack_batch
 from tidelog.records.varint import decode_varint
 from tidelog.spark.arrow_records import arrow_schema, decode_fetched
 from tidelog.spark.source import source_schema
@@ -155,3 +156,81 @@ def test_corruption_is_reported_not_decoded():
             continue
         rows = result.rows.to_pylist() if result.rows is not None else []
         assert len(rows) <= 2 and all(0 <= row["offset"] <= 1 for row in rows)
+
+
+def fast_path_only(monkeypatch):
+    """Make the general path fail, so a decode that succeeds took the uniform runs."""
+    import tidelog.spark.arrow_records as arrow_records
+
+    def refuse(*args):
+        raise AssertionError("the general path ran")
+    monkeypatch.setattr(arrow_records, "_record_starts", refuse)
+
+
+def test_a_producers_same_sized_records_take_the_uniform_runs_and_match_the_reference(monkeypatch):
+    """What producers send (fixed-size keys and values, null keys, LogAppendTime, offset
+    deltas past 64 and 8192, timestamp deltas past 64 ms) is decoded as runs of one layout
+    (no record-by-record walk), exactly as the reference decoder reads it."""
+    fast_path_only(monkeypatch)
+    shapes = {
+        "null keys": [SimpleRecord(b"v" * 100, timestamp_ms=T0) for _ in range(9000)],
+        "keys": [SimpleRecord(b"%08d" % i + b"w" * 50, key=b"k%05d" % i, timestamp_ms=T0 + i) for i in range(3000)],
+        "empty values": [SimpleRecord(b"", key=b"key", timestamp_ms=T0) for _ in range(200)],
+        "null values": [SimpleRecord(None, key=b"key", timestamp_ms=T0) for _ in range(200)],
+    }
+    for name, records in shapes.items():
+        for compression, log_append in ((Compression.NONE, False), (Compression.LZ4, True)):
+            buf = bytearray()
+            for base in (0, 1_000_000_000):
+                data = bytearray(batch(records, base, compression))
+                if log_append:
+                    set_log_append_time(data, 0, T0 + 5)
+                buf += data
+            buf = bytes(buf)
+            end = 1_000_000_000 + len(records)
+            for start, stop in ((0, end), (70, end - 30), (1_000_000_005, end)):
+                assert decoded(buf, start, stop, include_headers=False) == \
+                    [{k: v for k, v in r.items() if k != "headers"} for r in reference(buf, start, stop)], name
+                assert decoded(buf, start, stop) == reference(buf, start, stop), name
+
+
+def test_records_of_one_size_but_another_layout_are_not_taken_for_a_run():
+    """Records as long as their neighbours can still have their fields elsewhere: a key one
+    byte longer and a value one byte shorter, or a two-byte timestamp delta where the
+    next record has a two-byte offset delta (offset delta 63 is one byte, 64 two). The
+    uniform runs must notice and leave them to the general path."""
+    shifted = [SimpleRecord(b"v" * (50 - i % 2), key=b"k" * (5 + i % 2), timestamp_ms=T0) for i in range(300)]
+    widths = [SimpleRecord(b"v" * 50, timestamp_ms=T0 + (100 if i == 63 else 0)) for i in range(300)]
+    for name, records in (("key and value lengths", shifted), ("delta widths", widths)):
+        buf = batch(records, 0)
+        assert decoded(buf, 0, 300) == reference(buf, 0, 300), name
+    # As the cleaner leaves a batch: offset deltas 0-63, then 128-191 (two bytes, the second
+    # 0x02). Record 63's two-byte timestamp delta makes it as long as those after it.
+    kept = [(SimpleRecord(b"v" * 50), delta, 100 if delta == 63 else 0) for delta in [*range(64), *range(128, 192)]]
+    compacted = pack_batch(base_offset=0, last_offset_delta=191, partition_leader_epoch=0, attributes=0,
+                           base_timestamp=T0, max_timestamp=T0 + 100, producer_id=-1, producer_epoch=-1,
+                           base_sequence=-1, record_count=len(kept), payload=encode_records(kept))
+    assert decoded(compacted, 0, 300) == reference(compacted, 0, 300), "compacted"
+
+
+def test_damage_the_uniform_runs_accept_is_read_as_the_general_path_reads_it(monkeypatch):
+    """With CRC checks off, a byte changed anywhere in a producer's batch: whatever the
+    uniform runs accept, the general path accepts too, with the same rows; whatever it
+    refuses, the general path decides (here: refuses the same way or reads the same)."""
+    import tidelog.spark.arrow_records as arrow_records
+    records = [SimpleRecord(b"v" * 40, key=b"key-%d" % (i % 10), timestamp_ms=T0 + i) for i in range(200)]
+    good = batch(records, 0)
+    general = arrow_records._uniform_columns
+    rng = random.Random(11)
+    for _ in range(400):
+        damaged = bytearray(good)
+        damaged[rng.randrange(61, len(damaged))] = rng.randrange(256)
+        outcomes = []
+        for uniform in (general, lambda *args: None):
+            monkeypatch.setattr(arrow_records, "_uniform_columns", uniform)
+            try:
+                result = decode_fetched(bytes(damaged), "t", 0, 0, 500, check_crcs=False)
+                outcomes.append(result.rows.to_pylist() if result.rows is not None else [])
+            except CorruptRecordError:
+                outcomes.append("corrupt")
+        assert outcomes[0] == outcomes[1]

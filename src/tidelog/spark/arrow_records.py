@@ -20,6 +20,14 @@ record, more than Spark needs to move the rows. So the work is split:
    keys and values into Arrow binary arrays straight from the decompressed
    bytes. Offsets and timestamps are base plus delta.
 
+What producers send takes a shorter way (``_uniform_columns``): runs of records of
+one layout (same-sized keys and values, the same varint widths, no headers) are
+viewed as 2-D byte arrays, a record a row, so each field is a column that numpy
+checks and decodes for the whole run, and keys and values are copied out as
+blocks. It accepts only what it proves uniform and leaves everything else,
+including everything malformed, to steps 2 and 3, so both ways accept exactly the
+same bytes.
+
 Headers are decoded in Python, only when ``includeHeaders`` asks for them.
 Records are returned in offset order, exactly those with ``start <= offset < end``.
 The output schema is Spark's Kafka source schema (``arrow_schema``).
@@ -27,6 +35,9 @@ The output schema is Spark's Kafka source schema (``arrow_schema``).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numpy
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -49,6 +60,9 @@ _VARINT_BYTES_MAX, _VARLONG_BYTES_MAX = 5, 10
 # doubling to 8Ki while guesses keep failing, are walked in Python.
 _GUESS_RECORDS_MIN, _GUESS_RECORDS_MAX, _GUESS_PROVED_MIN = 64, 65536, 32
 _WALK_RECORDS_MIN, _WALK_RECORDS_MAX = 256, 8192
+# The fast path (``_uniform_columns``) gives up on more runs than 4 plus one per 64 records.
+_UNIFORM_RUNS_MAX, _UNIFORM_RECORDS_PER_RUN_MIN = 4, 64
+_BINARY_BYTES_MAX = (1 << 31) - 1     # an Arrow binary array's int32 offsets
 
 
 def arrow_schema(include_headers: bool) -> pa.Schema:
@@ -104,12 +118,197 @@ def decode_fetched(records, topic: str, partition: int, start: int, end: int,
         runs.append(header)
     if not runs:
         return Decoded(None, next_offset)
+    rows = _uniform_columns(bodies, runs, topic, partition, include_headers)
+    if rows is not None:
+        return Decoded(_in_range(rows, start, end), next_offset)
     data = bodies[0] if len(bodies) == 1 else b"".join(bodies)
     buffer = pa.py_buffer(data)
     u8 = pa.Array.from_buffers(pa.uint8(), len(data), [None, buffer])
     starts = _record_starts(data, u8, bodies, runs)
     rows = _columns(data, buffer, u8, starts, runs, topic, partition, include_headers)
     return Decoded(_in_range(rows, start, end), next_offset)
+
+
+# -- the fast path: runs of records of one layout, as 2-D byte arrays ----------------
+
+class _Layout(NamedTuple):
+    """Where the fields of a record lie, relative to its start: each varint's column
+    and width (``size`` is the whole record, length varint included)."""
+
+    size: int
+    length_width: int
+    timestamp_at: int
+    timestamp_width: int
+    offset_at: int
+    offset_width: int
+    key_at: int              # the key length varint; the key follows it
+    key_width: int
+    key_length: int          # -1: null
+    value_at: int
+    value_width: int
+    value_length: int
+    headers_at: int          # the header count: one byte 0 (no headers) ends the record
+
+
+def _layout(body, pos: int, end: int) -> _Layout | None:
+    """The layout of the record at ``pos``, or None if the fast path does not take it
+    (headers, a varint wider than 5 bytes, or anything malformed: the exact path then
+    decides, and says what is wrong)."""
+    fields = []
+    p = pos
+    try:
+        for index in range(6):      # length, [attributes], timestamp, offset, key, value lengths
+            if index == 1:
+                p += 1              # the attributes byte
+                continue
+            at = p
+            while body[p] & 0x80:
+                p += 1
+            p += 1
+            if p - at > _VARINT_BYTES_MAX:
+                return None
+            fields.append((at - pos, p - at))
+            if index >= 4:
+                length, _ = decode_varint(body, at, end)
+                if length < -1:
+                    return None
+                fields[-1] += (length,)
+                p += max(length, 0)
+        (_, length_width), timestamp, offset, key, value = fields
+        length, _ = decode_varint(body, pos, end)
+        size = length_width + length
+        if length < 1 or p - pos + 1 != size or pos + size > end or body[p] != 0:
+            return None
+    except (IndexError, CorruptRecordError):
+        return None
+    return _Layout(size, length_width, *timestamp, *offset, *key, *value, p - pos)
+
+
+def _column_varint(rows, at: int, width: int):
+    """The zig-zag varints of ``width`` bytes at column ``at`` of every row (int64), or
+    None if one of them is not exactly ``width`` bytes long."""
+    last = rows[:, at + width - 1]
+    if last.max() >= 0x80 or width > 1 and rows[:, at:at + width - 1].min() < 0x80:
+        return None
+    value = last.astype(numpy.int64) << (7 * (width - 1))
+    for i in range(width - 1):
+        value |= (rows[:, at + i] & 0x7F).astype(numpy.int64) << (7 * i)
+    return (value >> 1) ^ -(value & 1)      # 5 bytes at most: 35 bits, no sign to lose
+
+
+def _batch_runs(body, record_count: int, runs_max: int) -> list | None:
+    """A batch body of ``record_count`` records as at most ``runs_max`` runs of one layout each,
+    ``(rows, layout)`` with ``rows`` a 2-D view (a record a row); None if it is not."""
+    data = numpy.frombuffer(body, numpy.uint8)
+    runs: list = []
+    pos, end, left = 0, len(body), record_count
+    while left > 0:
+        layout = _layout(body, pos, end)
+        if layout is None or len(runs) >= runs_max:
+            return None             # not uniform, or sizes vary record to record: the general path
+        count = min(left, (end - pos) // layout.size)
+        rows = data[pos:pos + count * layout.size].reshape(count, layout.size)
+        width = layout.length_width
+        same = (rows[:, :width] == rows[0, :width]).all(axis=1) if width > 1 else rows[:, 0] == rows[0, 0]
+        if not same.all():
+            count = int(same.argmin())      # the first record of another size
+            rows = rows[:count]
+        for at, width in ((layout.key_at, layout.key_width), (layout.value_at, layout.value_width)):
+            if not (rows[:, at:at + width] == rows[0, at:at + width]).all():
+                return None
+        if (rows[:, layout.headers_at] != 0).any():
+            return None
+        runs.append((rows, layout))
+        left -= count
+        pos += count * layout.size
+    return runs if pos == end else None
+
+
+def _uniform_columns(bodies, batches, topic: str, partition: int, include_headers: bool) -> pa.RecordBatch | None:
+    """Spark's columns for records that come in runs of one layout, or None (then the
+    general path decodes, and finds what is wrong if anything is).
+
+    A producer's batch of same-sized values is a few runs of records whose fields all
+    lie at the same places: record length, key and value lengths are the same bytes
+    in every record, the timestamp and offset deltas have the same widths, and the
+    header count is 0. Such a run is a 2-D byte array (a record a row), viewed over
+    the fetched bytes without a copy; a field is a column, checked and decoded for
+    every record at once, and keys and values are copied out as blocks of columns.
+    A run is found where the record length's bytes change (the record there has
+    another size), then proved: every row's varint widths, key and value lengths and
+    header count must be those of its first row."""
+    total = sum(h.record_count for h in batches)
+    timestamp_delta = numpy.empty(total, numpy.int64)
+    offset_delta = numpy.empty(total, numpy.int64)
+    runs = []                       # (rows, layout, first record index)
+    done = 0
+    runs_max = _UNIFORM_RUNS_MAX + total // _UNIFORM_RECORDS_PER_RUN_MIN
+    for body, header in zip(bodies, batches):
+        batch_runs = _batch_runs(body, header.record_count, runs_max - len(runs))
+        if batch_runs is None:
+            return None
+        for rows, layout in batch_runs:
+            deltas = _column_varint(rows, layout.timestamp_at, layout.timestamp_width)
+            offsets = _column_varint(rows, layout.offset_at, layout.offset_width)
+            if deltas is None or offsets is None:
+                return None
+            count = len(rows)
+            timestamp_delta[done:done + count] = deltas
+            offset_delta[done:done + count] = offsets
+            runs.append((rows, layout, done))
+            done += count
+    counts = [h.record_count for h in batches]
+    offsets = numpy.repeat(numpy.array([h.base_offset for h in batches], numpy.int64), counts) + offset_delta
+    last = numpy.repeat(numpy.array([h.last_offset for h in batches], numpy.int64), counts)
+    if (offset_delta < 0).any() or (offsets > last).any():
+        return None
+    log_append = numpy.repeat(numpy.array([h.timestamp_type == TimestampType.LOG_APPEND_TIME for h in batches]),
+                              counts)
+    base = numpy.repeat(numpy.array([h.max_timestamp if h.timestamp_type == TimestampType.LOG_APPEND_TIME
+                                     else h.base_timestamp for h in batches], numpy.int64), counts)
+    timestamps_ms = numpy.where(log_append, base, base + timestamp_delta)
+    columns = [
+        _run_binary(runs, total, "key"),
+        _run_binary(runs, total, "value"),
+        pa.repeat(pa.scalar(topic, pa.string()), total),
+        pa.repeat(pa.scalar(partition, _I32), total),
+        pa.array(offsets, _I64),
+        pa.array(timestamps_ms * 1000, _I64).view(pa.timestamp("us", tz="UTC")),
+        pa.array(numpy.repeat(numpy.array([int(h.timestamp_type) for h in batches], numpy.int32), counts), _I32),
+    ]
+    if include_headers:
+        columns.append(pa.nulls(total, HEADERS_TYPE))
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
+
+
+def _run_binary(runs, total: int, field: str) -> pa.Array:
+    """The key or value column of uniform runs: each run's block of columns copied
+    into one buffer (null where the run's length is -1)."""
+    sizes = [len(rows) * max(getattr(layout, field + "_length"), 0) for rows, layout, _ in runs]
+    if sum(sizes) > _BINARY_BYTES_MAX:
+        raise CorruptRecordError(f"the fetched {field}s exceed {_BINARY_BYTES_MAX} bytes")
+    data = numpy.empty(sum(sizes), numpy.uint8)
+    offsets = numpy.empty(total + 1, numpy.int32)
+    valid = numpy.ones(total, numpy.bool_) if any(getattr(l, field + "_length") < 0 for _, l, _ in runs) else None
+    at = 0
+    for (rows, layout, first), size in zip(runs, sizes):
+        count = len(rows)
+        length = getattr(layout, field + "_length")
+        start = getattr(layout, field + "_at") + getattr(layout, field + "_width")
+        if length < 0:
+            valid[first:first + count] = False
+            offsets[first:first + count] = at
+            continue
+        data[at:at + size].reshape(count, length)[:] = rows[:, start:start + length]
+        offsets[first:first + count] = numpy.arange(at, at + size, length, numpy.int32) if length else at
+        at += size
+    offsets[total] = at
+    if valid is not None and not valid.any():
+        return pa.nulls(total, pa.binary())
+    validity = pa.array(valid).buffers()[1] if valid is not None else None
+    null_count = total - int(valid.sum()) if valid is not None else 0
+    return pa.Array.from_buffers(pa.binary(), total, [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count)
 
 
 def _record_starts(data, u8: pa.Array, bodies, runs) -> pa.Array:
