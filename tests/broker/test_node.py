@@ -466,3 +466,34 @@ def test_a_publish_resolves_topic_configs_again_only_when_a_config_changed(tmp_p
     # ... and to the logs the log manager opens later (a log moved between directories).
     assert node.log_manager.config_for("t3").retention_ms == 12345
     assert node.replica_manager.partitions[TopicPartition("t4", 0)].log.config.retention_ms != 12345
+
+
+def test_thousands_of_new_partitions_are_hosted_a_slice_per_tick(tmp_path, monkeypatch):
+    """A publish creating more partitions than a slice hosts one slice and leaves the rest
+    waiting for the next ticks (the event loop serves requests and heartbeats in between);
+    a partition deleted while waiting is never created, and partitions already hosted
+    take their changes at once."""
+    import tidelog.broker.node as node_module
+    monkeypatch.setattr(node_module, "PARTITIONS_HOSTED_PER_SLICE", 10)
+    world = World(tmp_path)
+    node = world.node(1)
+    world.run(node, node.start(world.clock.monotonic_ms()), until=running)
+    world.controller.create_topics([CreatableTopic("small", assignments=((1,),))])
+    node.on_metadata_committed()
+    assert TopicPartition("small", 0) in node.replica_manager.partitions
+    world.controller.create_topics([CreatableTopic("big", assignments=((1,),) * 25),
+                                    CreatableTopic("gone", assignments=((1,),) * 15)])
+    node.on_metadata_committed()
+
+    def hosted(topic):
+        return sorted(tp.partition for tp in node.replica_manager.partitions if tp.topic == topic)
+    assert len(hosted("big")) + len(hosted("gone")) == 10
+    assert node.next_wakeup_ms() == world.clock.monotonic_ms()      # more to do at once
+    world.controller.delete_topics(["gone"])
+    node.on_metadata_committed()
+    for _ in range(5):
+        node.on_tick(world.clock.monotonic_ms())
+    assert hosted("big") == list(range(25)) and hosted("gone") == []
+    assert not list((tmp_path / "b1").glob("gone-*")), "a deleted topic's waiting partitions got logs"
+    assert all(node.replica_manager.get_partition(TopicPartition("big", p)).is_leader for p in range(25))
+    assert node.next_wakeup_ms() > world.clock.monotonic_ms()

@@ -158,3 +158,22 @@ def test_producers_whose_records_are_all_below_the_log_start_are_forgotten(log):
     log.maybe_increment_log_start_offset(2)                  # DeleteRecords past producer 3's batch
     assert log.append_as_leader(idem(17, "x", producer_id=3), 0).batch_count == 1   # unknown now: any sequence
     assert code_of(lambda: log.append_as_leader(idem(99, "x"), 0)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_nothing_appended_since_the_last_snapshot_writes_no_snapshot(log_dir, small_config, clock, fs, log):
+    """Kafka's takeSnapshot rule: a snapshot only when the log end moved past the newest
+    one (or past 0 without one), so closing thousands of empty logs writes no file."""
+    import os
+    log.close()
+    assert snapshots(log_dir) == []                           # an empty log: nothing to save
+    reopened = Log.open(log_dir, small_config, clock, fs)
+    reopened.append_as_leader(idem(0, "a"), 0)
+    reopened.close()
+    assert snapshots(log_dir) == [1]
+    written = os.stat(os.path.join(log_dir, "00000000000000000001.snapshot"))
+    again = Log.open(log_dir, small_config, clock, fs)
+    again.close()                                             # nothing appended: not rewritten
+    kept = os.stat(os.path.join(log_dir, "00000000000000000001.snapshot"))
+    assert (kept.st_ino, kept.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+    again = Log.open(log_dir, small_config, clock, fs)
+    assert again.append_as_leader(idem(0, "a"), 0).first_offset == 0       # the state came back

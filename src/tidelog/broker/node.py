@@ -104,7 +104,7 @@ from tidelog.txn.shard import TxnConfig
 from tidelog.metadata.loader import MetadataLoader
 from tidelog.metadata.records import Endpoint
 from tidelog.replication.fetcher import FetcherConfig, FetcherState
-from tidelog.replication.metadata_changes import apply_local_changes, delete_stray_logs
+from tidelog.replication.metadata_changes import apply_local_changes, apply_waiting, delete_stray_logs
 from tidelog.replication.partition import IsrProposal, Partition, ReplicationSettings
 from tidelog.replication.replica_manager import OFFLINE, ReplicaManager
 from tidelog.storage.config import LogConfig
@@ -120,6 +120,10 @@ HEARTBEAT_CATCH_UP_MS = 10               # while catching up or waiting to be un
 HEARTBEAT_SHUTDOWN_MS = 50               # while waiting for leaderships to move away
 RECOVERY_CHECKPOINT_INTERVAL_MS = 60_000  # Kafka's log.flush.offset.checkpoint.interval.ms
 TICK_INTERVAL_MS = 50
+# New partitions hosted per publish or tick: a metadata change creating thousands (one
+# CreateTopics) hosts them in slices, the event loop serving requests and heartbeats in
+# between (~1 ms each on a slow disk: four file creations; docs/performance.md).
+PARTITIONS_HOSTED_PER_SLICE = 100
 CONTROLLED_SHUTDOWN_TIMEOUT_MS = 30_000
 ASSIGNMENT_RETRY_MS = 1_000              # a placement the metadata does not show yet is sent again
 REPLICA_MOVE_INTERVAL_MS = 1             # between two copy steps of a replica moving between log dirs
@@ -233,6 +237,7 @@ class BrokerNode:
         fetchers.on_fetcher_added = lambda fetcher: self._effects.append(FetcherAdded(fetcher))
         fetchers.on_fetcher_removed = lambda fetcher: self._effects.append(FetcherRemoved(fetcher))
         self._restore_high_watermarks = self.log_manager.read_high_watermarks()
+        self._waiting_states: dict = {}          # placed here, not hosted yet: ``_host_waiting``
         self._strays_deleted = False             # the first publish after start looks for stray logs
         self.group_coordinator = GroupCoordinator(
             GroupConfig.from_settings(config), self.replica_manager, clock, self.offsets_topic_partition_count,
@@ -261,10 +266,8 @@ class BrokerNode:
         self._topic_configs_of = self._configs_applied = None   # image.configs: cached / applied
         self._topic_configs_cache: dict[str, tuple[dict[str, tuple[str, str]], LogConfig]] = {}
         self._seen_offline_dirs: frozenset[str] = frozenset()
-        self._next_tick_ms = 0
-        self._next_isr_check_ms = 0
-        self._next_high_watermark_checkpoint_ms = 0
-        self._next_recovery_checkpoint_ms = 0
+        self._next_tick_ms = self._next_isr_check_ms = 0
+        self._next_high_watermark_checkpoint_ms = self._next_recovery_checkpoint_ms = 0
         self._next_retention_ms = self._next_producer_expiration_ms = self._next_old_transaction_check_ms = 0
         self._partitions_in_doubt: set[TopicPartition] = set()    # led here, transactions in doubt
 
@@ -404,6 +407,8 @@ class BrokerNode:
         if not self._running_process():
             return self._drain()
         manager = self.replica_manager
+        if self._waiting_states and self._may_publish():
+            self._host_waiting()
         manager.on_tick(now_ms)
         self.group_coordinator.on_tick(self.group_coordinator.now_ms())
         self.txn_coordinator.on_tick(self.txn_coordinator.now_ms())
@@ -489,6 +494,8 @@ class BrokerNode:
                       self._shutdown_deadline_ms, self.replica_manager.next_deadline_ms()]
         if self.log_manager.has_future_work():
             candidates.append(self.clock.monotonic_ms() + REPLICA_MOVE_INTERVAL_MS)
+        if self._waiting_states and self._may_publish():
+            candidates.append(self.clock.monotonic_ms())
         for tp in self._partitions_in_doubt:
             partition = self.replica_manager.get_partition(tp)
             if partition is not None and partition.is_leader:
@@ -664,12 +671,31 @@ class BrokerNode:
         delta = self.loader.catch_up()
         if delta is None:
             return
-        states = apply_local_changes(self.replica_manager, delta, self.node_id)
+        states = apply_local_changes(self.replica_manager, delta, self.node_id, self._waiting_states,
+                                     PARTITIONS_HOSTED_PER_SLICE)
         if not self._strays_deleted or self.loader.from_snapshot:
             # The image now holds everything up to our registration (or a snapshot replaced
             # it: a delta from nothing names no deletion either).
             self._strays_deleted = True
             delete_stray_logs(self.replica_manager, self.image, self.node_id)
+        self._on_states_applied(states)
+
+    def _host_waiting(self) -> None:
+        """The next slice of the partitions a publish left waiting (``on_tick``). One the
+        image no longer places here is dropped (a snapshot replaced the image: a delta from
+        nothing names no deletion)."""
+        for tp in [tp for tp in self._waiting_states if self.node_id not in self._replicas_of(tp)]:
+            del self._waiting_states[tp]
+        states = apply_waiting(self.replica_manager, self._waiting_states, PARTITIONS_HOSTED_PER_SLICE)
+        if not self._waiting_states:
+            logger.info("hosted every partition the metadata places here")
+        self._on_states_applied(states)
+
+    def _replicas_of(self, tp: TopicPartition) -> tuple[int, ...]:
+        partition = self.image.partition(tp)
+        return () if partition is None else tuple(partition.replicas)
+
+    def _on_states_applied(self, states) -> None:
         for tp in states:
             restored = self._restore_high_watermarks.pop(tp, None)
             partition = self.replica_manager.get_partition(tp)

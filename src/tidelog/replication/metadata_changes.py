@@ -25,10 +25,19 @@ from tidelog.replication.partition import PartitionState
 logger = logging.getLogger(__name__)
 
 
-def apply_local_changes(replica_manager, delta, broker_id: int) -> dict[TopicPartition, PartitionState]:
+def apply_local_changes(replica_manager, delta, broker_id: int, waiting: dict | None = None,
+                        new_max: int | None = None) -> dict[TopicPartition, PartitionState]:
     """Apply ``delta.local_changes(broker_id)``: deletions first (a topic may be
     deleted and re-created in one delta, or before this broker came back), then every
-    new leader/follower state. Returns the states applied."""
+    new leader/follower state. Returns the states applied.
+
+    ``waiting`` and ``new_max`` (the broker's slices): of the partitions not hosted
+    yet — each a log to open or create, its first leader epoch to write — at most
+    ``new_max`` are hosted now; the rest wait in ``waiting`` (in order, with their
+    states and topic ids) for ``apply_waiting``. A later delta's state for a waiting
+    partition replaces the one waiting, and a deletion removes it. Partitions already
+    hosted are never made to wait, and with fewer than ``new_max`` new ones (and none
+    waiting) everything is applied now, in the delta's order."""
     changes = delta.local_changes(broker_id)
     logs = replica_manager.log_manager
     assigned = list(changes.leaders.items()) + list(changes.followers.items())
@@ -39,16 +48,44 @@ def apply_local_changes(replica_manager, delta, broker_id: int) -> dict[TopicPar
     if changes.deletes or stale:
         replica_manager.stop_partitions(changes.deletes | stale, delete=True)
         _delete_logs(logs, stale)                  # not hosted yet: stop_partitions left them
-    states = {}
+    states, topic_ids = {}, {}
     for tp, local in assigned:
         p = local.partition
         states[tp] = PartitionState(p.leader, p.leader_epoch, tuple(p.isr), tuple(p.replicas), p.partition_epoch,
                                     p.leader_recovery_state)
+        topic_ids[tp] = local.topic_id
+    if waiting is not None and new_max is not None:
+        for tp in changes.deletes | stale:
+            waiting.pop(tp, None)
+        new = [tp for tp in states if tp not in replica_manager.partitions]
+        if waiting or len(new) > new_max:
+            for tp in new:
+                waiting[tp] = (states.pop(tp), topic_ids[tp])
+            states.update(_take(waiting, new_max, topic_ids))
+    _apply(replica_manager, states, topic_ids)
+    return states
+
+
+def apply_waiting(replica_manager, waiting: dict, new_max: int) -> dict[TopicPartition, PartitionState]:
+    """Host the next ``new_max`` partitions that ``apply_local_changes`` left waiting."""
+    topic_ids: dict = {}
+    states = _take(waiting, new_max, topic_ids)
+    _apply(replica_manager, states, topic_ids)
+    return states
+
+
+def _take(waiting: dict, count: int, topic_ids: dict) -> dict[TopicPartition, PartitionState]:
+    states = {}
+    for tp in list(waiting)[:count]:
+        states[tp], topic_ids[tp] = waiting.pop(tp)
+    return states
+
+
+def _apply(replica_manager, states: dict, topic_ids: dict) -> None:
     if states:
         replica_manager.apply_partition_states(states)
-        for tp, local in assigned:
-            logs.record_topic_id(tp, local.topic_id)
-    return states
+        for tp in states:
+            replica_manager.log_manager.record_topic_id(tp, topic_ids[tp])
 
 
 def delete_stray_logs(replica_manager, image, broker_id: int) -> list[TopicPartition]:

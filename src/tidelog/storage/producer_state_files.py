@@ -110,8 +110,12 @@ def update_producer_state(state: ProducerStateManager, txn_index: TransactionInd
 
 def take_snapshot(state: ProducerStateManager, txn_index: TransactionIndex, local_log: LocalLog) -> None:
     """Save the producer state as of the log end offset, and drop snapshots below the
-    first segment."""
+    first segment. Nothing is written when the newest snapshot (or, without one, offset 0)
+    is at the log end already: nothing was appended since (Kafka's ``takeSnapshot`` rule;
+    a broker closing thousands of empty logs writes no file for them)."""
     offset = local_log.log_end_offset
+    if offset == max(local_log.snapshot_offsets(), default=0):
+        return
     local_log.sync_rolled_segments()               # the writes below fsync the log's directory
     txn_index.write()                              # before the snapshot that lets a scan skip them
     write_file_atomically(local_log.fs, local_log.snapshot_path(offset), state.encode_snapshot())
