@@ -545,6 +545,48 @@ def test_a_replica_outside_the_eligible_ones_that_reported_a_longer_log_is_waite
     check(env)
 
 
+def test_a_replica_that_registers_late_is_given_a_session_timeout_from_its_registration():
+    """Seed 138 --long: broker 1, outside the last known eligible replicas and holding
+    every committed record, was refused as a duplicate of its old incarnation until
+    that one's session expired; it registered 57 ms before the wait's session timeout,
+    counted from the wait's start, ran out, and a replica missing 18 records was
+    elected before its first report. A replica still starting is now given a session
+    timeout from its registration — but a broker registering again and again does not
+    hold the election past the recovery wait."""
+    ends = {1: (3, 90), 2: (3, 100)}
+
+    def heartbeats():
+        for broker_id, end in ends.items():
+            env.heartbeat(broker_id, log_ends={FOO: end})
+
+    env = three_brokers()
+    everyone_back_uncleanly(env)                              # 0: registered, then silent
+    heartbeats()
+    assert shape(env) == (-1, (), (), (2, 1))
+    env.clock.advance(8000)
+    env.restart(0)                                            # a new incarnation, late
+    env.heartbeat(0, want_fence=True)                         # catching up: no report yet
+    env.clock.advance(2000)                                   # past the wait's session timeout
+    heartbeats()
+    assert shape(env) == (-1, (), (), (2, 1))                 # still waiting for 0
+    env.heartbeat(0, log_ends={FOO: (3, 140)})                # unfenced, with its report
+    assert shape(env) == (0, (0,), (), ())
+    check(env)
+
+    env = three_brokers()
+    everyone_back_uncleanly(env)
+    for _ in range(UNCLEAN_RECOVERY_WAIT_MS // 8000 + 2):     # 0 registers again every 8 s
+        heartbeats()
+        if shape(env)[0] != -1:
+            break
+        env.clock.advance(8000)
+        env.restart(0)
+        env.heartbeat(0, want_fence=True)
+    assert shape(env) == (2, (2,), (), ())
+    assert env.clock.monotonic_ms() >= UNCLEAN_RECOVERY_WAIT_MS
+    check(env)
+
+
 def test_the_recovery_wait_is_the_controllers_setting_and_absurd_values_are_refused(tmp_path):
     """``tidelog.unclean.recovery.wait.ms`` (five minutes by default) bounds the long
     waits; a negative value, one above a day or not a number is refused by name."""

@@ -330,6 +330,21 @@ def test_no_acknowledged_record_another_replica_held_is_lost_to_an_empty_last_kn
     assert kafka.stats.excused_losses_clean_held > 0, kafka.excused
 
 
+def test_seed_138_a_replica_that_registers_late_is_waited_for_from_its_registration(run):
+    """Seed 138 (``--long``, ``make sim-long``): broker 1, outside the ELR of ``t0-0`` and
+    holding every committed record, was refused as a duplicate of its old incarnation
+    until that one's session expired; it registered 57 ms before the election's
+    session-timeout wait ran out, counted from the wait's start, and a replica missing 18
+    records was elected before its first report (8 acknowledged records held by broker 1
+    lost, excused). The wait for a replica still starting now counts from its
+    registration."""
+    from tests.sim.conftest import failure_report
+
+    result = run(138, long=True)
+    assert result.passed, failure_report(result)
+    assert result.stats.excused_losses_clean_held == 0, result.excused
+
+
 def test_seed_1921_a_replica_on_a_failed_disk_does_not_report_an_empty_log(run):
     """Seed 1921 (``make sim-long``): broker 1 came back while its only log directory
     was failing, so the directory was offline before any of its logs was listed; its

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -164,6 +165,7 @@ class StandaloneCluster:
             self.processes.append(_Process("master", [
                 SPARK_CLASS, MASTER_CLASS, "--host", "127.0.0.1", "--port", str(self.port),
                 "--webui-port", str(self.ui_port)], self.env, os.path.join(self.directory, "master.log")))
+            self._read_master_ports()
             for i in range(self.workers_count):
                 work_dir = os.path.join(self.directory, f"worker-{i}")
                 os.makedirs(work_dir)
@@ -187,6 +189,24 @@ class StandaloneCluster:
             return sum(1 for w in self.status().get("workers", []) if w.get("state") == "ALIVE")
         except OSError:
             return 0
+
+    def _read_master_ports(self) -> None:
+        """The ports the master bound, from its log: a port picked free may be taken by
+        another process before the master binds it, and Spark then tries the next one
+        (a worker given the planned port never registers)."""
+        deadline = time.monotonic() + self.start_timeout_s
+        log_path = os.path.join(self.directory, "master.log")
+        while True:
+            with open(log_path, "rb") as f:
+                text = f.read().decode("utf-8", "replace")
+            ports = {name: int(port) for name, port in
+                     re.findall(r"Successfully started service '(sparkMaster|MasterUI)' on port (\d+)", text)}
+            if len(ports) == 2:
+                self.port, self.ui_port = ports["sparkMaster"], ports["MasterUI"]
+                return
+            if not self.processes[0].running or time.monotonic() > deadline:
+                raise RuntimeError(f"Spark standalone master did not start:\n{self.processes[0].log(3000)}")
+            time.sleep(0.2)
 
     def _wait_for_workers(self) -> None:
         deadline = time.monotonic() + self.start_timeout_s
@@ -212,6 +232,22 @@ class StandaloneCluster:
         driver = _Process(log_name, args + app, self.env, os.path.join(self.directory, f"{log_name}.log"), cwd=cwd)
         self.drivers.append(driver)
         return driver
+
+    def executor_errors(self, frames: int = 25) -> str:
+        """Each distinct exception the executors logged (their ``stderr`` in the workers'
+        work directories), with its first stack frames: a task's failure on an executor
+        reaches the driver's log without them."""
+        found: dict[str, None] = {}
+        for root, _, files in os.walk(self.directory):
+            if "stderr" not in files or "worker-" not in root:
+                continue
+            with open(os.path.join(root, "stderr"), "rb") as f:
+                lines = f.read().decode("utf-8", "replace").splitlines()
+            for i, line in enumerate(lines):
+                if ("Exception" in line or "Error" in line) and not line.lstrip().startswith("at "):
+                    stack = [line] + [x for x in lines[i + 1:i + 1 + frames] if x.lstrip().startswith(("at ", "Caused"))]
+                    found.setdefault(f"--- {os.path.relpath(root, self.directory)}\n" + "\n".join(stack), None)
+        return "\n".join(list(found)[:8]) or "(no exception in the executors' logs)"
 
     def close(self) -> None:
         for process in self.drivers + list(reversed(self.processes)):   # then workers (and executors), master

@@ -86,7 +86,8 @@ def test_the_readme_pipeline_on_a_standalone_cluster_is_exactly_once_across_a_dr
             time.sleep(0.05)
         if not driver.running and overloaded(driver):
             continue
-        assert driver.running, f"the job ended before it could be killed:\n{driver.failure()}"
+        assert driver.running, \
+            f"the job ended before it could be killed:\n{driver.failure()}\nexecutors:\n{cluster.executor_errors()}"
         driver.kill()
         killed_in = in_flight(to_topic)
 
@@ -98,7 +99,7 @@ def test_the_readme_pipeline_on_a_standalone_cluster_is_exactly_once_across_a_dr
         code = again.wait(900)
         if code == 0 or not overloaded(again):
             break
-    assert code == 0, f"the restarted job failed:\n{again.failure()}"
+    assert code == 0, f"the restarted job failed:\n{again.failure()}\nexecutors:\n{cluster.executor_errors()}"
     assert in_flight(to_topic) is None and _batch_ids(os.path.join(to_topic, "commits"))[-1] > killed_in
 
     # The shared session only now: its JVM would compete with the cluster's for the CPU.

@@ -127,6 +127,7 @@ class BrokerHeartbeatManager:
         self._heard: set[int] = set()
         # partition → when its election began waiting for the replicas' reports
         self._awaiting: dict[tuple, int] = {}
+        self._registered_ms: dict[int, int] = {}   # broker → when this incarnation registered
 
     def state(self, broker_id: int) -> BrokerHeartbeatState | None:
         return self._brokers.get(broker_id)
@@ -158,6 +159,7 @@ class BrokerHeartbeatManager:
         self._log_ends.pop(broker_id, None)
         self._reporting.discard(broker_id)
         self._heard.discard(broker_id)
+        self._registered_ms.pop(broker_id, None)
 
     def report_log_ends(self, broker_id: int, log_ends: dict[tuple, tuple[int, int]] | None) -> None:
         """What the broker's latest heartbeat says of its leaderless replicas (replaces
@@ -173,14 +175,21 @@ class BrokerHeartbeatManager:
         else:
             self._log_ends.pop(broker_id, None)
 
-    def may_await_log_ends(self, key: tuple, absent: bool = False) -> bool:
+    def may_await_log_ends(self, key: tuple, absent: bool = False, registered_ms: int | None = None) -> bool:
         """Whether the election of ``key`` may still wait for replicas to report where
         their logs end, counted from the first time it waited: one broker session
         timeout for brokers that are up (every live broker heartbeats more often than
-        that), ``recovery_wait_ms`` when it waits for one that is down."""
+        that), ``recovery_wait_ms`` when it waits for one that is down. ``registered_ms``:
+        when a replica it waits for registered, if later — the session timeout is then
+        counted from there, a new incarnation's first report taking as long as any
+        other's — but never past the longer of the two waits from the first."""
         now_ms = self.clock.monotonic_ms()
         since_ms = self._awaiting.setdefault(key, now_ms)
-        return now_ms < since_ms + (self.recovery_wait_ms if absent else self.session_timeout_ms)
+        if absent:
+            return now_ms < since_ms + self.recovery_wait_ms
+        start_ms = since_ms if registered_ms is None else max(since_ms, registered_ms)
+        return now_ms < min(start_ms + self.session_timeout_ms,
+                            since_ms + max(self.session_timeout_ms, self.recovery_wait_ms))
 
     def awaiting(self) -> list[tuple]:
         """Partitions whose election is waiting for reports (see ``may_await_log_ends``)."""
@@ -197,6 +206,11 @@ class BrokerHeartbeatManager:
         """The broker's new incarnation registered with this controller: heard (it has
         reported nothing to anyone yet, so no report of it was lost with a failover)."""
         self._heard.add(broker_id)
+        self._registered_ms[broker_id] = self.clock.monotonic_ms()
+
+    def registered_ms(self, broker_id: int) -> int | None:
+        """When the broker's incarnation registered with this controller, if it did."""
+        return self._registered_ms.get(broker_id)
 
     def heard_from(self, broker_id: int) -> bool:
         """Whether the broker's incarnation registered with, or heartbeat to, this

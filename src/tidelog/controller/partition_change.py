@@ -73,7 +73,9 @@ again at every heartbeat; ``may_await_log_ends``, counted from the first wait):
     directory offline) and has not reported, or reported a longer log than every
     acceptable reporter: at most ``UNCLEAN_RECOVERY_WAIT_MS`` (five minutes);
   * for any replica that may lead, or is starting, and has not reported: at most
-    one broker session timeout — a replica's report comes only once its metadata
+    one broker session timeout (from the latest registration of one still starting,
+    if later; never past ``UNCLEAN_RECOVERY_WAIT_MS`` from the first wait) — a
+    replica's report comes only once its metadata
     shows the partition leaderless, which may be after the last known leader's
     own restart made it so; ``UNCLEAN_RECOVERY_WAIT_MS`` if every acceptable
     reporter's log is empty and its broker reports or has not been heard by this
@@ -147,7 +149,8 @@ class PartitionChangeBuilder:
                  min_isr: int = 1, elr_enabled: bool = False,
                  default_dir: Callable[[int], uuid.UUID] = lambda broker_id: UNASSIGNED_DIR,
                  log_end: Callable[[int], tuple[int, int] | None] = lambda broker_id: None,
-                 may_await_log_ends: Callable[[bool], bool] = lambda absent: False,
+                 may_await_log_ends: Callable[..., bool] = lambda absent, registered_ms=None: False,
+                 registered_ms: Callable[[int], int | None] = lambda broker_id: None,
                  starting: Callable[[int], bool] = lambda broker_id: False,
                  registered: Callable[[int], bool] = lambda broker_id: False,
                  reports_log_ends: Callable[[int], bool] = lambda broker_id: False,
@@ -157,6 +160,7 @@ class PartitionChangeBuilder:
         self.reports_log_ends = reports_log_ends
         self.heard_from = heard_from
         self.may_await_log_ends = may_await_log_ends
+        self.registered_ms = registered_ms
         self.starting = starting
         self.registered = registered
         self.default_dir = default_dir
@@ -314,7 +318,13 @@ class PartitionChangeBuilder:
             # was refused as a duplicate; the last known leader was back on a new disk).
             return self.may_await_log_ends(True)
         if unreported:
-            return self.may_await_log_ends(False)
+            # A session timeout, from the latest registration of a replica still starting
+            # (seed 138 --long: broker 1, holding every committed record, was refused as a
+            # duplicate of its old incarnation until that one's session expired, and the
+            # wait's session timeout, counted from its start, ran out 57 ms after it
+            # registered, before its first report).
+            registered = [ms for r in unreported if self.starting(r) and (ms := self.registered_ms(r)) is not None]
+            return self.may_await_log_ends(False, max(registered, default=None))
         return bool(outside) and self.may_await_log_ends(False)
 
     def _longest_log(self, known: tuple[int, ...]) -> int:

@@ -450,7 +450,9 @@ class ReplicationControlManager:
                                       min_isr=min_isr, elr_enabled=self.features.elr_enabled,
                                       default_dir=self.cluster.default_dir,
                                       log_end=lambda replica: heartbeat.log_end(replica, key),
-                                      may_await_log_ends=lambda absent: heartbeat.may_await_log_ends(key, absent),
+                                      may_await_log_ends=lambda absent, registered_ms=None:
+                                      heartbeat.may_await_log_ends(key, absent, registered_ms),
+                                      registered_ms=heartbeat.registered_ms,
                                       reports_log_ends=heartbeat.reports_log_ends,
                                       heard_from=heartbeat.heard_from,
                                       starting=self._starting,
