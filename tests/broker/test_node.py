@@ -489,6 +489,13 @@ def test_thousands_of_new_partitions_are_hosted_a_slice_per_tick(tmp_path, monke
         return sorted(tp.partition for tp in node.replica_manager.partitions if tp.topic == topic)
     assert len(hosted("big")) + len(hosted("gone")) == 10
     assert node.next_wakeup_ms() == world.clock.monotonic_ms()      # more to do at once
+    # Kafka's getPartitionOrError: known to the metadata but not hosted (yet) is
+    # NOT_LEADER_OR_FOLLOWER (the client refreshes its metadata and retries); unknown is
+    # UNKNOWN_TOPIC_OR_PARTITION.
+    waiting = TopicPartition("gone", 3)
+    assert waiting not in node.replica_manager.partitions
+    assert node.replica_manager.partition_error(waiting) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert node.replica_manager.partition_error(TopicPartition("nope", 0)) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     world.controller.delete_topics(["gone"])
     node.on_metadata_committed()
     for _ in range(5):

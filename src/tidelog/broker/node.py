@@ -228,6 +228,7 @@ class BrokerNode:
             self._alive_broker_epoch,
             fetcher_config=FetcherConfig.from_properties({k: config[k] for k in FETCHER_PROPERTIES}),
             is_broker_alive=self._is_fetchable)
+        self.replica_manager.in_metadata = lambda tp: self.image.partition(tp) is not None
         # KIP-392: consumers may be sent to followers, so followers learn the high watermark at once.
         self.replica_manager.prompt_follower_high_watermark = config["replica.selector.class"] is not None
         # Replication throttles (KIP-73): the leader side is read by the Fetch handler, the follower's by its fetchers.

@@ -115,6 +115,10 @@ class ReplicaManager:
         # an endpoint). Default: any broker id >= 0.
         self._is_broker_alive = is_broker_alive or (lambda broker_id: broker_id >= 0)
         self.partitions: dict[TopicPartition, Partition | str] = {}
+        # Whether the metadata knows a partition this broker does not host (set by the
+        # broker): a request for it is answered NOT_LEADER_OR_FOLLOWER, as Kafka's
+        # getPartitionOrError answers (not hosted yet, or no longer a replica here).
+        self.in_metadata: Callable[[TopicPartition], bool] = lambda topic_partition: False
         # The same entries by topic, in the same order (the coordinators look at their
         # internal topic's partitions every tick: O(its partitions), not O(all)).
         self._partitions_by_topic: dict[str, dict[int, Partition | str]] = {}
@@ -147,7 +151,8 @@ class ReplicaManager:
     def _partition_or_error(self, topic_partition: TopicPartition) -> Partition | ErrorCode:
         hosted = self.partitions.get(topic_partition)
         if hosted is None:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER if self.in_metadata(topic_partition) \
+                else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if hosted == OFFLINE:
             return ErrorCode.KAFKA_STORAGE_ERROR
         return hosted
