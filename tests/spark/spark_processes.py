@@ -233,7 +233,7 @@ class StandaloneCluster:
         self.drivers.append(driver)
         return driver
 
-    def executor_errors(self, frames: int = 25) -> str:
+    def executor_errors(self, frames: int = 60) -> str:
         """Each distinct exception the executors logged (their ``stderr`` in the workers'
         work directories), with its first stack frames: a task's failure on an executor
         reaches the driver's log without them."""
@@ -245,7 +245,8 @@ class StandaloneCluster:
                 lines = f.read().decode("utf-8", "replace").splitlines()
             for i, line in enumerate(lines):
                 if ("Exception" in line or "Error" in line) and not line.lstrip().startswith("at "):
-                    stack = [line] + [x for x in lines[i + 1:i + 1 + frames] if x.lstrip().startswith(("at ", "Caused"))]
+                    stack = [line] + [x for x in lines[i + 1:i + 1 + frames] if x.lstrip().startswith(("at ", "Caused"))
+                                      and "java.io.ObjectInputStream" not in x and "reflect." not in x]
                     found.setdefault(f"--- {os.path.relpath(root, self.directory)}\n" + "\n".join(stack), None)
         return "\n".join(list(found)[:8]) or "(no exception in the executors' logs)"
 
