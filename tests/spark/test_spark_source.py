@@ -279,3 +279,25 @@ def test_read_committed_skips_aborted_transactions_and_stops_at_an_open_one(spar
     assert sorted(r.value for r in everything) == sorted(
         [f"{label}-{i}".encode() for label in ("c1", "a1", "c2") for i in range(3)] + [b"open-0"])
     still_open.abort_transaction(30)
+
+
+def test_the_source_function_holds_the_keys_the_streaming_runner_writes(spark):
+    """Spark's PythonStreamingSourceRunner puts four keys into the environment map of the
+    data source's function whenever a query's source starts — one map for every query,
+    no lock, no copy; two queries starting at once could race a new key's insertion and
+    leave a map whose size outgrows its entries (tasks then failed on the executors with
+    OptionalDataException, seen in the standalone-cluster test). Registration puts the
+    keys there first, so the runners only replace values; the session's own environment
+    is left as it was."""
+    from tidelog.spark import _STREAMING_RUNNER_ENV, TidelogDataSource, register_class
+
+    class Fresh(TidelogDataSource):            # a function no query has started from yet
+        @classmethod
+        def name(cls):
+            return "tidelog_fresh"
+
+    register_class(spark, Fresh)
+    function = spark._jsparkSession.sessionState().dataSourceManager().lookupDataSource("tidelog_fresh").dataSourceCls()
+    environment = function.envVars()
+    assert all(environment.containsKey(key) for key in _STREAMING_RUNNER_ENV)
+    assert not set(_STREAMING_RUNNER_ENV) & set(spark.sparkContext.environment)
