@@ -685,9 +685,8 @@ class BrokerNode:
         """The next slice of the partitions a publish left waiting (``on_tick``). One the
         image no longer places here is dropped (a snapshot replaced the image: a delta from
         nothing names no deletion)."""
-        for tp in [tp for tp in self._waiting_states if self.node_id not in self._replicas_of(tp)]:
-            del self._waiting_states[tp]
-        states = apply_waiting(self.replica_manager, self._waiting_states, PARTITIONS_HOSTED_PER_SLICE)
+        states = apply_waiting(self.replica_manager, self._waiting_states, PARTITIONS_HOSTED_PER_SLICE,
+                               placed=lambda tp: self.node_id in self._replicas_of(tp))
         if not self._waiting_states:
             logger.info("hosted every partition the metadata places here")
         self._on_states_applied(states)

@@ -17,6 +17,7 @@ publish after start — deletes every log the image does not place on this broke
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from tidelog.core.errors import StorageError
 from tidelog.core.ids import TopicPartition
@@ -66,10 +67,12 @@ def apply_local_changes(replica_manager, delta, broker_id: int, waiting: dict | 
     return states
 
 
-def apply_waiting(replica_manager, waiting: dict, new_max: int) -> dict[TopicPartition, PartitionState]:
-    """Host the next ``new_max`` partitions that ``apply_local_changes`` left waiting."""
+def apply_waiting(replica_manager, waiting: dict, new_max: int,
+                  placed: Callable[[TopicPartition], bool] = lambda tp: True) -> dict[TopicPartition, PartitionState]:
+    """Host the next ``new_max`` partitions that ``apply_local_changes`` left waiting;
+    one the metadata no longer ``placed`` here is dropped instead."""
     topic_ids: dict = {}
-    states = _take(waiting, new_max, topic_ids)
+    states = {tp: state for tp, state in _take(waiting, new_max, topic_ids).items() if placed(tp)}
     _apply(replica_manager, states, topic_ids)
     return states
 
