@@ -14,8 +14,9 @@ Writes N records with 100-byte random values to a fresh ``tidelog serve``
   through Spark's own Kafka connector (``format("kafka")``, a JVM source using the
   Java client), the way a Spark user reads Kafka today.
 
-Each read runs once to warm up and then ``--runs`` times; the best and the
-median rows/s of both are printed, with the ratio (target >= 50%). The CPU
+Each read runs once to warm up and then ``--runs`` times, in rounds (every read
+once per round, in turn, so that all meet the same JVM as it keeps compiling);
+the best and the median rows/s of each are printed, with the ratio (target >= 50%). The CPU
 seconds each read took are printed too, summed over this process and all its
 children (Spark's JVM, its Python workers, the broker; Linux ``/proc``): on a
 machine shared with other work the wall-clock rates swing with the load, the
@@ -150,19 +151,31 @@ def ready_batches_source(records: int):
     return ReadyBatches
 
 
-def timed(action, runs: int) -> tuple[list[float], list[float]]:
-    """Wall-clock and CPU seconds (``tree_cpu_s``) of each of ``runs`` runs after a warm-up."""
-    action()  # warm-up: Python workers, JIT, page cache
-    times, cpus = [], []
+def timed_rounds(actions: dict, runs: int) -> dict:
+    """Wall-clock and CPU seconds (``tree_cpu_s``) of each action's ``runs`` runs, after
+    a warm-up of each, taken in rounds: every action once per round, in turn. Spark's
+    JVM keeps compiling the code the reads share (Arrow to rows, the noop sink) for
+    many runs, so the reads measured in blocks favoured whichever came last; in rounds,
+    every read meets the same JVM."""
+    for action in actions.values():
+        action()  # warm-up: Python workers, JIT, page cache
+    measured = {name: ([], []) for name in actions}
     for _ in range(runs):
-        cpu_before = tree_cpu_s()
-        started = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - started)
-        cpu_after = tree_cpu_s()
-        if cpu_before is not None and cpu_after is not None:
-            cpus.append(cpu_after - cpu_before)
-    return times, cpus
+        for name, action in actions.items():
+            times, cpus = measured[name]
+            cpu_before = tree_cpu_s()
+            started = time.perf_counter()
+            action()
+            times.append(time.perf_counter() - started)
+            cpu_after = tree_cpu_s()
+            if cpu_before is not None and cpu_after is not None:
+                cpus.append(cpu_after - cpu_before)
+    return measured
+
+
+def _noop_write(frame):
+    """An action reading every column of every row of ``frame`` (Spark's noop sink)."""
+    return lambda: frame.write.format("noop").mode("overwrite").save()
 
 
 def main() -> int:
@@ -183,36 +196,22 @@ def main() -> int:
             count = source.count()
             assert count == args.records, (count, args.records)
 
-            def read_tidelog():
-                source.write.format("noop").mode("overwrite").save()
-            tidelog_times = timed(read_tidelog, args.runs)
-
             parquet_path = os.path.join(workdir, "bench.parquet")
             source.write.parquet(parquet_path)
             parquet = spark.read.parquet(parquet_path)
             assert parquet.count() == args.records
 
-            def read_parquet():
-                parquet.write.format("noop").mode("overwrite").save()
-            parquet_times = timed(read_parquet, args.runs)
-
             spark.dataSource.register(ready_batches_source(args.records))
             ready = spark.read.format("ready_batches").load()
             assert ready.count() == args.records
+            frames = {"tidelog": source, "parquet": parquet, "ready": ready}
 
-            def read_ready():
-                ready.write.format("noop").mode("overwrite").save()
-            ready_times = timed(read_ready, args.runs)
-
-            connector_times = None
             if jars:
                 connector = (spark.read.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
                              .option("subscribe", TOPIC).load())
                 assert connector.count() == args.records
-
-                def read_connector():
-                    connector.write.format("noop").mode("overwrite").save()
-                connector_times = timed(read_connector, args.runs)
+                frames["connector"] = connector
+            measured = timed_rounds({name: _noop_write(frame) for name, frame in frames.items()}, args.runs)
             spark.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -228,11 +227,12 @@ def main() -> int:
         return args.records / best, args.records / median, statistics.median(cpus) if cpus else None
     print(f"Spark local[2], {args.records:,} records x {VALUE_BYTES} bytes, {PARTITIONS} partitions, "
           f"read into the noop sink")
-    tidelog_best, tidelog_median, tidelog_cpu = line("tidelog data source", tidelog_times)
-    parquet_best, parquet_median, parquet_cpu = line("Parquet (ceiling)", parquet_times)
-    ready_best, ready_median, ready_cpu = line("ready Arrow batches", ready_times)
-    if connector_times is not None:
-        connector_best, connector_median, _ = line("Spark's Kafka connector", connector_times)
+    print(f"each read warmed up once, then measured in {args.runs} rounds of every read in turn")
+    tidelog_best, tidelog_median, tidelog_cpu = line("tidelog data source", measured["tidelog"])
+    parquet_best, parquet_median, parquet_cpu = line("Parquet (ceiling)", measured["parquet"])
+    ready_best, ready_median, ready_cpu = line("ready Arrow batches", measured["ready"])
+    if "connector" in measured:
+        connector_best, connector_median, _ = line("Spark's Kafka connector", measured["connector"])
         print(f"ratio tidelog data source/Spark's Kafka connector, same broker: best "
               f"{tidelog_best / connector_best:.2f}, median {tidelog_median / connector_median:.2f}; "
               f"connector/Parquet: median {connector_median / parquet_median:.0%}")

@@ -13,7 +13,8 @@ from tidelog.spark.fetcher import DataLossError, read_range
 from tidelog.spark.options import ReadOptions, SinkOptions
 from tidelog.spark.producer import partition_for_key
 from tidelog.spark.sink import MARKER_HEADER, WriteResult, write_task
-from tidelog.spark.wire import ClientConfig, error_of
+from tidelog.spark import wire
+from tidelog.spark.wire import ClientConfig, Connection, error_of
 
 
 def read(admin, topic, start, end, **options) -> list[tuple[int, bytes]]:
@@ -31,6 +32,39 @@ def test_reads_exactly_the_range_in_many_pipelined_fetches(admin):
     assert all(v.startswith(b"%04d" % o) for o, v in got)
     assert read(admin, topic, 999, 1000) == [(999, b"0999" + b"x" * 200)]
     assert read(admin, topic, 5, 5) == []
+
+
+def test_a_connections_receive_buffer_is_reused_without_changing_earlier_answers(admin, monkeypatch):
+    """Responses are read into one buffer per connection (``Connection._read_frame``):
+    answers decoded earlier keep their records while later, smaller and larger ones
+    arrive, whether the buffer grows to take them or (past the size a connection
+    keeps) they get a buffer of their own."""
+    topic = admin.create("reuse")
+    for chunk in range(8):
+        admin.produce(topic, 0, [bytes([65 + chunk]) * (100 * (chunk + 1))] * 20)
+    fetches = ((0, 3000), (20, 1 << 20), (40, 6000), (100, 1 << 20), (0, 1), (60, 20_000))
+    expected = None
+    for kept_max in (1024, 1 << 20):
+        monkeypatch.setattr(wire, "RECEIVE_BUFFER_KEPT_MAX_BYTES", kept_max)
+        connection = Connection(*wire.parse_bootstrap(admin.bootstrap)[0])
+        try:
+            small = len(connection._buffer)
+            pending = [connection.send(ApiKey.FETCH, {
+                "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": max_bytes, "isolation_level": 0,
+                "topics": [{"topic": topic, "partitions": [{"partition": 0, "fetch_offset": offset,
+                                                             "partition_max_bytes": max_bytes}]}]})
+                for offset, max_bytes in fetches]          # all in flight at once
+            answers = [connection.receive(c).responses[0].partitions[0].records for c in pending]
+            largest = max(len(r) for r in answers)
+            assert largest > small
+            assert len(connection._buffer) == small if kept_max < largest else largest < len(connection._buffer) < largest + 100
+        finally:
+            connection.close()
+        assert expected is None or [bytes(r) for r in answers] == expected
+        expected = [bytes(r) for r in answers]
+    assert [len(r) > 0 for r in expected] == [True] * len(fetches)
+    values = [v for _, v in read(admin, topic, 0, 160)]
+    assert values == [bytes([65 + i // 20]) * (100 * (i // 20 + 1)) for i in range(160)]
 
 
 def test_deleted_offsets_fail_the_read_or_are_skipped_with_failondataloss_false(admin):

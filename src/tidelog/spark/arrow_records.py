@@ -196,9 +196,57 @@ def _column_varint(rows, at: int, width: int):
     return (value >> 1) ^ -(value & 1)      # 5 bytes at most: 35 bits, no sign to lose
 
 
+def _run_head(rows, layout: _Layout):
+    """The bytes of every row of ``rows`` up to the end of its value length varint, the
+    key's bytes left out, packed into a contiguous ``(rows, 8 × words)`` array (one pass
+    over them)."""
+    key_end = layout.key_at + layout.key_width
+    width = key_end + layout.value_width
+    head = numpy.zeros((len(rows), -(-width // 8) * 8), numpy.uint8)
+    head[:, :key_end] = rows[:, :key_end]
+    head[:, key_end:width] = rows[:, layout.value_at:layout.value_at + layout.value_width]
+    return head
+
+
+def _run(data, pos: int, count: int, layout: _Layout):
+    """The run of ``layout`` at ``pos``: its rows (at most ``count``) and their
+    ``_run_head``, or None if a row of the same size has another layout.
+
+    The run ends at the first row whose record length differs from the first row's
+    (another size: the next run); every row before it must have the first row's key
+    and value lengths too. Rows are taken in chunks that double from 64, so a short
+    run (the first 64 records of a batch, before offset deltas need two bytes) costs
+    its own rows, not the batch's."""
+    rows = data[pos:pos + count * layout.size].reshape(count, layout.size)
+    heads: list = []
+    done, step = 0, _UNIFORM_RECORDS_PER_RUN_MIN + 1
+    while done < count:
+        head = _run_head(rows[done:done + step], layout)
+        if not heads:
+            mask = numpy.zeros(head.shape[1], numpy.uint8)   # record, key and value lengths
+            mask[:layout.length_width] = mask[layout.key_at:layout.key_at + layout.key_width
+                                              + layout.value_width] = 0xFF
+            first = head[0].copy()
+            mask_words, first_words = mask.view("<u8"), first.view("<u8")
+        differ = (head.view("<u8") ^ first_words) & mask_words
+        differ = numpy.bitwise_or.reduce(differ, axis=1) != 0 if differ.shape[1] > 1 else differ[:, 0] != 0
+        cut = int(differ.argmax())
+        if differ[cut]:             # the first row unlike the run's first
+            if (head[cut, :layout.length_width] == first[:layout.length_width]).all():
+                return None         # the same size, another layout
+            heads.append(head[:cut])
+            done += cut
+            break
+        heads.append(head)
+        done += len(head)
+        step *= 2
+    return rows[:done], heads[0] if len(heads) == 1 else numpy.concatenate(heads)
+
+
 def _batch_runs(body, record_count: int, runs_max: int) -> list | None:
     """A batch body of ``record_count`` records as at most ``runs_max`` runs of one layout each,
-    ``(rows, layout)`` with ``rows`` a 2-D view (a record a row); None if it is not."""
+    ``(rows, layout, head)`` with ``rows`` a 2-D view (a record a row) and ``head`` its
+    ``_run_head``; None if it is not."""
     data = numpy.frombuffer(body, numpy.uint8)
     runs: list = []
     pos, end, left = 0, len(body), record_count
@@ -206,21 +254,12 @@ def _batch_runs(body, record_count: int, runs_max: int) -> list | None:
         layout = _layout(body, pos, end)
         if layout is None or len(runs) >= runs_max:
             return None             # not uniform, or sizes vary record to record: the general path
-        count = min(left, (end - pos) // layout.size)
-        rows = data[pos:pos + count * layout.size].reshape(count, layout.size)
-        width = layout.length_width
-        same = (rows[:, :width] == rows[0, :width]).all(axis=1) if width > 1 else rows[:, 0] == rows[0, 0]
-        if not same.all():
-            count = int(same.argmin())      # the first record of another size
-            rows = rows[:count]
-        for at, width in ((layout.key_at, layout.key_width), (layout.value_at, layout.value_width)):
-            if not (rows[:, at:at + width] == rows[0, at:at + width]).all():
-                return None
-        if (rows[:, layout.headers_at] != 0).any():
+        run = _run(data, pos, min(left, (end - pos) // layout.size), layout)
+        if run is None or run[0][:, layout.headers_at].any():
             return None
-        runs.append((rows, layout))
-        left -= count
-        pos += count * layout.size
+        runs.append((run[0], layout, run[1]))
+        left -= len(run[0])
+        pos += len(run[0]) * layout.size
     return runs if pos == end else None
 
 
@@ -247,9 +286,9 @@ def _uniform_columns(bodies, batches, topic: str, partition: int, include_header
         batch_runs = _batch_runs(body, header.record_count, runs_max - len(runs))
         if batch_runs is None:
             return None
-        for rows, layout in batch_runs:
-            deltas = _column_varint(rows, layout.timestamp_at, layout.timestamp_width)
-            offsets = _column_varint(rows, layout.offset_at, layout.offset_width)
+        for rows, layout, head in batch_runs:
+            deltas = _column_varint(head, layout.timestamp_at, layout.timestamp_width)
+            offsets = _column_varint(head, layout.offset_at, layout.offset_width)
             if deltas is None or offsets is None:
                 return None
             count = len(rows)
