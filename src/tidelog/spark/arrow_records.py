@@ -214,9 +214,9 @@ def _run(data, pos: int, count: int, layout: _Layout):
 
     The run ends at the first row whose record length differs from the first row's
     (another size: the next run); every row before it must have the first row's key
-    and value lengths too. Rows are taken in chunks that double from 64, so a short
-    run (the first 64 records of a batch, before offset deltas need two bytes) costs
-    its own rows, not the batch's."""
+    and value lengths too. The first 65 rows are looked at first, so the short run a
+    producer's batch starts with (64 records, before offset deltas need two bytes)
+    costs its own rows, not the batch's; then all the others at once."""
     rows = data[pos:pos + count * layout.size].reshape(count, layout.size)
     heads: list = []
     done, step = 0, _UNIFORM_RECORDS_PER_RUN_MIN + 1
@@ -239,7 +239,7 @@ def _run(data, pos: int, count: int, layout: _Layout):
             break
         heads.append(head)
         done += len(head)
-        step *= 2
+        step = count
     return rows[:done], heads[0] if len(heads) == 1 else numpy.concatenate(heads)
 
 
