@@ -57,6 +57,15 @@ def test_timestamp_options_take_precedence_over_offsets():
     ({**BASE, "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "GSSAPI",
       "kafka.sasl.username": "u", "kafka.sasl.password": "p"}, "not supported"),
     ({**BASE, "maxOffsetsPerTrigger": "0"}, "at least 1"),
+    ({**BASE, "startingOffsets": '{"a": {"0": -7}}'}, r"-7 for a-0 is neither at least 0 nor -2 \(earliest\)"),
+    ({**BASE, "startingOffsets": '{"a": {"-1": 5}}'}, "-1 is not a partition of a"),
+    ({**BASE, "endingOffsets": '{"a": {"0": 9223372036854775808}}'}, "neither at least 0"),
+    ({**BASE, "startingOffsetsByTimestamp": '{"a": {"0": -1}}'}, "-1 for a-0 is neither at least 0$"),
+    ({**BASE, "kafka.max.partition.fetch.bytes": "99999999999"}, "at most 134217728"),
+    ({**BASE, "kafka.fetch.max.wait.ms": "2147483648"}, "fetch.max.wait.ms must be at most 2147483647"),
+    ({**BASE, "kafka.request.timeout.ms": str(1 << 40)}, "request.timeout.ms must be at most"),
+    ({**BASE, "minPartitions": str(1 << 31)}, "minPartitions must be at most"),
+    ({"kafka.bootstrap.servers": "h:1", "assign": '{"a": [0, -3]}'}, "assign: -3 is not a partition of a"),
     ({"kafka.bootstrap.servers": "h:1", "subscribePattern": "("}, "not a valid regular expression"),
 ])
 def test_bad_batch_options_are_refused_with_the_option_named(options, message):

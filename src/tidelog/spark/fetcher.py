@@ -31,7 +31,7 @@ from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.records import iter_batches, iter_records
 from tidelog.spark.arrow_records import decode_fetched
-from tidelog.spark.options import ReadOptions
+from tidelog.spark.options import PARTITION_FETCH_BYTES_MAX, ReadOptions
 from tidelog.spark.wire import (
     EARLIEST,
     LATEST,
@@ -43,7 +43,7 @@ from tidelog.spark.wire import (
 )
 
 logger = logging.getLogger("tidelog.spark")
-FETCH_RESPONSE_SIZE_MAX_BYTES = 128 * 1024 * 1024
+FETCH_RESPONSE_SIZE_MAX_BYTES = PARTITION_FETCH_BYTES_MAX
 
 
 class DataLossError(RuntimeError):

@@ -30,6 +30,10 @@ logger = logging.getLogger("tidelog.spark")
 
 TopicPartition = tuple[str, int]
 EARLIEST, LATEST = -2, -1
+INT32_MAX, INT64_MAX = (1 << 31) - 1, (1 << 63) - 1
+# A partition's share of a Fetch answer, at most (also where the executor stops doubling
+# it for a batch larger than asked for): a response must stay under the client's 256 MiB.
+PARTITION_FETCH_BYTES_MAX = 128 * 1024 * 1024
 CONTROL_TOPIC_PREFIX = "_tidelog-spark-sink-"
 
 # kafka.* options this client understands; others are ignored with a warning,
@@ -147,7 +151,11 @@ def _bool(options: dict, name: str, default: bool) -> bool:
     raise OptionError(f"option {name} must be true or false, got {raw!r}")
 
 
-def _int(options: dict, name: str, default: int | None, minimum: int | None = None) -> int | None:
+def _int(options: dict, name: str, default: int | None, minimum: int | None = None,
+         maximum: int = INT32_MAX) -> int | None:
+    """An integer option between ``minimum`` and ``maximum`` (by default Kafka's INT
+    type, as its client config parser has it: a timeout or size past it is refused by
+    name, not met later as an encoding error or a wait of years)."""
     raw = options.get(name.lower())
     if raw is None:
         return default
@@ -157,6 +165,8 @@ def _int(options: dict, name: str, default: int | None, minimum: int | None = No
         raise OptionError(f"option {name} must be an integer, got {raw!r}") from None
     if minimum is not None and value < minimum:
         raise OptionError(f"option {name} must be at least {minimum}, got {value}")
+    if value > maximum:
+        raise OptionError(f"option {name} must be at most {maximum}, got {value}")
     return value
 
 
@@ -240,17 +250,30 @@ def _subscription(options: dict) -> Subscription:
         raise OptionError(f'option assign must be JSON like {{"topicA":[0,1]}}, got {raw!r}') from None
     if not partitions:
         raise OptionError("option assign names no partitions")
+    for topic, partition in partitions:
+        if not 0 <= partition <= INT32_MAX:
+            raise OptionError(f"option assign: {partition} is not a partition of {topic}")
     return Subscription("assign", partitions=partitions)
 
 
-def parse_partition_json(raw: str, name: str) -> tuple[tuple[TopicPartition, int], ...]:
-    """Spark's per-partition JSON, ``{"t": {"0": 5}}``, as sorted pairs."""
+def parse_partition_json(raw: str, name: str, special: tuple[int, ...] = (EARLIEST, LATEST)
+                         ) -> tuple[tuple[TopicPartition, int], ...]:
+    """Spark's per-partition JSON, ``{"t": {"0": 5}}``, as sorted pairs. A value is an
+    offset (or a timestamp) from 0 to 2^63 - 1, or one of ``special`` (-2 earliest, -1
+    latest); a partition from 0 to 2^31 - 1."""
     try:
         parsed = json.loads(raw)
         pairs = tuple(sorted(((str(t), int(p)), int(v)) for t, ps in parsed.items() for p, v in ps.items()))
     except (ValueError, TypeError, AttributeError):
         raise OptionError(f'option {name} must be "earliest", "latest" or JSON like '
                           f'{{"topic":{{"0":23,"1":-2}}}}, got {raw!r}') from None
+    for (topic, partition), value in pairs:
+        if not 0 <= partition <= INT32_MAX:
+            raise OptionError(f"option {name}: {partition} is not a partition of {topic}")
+        if not (0 <= value <= INT64_MAX or value in special):
+            allowed = " or ".join(f"{v} ({'earliest' if v == EARLIEST else 'latest'})" for v in special)
+            raise OptionError(f"option {name}: {value} for {topic}-{partition} is neither at least 0"
+                              + (f" nor {allowed}" if allowed else ""))
     return pairs
 
 
@@ -261,11 +284,11 @@ def _offset_spec(options: dict, prefix: str, default: str, streaming: bool) -> O
         raise OptionError("option startingOffsetsByTimestampStrategy must be error or latest")
     timestamp = options.get(f"{prefix}timestamp")
     if timestamp is not None:
-        value = _int(options, f"{prefix}Timestamp", None, 0)
+        value = _int(options, f"{prefix}Timestamp", None, 0, INT64_MAX)
         return OffsetSpec("timestamp", timestamp_ms=value, not_found=not_found)
     by_timestamp = options.get(f"{prefix}offsetsbytimestamp")
     if by_timestamp is not None:
-        return OffsetSpec("timestamps", offsets=parse_partition_json(by_timestamp, f"{prefix}OffsetsByTimestamp"),
+        return OffsetSpec("timestamps", offsets=parse_partition_json(by_timestamp, f"{prefix}OffsetsByTimestamp", ()),
                           not_found=not_found)
     raw = options.get(f"{prefix}offsets", default).strip()
     if raw.lower() in ("earliest", "latest"):
@@ -285,7 +308,8 @@ def source_options(raw_options: Mapping[str, str], streaming: bool) -> SourceOpt
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         isolation_level=READ_COMMITTED if isolation == "read_committed" else READ_UNCOMMITTED,
         check_crcs=_bool(options, "kafka.check.crcs", True),
-        max_partition_fetch_bytes=_int(options, "kafka.max.partition.fetch.bytes", 8 * 1024 * 1024, 1024),
+        max_partition_fetch_bytes=_int(options, "kafka.max.partition.fetch.bytes", 8 * 1024 * 1024, 1024,
+                                       PARTITION_FETCH_BYTES_MAX),
         fetch_max_wait_ms=_int(options, "kafka.fetch.max.wait.ms", 500, 0),
     )
     starting = _offset_spec(options, "starting", "latest" if streaming else "earliest", streaming)
@@ -308,8 +332,8 @@ def source_options(raw_options: Mapping[str, str], streaming: bool) -> SourceOpt
         subscription=_subscription(options),
         starting=starting,
         ending=ending,
-        max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", None, 1),
-        min_offsets_per_trigger=_int(options, "minOffsetsPerTrigger", None, 1),
+        max_offsets_per_trigger=_int(options, "maxOffsetsPerTrigger", None, 1, INT64_MAX),
+        min_offsets_per_trigger=_int(options, "minOffsetsPerTrigger", None, 1, INT64_MAX),
         max_trigger_delay_ms=parse_duration_ms(delay, "maxTriggerDelay") if delay else 15 * 60 * 1000,
         min_partitions=_int(options, "minPartitions", None, 1),
     )
