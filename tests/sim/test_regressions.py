@@ -330,6 +330,30 @@ def test_no_acknowledged_record_another_replica_held_is_lost_to_an_empty_last_kn
     assert kafka.stats.excused_losses_clean_held > 0, kafka.excused
 
 
+def test_losses_held_by_a_last_known_eligible_replica_are_counted_apart(run):
+    """The excused losses a reset dropped while another replica held them are split by
+    who held them: a last known eligible replica, which the election waits for (a loss
+    there means the wait ran out: 0 expected), or only a replica outside the ELR, which
+    held every committed record by chance and is not waited for, in tidelog as in
+    KIP-966. Seed 6813 with Kafka 4.4's election (no log-end reports, no waits) loses
+    records the last ELR member held — counted as eligible — and none with tidelog's;
+    seed 121 ``--long`` loses 14 held only by a replica outside the ELR whose log
+    directory its broker had taken offline (a full disk) — counted as held, not as
+    eligible."""
+    from tests.sim.conftest import failure_report
+
+    kafka = run(6813, log_ends=False)
+    assert kafka.passed, failure_report(kafka)
+    assert kafka.stats.excused_losses_clean_held_eligible > 0, kafka.excused
+    ours = run(6813)
+    assert ours.passed, failure_report(ours)
+    assert ours.stats.excused_losses_clean_held_eligible == ours.stats.excused_losses_clean_held == 0
+    by_design = run(121, long=True)
+    assert by_design.passed, failure_report(by_design)
+    assert by_design.stats.excused_losses_clean_held == 14, by_design.excused
+    assert by_design.stats.excused_losses_clean_held_eligible == 0, by_design.excused
+
+
 def test_seed_138_a_replica_that_registers_late_is_waited_for_from_its_registration(run):
     """Seed 138 (``--long``, ``make sim-long``): broker 1, outside the ELR of ``t0-0`` and
     holding every committed record, was refused as a duplicate of its old incarnation

@@ -160,8 +160,10 @@ class History:
     records: dict[int, tuple[RecordId, int]] = field(default_factory=dict)   # offset -> (id, commit epoch)
     reset_epoch: int = -1            # commits from leaders below this epoch are ignored
     resets: list[str] = field(default_factory=list)
-    # record ids a reset dropped from the history while another replica still held them
+    # record ids a reset dropped from the history while another replica still held them,
+    # and those of them a last known eligible replica held (the election waits for those)
     held_at_reset: set = field(default_factory=set)
+    held_eligible_at_reset: set = field(default_factory=set)
 
     @property
     def end(self) -> int:
@@ -403,7 +405,8 @@ class Checker:
                else f"longest reported log (last known leader {known})")
         how = self.amnesiac.get((broker_id, tp), "not amnesiac")
         self._reset(tp, epoch, f"{who.split(' (')[0]} after every eligible replica's unclean "
-                               f"shutdown{kind}: {who}, {how}{found}: {detail}", broker_id)
+                               f"shutdown{kind}: {who}, {how}{found}: {detail}", broker_id,
+                    eligible=self.last_known_eligible.get((tp, epoch), ()))
 
     def _on_failed_disk(self, broker_id: int, tp: TopicPartition) -> bool:
         """Whether ``broker_id``'s copy of ``tp`` is on a log directory that failed (it
@@ -412,9 +415,11 @@ class Checker:
         return any(broker.disk.is_failing(log_dir) and os.path.isdir(os.path.join(log_dir, str(tp)))
                    for log_dir in broker.log_dirs)
 
-    def _held_by_a_replica(self, tp: TopicPartition, offset: int, record) -> bool:
-        """Whether some replica of ``tp`` still holds ``record`` at ``offset`` (``_mirror_holds``)."""
+    def _held_by_a_replica(self, tp: TopicPartition, offset: int, record, among: tuple | None = None) -> bool:
+        """Whether some replica of ``tp`` (of brokers ``among``, if given) still holds
+        ``record`` at ``offset`` (``_mirror_holds``)."""
         return any(mirrored == tp and mirror.records.get(offset) == record and self._mirror_holds(broker_id, tp)
+                   and (among is None or broker_id in among)
                    for (broker_id, mirrored), mirror in self.mirrors.items())
 
     def _mirror_holds(self, broker_id: int, tp: TopicPartition) -> bool:
@@ -438,15 +443,18 @@ class Checker:
         """Unclean election on for ``topic`` (never for ``__consumer_offsets``)."""
         return any(t.name == topic and t.unclean for t in self.sim.config.topics)
 
-    def _reset(self, tp: TopicPartition, epoch: int, reason: str, leader: int) -> None:
+    def _reset(self, tp: TopicPartition, epoch: int, reason: str, leader: int, eligible: tuple = ()) -> None:
         """Restart ``tp``'s history at ``epoch`` under the new ``leader``. A record some
-        other replica still held is counted as dropped while held (``held_at_reset``); one
-        the new leader holds is not dropped by this reset (a later one may drop it)."""
+        other replica still held is counted as dropped while held (``held_at_reset``), and
+        apart if one of the last known ``eligible`` replicas held it; one the new leader
+        holds is not dropped by this reset (a later one may drop it)."""
         history = self.history(tp)
         kept = self.mirrors.get((leader, tp))
-        history.held_at_reset |= {record for offset, (record, _) in history.records.items()
-                                  if not (kept is not None and kept.records.get(offset) == record)
-                                  and self._held_by_a_replica(tp, offset, record)}
+        dropped = [(offset, record) for offset, (record, _) in history.records.items()
+                   if not (kept is not None and kept.records.get(offset) == record)]
+        history.held_at_reset |= {record for offset, record in dropped if self._held_by_a_replica(tp, offset, record)}
+        history.held_eligible_at_reset |= {record for offset, record in dropped
+                                           if self._held_by_a_replica(tp, offset, record, among=eligible)}
         history.records = {}
         history.reset_epoch = max(history.reset_epoch, epoch)
         history.resets.append(reason)

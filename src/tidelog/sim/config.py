@@ -238,6 +238,7 @@ class RunStats:
     excused_losses_clean: int = 0     # of which on clean-election topics (last replica standing)
     excused_losses_clean_fsync: int = 0   # of which on topics that fsync every append (flush.messages=1)
     excused_losses_clean_held: int = 0    # of which another replica held when a reset dropped them
+    excused_losses_clean_held_eligible: int = 0   # of which a last known eligible replica held
     history_resets: int = 0
     reset_reasons: dict[str, int] = field(default_factory=dict)
     group_commits: int = 0            # partition offsets a coordinator acknowledged
@@ -266,6 +267,7 @@ class RunStats:
         self.excused_losses_clean += other.excused_losses_clean
         self.excused_losses_clean_fsync += other.excused_losses_clean_fsync
         self.excused_losses_clean_held += other.excused_losses_clean_held
+        self.excused_losses_clean_held_eligible += other.excused_losses_clean_held_eligible
         self.history_resets += other.history_resets
         for k, v in other.reset_reasons.items():
             self.reset_reasons[k] = self.reset_reasons.get(k, 0) + v

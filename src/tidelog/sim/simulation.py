@@ -524,6 +524,7 @@ class Simulation:
             first.setdefault(value, offset)
         last_by_producer: dict[str, tuple[int, int]] = {}
         held = {record[2] for record in history.held_at_reset}
+        held_eligible = {record[2] for record in history.held_eligible_at_reset}
         topic = self.config.topic(tp.topic)
         for offset, value, acks, producer, resets in checker.acked.get(tp, []):
             if acks == -1 and records.get(offset, (0, 0, None))[2] != value:
@@ -538,6 +539,8 @@ class Simulation:
                             self.stats.excused_losses_clean_fsync += 1
                         if value in held:
                             self.stats.excused_losses_clean_held += 1
+                        if value in held_eligible:
+                            self.stats.excused_losses_clean_held_eligible += 1
                     continue
                 self.stats.acked_all_lost += 1
                 raise InvariantViolation("10.4-acknowledged-write-kept", f"{producer}: acks=all {value!r} "
