@@ -345,3 +345,37 @@ def test_a_clean_election_asks_nothing(make, clock):
     follower = stale_follower(make, txn_batch(0, 0, 0, "a"))
     elect(follower, RECOVERED, clock.monotonic_ms())
     assert follower.in_doubt_questions_due(clock.monotonic_ms() + 60_000) == []
+
+
+@pytest.mark.parametrize("recovery_state", [RECOVERING, RECOVERED])
+def test_a_coordinators_marker_of_a_later_transaction_aborts_the_one_left_open_first(make, clock, recovery_state):
+    """Seed 48815: broker 1, elected uncleanly, lacks the ABORT marker of the producer's
+    transaction at epoch 3 (transaction.version 2: each end bumps the epoch). The
+    coordinator went on with the producer's later transactions; the first marker that
+    reaches broker 1 is the COMMIT of one at epoch 10, written at epoch 11. A marker ends
+    the transaction at its epoch or the one before, so this one is not the open
+    transaction's: the leader aborts that one first (in doubt or, elected RECOVERED, only
+    open), then appends the COMMIT, which ends nothing here. Appended alone, it
+    committed the aborted records."""
+    follower = stale_follower(make, txn_batch(0, 0, 0, "tx-2-1-0", "tx-2-1-1"))
+    elect(follower, recovery_state, clock.monotonic_ms())
+    log = follower.log
+    assert log.ongoing_transactions() == {PID: 0}
+    follower.append_records_to_leader(marker(commit=True, epoch=EPOCH + 8), 1, from_coordinator=True)
+    assert follower.transactions_in_doubt == {} and log.ongoing_transactions() == {}
+    assert log.log_end_offset == 4                           # the ABORT marker at 2, the COMMIT at 3
+    assert read_committed(follower) == []
+    aborted = follower.read_records(0, 1 << 20, Isolation.TXN_COMMITTED, 1).aborted_transactions
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in aborted] == [(PID, 0, 2)]
+
+
+@pytest.mark.parametrize("marker_epoch", [EPOCH, EPOCH + 1])
+def test_a_coordinators_marker_at_the_open_transactions_epoch_or_the_next_ends_it(make, clock, marker_epoch):
+    """The marker of the open transaction itself — at its epoch (transaction.version 1)
+    or the next (version 2, or a fencing abort) — ends it as the coordinator decided:
+    a COMMIT there commits, nothing is aborted first."""
+    follower = stale_follower(make, txn_batch(0, 0, 0, "tx-a", "tx-b"))
+    elect(follower, RECOVERING, clock.monotonic_ms())
+    follower.append_records_to_leader(marker(commit=True, epoch=marker_epoch), 1, from_coordinator=True)
+    assert follower.transactions_in_doubt == {} and follower.log.log_end_offset == 3
+    assert read_committed(follower) == [b"tx-a", b"tx-b"]

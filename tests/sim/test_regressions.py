@@ -330,6 +330,20 @@ def test_no_acknowledged_record_another_replica_held_is_lost_to_an_empty_last_kn
     assert kafka.stats.excused_losses_clean_held > 0, kafka.excused
 
 
+def test_seed_48815_a_coordinators_marker_of_a_later_transaction_does_not_commit_an_aborted_one(run):
+    """Seed 48815 (unseen, failed before): broker 2, elected uncleanly for ``tx-1``, lacked
+    the ABORT marker of the producer's transaction 2 (epoch 1; transaction.version 2).
+    The first marker to reach it was the coordinator's COMMIT of transaction 11, written
+    at epoch 11: appended as it came, it ended the transaction still open there and
+    read_committed read the aborted ``tx-2-1-0``. A coordinator's marker past the open
+    transaction's epoch + 1 now aborts that transaction first
+    (``Partition._settle_older_transactions``)."""
+    from tests.sim.conftest import failure_report
+
+    result = run(48815)
+    assert result.passed, failure_report(result)
+
+
 def test_losses_held_by_a_last_known_eligible_replica_are_counted_apart(run):
     """The excused losses a reset dropped while another replica held them are split by
     who held them: a last known eligible replica, which the election waits for (a loss
