@@ -8,8 +8,10 @@ broker that leads a ``__transaction_state`` partition (KIP-664), then
 DescribeTransactions of the transactional id found, at its coordinator
 (``TxnRequests.resolve_in_doubt``). ``decide`` turns the answer into a verdict; the
 verdict's marker is written as the coordinator's (the WriteTxnMarkers path), so the
-existing rule — a coordinator's marker settles a doubted transaction — is the only way
-a doubt ends besides the producer's return at a newer epoch.
+existing rule — a coordinator's marker settles a doubted transaction: its own (at the
+doubted epoch or the next) as it says, a later transaction's by aborting the doubted one
+first (``Partition._settle_older_transactions``) — is the only way a doubt ends besides
+the producer's return at a newer epoch.
 
 The coordinator remembers only an id's *current* transaction (state, producer id and
 epoch), so the verdict reads the doubted epoch ``e`` against the coordinator's ``E``:
