@@ -415,12 +415,10 @@ class Checker:
         return any(broker.disk.is_failing(log_dir) and os.path.isdir(os.path.join(log_dir, str(tp)))
                    for log_dir in broker.log_dirs)
 
-    def _held_by_a_replica(self, tp: TopicPartition, offset: int, record, among: tuple | None = None) -> bool:
-        """Whether some replica of ``tp`` (of brokers ``among``, if given) still holds
-        ``record`` at ``offset`` (``_mirror_holds``)."""
-        return any(mirrored == tp and mirror.records.get(offset) == record and self._mirror_holds(broker_id, tp)
-                   and (among is None or broker_id in among)
-                   for (broker_id, mirrored), mirror in self.mirrors.items())
+    def _holders(self, tp: TopicPartition, offset: int, record) -> set[int]:
+        """The brokers whose replica of ``tp`` still holds ``record`` at ``offset`` (``_mirror_holds``)."""
+        return {broker_id for (broker_id, mirrored), mirror in self.mirrors.items()
+                if mirrored == tp and mirror.records.get(offset) == record and self._mirror_holds(broker_id, tp)}
 
     def _mirror_holds(self, broker_id: int, tp: TopicPartition) -> bool:
         """Whether ``broker_id``'s replica of ``tp`` still holds what the checker last read
@@ -450,11 +448,14 @@ class Checker:
         holds is not dropped by this reset (a later one may drop it)."""
         history = self.history(tp)
         kept = self.mirrors.get((leader, tp))
-        dropped = [(offset, record) for offset, (record, _) in history.records.items()
-                   if not (kept is not None and kept.records.get(offset) == record)]
-        history.held_at_reset |= {record for offset, record in dropped if self._held_by_a_replica(tp, offset, record)}
-        history.held_eligible_at_reset |= {record for offset, record in dropped
-                                           if self._held_by_a_replica(tp, offset, record, among=eligible)}
+        for offset, (record, _) in history.records.items():
+            if kept is not None and kept.records.get(offset) == record:
+                continue
+            holders = self._holders(tp, offset, record)
+            if holders:
+                history.held_at_reset.add(record)
+            if holders.intersection(eligible):
+                history.held_eligible_at_reset.add(record)
         history.records = {}
         history.reset_epoch = max(history.reset_epoch, epoch)
         history.resets.append(reason)

@@ -43,7 +43,6 @@ from tidelog.spark.wire import (
 )
 
 logger = logging.getLogger("tidelog.spark")
-FETCH_RESPONSE_SIZE_MAX_BYTES = PARTITION_FETCH_BYTES_MAX
 
 
 class DataLossError(RuntimeError):
@@ -196,7 +195,7 @@ def read_range(options: ReadOptions, topic: str, partition: int, start: int, end
             bound = int(result.last_stable_offset) if options.isolation_level == READ_COMMITTED \
                 and int(result.last_stable_offset) >= 0 else int(result.high_watermark)
             if records and len(records) >= fetcher.max_bytes:
-                fetcher.max_bytes = min(fetcher.max_bytes * 2, FETCH_RESPONSE_SIZE_MAX_BYTES)
+                fetcher.max_bytes = min(fetcher.max_bytes * 2, PARTITION_FETCH_BYTES_MAX)
                 continue  # one batch is bigger than the fetch size: ask for more bytes
             if bound > offset:
                 continue  # data is there; the broker returned early
@@ -276,4 +275,4 @@ def read_batches(cluster: Cluster, options: ReadOptions, topic: str, partition: 
         elif int(result.high_watermark) <= offset:
             return
         elif len(records) >= fetcher.max_bytes:
-            fetcher.max_bytes = min(fetcher.max_bytes * 2, FETCH_RESPONSE_SIZE_MAX_BYTES)
+            fetcher.max_bytes = min(fetcher.max_bytes * 2, PARTITION_FETCH_BYTES_MAX)

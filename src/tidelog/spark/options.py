@@ -251,9 +251,13 @@ def _subscription(options: dict) -> Subscription:
     if not partitions:
         raise OptionError("option assign names no partitions")
     for topic, partition in partitions:
-        if not 0 <= partition <= INT32_MAX:
-            raise OptionError(f"option assign: {partition} is not a partition of {topic}")
+        _check_partition("assign", topic, partition)
     return Subscription("assign", partitions=partitions)
+
+
+def _check_partition(option: str, topic: str, partition: int) -> None:
+    if not 0 <= partition <= INT32_MAX:
+        raise OptionError(f"option {option}: {partition} is not a partition of {topic}")
 
 
 def parse_partition_json(raw: str, name: str, special: tuple[int, ...] = (EARLIEST, LATEST)
@@ -268,8 +272,7 @@ def parse_partition_json(raw: str, name: str, special: tuple[int, ...] = (EARLIE
         raise OptionError(f'option {name} must be "earliest", "latest" or JSON like '
                           f'{{"topic":{{"0":23,"1":-2}}}}, got {raw!r}') from None
     for (topic, partition), value in pairs:
-        if not 0 <= partition <= INT32_MAX:
-            raise OptionError(f"option {name}: {partition} is not a partition of {topic}")
+        _check_partition(name, topic, partition)
         if not (0 <= value <= INT64_MAX or value in special):
             allowed = " or ".join(f"{v} ({'earliest' if v == EARLIEST else 'latest'})" for v in special)
             raise OptionError(f"option {name}: {value} for {topic}-{partition} is neither at least 0"
