@@ -69,11 +69,15 @@ def test_a_combined_node_serves_its_controller_on_the_controller_listener_only(t
 
 def test_secured_listeners_without_their_settings_are_refused_at_start(tmp_path):
     """An SSL listener without a key, a SASL one without users, an unknown protocol: the
-    node refuses to start, naming what is missing (never serving it unprotected)."""
+    node refuses to start, naming what is missing (never serving it unprotected) in one
+    line, not a traceback; so does a listener missing from the protocol map, or a second
+    client listener."""
     for listeners, protocol_map, message in (
             ("SSL://127.0.0.1:0", None, "no key and certificate"),
             ("SECURE://127.0.0.1:0", "SECURE:SASL_PLAINTEXT", "JAAS setting needs username and password"),
-            ("ODD://127.0.0.1:0", "ODD:KERBEROS", "unknown security protocol")):
+            ("ODD://127.0.0.1:0", "ODD:KERBEROS", "unknown security protocol"),
+            ("PLAINTEXT://127.0.0.1:0,FOO://127.0.0.1:0", None, "listener FOO has no security protocol"),
+            ("PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0", None, "one client listener is supported")):
         args = [sys.executable, "-m", "tidelog.cli.main", "serve", "--override", f"log.dirs={tmp_path / 'data'}",
                 "--override", f"listeners={listeners}"]
         if protocol_map:
@@ -81,6 +85,7 @@ def test_secured_listeners_without_their_settings_are_refused_at_start(tmp_path)
         result = subprocess.run(args, capture_output=True, text=True, timeout=60)
         assert result.returncode != 0
         assert message in result.stderr + result.stdout, result.stderr[-2000:]
+        assert "Traceback" not in result.stderr, result.stderr[-2000:]
         assert "tidelog ready" not in result.stdout
 
 

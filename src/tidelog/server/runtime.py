@@ -824,7 +824,11 @@ def run_server(properties: str | None, overrides: list[str]) -> int:
         pass
 
     async def main() -> int:
-        server = Server(config)
+        try:
+            server = Server(config)      # checks the listeners against the settings
+        except InvalidConfigError as e:
+            logger.error("%s", e)
+            return 2
         try:
             await server.start()
         except (BrokerStartupError, StorageFormatError, InvalidConfigError, OSError) as e:
