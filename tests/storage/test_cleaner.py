@@ -121,8 +121,11 @@ def test_cleaning_keeps_the_last_record_of_each_key_at_its_offset(tmp_path, cloc
     assert log.size_bytes < size_before / 5 and len(log.segments) == segments_before
     check_log_consistency(log)
 
+    recovery_point = log.recovery_point      # on disk before the swap (LogManager): cleaned below it
+    assert recovery_point >= active_base
     log.close()
-    reopened = Log.open(log.directory, COMPACTED, clock, fs, cleaner_checkpoint=active_base)
+    reopened = Log.open(log.directory, COMPACTED, clock, fs, cleaner_checkpoint=active_base,
+                        recovery_point=recovery_point)
     assert contents(reopened) == got
     check_log_consistency(reopened)
 

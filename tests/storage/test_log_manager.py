@@ -9,6 +9,8 @@ import pytest
 
 from tidelog.core.errors import StorageError
 from tidelog.core.ids import TopicPartition
+from tidelog.records import SimpleRecord
+from tidelog.records.batch import build_batch
 from tidelog.storage.config import LogConfig
 from tidelog.testing.crashable import CrashableFileSystem
 from tidelog.storage.errors import DuplicateLogError, LogDirLockedError, OfflineLogDirError
@@ -571,3 +573,82 @@ def test_deleting_or_truncating_segments_while_a_roll_flushes_syncs_the_rolled_d
         offsets = [offset for offset, _ in read_all(recovered)]
         assert offsets == list(range(start, start + len(offsets))), action
         assert start + len(offsets) >= kept, (action, len(offsets))     # the rolled data is durable
+
+
+# -- compacted logs: contiguous segments (docs/storage.md, "Recovery") ---------------------
+
+COMPACTED = LogConfig(segment_bytes=1024, index_interval_bytes=100, cleanup_policy=("compact",))
+CLEANER_SETTINGS = {"log.cleaner.enable": True, "log.cleaner.dedupe.buffer.size": 1 << 20,
+                    "log.cleaner.io.buffer.size": 1 << 16, "log.cleaner.backoff.ms": 0}
+C0 = TopicPartition("c", 0)
+
+
+def fill_keyed(log, rounds: int, keys: int = 3) -> None:
+    for r in range(rounds):
+        for k in range(keys):
+            log.append_as_leader(build_batch([SimpleRecord(f"v{r}-{k}".encode() * 8, f"key-{k}".encode())]),
+                                 leader_epoch=0)
+
+
+def test_the_cleaner_swaps_segments_only_below_the_recovery_point_on_disk(dirs, clock, fs, caplog):
+    """A cleaned segment may end before the next one begins, which recovery takes for a
+    lost tail above the recovery point: before the cleaner's first swap, the directory's
+    checkpoint is written up to the pass's end, so after a power cut the cleaned
+    segments are trusted, not checked, and the whole cleaned log comes back."""
+    m = LogManager(dirs, clock, fs, default_config=CONFIG, topic_configs={"c": COMPACTED})
+    log = m.get_or_create_log(C0)
+    fill_keyed(log, 40)
+    log.update_high_watermark(log.log_end_offset)
+    path = os.path.join(m.log_dir_of(C0), "recovery-point-offset-checkpoint")
+    assert not os.path.exists(path) or " 0 " not in open(path).read().split("\n", 2)[2]
+    while m.clean_logs(CLEANER_SETTINGS):
+        pass
+    cleaned_to = log.cleaner_checkpoint
+    assert cleaned_to > 0
+    ends = [(s.read_next_offset()[0], n.base_offset) for s, n in zip(log.segments, log.segments[1:])
+            if n.base_offset <= cleaned_to]
+    assert any(end < base for end, base in ends)      # cleaned segments that end before the next begins
+    before = read_all(log)
+    fs.crash()
+    with caplog.at_level(logging.ERROR):
+        m = LogManager(dirs, clock, fs, default_config=CONFIG, topic_configs={"c": COMPACTED})
+    assert not [r for r in caplog.records if "ends short" in r.getMessage()]
+    recovered = read_all(m.get_log(C0))
+    assert recovered == before[:len(recovered)]
+    assert len(recovered) >= len([r for r in before if r[0] < cleaned_to])
+    on_disk = {line.split()[0]: int(line.split()[2]) for line in open(path).read().splitlines()[2:]}
+    assert on_disk["c"] >= cleaned_to
+
+
+def meta_properties(log_dir: str) -> str:
+    return open(os.path.join(log_dir, "meta.properties")).read()
+
+
+def test_a_directory_an_earlier_tidelog_stopped_uncleanly_keeps_its_compacted_logs_gaps(dirs, clock, fs):
+    """``tidelog.contiguous.segments`` in meta.properties: a new directory gets it at once.
+    One without it that holds logs and was not stopped cleanly (written by an earlier
+    tidelog, whose compacted followers rolled across gaps) recovers its compacted logs
+    without the contiguity rule, and gets the key at its next clean shutdown; one
+    stopped cleanly gets it at its start."""
+    m = LogManager(dirs, clock, fs, default_config=CONFIG, topic_configs={"c": COMPACTED})
+    assert all("tidelog.contiguous.segments=true" in meta_properties(d) for d in dirs)
+    log = m.get_or_create_log(C0)
+    fill_keyed(log, 12)
+    log.flush()
+    log_dir = m.log_dir_of(C0)
+    middle = log.segments[1]
+    bases = [s.base_offset for s in log.segments]
+    assert len(bases) >= 3
+    fs.crash()
+    os.truncate(middle.log.path, 0)                   # a gap an earlier tidelog's follower could have left
+    for d in dirs:
+        text = meta_properties(d).replace("tidelog.contiguous.segments=true\n", "")
+        with open(os.path.join(d, "meta.properties"), "w") as f:
+            f.write(text)
+    m = LogManager(dirs, clock, fs, default_config=CONFIG, topic_configs={"c": COMPACTED})
+    assert [s.base_offset for s in m.get_log(C0).segments] == bases          # kept: may be a legitimate gap
+    assert "contiguous" not in meta_properties(log_dir)
+    other = [d for d in dirs if d != log_dir][0]
+    assert "tidelog.contiguous.segments=true" in meta_properties(other)     # held no log: marked at once
+    m.shutdown()
+    assert "tidelog.contiguous.segments=true" in meta_properties(log_dir)

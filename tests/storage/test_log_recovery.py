@@ -8,6 +8,7 @@ import os
 import pytest
 
 from tidelog.core.errors import OffsetOutOfRangeError
+from tidelog.records import SimpleRecord
 from tidelog.records.batch import build_batch
 from tidelog.storage.config import LogConfig
 from tidelog.testing.crashable import CrashableFileSystem
@@ -433,27 +434,102 @@ def test_a_logs_own_files_are_expected_and_loading_is_quiet(log_dir, clock, fs, 
     assert loaded and all(r.levelno == logging.DEBUG for r in loaded)
 
 
-def test_a_middle_segment_that_came_back_short_ends_the_log_unless_the_log_compacts(log_dir, clock, fs, caplog):
+COMPACTED = LogConfig(segment_bytes=1024, index_interval_bytes=100, cleanup_policy=("compact",))
+
+
+def test_a_middle_segment_that_came_back_short_ends_the_log(log_dir, clock, fs, caplog):
     """Simulator seed 44352: a power cut lost the unsynced data of one segment but kept
     a later one's pages (a torn write), and recovery served a log with a hole (the
-    earlier segment empty, the log's end at the later one's base). In a log that does
-    not compact, segments are contiguous: one that ends short of the next one's base
-    ends the log, and the later segments go (as after a corrupt batch). A compacted
-    log's cleaned segments may end early by design and are kept."""
-    for policy, config in (("delete", CONFIG), ("compact", LogConfig(segment_bytes=1024, index_interval_bytes=100,
-                                                                     cleanup_policy=("compact",)))):
-        directory = os.path.join(log_dir, policy) + "-0"
+    earlier segment empty, the log's end at the later one's base). Segments are
+    contiguous, in a compacted log too: one that ends short of the next one's base ends
+    the log, and the later segments go (as after a corrupt batch). Only a directory an
+    earlier tidelog stopped uncleanly (``gaps_between_segments``) keeps a compacted log's."""
+    for name, config, gaps in (("delete", CONFIG, False), ("compact", COMPACTED, False),
+                               ("legacy", COMPACTED, True)):
+        directory = os.path.join(log_dir, name) + "-0"
         log, bases = three_segment_log(directory, clock, fs)   # written unkeyed; opened below as ``config``
         middle_path = log.segments[1].log.path
         log.close()
         os.truncate(middle_path, 0)                           # its data lost, the next file kept
+        caplog.clear()
         with caplog.at_level(logging.ERROR):
-            log = Log.open(directory, config, clock, fs, recovery_point=0)
-        if policy == "delete":
-            assert log.log_end_offset == bases[1]
+            log = Log.open(directory, config, clock, fs, recovery_point=0, gaps_between_segments=gaps)
+        if not gaps:
+            assert log.log_end_offset == bases[1], name
             assert [o for o, _ in values(log)] == list(range(bases[1]))
             assert any("ends short" in r.getMessage() for r in caplog.records)
         else:
             assert [s.base_offset for s in log.segments] == bases
         check_log_consistency(log)
         log.close()
+
+
+def follower_of_a_compacted_leader(log_dir, clock, fs, segments: int = 4) -> Log:
+    """A compacted log written as a follower: each batch begins 5 offsets past the end
+    of the one before (the leader's cleaner removed those), across ``segments - 1`` rolls."""
+    log = Log.open(log_dir, COMPACTED, clock, fs)
+    offset = 0
+    while len(log.segments) < segments:
+        follower_append(log, offset)
+        offset = log.log_end_offset + 5
+    return log
+
+
+def test_a_follower_of_a_compacted_leader_rolls_where_its_data_ends(log_dir, clock, fs):
+    """Each new segment begins at the offset after the last batch of the one before, not
+    at its own first batch (which the gap puts further on): after an unclean stop, the
+    whole log comes back — no boundary taken for a hole."""
+    log = follower_of_a_compacted_leader(log_dir, clock, fs)
+    ends = [s.data_end for s in log.segments[:-1]]
+    assert [s.base_offset for s in log.segments[1:]] == ends
+    firsts = [next(s.headers(0, s.size_bytes))[1].base_offset for s in log.segments]
+    assert all(base < first for base, first in zip(ends, firsts[1:]))     # each began in a gap
+    before = values(log)
+    end = log.log_end_offset
+    log.close()
+    log = Log.open(log_dir, COMPACTED, clock, fs, recovery_point=0)
+    assert (values(log), log.log_end_offset) == (before, end)
+    check_log_consistency(log)
+
+
+def test_a_compacted_followers_segment_that_lost_its_tail_ends_the_log(log_dir, clock, fs, caplog):
+    """The hole compaction used to hide: a segment's last batch lost (unsynced), the next
+    segment's file kept. The log ends where the damaged segment's data now ends."""
+    log = follower_of_a_compacted_leader(log_dir, clock, fs)
+    middle = log.segments[1]
+    positions = [position for position, _ in middle.headers(0, middle.size_bytes)]
+    kept = [(o, v) for o, v in values(log) if o < next(middle.headers(positions[-1], middle.size_bytes))[1].base_offset]
+    path = middle.log.path
+    log.close()
+    os.truncate(path, positions[-1])                            # its last batch lost
+    with caplog.at_level(logging.ERROR):
+        log = Log.open(log_dir, COMPACTED, clock, fs, recovery_point=0)
+    assert any("ends short" in r.getMessage() for r in caplog.records)
+    assert values(log) == kept and len(log.segments) == 2
+    check_log_consistency(log)
+
+
+def follower_append(log: Log, offset: int, value: bytes = b"value" * 12) -> None:
+    log.append_as_follower(build_batch([SimpleRecord(value, b"key-%d" % offset)], base_offset=offset,
+                                       partition_leader_epoch=0, timestamp_ms=T0_MS))
+
+
+def test_a_roll_after_a_truncation_into_a_gap_begins_where_the_data_ends(log_dir, clock, fs):
+    """Truncated to an offset the cleaner removed, a log's end is that offset, above its
+    data; a roll right then begins the new segment at the data's end, so the boundary
+    is contiguous for recovery."""
+    log = follower_of_a_compacted_leader(log_dir, clock, fs, segments=2)
+    for _ in range(3):
+        follower_append(log, log.log_end_offset + 5)
+    active = log.active_segment
+    last_base = list(active.headers(0, active.size_bytes))[-1][1].base_offset
+    log.truncate_to(last_base - 2)                               # into the gap before the last batch
+    data_end = active.data_end
+    assert data_end < last_base - 2 == log.log_end_offset
+    follower_append(log, log.log_end_offset, b"v" * 900)        # too big for the active segment: rolls
+    assert len(log.segments) == 3 and log.segments[-1].base_offset == data_end
+    before = values(log)
+    log.close()
+    log = Log.open(log_dir, COMPACTED, clock, fs, recovery_point=0)
+    assert ([s.base_offset for s in log.segments], values(log)) == ([0, log.segments[1].base_offset, data_end], before)
+    check_log_consistency(log)

@@ -177,7 +177,9 @@ def find_dirty_section(log: Log, now_ms: int) -> LogToClean | None:
     config = log.config
     segments = log.segments
     first_dirty = max(log.cleaner_checkpoint, log.log_start_offset)
-    uncleanable = min(segments[-1].base_offset, log.high_watermark)
+    # Below the recovery point too: a cleaned segment may end before the next one begins,
+    # which recovery takes for lost data above the recovery point (log_loader).
+    uncleanable = min(segments[-1].base_offset, log.high_watermark, log.recovery_point)
     clean_bytes, dirty, end_offset = 0, [], first_dirty
     for segment, following in zip(segments, segments[1:]):
         if following.base_offset <= first_dirty:
@@ -245,8 +247,10 @@ def _seal(segment: LogSegment) -> None:
 class Cleaning:
     """One pass over one log, advanced by ``step`` a bounded amount at a time."""
 
-    def __init__(self, section: LogToClean, config: CleanerConfig, now_ms: int):
+    def __init__(self, section: LogToClean, config: CleanerConfig, now_ms: int,
+                 before_swap: Callable[[Log, int], None] | None = None):
         self.log = section.log
+        self._before_swap = before_swap      # called once, before the first swap (LogCleaner)
         self.now_ms = now_ms                 # the pass's time: lag, delete horizons
         self.done = False
         self._first_dirty_offset = section.first_dirty_offset
@@ -401,6 +405,9 @@ class Cleaning:
     def _swap(self, group: list[LogSegment]) -> None:
         _seal(self._writer)
         self._writer = None
+        if self._before_swap is not None:
+            self._before_swap(self.log, self._end_offset)
+            self._before_swap = None
         self.log.replace_segments(group)
         self._groups.pop(0)
         self._segments_after += 1
@@ -419,10 +426,15 @@ class LogCleaner:
     """Picks the filthiest compacted log and cleans it, one bounded step per call.
 
     An ``OSError`` takes the log's directory offline through ``on_io_error(log_dir,
-    error)`` (the ``LogManager``'s handler, as for the log's own I/O)."""
+    error)`` (the ``LogManager``'s handler, as for the log's own I/O).
+    ``before_swap(log, end_offset)`` runs before a pass replaces its first segment: the
+    LogManager makes the recovery point on disk reach ``end_offset`` there, so that
+    recovery never checks the boundaries of cleaned segments (they may end early)."""
 
-    def __init__(self, on_io_error: Callable[[str, OSError], None]):
+    def __init__(self, on_io_error: Callable[[str, OSError], None],
+                 before_swap: Callable[[Log, int], None] | None = None):
         self._on_io_error = on_io_error
+        self._before_swap = before_swap
         self._cleaning: Cleaning | None = None
         self._next_selection_ms = 0                       # monotonic: backoff when idle
         self._uncleanable: set[TopicPartition] = set()
@@ -444,7 +456,7 @@ class LogCleaner:
             if section is None:
                 self._next_selection_ms = monotonic_ms + config.backoff_ms
                 return None
-            cleaning = Cleaning(section, config, now_ms)
+            cleaning = Cleaning(section, config, now_ms, self._before_swap)
             self._cleaning = cleaning
         try:
             if cleaning.step(config.step_bytes):

@@ -135,6 +135,18 @@ class FetchDataInfo(NamedTuple):
     records: FileSlice
 
 
+def _next_base_offset(active: LogSegment, first_offset: int, last_offset: int) -> int:
+    """Where a segment rolled for a batch of offsets ``first_offset..last_offset`` begins:
+    where the active segment's data ends, so that every segment begins where the one
+    before it ends — in a compacted log too, whose batches skip offsets the cleaner
+    removed (a follower of a compacted leader appends across such gaps, and a log
+    truncated into one has its end above its data). Recovery relies on it: a segment
+    that ends short of the next one's base lost its tail (log_loader). Only a batch too
+    far past that end for the new segment's 32-bit relative offsets starts its own."""
+    end = active.data_end
+    return end if end is not None and last_offset - end <= RELATIVE_OFFSET_MAX else first_offset
+
+
 class LocalLog:
     """The segments of one partition directory; see the module docstring.
 
@@ -308,7 +320,7 @@ class LocalLog:
         elif (size > config.segment_bytes - append_bytes
               or segment.offset_index.is_full or segment.time_index.is_full or not offsets_fit
               or segment.time_waited_for_roll(now_ms, max_timestamp) > config.max_segment_ms):
-            self.roll(max(first_offset, self.log_end_offset))
+            self.roll(_next_base_offset(segment, first_offset, last_offset))
         return self.segments[-1]
 
     def roll(self, new_base_offset: int) -> None:

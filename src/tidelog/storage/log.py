@@ -180,19 +180,20 @@ class Log:
              on_io_error: Callable[[str, OSError], None] | None = None,
              background: Background | None = None, topic_partition: TopicPartition | None = None,
              on_recovery_point_lowered: Callable[["Log"], None] | None = None,
-             defer_new_entries: bool = False) -> "Log":
+             defer_new_entries: bool = False, gaps_between_segments: bool = False) -> "Log":
         """Load (or create) the log in ``directory``, recovering what needs it.
 
         ``high_watermark`` is clamped to ``[log_start_offset, log_end_offset]`` (as in
         Kafka, a restarted partition's HW is ``min(checkpointed HW, LEO)``), the
         ``cleaner_checkpoint`` (from ``cleaner-offset-checkpoint``) to the log end offset.
+        ``gaps_between_segments``: see ``load_log``.
         """
         fs = fs or RealFileSystem()
         if topic_partition is None:
             TopicPartition.parse(os.path.basename(directory))  # fail before touching the disk
         loaded = load_log(fs, directory, config, clock.now_ms(), recovery_point=recovery_point,
                           log_start_offset=log_start_offset, had_clean_shutdown=had_clean_shutdown,
-                          defer_new_entries=defer_new_entries)
+                          defer_new_entries=defer_new_entries, gaps_between_segments=gaps_between_segments)
         epoch_file = LeaderEpochCheckpointFile(fs, os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
         cache = LeaderEpochCache.load(epoch_file)
         cache.truncate_from_end(loaded.log_end_offset)

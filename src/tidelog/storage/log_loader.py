@@ -17,9 +17,11 @@ directory holds ``<base_offset:020d>.log`` files and their indexes. Loading:
    (``LogSegment.recover``); the first torn or corrupt batch and everything after
    it are cut. When the cut is in a segment that is not the last one, the later
    segments are deleted and the corruption is logged as an error: data after a
-   hole is never served. In a log that does not compact, a segment that ends short
-   of the next one's base (its unsynced data lost, a later file's pages kept) ends
-   the log the same way.
+   hole is never served. A segment that ends short of the next one's base (its
+   unsynced data lost, a later file's pages kept) ends the log the same way: every
+   segment begins where the one before it ends its data, compacted logs included
+   (LocalLog rolls so; the cleaner rewrites only segments below the recovery point
+   on disk).
 4. The log end offset is the last segment's next offset; the log start offset is
    at least the first segment's base; if it is above the end (the unsynced tail
    was lost), the log restarts empty at the log start offset.
@@ -40,7 +42,14 @@ from tidelog.records.batch import BATCH_HEADER_SIZE_BYTES, read_header
 from tidelog.storage.checkpoint import LEADER_EPOCH_CHECKPOINT
 from tidelog.storage.config import LogConfig
 from tidelog.storage.files import FileSystem
-from tidelog.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_file_name
+from tidelog.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    RELATIVE_OFFSET_MAX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    segment_file_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -68,12 +77,18 @@ class LoadedLog(NamedTuple):
 
 
 def load_log(fs: FileSystem, directory: str, config: LogConfig, now_ms: int, *, recovery_point: int,
-             log_start_offset: int, had_clean_shutdown: bool, defer_new_entries: bool = False) -> LoadedLog:
+             log_start_offset: int, had_clean_shutdown: bool, defer_new_entries: bool = False,
+             gaps_between_segments: bool = False) -> LoadedLog:
     """``defer_new_entries``: a new log's directory and first segment are created without
     fsyncing their directories (listed in ``unsynced_dirs``: the log's first flush
     fsyncs them, ``LocalLog.sync_entries``). Nothing in such a log is durable before
     that flush anyway; a crash before it may leave no directory, or one without the
-    segment, and the log is created again, empty."""
+    segment, and the log is created again, empty.
+
+    ``gaps_between_segments``: a compacted log written before segments were rolled
+    where the previous one's data ends may have legitimate gaps between them (the
+    LogManager says so for a directory an earlier tidelog stopped uncleanly); only a
+    corrupt batch ends such a log early."""
     name = os.path.basename(directory)
     unsynced: list[str] = []
     created = not fs.exists(directory)
@@ -90,7 +105,7 @@ def load_log(fs: FileSystem, directory: str, config: LogConfig, now_ms: int, *, 
         _load_cleanly(fs, directory, segments)
     else:
         floor = max(0, bisect_right([s.base_offset for s in segments], recovery_point) - 1)
-        _recover(fs, directory, segments, floor, contiguous=not config.compact)
+        _recover(fs, directory, segments, floor, contiguous=not (config.compact and gaps_between_segments))
 
     log_end_offset = segments[-1].next_offset
     log_start_offset = max(log_start_offset, segments[0].base_offset)
@@ -216,12 +231,23 @@ def _drop_below_log_start(fs, directory: str, segments: list[LogSegment],
     return segments[keep_from:]
 
 
+def _out_of_relative_reach(end: int, segment: LogSegment) -> bool:
+    """Whether ``segment``'s first batch ends too far past ``end`` for a segment based
+    there (``LocalLog`` starts a segment at its first batch then); False when it has no
+    readable first batch."""
+    try:
+        first = next(segment.headers(0, segment.size_bytes), None)
+    except CorruptRecordError:
+        return False
+    return first is not None and first[1].last_offset - end > RELATIVE_OFFSET_MAX
+
+
 def _load_cleanly(fs, directory: str, segments: list[LogSegment]) -> None:
     last = segments[-1]
     try:
         next_offset, end = last.read_next_offset()
         if end == last.size_bytes:
-            last.next_offset = next_offset
+            last.next_offset = last.data_end = next_offset
             return
         problem = f"its last whole batch ends at {end}, the file at {last.size_bytes}"
     except CorruptRecordError as e:
@@ -233,17 +259,21 @@ def _load_cleanly(fs, directory: str, segments: list[LogSegment]) -> None:
 
 def _recover(fs, directory: str, segments: list[LogSegment], first: int, contiguous: bool = False) -> None:
     """Recover ``segments[first:]``; cut everything after the first bad batch — and,
-    for a log that is not compacted (``contiguous``: each segment ends where the next
-    begins), after the first segment that ends short of the next one's base offset: a
-    crash kept a later file's pages (written back by the kernel, or a torn write) and
-    lost the earlier one's (simulator seed 44352: segment 2054 came back empty, 2064
-    with a torn batch, and the log ended at 2064 without 2054..2063). A compacted log's
-    cleaned segments may end early by design."""
+    where segments are ``contiguous`` (each begins where the one before ends its data:
+    ``LocalLog`` rolls so, in compacted logs too), after the first segment that ends
+    short of the next one's base offset: a crash kept a later file's pages (written
+    back by the kernel, or a torn write) and lost the earlier one's (simulator seed
+    44352: segment 2054 came back empty, 2064 with a torn batch, and the log ended at
+    2064 without 2054..2063). The log cleaner rewrites only segments below the recovery
+    point on disk, where none of this is checked; a segment that begins past the end
+    before it because its first batch could not be indexed there (32-bit relative
+    offsets) is no hole either."""
     cut_bytes = 0
     for i in range(first, len(segments)):
         later = segments[i + 1:]
         cut_bytes = segments[i].recover(later[0].base_offset if later else None)
-        short = contiguous and bool(later) and segments[i].next_offset < later[0].base_offset
+        short = (contiguous and bool(later) and segments[i].next_offset < later[0].base_offset
+                 and not _out_of_relative_reach(segments[i].next_offset, later[0]))
         if (cut_bytes or short) and later:
             logger.error("%s: segment %d %s at offset %d, in the middle of the log; deleting the %d "
                          "later segments (offsets %d..%d are dropped and must be fetched again)",

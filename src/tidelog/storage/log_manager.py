@@ -97,6 +97,10 @@ logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 META_PROPERTIES_FILE = "meta.properties"
+# Written into meta.properties once every compacted log of the directory rolls its segments
+# contiguously (docs/storage.md, "Recovery"): a directory without it was last stopped
+# uncleanly by an earlier tidelog, whose compacted logs may have gaps between segments.
+CONTIGUOUS_SEGMENTS_KEY = "tidelog.contiguous.segments"
 _META_PROPERTIES_SIZE_MAX_BYTES = 64 * 1024
 PARTITION_METADATA_FILE = "partition.metadata"
 _PARTITION_METADATA_SIZE_MAX_BYTES = 4096
@@ -125,6 +129,7 @@ class LogManager:
         self._logs: _CountedDict[TopicPartition, Log] = _CountedDict()      # changes counted: _timed_flush
         # log dir → the recovery points its checkpoint file holds (read at start, then as written)
         self._recovery_points_on_disk: dict[str, Mapping[TopicPartition, int]] = {}
+        self._gaps_between_segments: set[str] = set()   # dirs without CONTIGUOUS_SEGMENTS_KEY (legacy)
         self._timed_flush: tuple[tuple[int, int], list[Log]] = ((-1, -1), [])
         self._topic_ids: dict[TopicPartition, uuid.UUID] = {}    # partition.metadata, as read or written
         self._dir_of: _CountedDict[TopicPartition, str] = _CountedDict()   # changes counted: placements_version
@@ -137,7 +142,7 @@ class LogManager:
         self._new_directory_id = new_directory_id
         self._locks: dict[str, FileLock] = {}
         self._deletions = 0
-        self._cleaner = LogCleaner(self._on_io_error)
+        self._cleaner = LogCleaner(self._on_io_error, self._recovery_point_on_disk_at_least)
         # Replicas being moved to another directory (tp → its future log), and the
         # directory AlterReplicaLogDirs asked for a partition not hosted yet.
         self._futures: dict[TopicPartition, FutureLog] = {}
@@ -177,6 +182,9 @@ class LogManager:
             log_start_offsets = self._checkpoint(log_dir, LOG_START_OFFSET_CHECKPOINT).read()
             high_watermarks = self._checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT).read()
             cleaner_checkpoints = self._checkpoint(log_dir, CLEANER_OFFSET_CHECKPOINT).read()
+            gaps = not self._segments_contiguous(log_dir, had_clean_shutdown)
+            if gaps:
+                self._gaps_between_segments.add(log_dir)
             found.checkpoints[log_dir] = (recovery_points, log_start_offsets, had_clean_shutdown)
             for name in fs.listdir(log_dir):
                 tp = self._partition_dir(log_dir, name, found)
@@ -191,7 +199,8 @@ class LogManager:
                     recovery_point=recovery_points.get(tp, 0), log_start_offset=log_start_offsets.get(tp, 0),
                     high_watermark=high_watermarks.get(tp, 0), cleaner_checkpoint=cleaner_checkpoints.get(tp, 0),
                     had_clean_shutdown=had_clean_shutdown, on_io_error=self._on_io_error,
-                    on_recovery_point_lowered=self._recovery_point_lowered, background=self._background)
+                    on_recovery_point_lowered=self._recovery_point_lowered, background=self._background,
+                    gaps_between_segments=gaps)
                 self._dir_of[tp] = log_dir
         except (OSError, StorageError) as e:
             self._mark_dir_offline(log_dir, e)
@@ -205,13 +214,8 @@ class LogManager:
         """The ``directory.id`` of ``log_dir``'s ``meta.properties``; a new one, written
         into the file (its other lines kept), if it has none or an unusable one."""
         path = os.path.join(log_dir, META_PROPERTIES_FILE)
-        lines: list[str] = []
-        if self.fs.exists(path):
-            try:
-                text = read_whole_file(self.fs, path, _META_PROPERTIES_SIZE_MAX_BYTES).decode("utf-8")
-            except (ValueError, UnicodeDecodeError) as e:     # ValueError: too large
-                raise StorageError(f"{path} is unreadable: {e}") from e
-            lines = text.splitlines()
+        lines = self._meta_properties_lines(path)
+        if lines:
             for line in lines:
                 key, _, value = line.partition("=")
                 if key.strip() == "directory.id":
@@ -227,6 +231,30 @@ class LogManager:
         write_file_atomically(self.fs, path, ("\n".join(kept) + "\n").encode())
         logger.debug("%s: new directory id %s", log_dir, format_directory_id(directory_id))
         return directory_id
+
+    def _meta_properties_lines(self, path: str) -> list[str]:
+        if not self.fs.exists(path):
+            return []
+        try:
+            return read_whole_file(self.fs, path, _META_PROPERTIES_SIZE_MAX_BYTES).decode("utf-8").splitlines()
+        except (ValueError, UnicodeDecodeError) as e:     # ValueError: too large
+            raise StorageError(f"{path} is unreadable: {e}") from e
+
+    def _segments_contiguous(self, log_dir: str, had_clean_shutdown: bool) -> bool:
+        """Whether every compacted log of ``log_dir`` begins each segment where the one
+        before ends (``CONTIGUOUS_SEGMENTS_KEY``). A directory without the key that an
+        earlier tidelog stopped cleanly (every boundary is then below the recovery point
+        on disk, never checked again) or that holds no partition yet gets it now, before
+        anything is appended; one stopped uncleanly gets it at its next clean shutdown."""
+        path = os.path.join(log_dir, META_PROPERTIES_FILE)
+        lines = self._meta_properties_lines(path)
+        if any(line.partition("=")[0].strip() == CONTIGUOUS_SEGMENTS_KEY for line in lines):
+            return True
+        if not had_clean_shutdown and any(self.fs.is_dir(os.path.join(log_dir, name))
+                                          for name in self.fs.listdir(log_dir)):
+            return False
+        write_file_atomically(self.fs, path, ("\n".join([*lines, f"{CONTIGUOUS_SEGMENTS_KEY}=true"]) + "\n").encode())
+        return True
 
     def _partition_dir(self, log_dir: str, name: str, found: "_Found") -> TopicPartition | None:
         """The partition of a current log's directory; None for anything else (a
@@ -292,7 +320,8 @@ class LogManager:
                         recovery_point=recovery_points.get(tp, 0), log_start_offset=log_start_offsets.get(tp, 0),
                         had_clean_shutdown=had_clean_shutdown, on_io_error=self._on_io_error,
                         on_recovery_point_lowered=self._recovery_point_lowered,
-                        background=self._background, topic_partition=topic_partition)
+                        background=self._background, topic_partition=topic_partition,
+                        gaps_between_segments=log_dir in self._gaps_between_segments)
 
     def _remove_deleted_dir(self, log_dir: str, name: str) -> None:
         if log_dir in self._offline_dirs:
@@ -734,6 +763,21 @@ class LogManager:
         except OSError as e:
             self._mark_dir_offline(log_dir, e)
 
+    def _recovery_point_on_disk_at_least(self, log: Log, offset: int) -> None:
+        """Before the cleaner swaps segments below ``offset`` (at most ``log``'s recovery
+        point): write the directory's checkpoint if the one on disk is below it."""
+        log_dir = self._dir_of.get(log.topic_partition)
+        if log_dir is None or self._logs.get(log.topic_partition) is not log:
+            return
+        on_disk = self._recovery_points_on_disk.get(log_dir, {}).get(log.topic_partition)
+        if on_disk is not None and on_disk >= offset:
+            return
+        try:
+            self._write_offsets_checkpoints(log_dir)
+        except OSError as e:
+            self._mark_dir_offline(log_dir, e)
+            raise StorageError(f"{log_dir}: cannot write {RECOVERY_POINT_OFFSET_CHECKPOINT}: {e}") from e
+
     def checkpoint_log_start_offsets(self) -> None:
         self._write_per_dir(LOG_START_OFFSET_CHECKPOINT, lambda log: log.log_start_offset)
 
@@ -783,6 +827,9 @@ class LogManager:
                     for log in (*logs.values(), *futures):
                         log.flush()
                     self._write_dir_checkpoints(log_dir, logs)
+                    if log_dir in self._gaps_between_segments:   # every boundary now below the recovery point
+                        self._segments_contiguous(log_dir, had_clean_shutdown=True)
+                        self._gaps_between_segments.discard(log_dir)
                 for log in (*logs.values(), *futures):
                     log.close()
                 if log_dir not in self._offline_dirs:

@@ -105,6 +105,10 @@ class LogSegment:
         # (epoch, first offset) wherever a scan (recovery) found a newer leader epoch
         self.scanned_epochs: list[tuple[int, int]] = []
         self.next_offset: int | None = base_offset if new else None  # known when active
+        # The offset after the last batch (the base offset when empty), known when active:
+        # below next_offset after a truncation into offsets a compaction removed (the log
+        # end is the offset asked for). A segment rolled next begins here (LocalLog.roll).
+        self.data_end: int | None = base_offset if new else None
         # offset -> position of the batch that starts there, learned from reads;
         # valid until a truncation (which clears it).
         self._read_positions: dict[int, int] = {}
@@ -177,7 +181,7 @@ class LogSegment:
         if self._first_batch_timestamp is None and position == 0:
             self._first_batch_timestamp = batches[0].max_timestamp
         self._index_batches(position, batches)
-        self.next_offset = next_offset
+        self.next_offset = self.data_end = next_offset
         self.last_modified_ms = now_ms
         return position
 
@@ -366,6 +370,7 @@ class LogSegment:
         self.log.truncate(position)
         self.log.fsync()
         self.next_offset = min(offset, header.base_offset)
+        self.data_end = self.read_next_offset()[0] if position else self.base_offset
         self.bytes_since_last_index_entry = 0
         self._recompute_max_timestamp()
         if position == 0:
@@ -389,7 +394,7 @@ class LogSegment:
         """
         valid_end, next_offset, problem = self._scan_and_index(next_segment_base_offset)
         size = self.size_bytes
-        self.next_offset = next_offset
+        self.next_offset = self.data_end = next_offset
         if valid_end < size:
             logger.warning("segment %s: %s; truncating %d bytes at position %d (offset %d)",
                            self._path(LOG_SUFFIX), problem, size - valid_end, valid_end, next_offset)
