@@ -248,8 +248,10 @@ class LogManager:
         anything is appended; one stopped uncleanly gets it at its next clean shutdown."""
         path = os.path.join(log_dir, META_PROPERTIES_FILE)
         lines = self._meta_properties_lines(path)
-        if any(line.partition("=")[0].strip() == CONTIGUOUS_SEGMENTS_KEY for line in lines):
-            return True
+        for line in lines:
+            key, _, value = line.partition("=")
+            if key.strip() == CONTIGUOUS_SEGMENTS_KEY:
+                return value.strip() == "true"      # set by hand to anything else: the old rule
         if not had_clean_shutdown and any(self.fs.is_dir(os.path.join(log_dir, name))
                                           for name in self.fs.listdir(log_dir)):
             return False
