@@ -15,7 +15,9 @@ measures, in order:
    in Metadata (asked at broker 2), and the controller's CPU (utime+stime over wall time)
    meanwhile;
 6. **rejoin**: broker 1 started again; the time until it is in the ISR of every
-   partition it is a replica of (RF>1);
+   partition it is a replica of (RF>1); and how many *other* brokers the controller
+   fenced through steps 5 and 6 (its log's "fenced broker N" lines: 0 expected — its
+   own long steps must not expire the sessions of brokers that stayed up);
 7. **clean restart** of the whole cluster (SIGTERM, controlled shutdown, then start):
    the brokers' log loading (the first log line to "loaded N logs", from each
    server.log) and the time until every partition has a leader again.
@@ -243,6 +245,8 @@ def _measure(cluster, total: int, rf: int, topics_per_request: int, note, figure
     led = {key for key, p in found.items() if p.leader_id == first}
     note("leaders per broker before the kill (min/max)",
          min(leaders.get(b.node_id, 0) for b in layout.brokers) * 1.0, f"/ {max(leaders.values())}")
+    controller_log = os.path.join(cluster.processes._node_dir(controller), "server.log")
+    controller_log_from = os.path.getsize(controller_log)
     cpu_before = cpu_s(controller.pid)
     killed_at = time.monotonic()
     cluster.kill(first)
@@ -272,6 +276,13 @@ def _measure(cluster, total: int, rf: int, topics_per_request: int, note, figure
         return all(first in p.isr_nodes for p in partitions(answer[0]).values() if first in p.replica_nodes)
     until(rejoined, 1800, f"broker {first} back in every ISR", 0.5)
     note("restart -> back in every ISR", time.monotonic() - restarted_at, "s")
+    # The controller's own stalls (a fence or an unfence re-elects thousands of partitions
+    # in one step) must not expire the sessions of the brokers that stayed up.
+    with open(controller_log, "rb") as f:
+        f.seek(controller_log_from)
+        fenced = re.findall(rb"fenced broker (\d+): its session expired", f.read())
+    note("brokers fenced besides the killed one (failover and rejoin)",
+         sum(1.0 for n in fenced if int(n) != first), "")
     note("longest broker loop stall: rejoin", longest_stall_ms(cluster, layout.brokers, restarted_at, time.monotonic()),
          "ms")
 
