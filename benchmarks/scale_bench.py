@@ -281,6 +281,7 @@ def _measure(cluster, total: int, rf: int, topics_per_request: int, note, figure
     with open(controller_log, "rb") as f:
         f.seek(controller_log_from)
         fenced = re.findall(rb"fenced broker (\d+): its session expired", f.read())
+    note("killed broker fenced (the count's own check: 1)", sum(1.0 for n in fenced if int(n) == first), "")
     note("brokers fenced besides the killed one (failover and rejoin)",
          sum(1.0 for n in fenced if int(n) != first), "")
     note("longest broker loop stall: rejoin", longest_stall_ms(cluster, layout.brokers, restarted_at, time.monotonic()),
