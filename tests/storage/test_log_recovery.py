@@ -533,3 +533,32 @@ def test_a_roll_after_a_truncation_into_a_gap_begins_where_the_data_ends(log_dir
     log = Log.open(log_dir, COMPACTED, clock, fs, recovery_point=0)
     assert ([s.base_offset for s in log.segments], values(log)) == ([0, log.segments[1].base_offset, data_end], before)
     check_log_consistency(log)
+
+
+def test_a_segment_loaded_below_the_recovery_point_and_truncated_knows_where_its_data_ends(log_dir, clock, fs):
+    """A directory an earlier tidelog wrote (a follower's segment named after its first
+    batch, past a gap), later stopped cleanly: its first segment is never scanned. A
+    truncation into the gap deletes the later segment and cuts nothing from the first,
+    which becomes the active one; the segment rolled after it must begin where its data
+    ends, or the next recovery takes the boundary for a hole and drops what followed."""
+    log = follower_of_a_compacted_leader(log_dir, clock, fs, segments=2)
+    first_end = log.segments[0].data_end
+    second = log.segments[1]
+    first_batch = next(second.headers(0, second.size_bytes))[1].base_offset
+    assert first_end < first_batch
+    log.close()
+    for suffix in (".log", ".index", ".timeindex"):             # the earlier naming: at its first batch
+        old = os.path.join(log_dir, f"{first_end:020d}{suffix}")
+        if os.path.exists(old):
+            os.rename(old, os.path.join(log_dir, f"{first_batch:020d}{suffix}"))
+    log = Log.open(log_dir, COMPACTED, clock, fs, recovery_point=first_batch, gaps_between_segments=True)
+    assert [s.base_offset for s in log.segments] == [0, first_batch] and log.segments[0].data_end is None
+    log.truncate_to(first_end + 2)                              # into the gap: the second segment goes
+    assert len(log.segments) == 1 and log.log_end_offset == first_end + 2
+    follower_append(log, first_end + 2, b"v" * 900)            # rolls at once
+    assert [s.base_offset for s in log.segments] == [0, first_end]
+    before = values(log)
+    log.close()
+    log = Log.open(log_dir, COMPACTED, clock, fs, recovery_point=0)
+    assert values(log) == before
+    check_log_consistency(log)
