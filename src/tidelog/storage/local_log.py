@@ -504,8 +504,6 @@ class LocalLog:
         _, first_dropped_base = active.truncate_to(offset)
         new_end = min(offset, first_dropped_base if first_dropped_base is not None else offset)
         active.next_offset = new_end
-        if active.data_end is None:      # was inactive (loaded or cleaned) and nothing in it was cut
-            active.data_end = active.read_next_offset()[0]
         logger.info("%s: truncated to offset %d (asked %d), deleting %d segments", self.topic_partition,
                     new_end, offset, len(doomed))
         self.log_end_offset = new_end

@@ -215,13 +215,12 @@ class LogManager:
         into the file (its other lines kept), if it has none or an unusable one."""
         path = os.path.join(log_dir, META_PROPERTIES_FILE)
         lines = self._meta_properties_lines(path)
-        if lines:
-            for line in lines:
-                key, _, value = line.partition("=")
-                if key.strip() == "directory.id":
-                    directory_id = parse_directory_id(value.strip())
-                    if directory_id is not None:
-                        return directory_id
+        for line in lines:
+            key, _, value = line.partition("=")
+            if key.strip() == "directory.id":
+                directory_id = parse_directory_id(value.strip())
+                if directory_id is not None:
+                    return directory_id
         directory_id = self._new_directory_id() if self._new_directory_id is not None \
             else _directory_id_of_path(log_dir)
         kept = [line for line in lines if line.partition("=")[0].strip() != "directory.id"]
@@ -754,31 +753,34 @@ class LogManager:
         """A truncation lowered ``log``'s recovery point (``Log._recovery_point_lowered``):
         if its directory's checkpoint holds a higher one, write the checkpoint now, before
         the log takes records again below the old value."""
-        log_dir = self._dir_of.get(log.topic_partition)
-        if log_dir is None or log_dir in self._offline_dirs or self._logs.get(log.topic_partition) is not log:
-            return
-        on_disk = self._recovery_points_on_disk.get(log_dir, {}).get(log.topic_partition)
-        if on_disk is None or log.recovery_point >= on_disk:
+        found = self._recovery_point_on_disk(log)
+        if found is None or found[1] is None or log.recovery_point >= found[1]:
             return
         try:
-            self._write_offsets_checkpoints(log_dir)
+            self._write_offsets_checkpoints(found[0])
         except OSError as e:
-            self._mark_dir_offline(log_dir, e)
+            self._mark_dir_offline(found[0], e)
 
     def _recovery_point_on_disk_at_least(self, log: Log, offset: int) -> None:
         """Before the cleaner swaps segments below ``offset`` (at most ``log``'s recovery
         point): write the directory's checkpoint if the one on disk is below it."""
-        log_dir = self._dir_of.get(log.topic_partition)
-        if log_dir is None or self._logs.get(log.topic_partition) is not log:
+        found = self._recovery_point_on_disk(log)
+        if found is None or (found[1] is not None and found[1] >= offset):
             return
-        on_disk = self._recovery_points_on_disk.get(log_dir, {}).get(log.topic_partition)
-        if on_disk is not None and on_disk >= offset:
-            return
+        log_dir = found[0]
         try:
             self._write_offsets_checkpoints(log_dir)
         except OSError as e:
             self._mark_dir_offline(log_dir, e)
             raise StorageError(f"{log_dir}: cannot write {RECOVERY_POINT_OFFSET_CHECKPOINT}: {e}") from e
+
+    def _recovery_point_on_disk(self, log: Log) -> tuple[str, int | None] | None:
+        """``(log's directory, the recovery point its checkpoint holds for it, None if
+        none)``; None when ``log`` is not a current log of an online directory."""
+        log_dir = self._dir_of.get(log.topic_partition)
+        if log_dir is None or log_dir in self._offline_dirs or self._logs.get(log.topic_partition) is not log:
+            return None
+        return log_dir, self._recovery_points_on_disk.get(log_dir, {}).get(log.topic_partition)
 
     def checkpoint_log_start_offsets(self) -> None:
         self._write_per_dir(LOG_START_OFFSET_CHECKPOINT, lambda log: log.log_start_offset)

@@ -357,6 +357,8 @@ class LogSegment:
         """
         found = self.translate_offset(offset)
         if found is None:
+            if self.data_end is None:       # loaded unscanned; nothing to cut
+                self.data_end = self.read_next_offset()[0]
             return 0, None
         position, header = found
         if header is None:
