@@ -142,12 +142,14 @@ spark-cds: $(STAMP)
 	@$(PY) -m tests.spark.cds
 
 # The deterministic simulator over thousands of seeds (beyond the 50 that `make test`
-# runs), then longer fault phases; and the long real-process chaos run. A failing
+# runs), then longer fault phases, then compacted topics; and the long real-process
+# chaos run. A failing
 # seed prints the one command that replays it (docs/simulation.md).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 sim-long: $(STAMP)
 	$(PY) -m tidelog.sim --seeds 1000-3999 --jobs $(JOBS) --keep-going
 	$(PY) -m tidelog.sim --seeds 0-199 --long --jobs $(JOBS) --keep-going
+	$(PY) -m tidelog.sim --seeds 0-599 --compact --jobs $(JOBS) --keep-going
 
 chaos-long: $(STAMP)
 	$(PY) -m tidelog.chaos --long --seeds 1-3

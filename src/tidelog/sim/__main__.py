@@ -4,6 +4,7 @@
     python -m tidelog.sim --seed 17 --trace         # print every event as it happens
     python -m tidelog.sim --seeds 0-999 --jobs 4    # many seeds, in 4 processes
     python -m tidelog.sim --seeds 0-99 --long       # longer fault phases (make sim-long runs both)
+    python -m tidelog.sim --seeds 0-99 --compact    # the topics compacted: keyed records, a busy cleaner
     python -m tidelog.sim --seed 17 --defect truncate-to-high-watermark
     python -m tidelog.sim --seeds 0-49 --controllers 3   # force the controller quorum's size
     python -m tidelog.sim --scenario kip-101-1      # a named fault scenario; --scenario list
@@ -36,11 +37,11 @@ def _run_one(job, echo: bool = False):
     from tidelog.sim.disk import scratch_directory
     from tidelog.sim.loop import Trace
     from tidelog.sim.simulation import run_seed
-    seed, long, defect, tail, controllers, elr, log_ends = job
+    seed, long, defect, tail, controllers, elr, log_ends, compact = job
     directory = scratch_directory(f"tidelog-sim-{seed}-")
     try:
         return run_seed(seed, directory, long=long, defect=defect, trace=Trace(echo=echo, keep=max(tail, 1)),
-                        controllers=controllers, elr=elr, log_ends=log_ends)
+                        controllers=controllers, elr=elr, log_ends=log_ends, compact=compact)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -58,11 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs > 1 and len(seeds) > 1:
         from concurrent.futures import ProcessPoolExecutor
         pool = ProcessPoolExecutor(args.jobs)
-        results = pool.map(_run_one, [(seed, args.long, args.defect, args.tail, args.controllers, elr, log_ends)
-                                             for seed in seeds], chunksize=4)
+        results = pool.map(_run_one, [(seed, args.long, args.defect, args.tail, args.controllers, elr, log_ends,
+                                       args.compact) for seed in seeds], chunksize=4)
     else:
         pool = None
-        results = (_run_one((seed, args.long, args.defect, args.tail, args.controllers, elr, log_ends),
+        results = (_run_one((seed, args.long, args.defect, args.tail, args.controllers, elr, log_ends, args.compact),
                             echo=args.trace and len(seeds) == 1)
                    for seed in seeds)
     sizes: dict[int, int] = {}
@@ -95,6 +96,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, help="run (replay) one seed")
     parser.add_argument("--seeds", help="a range or list of seeds: 0-999 or 1,5,9")
     parser.add_argument("--long", action="store_true", help="longer fault phases (sim-long)")
+    parser.add_argument("--compact", action="store_true",
+                        help="the seeds' topics compacted (cleanup.policy=compact, keyed records, small "
+                             "segments, a busy cleaner): the checker holds them to the last value of every key")
     parser.add_argument("--defect", help="plant a defect (see tidelog/sim/defects.py)")
     parser.add_argument("--trace", action="store_true", help="print every event")
     parser.add_argument("--tail", type=int, default=60, help="trace lines shown on failure (default 60)")
@@ -141,7 +145,7 @@ def _print_failure(result, args) -> None:
         for line in result.trace_tail[-args.tail:]:
             print(f"    {line}")
     print(f"  replay: python -m tidelog.sim --seed {result.seed}"
-          + (" --long" if args.long else "") + (f" --defect {args.defect}" if args.defect else "")
+          + (" --long" if args.long else "") + (" --compact" if args.compact else "") + (f" --defect {args.defect}" if args.defect else "")
           + (f" --controllers {args.controllers}" if args.controllers else "")
           + (" --elr off" if args.elr != "on" else "") + (" --log-ends off" if args.log_ends != "on" else "")
           + " --trace")
@@ -171,7 +175,9 @@ def _print_totals(total, sizes: dict[int, int], headline: str) -> None:
           f"{sum(total.controller_faults.values())} "
           f"({', '.join(f'{k} {v}' for k, v in sorted(total.controller_faults.items()))}), "
           f"{total.metadata_records_committed} metadata offsets committed"
-          + (f", {total.voter_changes} voter changes committed" if total.voter_changes else ""))
+          + (f", {total.voter_changes} voter changes committed" if total.voter_changes else "")
+          + (f"; compaction: {total.compaction_rewrites} cleaner swaps seen, {total.compacted_away} committed "
+             f"records superseded and gone at the end" if total.compaction_rewrites or total.compacted_away else ""))
 
 
 if __name__ == "__main__":

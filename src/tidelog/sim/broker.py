@@ -133,6 +133,7 @@ class SimBroker(NetworkNode):
         self.channel: ControllerChannel | None = None
         self.config = self._broker_config()
         self.starts = 0
+        self._ends_at_exit: dict | None = None   # tp -> (log dir, log end) when the process last exited
         self.node: BrokerNode | None = None
         # The request layer (tidelog.broker.requests), new with each process.
         self.txn: TxnRequests | None = None
@@ -166,7 +167,8 @@ class SimBroker(NetworkNode):
             "transaction.state.log.num.partitions": str(c.txn_partitions),
             "transactional.id.expiration.ms": str(c.txn_id_expiration_ms),
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
-            "tidelog.unclean.recovery.log.ends.enable": str(c.replica_log_ends).lower()})
+            "tidelog.unclean.recovery.log.ends.enable": str(c.replica_log_ends).lower(),
+            "log.cleaner.backoff.ms": str(c.log_cleaner_backoff_ms)})
 
     # ================================================================ the node's state
 
@@ -217,6 +219,9 @@ class SimBroker(NetworkNode):
             controlled_shutdown_timeout_ms=CONTROLLED_SHUTDOWN_TIMEOUT_MS,
             new_member_id=lambda prefix: f"{prefix}-{self.broker_id}.{self.starts}.{next(member_ids)}",
             background=self._background, new_directory_id=self._new_directory_id)
+        ends, self._ends_at_exit = self._ends_at_exit, None
+        if ends:
+            self.sim.checker.on_logs_loaded(self.broker_id, ends, self.node.log_manager)
         self.txn = TxnRequests(self.node, self.clock, self._send)
         self.node.txn_coordinator.take_producer_id = self.sim.next_producer_id
         self.produce = ProduceRequests(self.node, self.txn)
@@ -239,13 +244,30 @@ class SimBroker(NetworkNode):
 
     def kill(self) -> None:
         """kill -9 (the machine stays up): nothing written is lost."""
+        self._ends_at_exit = self._log_ends()
         self._end()
         self.disk.process_exit()
 
     def power_cut(self, tear: bool) -> dict[str, int]:
         """The machine loses power: unsynced bytes are gone (maybe one torn write)."""
+        self._ends_at_exit = None
         self._end()
         return self.disk.power_cut(self.sim.rng, tear)
+
+    def disk_replaced(self, log_dir: str) -> None:
+        """Its logs start empty: nothing to load back."""
+        if self._ends_at_exit:
+            self._ends_at_exit = {tp: v for tp, v in self._ends_at_exit.items() if v[0] != log_dir}
+
+    def _log_ends(self) -> dict:
+        """Where each log on a working directory ends, as the process exits: all of it is
+        on disk (written, maybe not synced), so the next start must load it back whole
+        (``Checker.on_logs_loaded``). A disk replaced meanwhile starts empty
+        (``SimDisk.replace``: the directory's logs are left out then)."""
+        manager = self.log_manager
+        return {log.topic_partition: (manager.log_dir_of(log.topic_partition), log.log_end_offset)
+                for log in manager.all_logs()
+                if not log.is_offline and not self.disk.is_failing(manager.log_dir_of(log.topic_partition))}
 
     def stop(self) -> None:
         """SIGTERM: controlled shutdown first (when others can take over), then a clean stop."""
@@ -255,6 +277,7 @@ class SimBroker(NetworkNode):
         if not self.up:
             return
         self.node.shutdown()
+        self._ends_at_exit = self._log_ends()
         self._end()
         self.disk.process_exit()
         self.loop.trace.add(self.loop.now_ms, self.name, "stopped cleanly")

@@ -114,24 +114,39 @@ class InvariantViolation(AssertionError):
         self.detail = detail
 
 
-# (batch crc, batch leader epoch, value) identifies a record's bytes: the CRC covers
-# everything in the batch after it, base offset and epoch sit beside it.
-RecordId = tuple[int, int, bytes]
+# (batch crc, batch leader epoch, value, key) identifies a record's bytes: the CRC covers
+# everything in the batch after it, base offset and epoch sit beside it. (The key is
+# covered by the CRC too; it is kept for compacted topics.) On a compacted topic the
+# CRC is left out (0): a cleaner rewrites a batch it removed records from, and each
+# replica's cleaner runs on its own.
+RecordId = tuple[int, int, bytes, bytes | None]
+
+
+def record_id(header, record, compacted: bool = False) -> RecordId:
+    return (0 if compacted else header.crc, header.partition_leader_epoch, record.value, record.key)
 
 
 class LogMirror:
     """What one replica's log holds, read incrementally."""
 
-    def __init__(self):
+    def __init__(self, compacted: bool = False):
+        self.compacted = compacted   # a compacted topic's replica (``record_id``)
         self.log = None
         self.start = 0
         self.end = 0
         self.records: dict[int, RecordId] = {}
         self.generation = 0          # bumped whenever records may have changed below ``end``
         self.committed_upto = (0, 0)  # (generation, offset): compared with the history up to here
+        self.segments: tuple = ()    # a compacted log's segments (objects) when last read
+        self.rewrites = 0            # times the cleaner was seen to rewrite the log (read again)
 
     def refresh(self, log) -> None:
-        if log is not self.log or log.log_start_offset != self.start:
+        segments = _segments_of(log)
+        rewritten = segments[:len(self.segments) - 1] != self.segments[:-1]   # beyond a roll
+        self.segments = segments
+        if rewritten and log is self.log:
+            self.rewrites += 1
+        if log is not self.log or log.log_start_offset != self.start or rewritten:
             self.log, self.start, self.end = log, log.log_start_offset, log.log_start_offset
             self.records = {}
             self.generation += 1
@@ -148,9 +163,15 @@ class LogMirror:
             for position, header in iter_batches(data):
                 for record in iter_records(data, position):
                     if record.offset >= self.end:
-                        self.records[record.offset] = (header.crc, header.partition_leader_epoch, record.value)
+                        self.records[record.offset] = record_id(header, record, self.compacted)
                 self.end = max(self.end, header.next_offset)
         self.end = target
+
+
+def _segments_of(log) -> tuple:
+    """A compacted log's segment objects (the cleaner swaps segments below the log end,
+    which neither its start nor its end shows); () for any other log."""
+    return tuple(log.segments) if log.config.compact and not log.is_offline else ()
 
 
 @dataclass
@@ -164,10 +185,40 @@ class History:
     # and those of them a last known eligible replica held (the election waits for those)
     held_at_reset: set = field(default_factory=set)
     held_eligible_at_reset: set = field(default_factory=set)
+    compacted: bool = False          # a compacted topic (``--compact``): keys and ``latest`` matter
+    latest: dict[bytes, int] = field(default_factory=dict)   # key -> offset of its last committed record
+    # A compacted topic's history reset: below the new leader's log end then, a replica
+    # may lack records for good (``may_lack``)
+    tainted_below: int = 0
 
     @property
     def end(self) -> int:
         return max(self.records) + 1 if self.records else 0
+
+    def add(self, offset: int, record: RecordId, epoch: int) -> None:
+        self.records[offset] = (record, epoch)
+        key = record[3]
+        if self.compacted and key is not None and self.latest.get(key, -1) < offset:
+            self.latest[key] = offset
+
+    def clear(self) -> None:
+        self.records = {}
+        self.latest = {}
+
+    def superseded(self, offset: int, record: RecordId | None) -> bool:
+        """Whether compaction may remove ``record`` at ``offset``: a later committed record
+        has its key (Kafka's promise for a compacted topic: the last value of every key)."""
+        return (self.compacted and record is not None and record[3] is not None
+                and self.latest.get(record[3], -1) > offset)
+
+    def may_lack(self, offset: int, record: RecordId | None) -> bool:
+        """Whether a replica of a compacted topic may lack ``record`` at ``offset``: it was
+        superseded, or it lies below where a new leader's log ended when the history was
+        reset (an unclean election, the last replica standing): a follower's cleaner may
+        have removed it for a later record of its key that the new leader never had, and
+        the follower truncates only down to where the new leader's log ended. Kafka's
+        cleaner does the same; the loss is the reset's, already excused."""
+        return self.superseded(offset, record) or (self.compacted and offset < self.tainted_below)
 
 
 @dataclass(frozen=True)
@@ -256,7 +307,11 @@ class Checker:
         self.scope_states: dict[str, tuple] = {}  # process -> what _scope_state said when last looked at
 
     def history(self, tp: TopicPartition) -> History:
-        return self.histories.setdefault(tp, History())
+        history = self.histories.get(tp)
+        if history is None:
+            compacted = any(t.name == tp.topic and t.compact for t in self.sim.config.topics)
+            history = self.histories[tp] = History(compacted=compacted)
+        return history
 
     # ================================================================ after every event
 
@@ -310,7 +365,7 @@ class Checker:
         key = (broker.broker_id, tp)
         incarnation = broker.owned.incarnation
         state = (incarnation, partition.leader, partition.leader_epoch, log.log_start_offset,
-                 log.high_watermark, log.log_end_offset, id(log), partition.isr)
+                 log.high_watermark, log.log_end_offset, id(log), partition.isr, _segments_of(log))
         seen = self.seen.get(key)
         if seen is not None and seen.state == state:
             return
@@ -319,7 +374,9 @@ class Checker:
         if not log.log_start_offset <= log.high_watermark <= log.log_end_offset:
             raise InvariantViolation("10.2-offsets-ordered", f"{where}: log start {log.log_start_offset}, "
                                      f"HW {log.high_watermark}, LEO {log.log_end_offset}")
-        mirror = self.mirrors.setdefault(key, LogMirror())
+        mirror = self.mirrors.get(key)
+        if mirror is None:
+            mirror = self.mirrors[key] = LogMirror(self.history(tp).compacted)
         if not log.is_offline:   # an offline log's files are closed; its last mirror stands
             mirror.refresh(log)
         same_process = seen is not None and seen.incarnation == incarnation
@@ -357,7 +414,7 @@ class Checker:
             if commit_epoch >= epoch:
                 continue
             mine = mirror.records.get(offset)
-            if mine == record:
+            if mine == record or (mine is None and history.may_lack(offset, record)):
                 continue
             detail = (f"broker {broker_id} leads {tp} at epoch {epoch} but offset {offset} "
                       f"(committed at epoch {commit_epoch}: {record[2]!r}) is "
@@ -433,8 +490,10 @@ class Checker:
 
     @staticmethod
     def _holds_history(mirror: LogMirror, history, epoch: int) -> bool:
-        """Whether a replica, as last read, holds every record committed before ``epoch``."""
+        """Whether a replica, as last read, holds every record committed before ``epoch``
+        (or, on a compacted topic, a later record of its key)."""
         return all(mirror.records.get(offset) == record
+                   or (offset not in mirror.records and history.may_lack(offset, record))
                    for offset, (record, commit_epoch) in history.records.items() if commit_epoch < epoch)
 
     def _unclean(self, topic: str) -> bool:
@@ -449,14 +508,16 @@ class Checker:
         history = self.history(tp)
         kept = self.mirrors.get((leader, tp))
         for offset, (record, _) in history.records.items():
-            if kept is not None and kept.records.get(offset) == record:
+            if kept is not None and kept.records.get(offset) == record or history.superseded(offset, record):
                 continue
             holders = self._holders(tp, offset, record)
             if holders:
                 history.held_at_reset.add(record)
             if holders.intersection(eligible):
                 history.held_eligible_at_reset.add(record)
-        history.records = {}
+        history.clear()
+        if history.compacted and kept is not None:
+            history.tainted_below = max(history.tainted_below, kept.end)
         history.reset_epoch = max(history.reset_epoch, epoch)
         history.resets.append(reason)
         for (_, mirrored_tp), mirror in self.mirrors.items():
@@ -484,7 +545,7 @@ class Checker:
                 continue
             known = records.get(offset)
             if known is None:
-                records[offset] = (mine, epoch)
+                history.add(offset, mine, epoch)
             elif known[0] != mine:
                 raise InvariantViolation(
                     "10.4-acknowledged-write-kept",
@@ -522,14 +583,31 @@ class Checker:
             stamp = (leader_mirror.generation, mirror.generation, id(leader_mirror), id(mirror))
             verified = self.isr_verified.get(key)
             start = verified[1] if verified is not None and verified[0] == stamp else leader_mirror.start
+            history = self.history(tp)
             for offset in range(max(start, leader_mirror.start), high_watermark):
-                if mirror.records.get(offset) != leader_mirror.records.get(offset):
+                mine, leaders = mirror.records.get(offset), leader_mirror.records.get(offset)
+                if mine != leaders and not (mine is None and history.may_lack(offset, leaders)
+                                            or leaders is None and history.may_lack(offset, mine)):
                     raise InvariantViolation(
                         "10.3-isr-holds-committed",
                         f"{tp}: {'ISR' if member in registration.isr else 'ELR'} member {member} differs from leader {registration.leader} (epoch "
                         f"{leader.leader_epoch}) at offset {offset} below HW {high_watermark}: "
                         f"{_value(mirror.records.get(offset))} vs {_value(leader_mirror.records.get(offset))}")
             self.isr_verified[key] = (stamp, max(start, high_watermark))
+
+    def on_logs_loaded(self, broker_id: int, ends: dict, manager) -> None:
+        """restart-keeps-log: a broker that exited with its machine up (kill -9, a clean
+        stop) loads every log back to where it ended: all of it was written, so
+        recovery must find no reason to cut it (a hole it imagines between segments —
+        a compacted log's gaps — would cut data no power cut lost)."""
+        for tp, (log_dir, end) in sorted(ends.items()):
+            if log_dir in manager.offline_dirs:
+                continue
+            log = manager.get_log(tp)
+            loaded = None if log is None else log.log_end_offset
+            if loaded is None or loaded < end:
+                raise InvariantViolation("restart-keeps-log", f"broker {broker_id} exited with {tp} ending at "
+                                         f"{end} and loaded it back {'without it' if loaded is None else f'ending at {loaded}'}")
 
     # ================================================================ the controller quorum
 
@@ -799,7 +877,7 @@ class Checker:
                 continue
             record = mirror.records.get(offset)
             if record is not None and record[2] == value:
-                self.history(tp).records[offset] = (record, seen.leader_epoch)
+                self.history(tp).add(offset, record, seen.leader_epoch)
                 self.sim.loop.trace.add(self.sim.loop.now_ms, "check", f"{tp} offset {offset} committed "
                                         f"by broker {broker_id} as it went offline (learned from its answer)")
                 return True
@@ -810,10 +888,10 @@ class Checker:
         history = self.history(tp)
         expected = position
         for offset, value in records:
-            if offset != expected:
+            if offset != expected and not self._cleaned_away(history, expected, offset):
                 raise InvariantViolation("10.6-consumer-below-hw", f"{consumer.name} read {tp} offset {offset} "
                                          f"after {expected - 1} (fetch from {position}, leader {leader})")
-            expected += 1
+            expected = offset + 1
             if offset >= high_watermark:
                 raise InvariantViolation("10.6-consumer-below-hw", f"{consumer.name} read {tp} offset {offset} "
                                          f"at/above the HW {high_watermark} from broker {leader}")
@@ -823,6 +901,20 @@ class Checker:
                     "10.6-consumer-below-hw",
                     f"{consumer.name} read {value!r} at {tp} offset {offset} from broker {leader}; the "
                     f"committed history holds {None if known is None else known[0][2]!r}")
+
+    @staticmethod
+    def _cleaned_away(history: History, start: int, end: int) -> bool:
+        """Whether a consumer may skip offsets ``start`` to ``end`` (exclusive): none of
+        them holds a committed record that is the last of its key. After a history reset
+        any: a leader of the lineage the reset dropped may still serve, and its cleaner
+        removed records by keys the new lineage does not have (as the values it serves
+        are not checked against the new history then; seed 671 ``--compact``)."""
+        if start > end or not history.compacted:
+            return False
+        if history.resets:
+            return True
+        return all(history.records.get(offset) is None or history.may_lack(offset, history.records[offset][0])
+                   for offset in range(start, end))
 
     def on_consumer_reset(self, consumer, tp, position, result) -> None:
         self.sim.loop.trace.add(self.sim.loop.now_ms, consumer.name,

@@ -4,7 +4,9 @@ Theory of operation. A client is a network node with its own metadata view: it
 asks a random live broker which broker leads a partition (the broker answers
 from its own, possibly stale, metadata image) and sends there, as a Kafka client
 does. Every record value is unique (``p0-t0-1-17``), so the checker can tell
-each write apart.
+each write apart. On a compacted topic (``--compact``) a record also has a key, one
+of the topic's few (``record_key``: from the value's sequence number), so later
+records supersede earlier ones and the cleaner has work.
 
 Producer (librdkafka-like, ``max.in.flight=1`` per partition): one batch of 1–3
 records at a time per partition; an error or a timeout forgets the leader,
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING
 from tidelog.broker.requests.fetch import MAX_PARTITION_FETCH_BYTES, FetchRequest
 from tidelog.core.errors import ErrorCode
 from tidelog.core.ids import TopicPartition
-from tidelog.records.batch import build_batch, iter_batches, iter_records
+from tidelog.records.batch import SimpleRecord, build_batch, iter_batches, iter_records
 from tidelog.replication.delayed import FetchPartitionRequest
 from tidelog.sim.loop import NodeClock
 from tidelog.sim.network import NetworkNode
@@ -40,6 +42,11 @@ DELIVERY_TIMEOUT_MS = 10_000
 CONSUMER_REPLICA_ID = -1
 FETCH_MAX_WAIT_MS = 100       # fetch.max.wait.ms (the other fetch settings: Kafka's defaults)
 METADATA_MAX_AGE_MS = 2000     # refresh the leader now and then, as metadata.max.age.ms does
+
+
+def record_key(value: bytes, keys: int) -> bytes:
+    """The key of a record a producer writes to a topic of ``keys`` keys (``--compact``)."""
+    return b"k%d" % (int(value.rsplit(b"-", 1)[1]) % keys)
 
 
 class _Client(NetworkNode):
@@ -137,9 +144,11 @@ class SimProducer(_Client):
         idempotence = {} if self.producer_id < 0 else {
             "producer_id": self.producer_id, "producer_epoch": batch.producer_epoch,
             "base_sequence": batch.base_sequence}
+        keys = self.sim.config.topic(self.topic).keys
+        records = [SimpleRecord(value, record_key(value, keys)) for value in batch.values] if keys else batch.values
         body = {"tp": tp, "acks": self.acks, "timeout_ms": self.sim.config.request_timeout_ms,
                 "values": batch.values,
-                "batch": build_batch(batch.values, timestamp_ms=self.clock.now_ms(), **idempotence)}
+                "batch": build_batch(records, timestamp_ms=self.clock.now_ms(), **idempotence)}
         if self.acks == 0:
             self.rpc.send_one_way(f"b{leader}", "Produce", body)
             self.sim.checker.on_produce_done(self, tp, batch.values, ErrorCode.NONE, -1)
@@ -226,11 +235,12 @@ class SimConsumer(_Client):
             return   # a reset raced with this answer
         data = result.records
         records = []
+        after = position      # as Kafka's consumer: past the last batch, records or not (compaction)
         for offset_in, header in iter_batches(data):
             for record in iter_records(data, offset_in):
                 if record.offset >= position:
                     records.append((record.offset, record.value))
+            after = max(after, header.next_offset)
         self.sim.checker.on_consumed(self, tp, position, records, result.high_watermark, leader)
-        if records:
-            self.positions[tp] = records[-1][0] + 1
-            self.sim.stats.consumed += len(records)
+        self.positions[tp] = after
+        self.sim.stats.consumed += len(records)

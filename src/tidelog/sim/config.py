@@ -40,9 +40,16 @@ class TopicSpec:
     segment_bytes: int = 1 << 20
     flush_ms: int | None = None         # flush.ms (scenarios); None = Kafka's default (never)
     assignments: tuple[tuple[int, ...], ...] | None = None   # scenarios: explicit replica lists
+    # cleanup.policy=compact (``--compact``): producers write keyed records, ``keys`` keys
+    # per partition, and the checker holds replicas to compaction's promise instead
+    compact: bool = False
+    keys: int = 0
+    min_cleanable_dirty_ratio: float = 0.5
 
     def describe(self) -> str:
         flags = ("unclean" if self.unclean else "clean") + (",fsync" if self.flush_messages == 1 else "")
+        if self.compact:
+            flags += f",compact{self.keys}keys/dirty{self.min_cleanable_dirty_ratio}"
         return (f"{self.name}:p{self.partitions}:rf{self.replication_factor}:isr{self.min_insync_replicas}"
                 f":{flags}:seg{self.segment_bytes}")
 
@@ -113,13 +120,14 @@ class SimConfig:
     # transactions) or 2 (KIP-890 part 2: partitions added by their leaders, an epoch bump
     # with every EndTxn, as Kafka 4's Java producer). Drawn per seed, from a stream of its own.
     transaction_version: int = 1
+    log_cleaner_backoff_ms: int = 15_000    # log.cleaner.backoff.ms (Kafka's default)
     defect: str | None = None
 
     # ------------------------------------------------------------------ swarm
 
     @classmethod
     def from_seed(cls, seed: int, *, long: bool = False, defect: str | None = None,
-                  controllers: int | None = None) -> "SimConfig":
+                  controllers: int | None = None, compact: bool = False) -> "SimConfig":
         rng = random.Random(f"tidelog-sim-config-{seed}")
         brokers = rng.choice([3, 3, 4, 5])
         topics = []
@@ -185,7 +193,7 @@ class SimConfig:
             controllers=voters,
             controller_drift_ppm=tuple(quorum.choice([0, 0, 500, -500, 20_000, -20_000])
                                        for _ in range(voters - 1)))
-        return config
+        return _compacted(config, seed) if compact else config
 
     def with_options(self, **changes) -> "SimConfig":
         return replace(self, **changes)
@@ -212,9 +220,24 @@ class SimConfig:
             parts.append("elr=off")
         if not self.replica_log_ends:
             parts.append("log-ends=off")
+        if self.log_cleaner_backoff_ms != 15_000:
+            parts.append(f"cleaner_backoff={self.log_cleaner_backoff_ms}ms")
         if self.defect:
             parts.append(f"defect={self.defect}")
         return " ".join(parts)
+
+
+def _compacted(config: SimConfig, seed: int) -> SimConfig:
+    """``--compact``: the seed's own topics (``tx`` aside) compacted, with small segments so
+    that they roll and the cleaner swaps cleaned segments in during the fault phase, and
+    a cleaner that looks often. Drawn from a generator of its own: every other option
+    is the seed's."""
+    rng = random.Random(f"tidelog-sim-compact-{seed}")
+    topics = tuple(replace(topic, compact=True, keys=rng.choice([2, 5, 20]),
+                           segment_bytes=rng.choice([400, 800, 2000]),
+                           min_cleanable_dirty_ratio=rng.choice([0.01, 0.2, 0.5]))
+                   if topic.name != "tx" else topic for topic in config.topics)
+    return config.with_options(topics=topics, log_cleaner_backoff_ms=rng.choice([100, 500, 2000]))
 
 
 def _transaction_version(seed: int) -> int:
@@ -252,6 +275,8 @@ class RunStats:
     controller_faults: dict[str, int] = field(default_factory=dict)   # kill / pause / isolate-leader …
     metadata_records_committed: int = 0   # the quorum's committed log end at the end of the run
     voter_changes: int = 0            # committed VotersRecords that added or removed a voter (KIP-853)
+    compaction_rewrites: int = 0      # --compact: cleaner swaps the checker saw, over every replica
+    compacted_away: int = 0           # --compact: committed records absent at the end, superseded
 
     def add(self, other: "RunStats") -> None:
         self.events += other.events
@@ -285,3 +310,5 @@ class RunStats:
             self.controller_faults[k] = self.controller_faults.get(k, 0) + v
         self.metadata_records_committed += other.metadata_records_committed
         self.voter_changes += other.voter_changes
+        self.compaction_rewrites += other.compaction_rewrites
+        self.compacted_away += other.compacted_away

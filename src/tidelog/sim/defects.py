@@ -67,6 +67,17 @@ assert that some seed fails with the invariant named in ``EXPECTED``.
     brokers apply it, before any other voter has it; a leader cut off from the
     voters (but not from brokers) commits alone, and the next leader lacks what
     was committed.
+``cleaner-beyond-high-watermark``
+    The log cleaner ignores the high watermark (``first_uncleanable_offset``): a
+    record no follower has yet shadows an earlier committed record of its key,
+    which goes; a leader change truncates the newer one, and the key's last
+    committed value is gone from that replica (``--compact`` seeds).
+``roll-at-batch-offset``
+    A rolled segment begins at the first offset of the batch that made the log roll
+    (Kafka's rule) instead of where the active segment's data ends: a follower of a
+    compacted leader appends across the gaps the leader's cleaner left, so its
+    segments do not meet, and recovery after a crash takes the gap for lost data
+    and cuts good records (``--compact`` seeds; invariant ``restart-keeps-log``).
 """
 
 from __future__ import annotations
@@ -92,6 +103,10 @@ SCENARIO_ONLY = {"publish-before-registration"}
 # …and those no fixed seed was shown to reach: the scenario that catches each.
 CAUGHT_BY_SCENARIO = {"transaction-markers-acks-1": "txn-markers-acks-all",
                       "produce-skips-verification": "txn-produce-verified"}
+# Defects of the log cleaner: caught by ``--compact`` seeds (tests/sim/test_compaction_sim.py).
+COMPACT = {"cleaner-beyond-high-watermark": {"10.4-acknowledged-write-kept", "10.3-isr-holds-committed",
+                                             "10.5-convergence"},
+           "roll-at-batch-offset": {"restart-keeps-log"}}
 # The quorum's defects need one: the fixed seeds are run with this many controllers.
 CONTROLLERS = {"raft-vote-twice": 5, "raft-commit-without-majority": 3}
 
@@ -224,7 +239,22 @@ def _raft_commit_without_majority():
     return [(RaftReplica, "_maybe_advance_high_watermark", maybe_advance_high_watermark)]
 
 
+def _cleaner_beyond_high_watermark():
+    from tidelog.storage import cleaner
+    # DEFECT: uncommitted records are cleanable
+    return [(cleaner, "first_uncleanable_offset",
+             lambda log: min(log.segments[-1].base_offset, log.recovery_point))]
+
+
+def _roll_at_batch_offset():
+    from tidelog.storage import local_log
+    # DEFECT: Kafka's rule, with tidelog's recovery check
+    return [(local_log, "_next_base_offset", lambda active, first_offset, last_offset: first_offset)]
+
+
 PATCHES = {
+    "roll-at-batch-offset": _roll_at_batch_offset,
+    "cleaner-beyond-high-watermark": _cleaner_beyond_high_watermark,
     "transaction-markers-acks-1": _transaction_markers_acks_1,
     "produce-skips-verification": _produce_skips_verification,
     "read-committed-reads-to-high-watermark": _read_committed_reads_to_high_watermark,

@@ -37,8 +37,8 @@ from tidelog.core.ids import TopicPartition
 from tidelog.group.coordinator import OFFSETS_TOPIC
 from tidelog.records.batch import iter_batches, iter_records
 from tidelog.sim.broker import PENDING_CONTROLLED_SHUTDOWN, RUNNING, SimBroker
-from tidelog.sim.checker import Checker, InvariantViolation
-from tidelog.sim.clients import SimConsumer, SimProducer
+from tidelog.sim.checker import Checker, InvariantViolation, record_id
+from tidelog.sim.clients import SimConsumer, SimProducer, record_key
 from tidelog.sim.txn_clients import SimTxnConsumer, SimTxnProducer, TxnBook
 from tidelog.txn.coordinator import TRANSACTION_STATE_TOPIC
 from tidelog.sim.config import RunStats, SimConfig
@@ -247,6 +247,7 @@ class Simulation:
             if broker.up:
                 self.fault(f"kill -9 b{broker_id} to replace its disk", broker.kill)
             lost = disk.replace(log_dir)
+            broker.disk_replaced(log_dir)
             self.fault(f"replaced the disk {log_dir.rsplit('/', 1)[-1]} of b{broker_id}: "
                        f"{len(lost)} partitions start empty", lambda: None)
             self.checker.on_data_loss(broker_id, {name: 1 for name in lost}, "its disk was replaced")
@@ -300,6 +301,9 @@ class Simulation:
                 configs["flush.messages"] = str(topic.flush_messages)
             if topic.flush_ms is not None:
                 configs["flush.ms"] = str(topic.flush_ms)
+            if topic.compact:
+                configs["cleanup.policy"] = "compact"
+                configs["min.cleanable.dirty.ratio"] = str(topic.min_cleanable_dirty_ratio)
             self.run_until(lambda: self.active_controller() is not None, SETUP_TIMEOUT_MS, "an active controller")
             self.active_controller().create_topic(topic.name, topic.partitions, topic.replication_factor,
                                                   configs, topic.assignments)
@@ -477,6 +481,7 @@ class Simulation:
             if controller.image != image:
                 raise InvariantViolation("10.7-metadata-images-agree", f"{controller.name} after convergence")
         self.stats.metadata_records_committed = active.log.end_offset
+        self.stats.compaction_rewrites = sum(mirror.rewrites for mirror in self.checker.mirrors.values())
         for broker in self.brokers.values():
             if broker.image != image:
                 raise InvariantViolation("10.7-metadata-images-agree", f"b{broker.broker_id} after convergence")
@@ -484,6 +489,9 @@ class Simulation:
             registration = image.partition(tp)
             logs = {b: self.log_bytes(b, tp) for b in registration.replicas}
             reference = logs[registration.leader]
+            if self.checker.history(tp).compacted:
+                self._check_compacted_replicas(tp, logs, registration.leader)
+                logs = {}
             for b, data in logs.items():
                 if data != reference:
                     raise InvariantViolation("10.5-convergence", f"{tp}: b{b}'s log differs from leader "
@@ -492,22 +500,36 @@ class Simulation:
         if not self.txn_state_lost():
             self.txn_book.final_check()
 
+    def _check_compacted_replicas(self, tp: TopicPartition, logs: dict[int, bytes], leader: int) -> None:
+        """10.5 for a compacted topic: each replica's cleaner runs on its own, so replicas
+        need not be byte-identical; where two hold a record at an offset it is the same
+        record, and a record only some hold is one a later record of its key superseded."""
+        history = self.checker.history(tp)
+        reference = _records(logs[leader], compacted=True)
+        for b, data in logs.items():
+            records = _records(data, compacted=True)
+            for offset in reference.keys() | records.keys():
+                mine, leaders = records.get(offset), reference.get(offset)
+                if mine != leaders and not (mine is None and history.may_lack(offset, leaders)
+                                            or leaders is None and history.may_lack(offset, mine)):
+                    raise InvariantViolation("10.5-convergence", f"{tp}: b{b} holds {mine and mine[2]!r} at "
+                                             f"offset {offset}, leader b{leader} {leaders and leaders[2]!r}")
+
     def _check_final_log(self, tp: TopicPartition, data: bytes) -> None:
         checker = self.checker
-        records = {}
-        for position, header in iter_batches(data):
-            for record in iter_records(data, position):
-                records[record.offset] = (header.crc, header.partition_leader_epoch, record.value)
         history = checker.history(tp)
+        records = _records(data, history.compacted)
         for offset, (record, epoch) in sorted(history.records.items()):
-            if records.get(offset) != record:
+            if offset not in records and history.may_lack(offset, record):
+                self.stats.compacted_away += 1
+            elif records.get(offset) != record:
                 raise InvariantViolation("10.4-acknowledged-write-kept", f"{tp} offset {offset} committed at "
                                          f"epoch {epoch} as {record[2]!r} is {records.get(offset)} at the end")
         if tp.topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
             return                      # the coordinators' records: no producer wrote them
         markers = {offset for position, header in iter_batches(data) if header.is_control
                    for offset in range(header.base_offset, header.next_offset)}
-        values = [value for offset, (_, _, value) in sorted(records.items()) if offset not in markers]
+        values = [value for offset, (_, _, value, _) in sorted(records.items()) if offset not in markers]
         counts: dict[bytes, int] = {}
         for value in values:
             counts[value] = counts.get(value, 0) + 1
@@ -520,14 +542,15 @@ class Simulation:
                 raise InvariantViolation("producer-duplicates", f"{tp}: {value!r} appears {count} times but "
                                          f"only {checker.received.get(value, 0)} produce requests carried it")
         first = {}
-        for offset, (_, _, value) in sorted(records.items()):
+        for offset, (_, _, value, _) in sorted(records.items()):
             first.setdefault(value, offset)
         last_by_producer: dict[str, tuple[int, int]] = {}
         held = {record[2] for record in history.held_at_reset}
         held_eligible = {record[2] for record in history.held_eligible_at_reset}
         topic = self.config.topic(tp.topic)
         for offset, value, acks, producer, resets in checker.acked.get(tp, []):
-            if acks == -1 and records.get(offset, (0, 0, None))[2] != value:
+            if acks == -1 and records.get(offset, (0, 0, None))[2] != value and not (
+                    topic.compact and history.superseded(offset, (0, 0, value, record_key(value, topic.keys)))):
                 # Excused only by a reset after the send (see Checker.on_produce_done); on a
                 # clean topic no lineage outlives its reset, so a record sent after the
                 # last one must be there (0 in 2,000 unseen seeds before this was enforced).
@@ -556,6 +579,12 @@ class Simulation:
             last_by_producer[producer] = (_seq(value), where)
 
 
+def _records(data: bytes, compacted: bool = False) -> dict:
+    """Offset -> ``RecordId`` of every record in ``data`` (whole batches)."""
+    return {record.offset: record_id(header, record, compacted)
+            for position, header in iter_batches(data) for record in iter_records(data, position)}
+
+
 def _seq(value: bytes) -> int:
     return int(value.rsplit(b"-", 1)[1])
 
@@ -563,14 +592,14 @@ def _seq(value: bytes) -> int:
 def run_seed(seed: int, directory: str, *, long: bool = False, defect: str | None = None,
              trace: Trace | None = None, config: SimConfig | None = None,
              controllers: int | None = None, elr: bool = True, audit_scope: bool = False,
-             log_ends: bool = True) -> SimResult:
+             log_ends: bool = True, compact: bool = False) -> SimResult:
     """Run one seed (with a planted defect if asked; a quorum of ``controllers`` voters
     if given, else the seed's; eligible leader replicas on unless ``elr`` is False; the
-    brokers' log-end reports on unless ``log_ends`` is False) in
-    ``directory``. ``audit_scope``: see ``Checker.audit_scope`` (tests)."""
+    brokers' log-end reports on unless ``log_ends`` is False; the seed's topics compacted
+    if ``compact``) in ``directory``. ``audit_scope``: see ``Checker.audit_scope`` (tests)."""
     from tidelog.sim.defects import planted
-    config = config or SimConfig.from_seed(seed, long=long, defect=defect, controllers=controllers
-                                           ).with_options(eligible_leader_replicas=elr,
+    config = config or SimConfig.from_seed(seed, long=long, defect=defect, controllers=controllers,
+                                           compact=compact).with_options(eligible_leader_replicas=elr,
                                                           replica_log_ends=log_ends)
     quiet = logging.getLogger("tidelog")
     level = quiet.level

@@ -10,7 +10,8 @@ go, and every record that stays keeps its offset. The log has two sections::
 
 ``Log.cleaner_checkpoint`` is where the clean section ends (persisted in each log
 directory's ``cleaner-offset-checkpoint``). The first uncleanable offset is
-``min(active segment base, high watermark)``, or earlier at the first segment
+``min(active segment base, high watermark, recovery point)``
+(``first_uncleanable_offset``), or earlier at the first segment
 whose largest timestamp is within ``min.compaction.lag.ms`` of now; only whole
 inactive segments below it are dirty and cleanable.
 
@@ -172,14 +173,20 @@ class LogToClean(NamedTuple):
         return self.dirty_bytes / total if total else 0.0
 
 
+def first_uncleanable_offset(log: Log) -> int:
+    """Where the cleaner must stop (Kafka's ``LogCleanerManager.cleanableOffsets``): the
+    active segment, and what is not committed — and, in tidelog, what is not durable: a
+    cleaned segment may end before the next one begins, which recovery takes for lost
+    data above the recovery point (log_loader)."""
+    return min(log.segments[-1].base_offset, log.high_watermark, log.recovery_point)
+
+
 def find_dirty_section(log: Log, now_ms: int) -> LogToClean | None:
     """The dirty section of ``log``; None when no whole inactive segment is dirty."""
     config = log.config
     segments = log.segments
     first_dirty = max(log.cleaner_checkpoint, log.log_start_offset)
-    # Below the recovery point too: a cleaned segment may end before the next one begins,
-    # which recovery takes for lost data above the recovery point (log_loader).
-    uncleanable = min(segments[-1].base_offset, log.high_watermark, log.recovery_point)
+    uncleanable = first_uncleanable_offset(log)
     clean_bytes, dirty, end_offset = 0, [], first_dirty
     for segment, following in zip(segments, segments[1:]):
         if following.base_offset <= first_dirty:
