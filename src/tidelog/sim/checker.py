@@ -101,6 +101,7 @@ from tidelog.raft.replica import LEADER
 from tidelog.records.batch import iter_batches, iter_records
 from tidelog.replication.partition import Partition
 from tidelog.replication.replica_manager import OFFLINE
+from tidelog.sim.clients import record_value
 from tidelog.sim.group_clients import decode_assignment, offsets_partition, serving_coordinator
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ RecordId = tuple[int, int, bytes, bytes | None]
 
 
 def record_id(header, record, compacted: bool = False) -> RecordId:
-    return (0 if compacted else header.crc, header.partition_leader_epoch, record.value, record.key)
+    return (0 if compacted else header.crc, header.partition_leader_epoch, record_value(record), record.key)
 
 
 class LogMirror:

@@ -49,6 +49,26 @@ def record_key(value: bytes, keys: int) -> bytes:
     return b"k%d" % (int(value.rsplit(b"-", 1)[1]) % keys)
 
 
+def _keyed(value: bytes, spec) -> SimpleRecord:
+    """A compacted topic's record: keyed; a tombstone (null value) for about
+    ``tombstone_percent`` of the sequence numbers, its unique value in an ``id`` header."""
+    key = record_key(value, spec.keys)
+    if int(value.rsplit(b"-", 1)[1]) * 2654435761 % 100 < spec.tombstone_percent:
+        return SimpleRecord(None, key, ((ID_HEADER, value),))
+    return SimpleRecord(value, key)
+
+
+ID_HEADER = "id"
+
+
+def record_value(record) -> bytes | None:
+    """What identifies a record the simulator's producers wrote: its value, or a
+    tombstone's ``id`` header."""
+    if record.value is not None or not record.headers:
+        return record.value
+    return next((v for k, v in record.headers if k == ID_HEADER), None)
+
+
 class _Client(NetworkNode):
     def __init__(self, sim: "World", name: str, topic: str):
         super().__init__(name, sim.loop, sim.network)
@@ -144,8 +164,8 @@ class SimProducer(_Client):
         idempotence = {} if self.producer_id < 0 else {
             "producer_id": self.producer_id, "producer_epoch": batch.producer_epoch,
             "base_sequence": batch.base_sequence}
-        keys = self.sim.config.topic(self.topic).keys
-        records = [SimpleRecord(value, record_key(value, keys)) for value in batch.values] if keys else batch.values
+        spec = self.sim.config.topic(self.topic)
+        records = [_keyed(value, spec) for value in batch.values] if spec.keys else batch.values
         body = {"tp": tp, "acks": self.acks, "timeout_ms": self.sim.config.request_timeout_ms,
                 "values": batch.values,
                 "batch": build_batch(records, timestamp_ms=self.clock.now_ms(), **idempotence)}
@@ -239,7 +259,7 @@ class SimConsumer(_Client):
         for offset_in, header in iter_batches(data):
             for record in iter_records(data, offset_in):
                 if record.offset >= position:
-                    records.append((record.offset, record.value))
+                    records.append((record.offset, record_value(record)))
             after = max(after, header.next_offset)
         self.sim.checker.on_consumed(self, tp, position, records, result.high_watermark, leader)
         self.positions[tp] = after

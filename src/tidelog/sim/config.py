@@ -45,11 +45,14 @@ class TopicSpec:
     compact: bool = False
     keys: int = 0
     min_cleanable_dirty_ratio: float = 0.5
+    tombstone_percent: int = 0          # of a compacted topic's records, sent as tombstones (null values)
 
     def describe(self) -> str:
         flags = ("unclean" if self.unclean else "clean") + (",fsync" if self.flush_messages == 1 else "")
         if self.compact:
             flags += f",compact{self.keys}keys/dirty{self.min_cleanable_dirty_ratio}"
+            if self.tombstone_percent:
+                flags += f"/tombstones{self.tombstone_percent}%"
         return (f"{self.name}:p{self.partitions}:rf{self.replication_factor}:isr{self.min_insync_replicas}"
                 f":{flags}:seg{self.segment_bytes}")
 
@@ -237,7 +240,13 @@ def _compacted(config: SimConfig, seed: int) -> SimConfig:
                            segment_bytes=rng.choice([400, 800, 2000]),
                            min_cleanable_dirty_ratio=rng.choice([0.01, 0.2, 0.5]))
                    if topic.name != "tx" else topic for topic in config.topics)
-    return config.with_options(topics=topics, log_cleaner_backoff_ms=rng.choice([100, 500, 2000]))
+    config = config.with_options(topics=topics, log_cleaner_backoff_ms=rng.choice([100, 500, 2000]))
+    # Tombstones (deletes) on most seeds, from a generator of their own (drawn after
+    # the options above existed).
+    deletes = random.Random(f"tidelog-sim-tombstones-{seed}")
+    return config.with_options(topics=tuple(
+        replace(topic, tombstone_percent=deletes.choice([0, 10, 30])) if topic.compact else topic
+        for topic in config.topics))
 
 
 def _transaction_version(seed: int) -> int:
