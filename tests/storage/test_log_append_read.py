@@ -107,6 +107,21 @@ def test_an_append_larger_than_a_segment_is_rejected(log_dir, clock, fs):
     assert log.log_end_offset == 0 and log.latest_epoch is None
 
 
+def test_a_follower_appends_what_the_leader_holds_even_above_segment_bytes(log_dir, clock, fs):
+    """A leader's cleaned segment can be larger than segment.bytes (tombstone batches
+    marked with a delete horizon grow); a follower fetching it whole must append it, not
+    stop replicating (simulator seed 1581 --compact: the follower stayed out of the ISR)."""
+    log = open_log(log_dir, LogConfig(segment_bytes=200), clock, fs)
+    log.append_as_follower(batch("a", base_offset=0, epoch=0))
+    fetched = batch(b"x" * 90, base_offset=1, epoch=0) + batch(b"y" * 90, base_offset=5, epoch=0)
+    assert len(fetched) > 200
+    info = log.append_as_follower(fetched)
+    assert (info.first_offset, info.last_offset, log.log_end_offset) == (1, 5, 6)
+    assert [s.base_offset for s in log.segments] == [0, 1]     # rolled first, where the data ended
+    assert log.read(1, 10_000).records.read_bytes() == fetched
+    check_log_consistency(log)
+
+
 def test_an_empty_append_is_a_no_op(log_dir, small_config, clock, fs):
     log = open_log(log_dir, small_config, clock, fs)
     info = log.append_as_leader(b"", leader_epoch=0)

@@ -448,7 +448,13 @@ class Log:
             expected_offset = header.next_offset
             position += header.size_bytes
         if batches:
-            self._check_append_size(end)
+            # No segment.bytes check here (Kafka has one): the leader's log holds these
+            # bytes already, and a leader's cleaned segment may be larger than segment.bytes
+            # (a tombstone batch marked with its delete horizon re-encodes its timestamps
+            # as deltas from it, each a few bytes longer), so a follower that refused a
+            # fetch above segment.bytes would stop replicating the partition for good.
+            # The append is bounded by the fetch (replica.fetch.max.bytes, or one batch);
+            # a roll before it starts a segment of its own.
             for epoch, start_offset in epochs:
                 self._leader_epoch_cache.assign(epoch, start_offset)
             # Written before the next Fetch reports it: the leader counts that offset
