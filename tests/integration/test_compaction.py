@@ -188,3 +188,53 @@ def test_records_refused_one_by_one_are_named_and_the_others_fail_as_different_r
         assert consumer.get_watermark_offsets(TopicPartition("keys-required", 0), timeout=10) == (0, 1)
         assert consumer.get_watermark_offsets(TopicPartition("recent-only", 0), timeout=10) == (0, 0)
         consumer.close()
+
+
+def _horizon_marked_segment_above(directory: str, segment_bytes: int) -> bool:
+    """Whether a cleaned segment in ``directory`` is larger than ``segment_bytes`` and holds
+    tombstone batches marked with their delete horizon (attribute bit 6, KIP-534)."""
+    def find() -> bool:
+        for path in glob.glob(os.path.join(directory, "*.log")):
+            with open(path, "rb") as f:
+                data = f.read()
+            if len(data) > segment_bytes and any(h.attributes & 0x40 for _, h in iter_batches(data)):
+                return True
+        return False
+    return _while_files_settle(find)
+
+
+def test_a_follower_catches_up_on_a_cleaned_segment_larger_than_segment_bytes():
+    """A leader's cleaner marks tombstone batches with their delete horizon, which
+    re-encodes every record's timestamp a few bytes longer, so a cleaned segment can be
+    larger than ``segment.bytes``. A follower that was down fetches it whole and must
+    append it (Kafka's follower append refuses it, and the partition stops replicating
+    on that broker for good; simulator seed 1581 --compact found it)."""
+    from tidelog.testing import Cluster
+    segment_bytes = 2048
+    with Cluster(brokers=3, overrides={"log.cleaner.backoff.ms": "100"}) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic("deletes", num_partitions=1, replication_factor=3, config={
+            "cleanup.policy": "compact", "segment.bytes": str(segment_bytes), "segment.ms": "200",
+            "min.cleanable.dirty.ratio": "0.01"})])["deletes"].result(30)
+        partition = lambda: admin.list_topics("deletes", timeout=10).topics["deletes"].partitions[0]  # noqa: E731
+        wait_until(lambda: partition().leader > 0 and len(partition().isrs) == 3, 30, "the topic in sync")
+        leader = partition().leader
+        follower = next(b for b in (1, 2, 3) if b != leader)
+        cluster.kill(follower)
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 50})
+        for i in range(600):
+            # tombstones of keys never written: a cleaning pass keeps every one and marks it;
+            # batches of 25 (511 bytes), four to a segment (2,044 bytes, ~2,340 once marked)
+            producer.produce("deletes", key=b"deleted-%03d" % i, value=None)
+            if i % 25 == 24:
+                assert producer.flush(30) == 0
+        for i in range(30):
+            producer.produce("deletes", key=b"after-%d" % i, value=b"v")
+        assert producer.flush(30) == 0
+        leader_dir = os.path.join(cluster.directory, f"broker-{leader}", "data", "deletes-0")
+        wait_until(lambda: _horizon_marked_segment_above(leader_dir, segment_bytes), 30,
+                   "a cleaned segment above segment.bytes on the leader")
+        cluster.start_node(follower)
+        wait_until(lambda: sorted(partition().isrs) == [1, 2, 3], 30, f"broker {follower} back in the ISR")
+        assert _horizon_marked_segment_above(os.path.join(cluster.directory, f"broker-{follower}", "data",
+                                                          "deletes-0"), segment_bytes)
