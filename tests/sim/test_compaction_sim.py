@@ -14,8 +14,9 @@ from tidelog.sim.defects import COMPACT
 from tests.sim.conftest import assert_fixed_seed_passes, failure_report
 
 # 1581: a follower fetched a leader's cleaned segment larger than segment.bytes (its
-# tombstone batches grew when marked with their delete horizon) and refused it for good.
-COMPACT_SEEDS = (3, 5, 6, 7, 1581)
+# tombstone batches grew when marked with their delete horizon) and refused it for good;
+# 1967: a retry's duplicate superseded a value's first copy (producer-order).
+COMPACT_SEEDS = (3, 5, 6, 7, 1581, 1967)
 # Seeds found before tombstones were drawn, run as they were then (``as_found``): 41, an
 # unclean election after followers' cleaners removed records for later ones the new
 # leader never had (History.may_lack); 240, kills of a follower of a compacted leader;
