@@ -177,7 +177,10 @@ def _print_totals(total, sizes: dict[int, int], headline: str) -> None:
           f"{total.metadata_records_committed} metadata offsets committed"
           + (f", {total.voter_changes} voter changes committed" if total.voter_changes else "")
           + (f"; compaction: {total.compaction_rewrites} cleaner swaps seen, {total.compacted_away} committed "
-             f"records superseded and gone at the end" if total.compaction_rewrites or total.compacted_away else ""))
+             f"records superseded and gone at the end (of them {total.tombstones_removed} tombstones past their "
+             f"delete horizon), {total.tombstones_missed} deleted keys kept by a replica "
+             f"that lagged behind their removed tombstone"
+             if total.compaction_rewrites or total.compacted_away else ""))
 
 
 if __name__ == "__main__":

@@ -120,11 +120,12 @@ class InvariantViolation(AssertionError):
 # covered by the CRC too; it is kept for compacted topics.) On a compacted topic the
 # CRC is left out (0): a cleaner rewrites a batch it removed records from, and each
 # replica's cleaner runs on its own.
-RecordId = tuple[int, int, bytes, bytes | None]
+RecordId = tuple[int, int, bytes, bytes | None, bool]   # …, and whether a tombstone
 
 
 def record_id(header, record, compacted: bool = False) -> RecordId:
-    return (0 if compacted else header.crc, header.partition_leader_epoch, record_value(record), record.key)
+    return (0 if compacted else header.crc, header.partition_leader_epoch, record_value(record), record.key,
+            record.value is None)
 
 
 class LogMirror:
@@ -140,6 +141,7 @@ class LogMirror:
         self.committed_upto = (0, 0)  # (generation, offset): compared with the history up to here
         self.segments: tuple = ()    # a compacted log's segments (objects) when last read
         self.rewrites = 0            # times the cleaner was seen to rewrite the log (read again)
+        self.tombstones_seen: set[int] = set()   # offsets this replica was seen to hold a tombstone at
 
     def refresh(self, log) -> None:
         segments = _segments_of(log)
@@ -165,6 +167,8 @@ class LogMirror:
                 for record in iter_records(data, position):
                     if record.offset >= self.end:
                         self.records[record.offset] = record_id(header, record, self.compacted)
+                        if self.compacted and record.value is None:
+                            self.tombstones_seen.add(record.offset)
                 self.end = max(self.end, header.next_offset)
         self.end = target
 
@@ -187,6 +191,7 @@ class History:
     held_at_reset: set = field(default_factory=set)
     held_eligible_at_reset: set = field(default_factory=set)
     compacted: bool = False          # a compacted topic (``--compact``): keys and ``latest`` matter
+    deletes_expire: bool = False     # its delete.retention.ms is short enough for tombstones to go
     latest: dict[bytes, int] = field(default_factory=dict)   # key -> offset of its last committed record
     # A compacted topic's history reset: below the new leader's log end then, a replica
     # may lack records for good (``may_lack``)
@@ -219,7 +224,19 @@ class History:
         have removed it for a later record of its key that the new leader never had, and
         the follower truncates only down to where the new leader's log ended. Kafka's
         cleaner does the same; the loss is the reset's, already excused."""
-        return self.superseded(offset, record) or (self.compacted and offset < self.tainted_below)
+        return (self.superseded(offset, record) or (self.compacted and offset < self.tainted_below)
+                or self.expired_tombstone(offset, record))
+
+    def superseded_or_expired(self, offset: int, record: RecordId) -> bool:
+        """Whether an acknowledged ``record`` may be absent at the end without a loss."""
+        return self.superseded(offset, record) or self.expired_tombstone(offset, record)
+
+    def expired_tombstone(self, offset: int, record: RecordId | None) -> bool:
+        """Whether ``record`` is its key's last committed record, a tombstone the cleaner
+        may remove once its delete horizon passed (KIP-534): the key is then gone, and a
+        replica must hold none of its older records either (``compaction-no-resurrection``)."""
+        return (self.deletes_expire and record is not None and record[4] and record[3] is not None
+                and self.latest.get(record[3]) == offset)
 
 
 @dataclass(frozen=True)
@@ -310,8 +327,10 @@ class Checker:
     def history(self, tp: TopicPartition) -> History:
         history = self.histories.get(tp)
         if history is None:
-            compacted = any(t.name == tp.topic and t.compact for t in self.sim.config.topics)
-            history = self.histories[tp] = History(compacted=compacted)
+            spec = next((t for t in self.sim.config.topics if t.name == tp.topic), None)
+            history = self.histories[tp] = History(
+                compacted=spec is not None and spec.compact,
+                deletes_expire=spec is not None and spec.delete_retention_ms is not None)
         return history
 
     # ================================================================ after every event
@@ -818,6 +837,9 @@ class Checker:
             except ValueError:
                 continue
             self.amnesiac[(broker_id, tp)] = how
+            mirror = self.mirrors.get((broker_id, tp))
+            if mirror is not None:
+                mirror.tombstones_seen.clear()    # what it held is no longer known to be there
             registration = self.controller_image.brokers.get(broker_id) if self.controller_image else None
             self.amnesia_epoch[(broker_id, tp)] = registration.broker_epoch if registration is not None else -1
 

@@ -44,16 +44,35 @@ FETCH_MAX_WAIT_MS = 100       # fetch.max.wait.ms (the other fetch settings: Kaf
 METADATA_MAX_AGE_MS = 2000     # refresh the leader now and then, as metadata.max.age.ms does
 
 
-def record_key(value: bytes, keys: int) -> bytes:
-    """The key of a record a producer writes to a topic of ``keys`` keys (``--compact``)."""
-    return b"k%d" % (int(value.rsplit(b"-", 1)[1]) % keys)
+# With tombstones that expire (a short delete.retention.ms), keys retire: each generation
+# of a topic's keys is written for this many rounds, the last of which deletes them all.
+RETIRE_ROUNDS = 4
+
+
+def record_key(value: bytes, spec) -> bytes:
+    """The key of a record a producer writes to compacted topic ``spec`` (``--compact``):
+    one of its ``keys`` keys, or of the current generation's when keys retire."""
+    seq = int(value.rsplit(b"-", 1)[1])
+    if spec.delete_retention_ms is None:
+        return b"k%d" % (seq % spec.keys)
+    return b"g%d-k%d" % (seq // spec.keys // RETIRE_ROUNDS, seq % spec.keys)
+
+
+def record_is_tombstone(value: bytes, spec) -> bool:
+    """Whether the record a producer writes as ``value`` to compacted topic ``spec`` is a tombstone."""
+    seq = int(value.rsplit(b"-", 1)[1])
+    if spec.delete_retention_ms is None:
+        return seq * 2654435761 % 100 < spec.tombstone_percent
+    return spec.tombstone_percent > 0 and seq // spec.keys % RETIRE_ROUNDS == RETIRE_ROUNDS - 1
 
 
 def _keyed(value: bytes, spec) -> SimpleRecord:
     """A compacted topic's record: keyed; a tombstone (null value) for about
-    ``tombstone_percent`` of the sequence numbers, its unique value in an ``id`` header."""
-    key = record_key(value, spec.keys)
-    if int(value.rsplit(b"-", 1)[1]) * 2654435761 % 100 < spec.tombstone_percent:
+    ``tombstone_percent`` of the sequence numbers — or, where tombstones expire, for the
+    last round of each generation of keys, so that deleted keys are never written again
+    and the cleaner removes their tombstones — its unique value in an ``id`` header."""
+    key = record_key(value, spec)
+    if record_is_tombstone(value, spec):
         return SimpleRecord(None, key, ((ID_HEADER, value),))
     return SimpleRecord(value, key)
 

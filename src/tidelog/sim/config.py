@@ -46,6 +46,7 @@ class TopicSpec:
     keys: int = 0
     min_cleanable_dirty_ratio: float = 0.5
     tombstone_percent: int = 0          # of a compacted topic's records, sent as tombstones (null values)
+    delete_retention_ms: int | None = None   # delete.retention.ms; None = Kafka's day (never in a run)
 
     def describe(self) -> str:
         flags = ("unclean" if self.unclean else "clean") + (",fsync" if self.flush_messages == 1 else "")
@@ -53,6 +54,8 @@ class TopicSpec:
             flags += f",compact{self.keys}keys/dirty{self.min_cleanable_dirty_ratio}"
             if self.tombstone_percent:
                 flags += f"/tombstones{self.tombstone_percent}%"
+            if self.delete_retention_ms is not None:
+                flags += f"/deleteretention{self.delete_retention_ms}ms"
         return (f"{self.name}:p{self.partitions}:rf{self.replication_factor}:isr{self.min_insync_replicas}"
                 f":{flags}:seg{self.segment_bytes}")
 
@@ -244,9 +247,13 @@ def _compacted(config: SimConfig, seed: int) -> SimConfig:
     # Tombstones (deletes) on most seeds, from a generator of their own (drawn after
     # the options above existed).
     deletes = random.Random(f"tidelog-sim-tombstones-{seed}")
-    return config.with_options(topics=tuple(
-        replace(topic, tombstone_percent=deletes.choice([0, 10, 30])) if topic.compact else topic
-        for topic in config.topics))
+    topics = tuple(replace(topic, tombstone_percent=deletes.choice([0, 10, 30])) if topic.compact else topic
+                   for topic in config.topics)
+    # …and, drawn after them, a delete.retention.ms short enough that tombstones go
+    # within the run, on some topics that write them.
+    topics = tuple(replace(topic, delete_retention_ms=deletes.choice([None, None, 1000, 5000]))
+                   if topic.tombstone_percent else topic for topic in topics)
+    return config.with_options(topics=topics)
 
 
 def _transaction_version(seed: int) -> int:
@@ -286,6 +293,8 @@ class RunStats:
     voter_changes: int = 0            # committed VotersRecords that added or removed a voter (KIP-853)
     compaction_rewrites: int = 0      # --compact: cleaner swaps the checker saw, over every replica
     compacted_away: int = 0           # --compact: committed records absent at the end, superseded
+    tombstones_removed: int = 0       # --compact: keys whose last record, a tombstone, the cleaner removed
+    tombstones_missed: int = 0        # --compact: a replica that lagged behind a removed tombstone keeps an older value
 
     def add(self, other: "RunStats") -> None:
         self.events += other.events
@@ -321,3 +330,5 @@ class RunStats:
         self.voter_changes += other.voter_changes
         self.compaction_rewrites += other.compaction_rewrites
         self.compacted_away += other.compacted_away
+        self.tombstones_missed += other.tombstones_missed
+        self.tombstones_removed += other.tombstones_removed

@@ -72,6 +72,11 @@ assert that some seed fails with the invariant named in ``EXPECTED``.
     record no follower has yet shadows an earlier committed record of its key,
     which goes; a leader change truncates the newer one, and the key's last
     committed value is gone from that replica (``--compact`` seeds).
+``cleaner-forgets-tombstones``
+    The log cleaner does not see tombstones: its map of keys skips them (so a delete
+    supersedes nothing) and its rewrite drops them (``--compact`` seeds whose tombstones
+    expire; invariant ``compaction-no-resurrection``: the deleted key's older value
+    comes back).
 ``roll-at-batch-offset``
     A rolled segment begins at the first offset of the batch that made the log roll
     (Kafka's rule) instead of where the active segment's data ends: a follower of a
@@ -106,7 +111,8 @@ CAUGHT_BY_SCENARIO = {"transaction-markers-acks-1": "txn-markers-acks-all",
 # Defects of the log cleaner: caught by ``--compact`` seeds (tests/sim/test_compaction_sim.py).
 COMPACT = {"cleaner-beyond-high-watermark": {"10.4-acknowledged-write-kept", "10.3-isr-holds-committed",
                                              "10.5-convergence"},
-           "roll-at-batch-offset": {"restart-keeps-log"}}
+           "roll-at-batch-offset": {"restart-keeps-log"},
+           "cleaner-forgets-tombstones": {"compaction-no-resurrection"}}
 # The quorum's defects need one: the fixed seeds are run with this many controllers.
 CONTROLLERS = {"raft-vote-twice": 5, "raft-commit-without-majority": 3}
 
@@ -246,6 +252,16 @@ def _cleaner_beyond_high_watermark():
              lambda log: min(log.segments[-1].base_offset, log.recovery_point))]
 
 
+def _cleaner_forgets_tombstones():
+    from tidelog.storage import cleaner
+    every_record = cleaner.iter_records
+
+    def iter_records(data, position):
+        return (record for record in every_record(data, position) if record.value is not None)   # DEFECT
+
+    return [(cleaner, "iter_records", iter_records)]
+
+
 def _roll_at_batch_offset():
     from tidelog.storage import local_log
     # DEFECT: Kafka's rule, with tidelog's recovery check
@@ -254,6 +270,7 @@ def _roll_at_batch_offset():
 
 PATCHES = {
     "roll-at-batch-offset": _roll_at_batch_offset,
+    "cleaner-forgets-tombstones": _cleaner_forgets_tombstones,
     "cleaner-beyond-high-watermark": _cleaner_beyond_high_watermark,
     "transaction-markers-acks-1": _transaction_markers_acks_1,
     "produce-skips-verification": _produce_skips_verification,

@@ -38,7 +38,7 @@ from tidelog.group.coordinator import OFFSETS_TOPIC
 from tidelog.records.batch import iter_batches, iter_records
 from tidelog.sim.broker import PENDING_CONTROLLED_SHUTDOWN, RUNNING, SimBroker
 from tidelog.sim.checker import Checker, InvariantViolation, record_id
-from tidelog.sim.clients import SimConsumer, SimProducer, record_key
+from tidelog.sim.clients import SimConsumer, SimProducer, record_is_tombstone, record_key
 from tidelog.sim.txn_clients import SimTxnConsumer, SimTxnProducer, TxnBook
 from tidelog.txn.coordinator import TRANSACTION_STATE_TOPIC
 from tidelog.sim.config import RunStats, SimConfig
@@ -304,6 +304,8 @@ class Simulation:
             if topic.compact:
                 configs["cleanup.policy"] = "compact"
                 configs["min.cleanable.dirty.ratio"] = str(topic.min_cleanable_dirty_ratio)
+                if topic.delete_retention_ms is not None:
+                    configs["delete.retention.ms"] = str(topic.delete_retention_ms)
             self.run_until(lambda: self.active_controller() is not None, SETUP_TIMEOUT_MS, "an active controller")
             self.active_controller().create_topic(topic.name, topic.partitions, topic.replication_factor,
                                                   configs, topic.assignments)
@@ -508,12 +510,35 @@ class Simulation:
         reference = _records(logs[leader], compacted=True)
         for b, data in logs.items():
             records = _records(data, compacted=True)
+            self._check_no_resurrection(tp, b, records)
             for offset in reference.keys() | records.keys():
                 mine, leaders = records.get(offset), reference.get(offset)
                 if mine != leaders and not (mine is None and history.may_lack(offset, leaders)
                                             or leaders is None and history.may_lack(offset, mine)):
                     raise InvariantViolation("10.5-convergence", f"{tp}: b{b} holds {mine and mine[2]!r} at "
                                              f"offset {offset}, leader b{leader} {leaders and leaders[2]!r}")
+
+    def _check_no_resurrection(self, tp: TopicPartition, broker_id: int, records: dict) -> None:
+        """compaction-no-resurrection: a replica that lacks its key's last committed record,
+        an expired tombstone, holds none of the key's older records — unless it never held
+        the tombstone: it lagged behind (out of the ISR, or down) while the leader removed it,
+        and fetched past the gap (Kafka's design allows it: ``delete.retention.ms`` is how far
+        behind any reader may fall). Those are counted (``tombstones_missed``)."""
+        history = self.checker.history(tp)
+        if not history.deletes_expire:
+            return
+        older: dict[bytes, int] = {}
+        for offset, record in records.items():
+            older.setdefault(record[3], offset)
+        seen = self.checker.mirrors[(broker_id, tp)].tombstones_seen
+        for key, last in history.latest.items():
+            record = history.records[last][0]
+            if last in records or not record[4] or older.get(key, last) >= last or last < history.tainted_below:
+                continue
+            if last in seen:
+                raise InvariantViolation("compaction-no-resurrection", f"{tp}: b{broker_id} removed the tombstone "
+                                         f"of {key!r} at {last} but keeps its older record at {older[key]}")
+            self.stats.tombstones_missed += 1
 
     def _check_final_log(self, tp: TopicPartition, data: bytes) -> None:
         checker = self.checker
@@ -522,6 +547,8 @@ class Simulation:
         for offset, (record, epoch) in sorted(history.records.items()):
             if offset not in records and history.may_lack(offset, record):
                 self.stats.compacted_away += 1
+                if history.expired_tombstone(offset, record):
+                    self.stats.tombstones_removed += 1
             elif records.get(offset) != record:
                 raise InvariantViolation("10.4-acknowledged-write-kept", f"{tp} offset {offset} committed at "
                                          f"epoch {epoch} as {record[2]!r} is {records.get(offset)} at the end")
@@ -529,7 +556,7 @@ class Simulation:
             return                      # the coordinators' records: no producer wrote them
         markers = {offset for position, header in iter_batches(data) if header.is_control
                    for offset in range(header.base_offset, header.next_offset)}
-        values = [value for offset, (_, _, value, _) in sorted(records.items()) if offset not in markers]
+        values = [value for offset, (_, _, value, _, _) in sorted(records.items()) if offset not in markers]
         counts: dict[bytes, int] = {}
         for value in values:
             counts[value] = counts.get(value, 0) + 1
@@ -542,7 +569,7 @@ class Simulation:
                 raise InvariantViolation("producer-duplicates", f"{tp}: {value!r} appears {count} times but "
                                          f"only {checker.received.get(value, 0)} produce requests carried it")
         first = {}
-        for offset, (_, _, value, _) in sorted(records.items()):
+        for offset, (_, _, value, _, _) in sorted(records.items()):
             first.setdefault(value, offset)
         last_by_producer: dict[str, tuple[int, int]] = {}
         held = {record[2] for record in history.held_at_reset}
@@ -550,7 +577,8 @@ class Simulation:
         topic = self.config.topic(tp.topic)
         for offset, value, acks, producer, resets in checker.acked.get(tp, []):
             if acks == -1 and records.get(offset, (0, 0, None))[2] != value and not (
-                    topic.compact and history.superseded(offset, (0, 0, value, record_key(value, topic.keys)))):
+                    topic.compact and history.superseded_or_expired(
+                        offset, (0, 0, value, record_key(value, topic), record_is_tombstone(value, topic)))):
                 # Excused only by a reset after the send (see Checker.on_produce_done); on a
                 # clean topic no lineage outlives its reset, so a record sent after the
                 # last one must be there (0 in 2,000 unseen seeds before this was enforced).
