@@ -40,6 +40,22 @@ def assert_fixed_seed_passes(result) -> None:
     assert stats.produce_requests > 0 and stats.consumed > 0
 
 
+def assert_some_seed_catches(run_one, seeds, defect: str, expected: set[str]) -> None:
+    """With ``defect`` planted, some seed of ``seeds`` fails (``run_one(seed, defect)``),
+    with an invariant of ``expected``; and that seed passes without the defect."""
+    failures = []
+    for seed in seeds:
+        result = run_one(seed, defect)
+        if not result.passed:
+            failures.append((seed, result.invariant))
+            if result.invariant in expected:
+                break
+    assert failures, f"no seed of {seeds} caught {defect}"
+    seed, invariant = failures[-1]
+    assert invariant in expected, failures
+    assert run_one(seed, None).passed       # the failure is the defect's
+
+
 def failure_report(result) -> str:
     lines = [result.summary(), f"  {result.detail}", "  last events:"]
     lines += [f"    {line}" for line in result.trace_tail[-40:]]

@@ -11,7 +11,7 @@ import pytest
 
 from tidelog.sim.config import SimConfig
 from tidelog.sim.defects import COMPACT
-from tests.sim.conftest import assert_fixed_seed_passes, failure_report
+from tests.sim.conftest import assert_fixed_seed_passes, assert_some_seed_catches, failure_report
 
 COMPACT_SEEDS = (3, 5, 6, 7)
 # Seeds found before tombstones (and then expiring ones) were drawn, run as they were
@@ -66,14 +66,4 @@ def test_compact_draws_only_its_own_options():
                                            ("roll-at-batch-offset", (240,)),
                                            ("cleaner-forgets-tombstones", (0, 2))])
 def test_a_cleaner_defect_fails_a_compacted_seed_with_the_right_invariant(run, defect, seeds):
-    failures = []
-    for seed in seeds:
-        result = run_compacted(run, seed, defect)
-        if not result.passed:
-            failures.append((seed, result.invariant))
-            if result.invariant in COMPACT[defect]:
-                break
-    assert failures, f"no compacted seed of {seeds} caught {defect}"
-    seed, invariant = failures[-1]
-    assert invariant in COMPACT[defect], failures
-    assert run_compacted(run, seed).passed        # the failure is the defect's
+    assert_some_seed_catches(lambda seed, planted: run_compacted(run, seed, planted), seeds, defect, COMPACT[defect])

@@ -6,7 +6,7 @@ test_defects_1.py (``DEFECTS[part::2]``), so that make test's workers share them
 import pytest
 
 from tidelog.sim.defects import CONTROLLERS, EXPECTED, SCENARIO_ONLY
-from tests.sim.conftest import FIXED_SEEDS
+from tests.sim.conftest import FIXED_SEEDS, assert_some_seed_catches
 
 DEFECTS = sorted(set(EXPECTED) - SCENARIO_ONLY)
 DEFECT_MODULES = 2
@@ -14,18 +14,8 @@ DEFECT_MODULES = 2
 
 def assert_some_fixed_seed_catches(run, defect: str) -> None:
     controllers = CONTROLLERS.get(defect)      # the quorum's defects: a quorum on every seed
-    failures = []
-    for seed in FIXED_SEEDS:
-        result = run(seed, defect=defect, controllers=controllers)
-        if not result.passed:
-            failures.append((seed, result.invariant))
-            if result.invariant in EXPECTED[defect]:
-                break
-    assert failures, f"no seed of the fixed set caught {defect}"
-    seed, invariant = failures[-1]
-    assert invariant in EXPECTED[defect], failures
-    # …and the seed passes without the defect: the failure is the defect's.
-    assert run(seed, controllers=controllers).passed
+    assert_some_seed_catches(lambda seed, planted: run(seed, defect=planted, controllers=controllers),
+                             FIXED_SEEDS, defect, EXPECTED[defect])
 
 
 @pytest.mark.parametrize("defect", DEFECTS[0::DEFECT_MODULES])
