@@ -12,6 +12,10 @@ seeds therefore explore different corners (FoundationDB's and TigerBeetle's "swa
 a seed with no power cuts but heavy partitions, one with tiny segments and a
 full disk, one with unclean election and acks=1 …
 
+``from_seed(seed, compact=True)`` (``--compact``) also makes the seed's own topics
+compacted, with keyed records, tombstones and a busy cleaner (``_compacted``: from
+generators of their own, so every other option is the seed's).
+
 ``describe()`` is the one-line ``config=`` of a failure report; the run itself
 uses a second generator seeded from the same seed, so the options and the run
 are both functions of the seed alone.
