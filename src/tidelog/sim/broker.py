@@ -264,10 +264,12 @@ class SimBroker(NetworkNode):
         on disk (written, maybe not synced), so the next start must load it back whole
         (``Checker.on_logs_loaded``). A disk replaced meanwhile starts empty
         (``SimDisk.replace``: the directory's logs are left out then)."""
-        manager = self.log_manager
-        return {log.topic_partition: (manager.log_dir_of(log.topic_partition), log.log_end_offset)
-                for log in manager.all_logs()
-                if not log.is_offline and not self.disk.is_failing(manager.log_dir_of(log.topic_partition))}
+        manager, ends = self.log_manager, {}
+        for log in manager.all_logs():
+            log_dir = manager.log_dir_of(log.topic_partition)
+            if not log.is_offline and not self.disk.is_failing(log_dir):
+                ends[log.topic_partition] = (log_dir, log.log_end_offset)
+        return ends
 
     def stop(self) -> None:
         """SIGTERM: controlled shutdown first (when others can take over), then a clean stop."""

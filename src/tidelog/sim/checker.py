@@ -143,8 +143,8 @@ class LogMirror:
         self.rewrites = 0            # times the cleaner was seen to rewrite the log (read again)
         self.tombstones_seen: set[int] = set()   # offsets this replica was seen to hold a tombstone at
 
-    def refresh(self, log) -> None:
-        segments = _segments_of(log)
+    def refresh(self, log, segments: tuple) -> None:
+        """Read what ``log`` holds beyond what was read; ``segments``: ``_segments_of(log)``."""
         rewritten = segments[:len(self.segments) - 1] != self.segments[:-1]   # beyond a roll
         self.segments = segments
         if rewritten and log is self.log:
@@ -226,6 +226,12 @@ class History:
         cleaner does the same; the loss is the reset's, already excused."""
         return (self.superseded(offset, record) or (self.compacted and offset < self.tainted_below)
                 or self.expired_tombstone(offset, record))
+
+    def replicas_agree(self, offset: int, one: RecordId | None, other: RecordId | None) -> bool:
+        """Whether two replicas' records at ``offset`` are consistent: the same, or only
+        one holds it and the other may lack it (``may_lack``)."""
+        return (one == other or one is None and self.may_lack(offset, other)
+                or other is None and self.may_lack(offset, one))
 
     def superseded_or_expired(self, offset: int, record: RecordId) -> bool:
         """Whether an acknowledged ``record`` may be absent at the end without a loss."""
@@ -384,8 +390,9 @@ class Checker:
         log = partition.log
         key = (broker.broker_id, tp)
         incarnation = broker.owned.incarnation
+        segments = _segments_of(log)
         state = (incarnation, partition.leader, partition.leader_epoch, log.log_start_offset,
-                 log.high_watermark, log.log_end_offset, id(log), partition.isr, _segments_of(log))
+                 log.high_watermark, log.log_end_offset, id(log), partition.isr, segments)
         seen = self.seen.get(key)
         if seen is not None and seen.state == state:
             return
@@ -398,7 +405,7 @@ class Checker:
         if mirror is None:
             mirror = self.mirrors[key] = LogMirror(self.history(tp).compacted)
         if not log.is_offline:   # an offline log's files are closed; its last mirror stands
-            mirror.refresh(log)
+            mirror.refresh(log, segments)
         same_process = seen is not None and seen.incarnation == incarnation
         if same_process and partition.leader_epoch < seen.leader_epoch:
             raise InvariantViolation("10.1-one-leader-per-epoch", f"{where}: leader epoch went back "
@@ -588,6 +595,7 @@ class Checker:
             return
         leader_mirror = self.mirrors[(registration.leader, tp)]
         high_watermark = leader.log.high_watermark
+        history = self.history(tp)
         # The controller's ISR and ELR (KIP-966): the replicas a clean election may pick.
         # (The leader's own view can be stale in either direction; the committed one is
         # what counts.)
@@ -603,11 +611,9 @@ class Checker:
             stamp = (leader_mirror.generation, mirror.generation, id(leader_mirror), id(mirror))
             verified = self.isr_verified.get(key)
             start = verified[1] if verified is not None and verified[0] == stamp else leader_mirror.start
-            history = self.history(tp)
             for offset in range(max(start, leader_mirror.start), high_watermark):
                 mine, leaders = mirror.records.get(offset), leader_mirror.records.get(offset)
-                if mine != leaders and not (mine is None and history.may_lack(offset, leaders)
-                                            or leaders is None and history.may_lack(offset, mine)):
+                if mine != leaders and not history.replicas_agree(offset, mine, leaders):
                     raise InvariantViolation(
                         "10.3-isr-holds-committed",
                         f"{tp}: {'ISR' if member in registration.isr else 'ELR'} member {member} differs from leader {registration.leader} (epoch "

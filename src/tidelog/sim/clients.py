@@ -47,12 +47,18 @@ METADATA_MAX_AGE_MS = 2000     # refresh the leader now and then, as metadata.ma
 # With tombstones that expire (a short delete.retention.ms), keys retire: each generation
 # of a topic's keys is written for this many rounds, the last of which deletes them all.
 RETIRE_ROUNDS = 4
+ID_HEADER = "id"      # a tombstone's unique name (its value is null)
+
+
+def value_sequence(value: bytes) -> int:
+    """The producer's sequence number in a value it wrote (``p0-t0-1-17`` → 17)."""
+    return int(value.rsplit(b"-", 1)[1])
 
 
 def record_key(value: bytes, spec) -> bytes:
     """The key of a record a producer writes to compacted topic ``spec`` (``--compact``):
     one of its ``keys`` keys, or of the current generation's when keys retire."""
-    seq = int(value.rsplit(b"-", 1)[1])
+    seq = value_sequence(value)
     if spec.delete_retention_ms is None:
         return b"k%d" % (seq % spec.keys)
     return b"g%d-k%d" % (seq // spec.keys // RETIRE_ROUNDS, seq % spec.keys)
@@ -60,7 +66,7 @@ def record_key(value: bytes, spec) -> bytes:
 
 def record_is_tombstone(value: bytes, spec) -> bool:
     """Whether the record a producer writes as ``value`` to compacted topic ``spec`` is a tombstone."""
-    seq = int(value.rsplit(b"-", 1)[1])
+    seq = value_sequence(value)
     if spec.delete_retention_ms is None:
         return seq * 2654435761 % 100 < spec.tombstone_percent
     return spec.tombstone_percent > 0 and seq // spec.keys % RETIRE_ROUNDS == RETIRE_ROUNDS - 1
@@ -77,9 +83,6 @@ def _keyed(value: bytes, spec) -> SimpleRecord:
     return SimpleRecord(value, key)
 
 
-ID_HEADER = "id"
-
-
 def record_value(record) -> bytes | None:
     """What identifies a record the simulator's producers wrote: its value, or a
     tombstone's ``id`` header."""
@@ -94,7 +97,7 @@ class _Client(NetworkNode):
         self.sim = sim
         self.clock = NodeClock(sim.loop)
         self.topic = topic
-        spec = sim.config.topic(topic)
+        self.spec = spec = sim.config.topic(topic)
         self.partitions = [TopicPartition(topic, p) for p in range(spec.partitions)]
         self.leaders: dict[TopicPartition, tuple[int, int]] = {}   # tp -> (leader, when learned)
         self.active = False
@@ -183,7 +186,7 @@ class SimProducer(_Client):
         idempotence = {} if self.producer_id < 0 else {
             "producer_id": self.producer_id, "producer_epoch": batch.producer_epoch,
             "base_sequence": batch.base_sequence}
-        spec = self.sim.config.topic(self.topic)
+        spec = self.spec
         records = [_keyed(value, spec) for value in batch.values] if spec.keys else batch.values
         body = {"tp": tp, "acks": self.acks, "timeout_ms": self.sim.config.request_timeout_ms,
                 "values": batch.values,

@@ -38,7 +38,7 @@ from tidelog.group.coordinator import OFFSETS_TOPIC
 from tidelog.records.batch import iter_batches, iter_records
 from tidelog.sim.broker import PENDING_CONTROLLED_SHUTDOWN, RUNNING, SimBroker
 from tidelog.sim.checker import Checker, InvariantViolation, record_id
-from tidelog.sim.clients import SimConsumer, SimProducer, record_is_tombstone, record_key
+from tidelog.sim.clients import SimConsumer, SimProducer, record_is_tombstone, record_key, value_sequence
 from tidelog.sim.txn_clients import SimTxnConsumer, SimTxnProducer, TxnBook
 from tidelog.txn.coordinator import TRANSACTION_STATE_TOPIC
 from tidelog.sim.config import RunStats, SimConfig
@@ -513,8 +513,7 @@ class Simulation:
             self._check_no_resurrection(tp, b, records)
             for offset in reference.keys() | records.keys():
                 mine, leaders = records.get(offset), reference.get(offset)
-                if mine != leaders and not (mine is None and history.may_lack(offset, leaders)
-                                            or leaders is None and history.may_lack(offset, mine)):
+                if not history.replicas_agree(offset, mine, leaders):
                     raise InvariantViolation("10.5-convergence", f"{tp}: b{b} holds {mine and mine[2]!r} at "
                                              f"offset {offset}, leader b{leader} {leaders and leaders[2]!r}")
 
@@ -596,7 +595,7 @@ class Simulation:
                 self.stats.acked_all_lost += 1
                 raise InvariantViolation("10.4-acknowledged-write-kept", f"{producer}: acks=all {value!r} "
                                          f"acknowledged at {tp} offset {offset} is not there at the end")
-        for offset, value, acks, producer, _ in sorted(checker.acked.get(tp, []), key=lambda e: _seq(e[1])):
+        for offset, value, acks, producer, _ in sorted(checker.acked.get(tp, []), key=lambda e: value_sequence(e[1])):
             where = first.get(value)
             if where is None or (topic.compact and producer.encode() not in idempotent):
                 # A retry's duplicate supersedes the first copy of its key: on a compacted
@@ -607,17 +606,13 @@ class Simulation:
             if previous is not None and where < previous[1]:
                 raise InvariantViolation("producer-order", f"{tp}: {producer}'s {value!r} first at offset {where}, "
                                          f"before its earlier acknowledged write #{previous[0]} at {previous[1]}")
-            last_by_producer[producer] = (_seq(value), where)
+            last_by_producer[producer] = (value_sequence(value), where)
 
 
 def _records(data: bytes, compacted: bool = False) -> dict:
     """Offset -> ``RecordId`` of every record in ``data`` (whole batches)."""
     return {record.offset: record_id(header, record, compacted)
             for position, header in iter_batches(data) for record in iter_records(data, position)}
-
-
-def _seq(value: bytes) -> int:
-    return int(value.rsplit(b"-", 1)[1])
 
 
 def run_seed(seed: int, directory: str, *, long: bool = False, defect: str | None = None,
