@@ -209,7 +209,7 @@ def test_a_follower_catches_up_on_a_cleaned_segment_larger_than_segment_bytes():
     larger than ``segment.bytes``. A follower that was down fetches it whole and must
     append it (Kafka's follower append refuses it, and the partition stops replicating
     on that broker for good; simulator seed 1581 --compact found it)."""
-    from tidelog.testing import Cluster
+    from tidelog.testing import Cluster, topic_in_sync
     segment_bytes = 2048
     with Cluster(brokers=3, overrides={"log.cleaner.backoff.ms": "100"}) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
@@ -217,7 +217,7 @@ def test_a_follower_catches_up_on_a_cleaned_segment_larger_than_segment_bytes():
             "cleanup.policy": "compact", "segment.bytes": str(segment_bytes), "segment.ms": "200",
             "min.cleanable.dirty.ratio": "0.01"})])["deletes"].result(30)
         partition = lambda: admin.list_topics("deletes", timeout=10).topics["deletes"].partitions[0]  # noqa: E731
-        wait_until(lambda: partition().leader > 0 and len(partition().isrs) == 3, 30, "the topic in sync")
+        wait_until(lambda: topic_in_sync(admin, "deletes", 3), 30, "the topic in sync")
         leader = partition().leader
         follower = next(b for b in (1, 2, 3) if b != leader)
         cluster.kill(follower)

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tidelog.testing import Cluster, wait_until
+from tidelog.testing import Cluster, topic_in_sync, wait_until
 
 COUNT = 3000
 
@@ -116,8 +116,7 @@ def test_retries_while_acks_all_waits_on_a_paused_follower_are_written_once(send
     with Cluster(brokers=2, overrides=overrides) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         admin.create_topics([NewTopic("idem", 1, 2)])["idem"].result(15)
-        wait_until(lambda: len(admin.list_topics("idem", timeout=10).topics["idem"].partitions[0].isrs) == 2,
-                   what="idem fully in sync")
+        wait_until(lambda: topic_in_sync(admin, "idem", 2), what="idem fully in sync")
         partition = admin.list_topics("idem", timeout=10).topics["idem"].partitions[0]
         follower = next(r for r in partition.replicas if r != partition.leader)
         producer = sender(cluster.bootstrap)

@@ -19,7 +19,7 @@ import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tidelog.testing import Cluster
+from tidelog.testing import Cluster, topic_in_sync
 from tidelog.testing import wait_until as _wait
 
 SESSION_TIMEOUT_MS = 10_000     # long enough that a loaded machine still moves the leadership well before it
@@ -135,7 +135,7 @@ def test_a_leaders_only_directory_failing_moves_the_leadership_within_a_session_
     with Cluster(brokers=3, overrides=FAST) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         admin.create_topics([NewTopic("dirs", 1, 3, config=TOPIC_CONFIGS)])["dirs"].result(15)
-        _wait(lambda: len(_partition(cluster.bootstrap, "dirs").isrs) == 3, what="dirs fully in sync")
+        _wait(lambda: topic_in_sync(admin, "dirs", 3), what="dirs fully in sync")
         leader = _partition(cluster.bootstrap, "dirs").leader
         writer = Writer(cluster, "dirs", [0], 0, leader)
         writer.write(2000)
@@ -174,8 +174,7 @@ def test_one_of_two_directories_failing_moves_only_its_partition_and_the_broker_
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         admin.create_topics([NewTopic("dirs", 2, replica_assignment=[[leader, a, b], [leader, b, a]],
                                       config=TOPIC_CONFIGS)])["dirs"].result(15)
-        _wait(lambda: all(len(_partition(cluster.bootstrap, "dirs", p).isrs) == 3 for p in (0, 1)),
-              what="dirs fully in sync")
+        _wait(lambda: topic_in_sync(admin, "dirs", 3, (0, 1)), what="dirs fully in sync")
         node = cluster.processes.layout.node(leader)
         data = os.path.join(cluster.directory, node.name)
         placed = {p: d for p in (0, 1) for d in ("data", "data2") if os.path.isdir(f"{data}/{d}/dirs-{p}")}

@@ -17,7 +17,7 @@ from tidelog.core.errors import ErrorCode
 from tidelog.protocol.api_keys import ApiKey
 from tidelog.protocol.client import KafkaConnection
 from tidelog.records import build_batch
-from tidelog.testing import Cluster
+from tidelog.testing import Cluster, topic_in_sync
 from tidelog.testing import wait_until as _wait
 
 FAST = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
@@ -33,8 +33,7 @@ def _partition(bootstrap, topic, partition=0):
 def _create(cluster, topic, partitions=1, rf=3, configs=None):
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(topic, partitions, rf, config=configs or {})])[topic].result(15)
-    _wait(lambda: all(len(_partition(cluster.bootstrap, topic, p).isrs) == rf for p in range(partitions)),
-          what=f"{topic} fully in sync")
+    _wait(lambda: topic_in_sync(admin, topic, rf, range(partitions)), what=f"{topic} fully in sync")
 
 
 def _consume(bootstrap, topic, count, partition=0):

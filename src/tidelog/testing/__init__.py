@@ -42,6 +42,18 @@ def wait_until(predicate, timeout_s: float = 20.0, what: str = "condition", inte
         time.sleep(interval_s)
 
 
+def topic_in_sync(admin, topic: str, replicas: int, partitions=(0,)) -> bool:
+    """Whether every partition of ``topic`` in ``partitions`` has ``replicas`` in-sync
+    replicas, as a client's Metadata request sees it (``admin``: a confluent-kafka
+    AdminClient). False, not an error, while the broker asked does not show the topic
+    or a partition yet: a broker learns a topic from the metadata log a little after
+    CreateTopics is answered, as in Kafka."""
+    metadata = admin.list_topics(topic, timeout=10).topics.get(topic)
+    if metadata is None or metadata.error is not None:
+        return False
+    return all(p in metadata.partitions and len(metadata.partitions[p].isrs) == replicas for p in partitions)
+
+
 class BrokerStartError(RuntimeError):
     pass
 
